@@ -1,0 +1,189 @@
+//! Replies and their encoding in RESP2 or RESP3.
+//!
+//! Handlers build a [`Reply`] tree; the connection encodes it once per batch with
+//! the protocol version the client chose with `HELLO` ([`Protocol`]). RESP3-only
+//! shapes degrade to their RESP2 forms as Redis does: a null is `$-1` (or `*-1`
+//! for a null array), a map is a flat array of key, value, ..., a set is an
+//! array, a double is a bulk string, a verbatim string is a bulk string.
+
+use std::borrow::Cow;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The RESP version a connection speaks: 2 until `HELLO 3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// RESP2, the default for every new connection.
+    #[default]
+    Resp2,
+    /// RESP3, after `HELLO 3`.
+    Resp3,
+}
+
+/// A reply to one command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`-style simple string; must not contain `\r` or `\n`.
+    Simple(Cow<'static, str>),
+    /// An error; the text starts with its code (`ERR`, `WRONGTYPE`, ...).
+    Error(Cow<'static, str>),
+    /// A 64-bit signed integer.
+    Int(i64),
+    /// A binary-safe bulk string.
+    Bulk(Bytes),
+    /// The null bulk string (`$-1` in RESP2, `_` in RESP3).
+    Nil,
+    /// The null array (`*-1` in RESP2, `_` in RESP3).
+    NilArray,
+    /// An array of replies.
+    Array(Vec<Reply>),
+    /// A map (`%` in RESP3, a flat array in RESP2).
+    Map(Vec<(Reply, Reply)>),
+    /// A set (`~` in RESP3, an array in RESP2).
+    Set(Vec<Reply>),
+    /// A double (`,` in RESP3, a bulk string in RESP2).
+    Double(f64),
+    /// A boolean (`#t`/`#f` in RESP3, `:1`/`:0` in RESP2).
+    Bool(bool),
+    /// A verbatim string with a three-letter format such as `txt` (`=` in RESP3,
+    /// a bulk string in RESP2).
+    Verbatim(&'static str, Bytes),
+}
+
+impl Reply {
+    /// `+OK`.
+    pub const fn ok() -> Reply {
+        Reply::Simple(Cow::Borrowed("OK"))
+    }
+
+    /// A simple string from static text.
+    pub const fn simple(s: &'static str) -> Reply {
+        Reply::Simple(Cow::Borrowed(s))
+    }
+
+    /// An error reply from static text (the text includes its code, e.g. `ERR ...`).
+    pub const fn err(s: &'static str) -> Reply {
+        Reply::Error(Cow::Borrowed(s))
+    }
+
+    /// An error reply from formatted text.
+    pub fn err_owned(s: String) -> Reply {
+        Reply::Error(Cow::Owned(s))
+    }
+
+    /// A bulk string copied from `s`.
+    pub fn bulk(s: impl AsRef<[u8]>) -> Reply {
+        Reply::Bulk(Bytes::copy_from_slice(s.as_ref()))
+    }
+
+    /// Whether this reply is an error.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Encodes this reply for `proto` at the end of `out`.
+    pub fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        match self {
+            Reply::Simple(s) => put_line(out, b'+', s.as_bytes()),
+            Reply::Error(s) => put_line(out, b'-', s.as_bytes()),
+            Reply::Int(i) => put_header(out, b':', *i),
+            Reply::Bulk(b) => put_bulk(out, b),
+            Reply::Nil => match proto {
+                Protocol::Resp2 => out.extend_from_slice(b"$-1\r\n"),
+                Protocol::Resp3 => out.extend_from_slice(b"_\r\n"),
+            },
+            Reply::NilArray => match proto {
+                Protocol::Resp2 => out.extend_from_slice(b"*-1\r\n"),
+                Protocol::Resp3 => out.extend_from_slice(b"_\r\n"),
+            },
+            Reply::Array(items) => {
+                put_header(out, b'*', items.len() as i64);
+                for r in items {
+                    r.encode(proto, out);
+                }
+            }
+            Reply::Set(items) => {
+                let tag = if proto == Protocol::Resp3 { b'~' } else { b'*' };
+                put_header(out, tag, items.len() as i64);
+                for r in items {
+                    r.encode(proto, out);
+                }
+            }
+            Reply::Map(pairs) => {
+                match proto {
+                    Protocol::Resp3 => put_header(out, b'%', pairs.len() as i64),
+                    Protocol::Resp2 => put_header(out, b'*', 2 * pairs.len() as i64),
+                }
+                for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Double(d) => {
+                let text = format_double(*d);
+                match proto {
+                    Protocol::Resp3 => put_line(out, b',', text.as_bytes()),
+                    Protocol::Resp2 => put_bulk(out, text.as_bytes()),
+                }
+            }
+            Reply::Bool(b) => match proto {
+                Protocol::Resp3 => out.extend_from_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+                Protocol::Resp2 => put_header(out, b':', i64::from(*b)),
+            },
+            Reply::Verbatim(format, body) => match proto {
+                Protocol::Resp3 => {
+                    put_header(out, b'=', body.len() as i64 + 4);
+                    out.extend_from_slice(format.as_bytes());
+                    out.put_u8(b':');
+                    out.extend_from_slice(body);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Protocol::Resp2 => put_bulk(out, body),
+            },
+        }
+    }
+
+    /// Encodes into a fresh buffer; convenient in tests.
+    pub fn to_bytes(&self, proto: Protocol) -> Bytes {
+        let mut out = BytesMut::new();
+        self.encode(proto, &mut out);
+        out.freeze()
+    }
+}
+
+/// Formats a double like Redis's RESP3 double: `inf`, `-inf`, `nan`, or the
+/// shortest text that reads back to the same value.
+pub fn format_double(d: f64) -> String {
+    if d.is_nan() {
+        "nan".into()
+    } else if d.is_infinite() {
+        if d > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if d == d.trunc() && d.abs() < 1e17 {
+        format!("{}", d as i64)
+    } else {
+        let mut b = ryu::Buffer::new();
+        b.format_finite(d).to_string()
+    }
+}
+
+/// Writes `<tag><n>\r\n`.
+pub(crate) fn put_header(out: &mut BytesMut, tag: u8, n: i64) {
+    let mut b = itoa::Buffer::new();
+    out.reserve(24);
+    out.put_u8(tag);
+    out.extend_from_slice(b.format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn put_line(out: &mut BytesMut, tag: u8, text: &[u8]) {
+    out.reserve(text.len() + 3);
+    out.put_u8(tag);
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn put_bulk(out: &mut BytesMut, b: &[u8]) {
+    put_header(out, b'$', b.len() as i64);
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
