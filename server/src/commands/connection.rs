@@ -1,0 +1,323 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT.
+//!
+//! PING and ECHO touch no state and run inline on the connection's thread.
+//! The others change connection state and run as [`Exec::Conn`] rows, after
+//! the replies already owed on the connection.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Protocol, Reply};
+
+use super::flags::{FAST, LOADING, NO_AUTH, STALE};
+use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
+use crate::error::OpError;
+use crate::net::ConnCtx;
+use crate::shard::Shard;
+use crate::state::{ClientHandle, Shared};
+
+/// The Redis version Leasehold reports to tools (INFO `redis_version`, HELLO):
+/// the Redis 7 semantics it implements.
+pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
+
+/// The family's rows.
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("ping", -1, FAST | STALE, NO_KEYS, Exec::Key(ping), "Returns the server's liveliness response."),
+    cmd("echo", 2, FAST, NO_KEYS, Exec::Key(echo), "Returns the given string."),
+    cmd("hello", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(hello), "Handshakes with the Redis server."),
+    cmd("auth", -2, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(auth), "Authenticates the connection."),
+    cmd("select", 2, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(select), "Changes the selected database (only database 0 exists)."),
+    cmd("quit", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(quit), "Closes the connection."),
+    cmd("reset", 1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(reset), "Resets the connection."),
+    cmd("client", -2, LOADING | STALE, NO_KEYS, Exec::Conn(client), "A container for client connection commands."),
+];
+
+fn ping(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    match a.remaining() {
+        0 => Ok(Reply::simple("PONG")),
+        1 => Ok(Reply::Bulk(a.next()?)),
+        _ => Err(OpError::Other("wrong number of arguments for 'ping' command".into())),
+    }
+}
+
+fn echo(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    Ok(Reply::Bulk(a.next()?))
+}
+
+/// Checks a password for the default user (the only user).
+fn check_password(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
+    let required = shared.config.read().security.requirepass.clone();
+    if user.is_some_and(|u| u != b"default") {
+        return Err(OpError::WrongPass);
+    }
+    if required.is_empty() {
+        // The default user has "nopass": AUTH with a user succeeds, the
+        // one-argument form is refused as Redis refuses it.
+        return if user.is_some() { Ok(()) } else { Err(OpError::AuthNotConfigured) };
+    }
+    if required.as_bytes() == pass {
+        Ok(())
+    } else {
+        Err(OpError::WrongPass)
+    }
+}
+
+fn auth(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let (user, pass) = match a.remaining() {
+        1 => (None, a.next()?),
+        2 => (Some(a.next()?), a.next()?),
+        _ => return Err(OpError::Syntax),
+    };
+    check_password(ctx.shared, user.as_deref(), &pass)?;
+    ctx.conn.set_authenticated(true);
+    Ok(Reply::ok())
+}
+
+fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let mut proto = None;
+    if a.remaining() > 0 {
+        let v = a.i64().map_err(|_| {
+            OpError::Other("Protocol version is not an integer or out of range".into())
+        })?;
+        if !(2..=3).contains(&v) {
+            return Err(OpError::NoProto);
+        }
+        proto = Some(if v == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
+    }
+    let mut name = None;
+    while a.remaining() > 0 {
+        match a.word()?.as_str() {
+            "AUTH" if a.remaining() >= 2 => {
+                let user = a.next()?;
+                let pass = a.next()?;
+                check_password(ctx.shared, Some(&user), &pass)?;
+                ctx.conn.set_authenticated(true);
+            }
+            "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),
+            other => {
+                return Err(OpError::Other(format!("Syntax error in HELLO option '{}'", other.to_ascii_lowercase()).into()))
+            }
+        }
+    }
+    if !ctx.conn.authenticated {
+        return Err(OpError::Raw(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        ));
+    }
+    if let Some(n) = name {
+        set_name(&ctx.conn.handle, n)?;
+    }
+    if let Some(p) = proto {
+        ctx.conn.proto = p;
+        ctx.conn.handle.resp.store(if p == Protocol::Resp3 { 3 } else { 2 }, Ordering::Relaxed);
+    }
+    let resp = if ctx.conn.proto == Protocol::Resp3 { 3 } else { 2 };
+    Ok(Reply::Map(vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (Reply::bulk("version"), Reply::bulk(REDIS_COMPAT_VERSION)),
+        (Reply::bulk("proto"), Reply::Int(resp)),
+        (Reply::bulk("id"), Reply::Int(ctx.conn.handle.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::Array(Vec::new())),
+    ]))
+}
+
+fn select(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    match a.i64()? {
+        0 => Ok(Reply::ok()),
+        _ => Err(OpError::DbIndexOutOfRange),
+    }
+}
+
+fn quit(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
+    ctx.conn.close = true;
+    Ok(Reply::ok())
+}
+
+fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
+    ctx.conn.proto = Protocol::Resp2;
+    ctx.conn.handle.resp.store(2, Ordering::Relaxed);
+    *ctx.conn.handle.name.lock() = None;
+    let open = ctx.shared.config.read().security.requirepass.is_empty();
+    ctx.conn.set_authenticated(open);
+    Ok(Reply::simple("RESET"))
+}
+
+fn set_name(handle: &ClientHandle, name: Bytes) -> Result<(), OpError> {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(OpError::Other(
+            "Client names cannot contain spaces, newlines or special characters.".into(),
+        ));
+    }
+    *handle.name.lock() = (!name.is_empty()).then_some(name);
+    Ok(())
+}
+
+/// One CLIENT LIST / CLIENT INFO line, in Redis 7's field order.
+fn client_line(shared: &Shared, c: &ClientHandle) -> String {
+    let name = c.name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+    let age = c.created.elapsed().as_secs();
+    let idle_ms = (c.created.elapsed().as_millis() as u64).saturating_sub(c.last_cmd_ms.load(Ordering::Relaxed));
+    let cmd = table()
+        .commands
+        .get(c.last_cmd.load(Ordering::Relaxed))
+        .map_or("NULL", |s| s.name);
+    let _ = shared;
+    format!(
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
+        c.id,
+        c.addr,
+        c.laddr,
+        name,
+        age,
+        idle_ms / 1000,
+        cmd,
+        c.resp.load(Ordering::Relaxed)
+    )
+}
+
+fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let sub = a.word()?;
+    let unknown = || OpError::UnknownSubcommand { command: "CLIENT", sub: sub.to_ascii_lowercase() };
+    match sub.as_str() {
+        "ID" => {
+            a.finish()?;
+            Ok(Reply::Int(ctx.conn.handle.id as i64))
+        }
+        "SETNAME" => {
+            let name = a.next().map_err(|_| unknown())?;
+            a.finish().map_err(|_| unknown())?;
+            set_name(&ctx.conn.handle, name)?;
+            Ok(Reply::ok())
+        }
+        "GETNAME" => {
+            a.finish()?;
+            Ok(ctx.conn.handle.name.lock().clone().map(Reply::Bulk).unwrap_or(Reply::Nil))
+        }
+        "SETINFO" => {
+            let attr = a.word().map_err(|_| unknown())?;
+            let _value = a.next().map_err(|_| unknown())?;
+            match attr.as_str() {
+                "LIB-NAME" | "LIB-VER" => Ok(Reply::ok()),
+                other => Err(OpError::Other(format!("Unrecognized option '{other}'").into())),
+            }
+        }
+        "INFO" => {
+            a.finish()?;
+            Ok(Reply::Verbatim("txt", Bytes::from(client_line(ctx.shared, &ctx.conn.handle))))
+        }
+        "LIST" => {
+            let mut ids: Option<Vec<u64>> = None;
+            while a.remaining() > 0 {
+                match a.word()?.as_str() {
+                    "TYPE" => match a.word()?.as_str() {
+                        "NORMAL" => {}
+                        "MASTER" | "REPLICA" | "SLAVE" | "PUBSUB" => ids = Some(Vec::new()),
+                        other => {
+                            return Err(OpError::Other(format!("Unknown client type '{}'", other.to_ascii_lowercase()).into()))
+                        }
+                    },
+                    "ID" => {
+                        let mut list = Vec::new();
+                        while a.remaining() > 0 {
+                            list.push(a.u64().map_err(|_| OpError::Other("Invalid client ID".into()))?);
+                        }
+                        ids = Some(list);
+                    }
+                    _ => return Err(OpError::Syntax),
+                }
+            }
+            let clients = ctx.shared.clients.lock();
+            let mut all: Vec<_> = clients.values().cloned().collect();
+            drop(clients);
+            all.sort_by_key(|c| c.id);
+            let text: String = all
+                .iter()
+                .filter(|c| ids.as_ref().is_none_or(|l| l.contains(&c.id)))
+                .map(|c| client_line(ctx.shared, c))
+                .collect();
+            Ok(Reply::Verbatim("txt", Bytes::from(text)))
+        }
+        "KILL" => client_kill(ctx, a),
+        "NO-EVICT" | "NO-TOUCH" => {
+            match a.word()?.as_str() {
+                "ON" | "OFF" => {}
+                _ => return Err(OpError::Syntax),
+            }
+            Ok(Reply::ok())
+        }
+        "HELP" => Ok(Reply::Array(
+            [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ID", "    Return the ID of the current connection.",
+                "GETNAME", "    Return the name of the current connection.",
+                "SETNAME <name>", "    Assign the name <name> to the current connection.",
+                "INFO", "    Return information about the current client connection.",
+                "LIST [TYPE normal|master|replica|pubsub] [ID <id> ...]", "    Return information about client connections.",
+                "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]", "    Kill connections.",
+                "SETINFO <LIB-NAME|LIB-VER> <value>", "    Accepted for compatibility with client libraries.",
+                "HELP", "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::simple(l))
+            .collect(),
+        )),
+        _ => Err(unknown()),
+    }
+}
+
+fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let me = ctx.conn.handle.id;
+    if a.remaining() == 1 {
+        // Old form: CLIENT KILL ip:port, replies OK or an error.
+        let addr = String::from_utf8_lossy(&a.next()?).into_owned();
+        let target = ctx.shared.clients.lock().values().find(|c| c.addr.to_string() == addr).cloned();
+        return match target {
+            Some(c) => {
+                c.kill();
+                if c.id == me {
+                    ctx.conn.close = true;
+                }
+                Ok(Reply::ok())
+            }
+            None => Err(OpError::Other("No such client".into())),
+        };
+    }
+    let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
+    while a.remaining() > 0 {
+        let w = a.word()?;
+        let v = a.next().map_err(|_| OpError::Syntax)?;
+        let text = String::from_utf8_lossy(&v).into_owned();
+        match w.as_str() {
+            "ID" => id = Some(leasehold_protocol::int::parse_u64(&v).ok_or(OpError::Other("client-id should be greater than 0".into()))?),
+            "ADDR" => addr = Some(text),
+            "LADDR" => laddr = Some(text),
+            "SKIPME" => match text.to_ascii_lowercase().as_str() {
+                "yes" => skipme = true,
+                "no" => skipme = false,
+                _ => return Err(OpError::Syntax),
+            },
+            "TYPE" | "USER" | "MAXAGE" => {}
+            _ => return Err(OpError::Syntax),
+        }
+    }
+    let targets: Vec<_> = ctx
+        .shared
+        .clients
+        .lock()
+        .values()
+        .filter(|c| id.is_none_or(|i| c.id == i))
+        .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
+        .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
+        .filter(|c| !(skipme && c.id == me))
+        .cloned()
+        .collect();
+    for c in &targets {
+        c.kill();
+        if c.id == me {
+            ctx.conn.close = true;
+        }
+    }
+    Ok(Reply::Int(targets.len() as i64))
+}

@@ -1,0 +1,368 @@
+//! Keys and expiry: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//! PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN, DBSIZE,
+//! FLUSHALL, FLUSHDB.
+//!
+//! Semantics follow Redis 7 (`db.c`, `expire.c`): a key without a TTL counts
+//! as an infinite TTL for GT/LT; a deadline already past deletes the key.
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Reply};
+
+use super::flags::{FAST, READONLY, WRITE};
+use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
+use crate::effects::Effect;
+use crate::error::OpError;
+use crate::shard::Shard;
+use crate::slot::{slot_shard, SLOTS};
+
+/// The family's rows.
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("del", -2, WRITE, (1, -1, 1), Exec::Keys(del, Merge::Sum), "Deletes one or more keys."),
+    cmd("unlink", -2, WRITE | FAST, (1, -1, 1), Exec::Keys(del, Merge::Sum), "Asynchronously deletes one or more keys."),
+    cmd("exists", -2, READONLY | FAST, (1, -1, 1), Exec::Keys(exists, Merge::Sum), "Determines whether one or more keys exist."),
+    cmd("type", 2, READONLY | FAST, KEY1, Exec::Key(type_), "Determines the type of value stored at a key."),
+    cmd("expire", -3, WRITE | FAST, KEY1, Exec::Key(expire), "Sets the expiration time of a key in seconds."),
+    cmd("pexpire", -3, WRITE | FAST, KEY1, Exec::Key(pexpire), "Sets the expiration time of a key in milliseconds."),
+    cmd("expireat", -3, WRITE | FAST, KEY1, Exec::Key(expireat), "Sets the expiration time of a key to a Unix timestamp."),
+    cmd("pexpireat", -3, WRITE | FAST, KEY1, Exec::Key(pexpireat), "Sets the expiration time of a key to a Unix milliseconds timestamp."),
+    cmd("ttl", 2, READONLY | FAST, KEY1, Exec::Key(ttl), "Returns the expiration time in seconds of a key."),
+    cmd("pttl", 2, READONLY | FAST, KEY1, Exec::Key(pttl), "Returns the expiration time in milliseconds of a key."),
+    cmd("expiretime", 2, READONLY | FAST, KEY1, Exec::Key(expiretime), "Returns the expiration time of a key as a Unix timestamp."),
+    cmd("pexpiretime", 2, READONLY | FAST, KEY1, Exec::Key(pexpiretime), "Returns the expiration time of a key as a Unix milliseconds timestamp."),
+    cmd("persist", 2, WRITE | FAST, KEY1, Exec::Key(persist), "Removes the expiration time of a key."),
+    cmd("keys", 2, READONLY, NO_KEYS, Exec::AllShards(keys, Merge::Concat), "Returns all key names that match a pattern."),
+    cmd("scan", -2, READONLY, NO_KEYS, Exec::Cursor(scan), "Iterates over the key names in the database."),
+    cmd("dbsize", 1, READONLY | FAST, NO_KEYS, Exec::AllShards(dbsize, Merge::Sum), "Returns the number of keys in the database."),
+    cmd("flushall", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Removes all keys from all databases."),
+    cmd("flushdb", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Remove all keys from the current database."),
+];
+
+fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let mut n = 0;
+    while a.remaining() > 0 {
+        let key = a.key()?;
+        if s.store.remove(&key, s.now.unix_ms).is_some() {
+            n += 1;
+        }
+    }
+    Ok(Reply::Int(n))
+}
+
+fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let mut n = 0;
+    while a.remaining() > 0 {
+        let key = a.key()?;
+        if s.store.get(&key, s.now.unix_ms).is_some() {
+            n += 1;
+        }
+    }
+    Ok(Reply::Int(n))
+}
+
+fn type_(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    Ok(Reply::simple(s.store.get(&key, s.now.unix_ms).map_or("none", |e| e.value.type_name())))
+}
+
+/// NX, XX, GT, LT as EXPIRE reads them.
+#[derive(Debug, Default, Clone, Copy)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+fn expire_flags(a: &mut Args) -> Result<ExpireFlags, OpError> {
+    let mut f = ExpireFlags::default();
+    while a.remaining() > 0 {
+        match a.word()?.as_str() {
+            "NX" => f.nx = true,
+            "XX" => f.xx = true,
+            "GT" => f.gt = true,
+            "LT" => f.lt = true,
+            other => return Err(OpError::Other(format!("Unsupported option {other}").into())),
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(OpError::NxAndXxGtLt);
+    }
+    if f.gt && f.lt {
+        return Err(OpError::GtAndLt);
+    }
+    Ok(f)
+}
+
+/// The op behind EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT (Redis
+/// `expireGenericCommand`). `unit_ms` is 1000 for seconds; `relative` adds now.
+fn expire_generic(s: &mut Shard, a: &mut Args, unit_ms: i64, relative: bool, cmd: &'static str) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let when = a.i64()?;
+    let flags = expire_flags(a)?;
+    let bad = OpError::InvalidExpire(cmd);
+    if unit_ms == 1000 && (when > i64::MAX / 1000 || when < i64::MIN / 1000) {
+        return Err(bad);
+    }
+    let mut when = when * unit_ms;
+    let now = s.now.unix_ms;
+    if relative {
+        when = when.checked_add(now as i64).ok_or(bad)?;
+    }
+    let Some(entry) = s.store.get(&key, now) else {
+        return Ok(Reply::Int(0));
+    };
+    let current = entry.expire_at();
+    let refuse = (flags.nx && current.is_some())
+        || (flags.xx && current.is_none())
+        || (flags.gt && current.is_none_or(|c| when <= c as i64))
+        || (flags.lt && current.is_some_and(|c| when >= c as i64));
+    if refuse {
+        return Ok(Reply::Int(0));
+    }
+    if when <= now as i64 {
+        s.store.remove(&key, now);
+    } else {
+        s.store.set_expire(&key, Some(when as u64));
+        s.store.effects.emit(Effect::ExpireAt { key: &key, at_ms: when as u64 });
+    }
+    Ok(Reply::Int(1))
+}
+
+fn expire(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    expire_generic(s, a, 1000, true, "expire")
+}
+
+fn pexpire(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    expire_generic(s, a, 1, true, "pexpire")
+}
+
+fn expireat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    expire_generic(s, a, 1000, false, "expireat")
+}
+
+fn pexpireat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    expire_generic(s, a, 1, false, "pexpireat")
+}
+
+/// The deadline of a live key: `Err(-2)` absent, `Ok(None)` no TTL.
+fn deadline_of(s: &mut Shard, key: &[u8]) -> Result<Option<u64>, i64> {
+    match s.store.get(key, s.now.unix_ms) {
+        None => Err(-2),
+        Some(e) => Ok(e.expire_at()),
+    }
+}
+
+fn ttl_generic(s: &mut Shard, a: &mut Args, ms: bool, absolute: bool) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let now = s.now.unix_ms;
+    Ok(Reply::Int(match deadline_of(s, &key) {
+        Err(code) => code,
+        Ok(None) => -1,
+        Ok(Some(at)) => match (absolute, ms) {
+            (true, true) => at as i64,
+            (true, false) => (at / 1000) as i64,
+            (false, true) => at.saturating_sub(now) as i64,
+            // Redis rounds the remaining seconds to the nearest.
+            (false, false) => (at.saturating_sub(now).saturating_add(500) / 1000) as i64,
+        },
+    }))
+}
+
+fn ttl(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    ttl_generic(s, a, false, false)
+}
+
+fn pttl(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    ttl_generic(s, a, true, false)
+}
+
+fn expiretime(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    ttl_generic(s, a, false, true)
+}
+
+fn pexpiretime(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    ttl_generic(s, a, true, true)
+}
+
+fn persist(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    if let Ok(Some(_)) = deadline_of(s, &key) {
+        s.store.set_expire(&key, None);
+        s.store.effects.emit(Effect::Persist { key: &key });
+        return Ok(Reply::Int(1));
+    }
+    Ok(Reply::Int(0))
+}
+
+fn keys(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let pattern = a.next()?;
+    let now = s.now.unix_ms;
+    let mut out = Vec::new();
+    for slot in s.store.slot_range() {
+        s.store.for_each_in_slot(slot, now, |e| {
+            if glob_match(&pattern, e.key()) {
+                out.push(Reply::Bulk(Bytes::copy_from_slice(e.key())));
+            }
+        });
+    }
+    Ok(Reply::Array(out))
+}
+
+/// SCAN's cursor is a hash slot: this call returns every key of whole slots,
+/// starting at the cursor's, until COUNT keys are gathered or this shard's
+/// slots end, and answers the next slot to visit (0 after the last slot).
+fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let cursor = leasehold_protocol::int::parse_u64(&a.next()?).ok_or(OpError::InvalidCursor)?;
+    let mut pattern = None;
+    let mut count = 10u64;
+    let mut type_filter = None;
+    while a.remaining() > 0 {
+        match a.word()?.as_str() {
+            "MATCH" => pattern = Some(a.next()?),
+            "COUNT" => {
+                let n = a.i64()?;
+                if n < 1 {
+                    return Err(OpError::Syntax);
+                }
+                count = n as u64;
+            }
+            "TYPE" => type_filter = Some(a.word()?.to_ascii_lowercase()),
+            _ => return Err(OpError::Syntax),
+        }
+    }
+    if cursor >= SLOTS as u64 {
+        return Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(Vec::new())]));
+    }
+    let range = s.store.slot_range();
+    debug_assert_eq!(slot_shard(cursor as u16, s.shared.shards), s.id);
+    let now = s.now.unix_ms;
+    let mut out = Vec::new();
+    let mut slot = (cursor as usize).max(range.start);
+    while slot < range.end && (out.len() as u64) < count {
+        s.store.for_each_in_slot(slot, now, |e| {
+            let name_ok = pattern.as_ref().is_none_or(|p| glob_match(p, e.key()));
+            let type_ok = type_filter.as_ref().is_none_or(|t| t == e.value.type_name());
+            if name_ok && type_ok {
+                out.push(Reply::Bulk(Bytes::copy_from_slice(e.key())));
+            }
+        });
+        slot += 1;
+    }
+    let next = if slot >= SLOTS { 0 } else { slot };
+    Ok(Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)]))
+}
+
+fn dbsize(s: &mut Shard, _a: &mut Args) -> Result<Reply, OpError> {
+    Ok(Reply::Int(s.store.counts().keys as i64))
+}
+
+fn flushall(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    while a.remaining() > 0 {
+        match a.word()?.as_str() {
+            "ASYNC" | "SYNC" => {}
+            _ => return Err(OpError::Syntax),
+        }
+    }
+    s.store.clear();
+    Ok(Reply::ok())
+}
+
+/// Redis's glob matching (`stringmatchlen`): `*`, `?`, `[abc]`, `[^a]`,
+/// `[a-z]`, and `\` escapes. Case-sensitive.
+pub fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    glob(pattern, s, 0)
+}
+
+fn glob(p: &[u8], s: &[u8], depth: u32) -> bool {
+    // Redis caps recursion to keep pathological patterns cheap.
+    if depth > 1000 {
+        return false;
+    }
+    let (mut pi, mut si) = (0, 0);
+    while pi < p.len() {
+        match p[pi] {
+            b'*' => {
+                while pi + 1 < p.len() && p[pi + 1] == b'*' {
+                    pi += 1;
+                }
+                if pi + 1 == p.len() {
+                    return true;
+                }
+                for start in si..=s.len() {
+                    if glob(&p[pi + 1..], &s[start..], depth + 1) {
+                        return true;
+                    }
+                }
+                return false;
+            }
+            b'?' => {
+                if si >= s.len() {
+                    return false;
+                }
+                si += 1;
+            }
+            b'[' => {
+                if si >= s.len() {
+                    return false;
+                }
+                pi += 1;
+                let negate = pi < p.len() && p[pi] == b'^';
+                if negate {
+                    pi += 1;
+                }
+                let mut matched = false;
+                while pi < p.len() && p[pi] != b']' {
+                    if p[pi] == b'\\' && pi + 1 < p.len() {
+                        pi += 1;
+                        matched |= p[pi] == s[si];
+                    } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
+                        let (lo, hi) = if p[pi] <= p[pi + 2] { (p[pi], p[pi + 2]) } else { (p[pi + 2], p[pi]) };
+                        matched |= (lo..=hi).contains(&s[si]);
+                        pi += 2;
+                    } else {
+                        matched |= p[pi] == s[si];
+                    }
+                    pi += 1;
+                }
+                if matched == negate {
+                    return false;
+                }
+                si += 1;
+            }
+            b'\\' if pi + 1 < p.len() => {
+                pi += 1;
+                if si >= s.len() || p[pi] != s[si] {
+                    return false;
+                }
+                si += 1;
+            }
+            c => {
+                if si >= s.len() || c != s[si] {
+                    return false;
+                }
+                si += 1;
+            }
+        }
+        pi += 1;
+    }
+    si == s.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match(b"*", b"anything"));
+        assert!(glob_match(b"h?llo", b"hello"));
+        assert!(glob_match(b"h*llo", b"heeeello"));
+        assert!(glob_match(b"h[ae]llo", b"hallo"));
+        assert!(!glob_match(b"h[^e]llo", b"hello"));
+        assert!(glob_match(b"h[a-b]llo", b"hbllo"));
+        assert!(glob_match(b"a\\*b", b"a*b"));
+        assert!(!glob_match(b"a\\*b", b"axb"));
+        assert!(!glob_match(b"user:*", b"session:1"));
+        assert!(glob_match(b"*:1", b"session:1"));
+    }
+}

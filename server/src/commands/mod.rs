@@ -1,0 +1,234 @@
+//! The command table: one row per command, declared by its family file.
+//!
+//! A row gives the name, the arity in Redis's sign convention (`n` exactly n
+//! arguments including the name, `-n` at least n), flags, key positions
+//! (first, last, step; last negative counts from the end) and how the command
+//! runs ([`Exec`]). The dispatcher alone checks arity, authentication and
+//! routing; handlers never count arguments.
+//!
+//! Families: [`connection`] (PING, HELLO, AUTH, CLIENT, ...), [`server`]
+//! (INFO, CONFIG, COMMAND, DBSIZE, FLUSHALL, ...), [`keys`] (DEL, EXPIRE, TTL,
+//! SCAN, ...), [`strings`] (GET, SET, INCR, ...).
+
+use std::sync::OnceLock;
+
+use leasehold_protocol::{Args, Reply};
+
+use crate::error::OpError;
+use crate::net::ConnCtx;
+use crate::shard::Shard;
+
+pub mod connection;
+pub mod keys;
+pub mod server;
+pub mod strings;
+
+/// Command flags, as `COMMAND INFO` names them.
+pub mod flags {
+    /// Changes the keyspace; must emit an effect.
+    pub const WRITE: u32 = 1;
+    /// Only reads.
+    pub const READONLY: u32 = 1 << 1;
+    /// O(1) or O(log n).
+    pub const FAST: u32 = 1 << 2;
+    /// Administrative.
+    pub const ADMIN: u32 = 1 << 3;
+    /// Allowed before AUTH.
+    pub const NO_AUTH: u32 = 1 << 4;
+    /// May allocate memory (Redis `denyoom`).
+    pub const DENYOOM: u32 = 1 << 5;
+    /// Works while loading.
+    pub const LOADING: u32 = 1 << 6;
+    /// Works on a stale replica.
+    pub const STALE: u32 = 1 << 7;
+
+    /// Flag names for COMMAND INFO, in bit order.
+    pub const NAMES: [&str; 8] =
+        ["write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale"];
+}
+
+/// A handler that runs on the shard owning its keys.
+pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
+/// A handler that runs on the connection's own thread with its state.
+pub type ConnFn = fn(&mut ConnCtx<'_>, &mut Args) -> Result<Reply, OpError>;
+
+/// How the per-shard replies of a split command combine into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// Add the integers (DEL, EXISTS, UNLINK, DBSIZE).
+    Sum,
+    /// `+OK` when every part succeeded (MSET, FLUSHALL).
+    AllOk,
+    /// Put each part's array elements back at their keys' positions (MGET).
+    Gather,
+    /// Concatenate arrays (KEYS).
+    Concat,
+}
+
+/// How a command runs.
+#[derive(Clone, Copy)]
+pub enum Exec {
+    /// On the shard that owns its key(s); all keys must share one shard.
+    Key(ShardFn),
+    /// Multi-key: split by shard (each part is the same command on that
+    /// shard's keys, in order), replies merged.
+    Keys(ShardFn, Merge),
+    /// On every shard with the same arguments, replies merged.
+    AllShards(ShardFn, Merge),
+    /// On the shard named by a SCAN cursor (the cursor is a hash slot).
+    Cursor(ShardFn),
+    /// On the connection's thread, with connection state; pending replies
+    /// are flushed first so state changes apply in request order.
+    Conn(ConnFn),
+}
+
+/// One row of the command table.
+#[derive(Clone, Copy)]
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly, `-n` at least.
+    pub arity: i32,
+    /// [`flags`] bits.
+    pub flags: u32,
+    /// Position of the first key (0: no keys).
+    pub first_key: i32,
+    /// Position of the last key; negative counts from the end (-1 = last).
+    pub last_key: i32,
+    /// Distance between keys.
+    pub step: i32,
+    /// How it runs.
+    pub exec: Exec,
+    /// One-line summary for COMMAND DOCS.
+    pub summary: &'static str,
+}
+
+impl std::fmt::Debug for CommandSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandSpec").field("name", &self.name).field("arity", &self.arity).finish()
+    }
+}
+
+impl CommandSpec {
+    /// Whether `argc` arguments (name included) satisfy the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        if self.arity >= 0 {
+            argc == self.arity as usize
+        } else {
+            argc >= (-self.arity) as usize
+        }
+    }
+
+    /// Whether the flag bits include `flag`.
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The argument positions of the keys for a request of `argc` arguments.
+    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+        let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
+        let last = if self.first_key == 0 {
+            0
+        } else if self.last_key < 0 {
+            (argc as i32 + self.last_key).max(0) as usize
+        } else {
+            self.last_key as usize
+        };
+        let end = if first == 0 { 0 } else { last.min(argc.saturating_sub(1)) + 1 };
+        (first..end).step_by(step)
+    }
+}
+
+/// A shorthand for family files: a row with its fields in table order.
+#[allow(clippy::too_many_arguments)]
+pub const fn cmd(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    exec: Exec,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec { name, arity, flags, first_key: keys.0, last_key: keys.1, step: keys.2, exec, summary }
+}
+
+/// No keys.
+pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+/// One key at position 1.
+pub const KEY1: (i32, i32, i32) = (1, 1, 1);
+
+/// The table, assembled from the families, and its name index.
+pub struct Table {
+    /// Every command; the index is the command id used by statistics.
+    pub commands: Vec<CommandSpec>,
+    by_name: hashbrown::HashMap<&'static [u8], usize>,
+}
+
+impl Table {
+    fn build() -> Table {
+        let mut commands = Vec::new();
+        for family in [connection::COMMANDS, server::COMMANDS, keys::COMMANDS, strings::COMMANDS] {
+            commands.extend_from_slice(family);
+        }
+        let by_name = commands.iter().enumerate().map(|(i, c)| (c.name.as_bytes(), i)).collect();
+        Table { commands, by_name }
+    }
+
+    /// Looks up a command by name, ignoring ASCII case. No allocation.
+    pub fn lookup(&self, name: &[u8]) -> Option<(usize, &CommandSpec)> {
+        let mut buf = [0u8; 32];
+        if name.len() > buf.len() {
+            return None;
+        }
+        let lower = &mut buf[..name.len()];
+        lower.copy_from_slice(name);
+        lower.make_ascii_lowercase();
+        let &i = self.by_name.get(&*lower)?;
+        Some((i, &self.commands[i]))
+    }
+}
+
+/// The command table (built once).
+pub fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(Table::build)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_well_formed() {
+        let t = table();
+        let mut names = std::collections::HashSet::new();
+        for c in &t.commands {
+            assert!(names.insert(c.name), "duplicate command {}", c.name);
+            assert_eq!(c.name, c.name.to_ascii_lowercase());
+            assert!(c.arity != 0, "{}: arity 0", c.name);
+            if c.first_key > 0 {
+                let min_argc = c.arity.unsigned_abs() as i32;
+                assert!(c.first_key < min_argc, "{}: first key outside arity", c.name);
+                assert!(c.last_key < 0 || c.last_key < min_argc, "{}: last key outside arity", c.name);
+                assert!(c.step >= 1, "{}: step", c.name);
+            }
+            assert!(
+                !(c.has(flags::WRITE) && c.has(flags::READONLY)),
+                "{} is both write and readonly",
+                c.name
+            );
+            assert!(!c.summary.is_empty(), "{}: no summary", c.name);
+        }
+    }
+
+    #[test]
+    fn key_positions_follow_the_sign_convention() {
+        let t = table();
+        let (_, mset) = t.lookup(b"MSET").unwrap();
+        assert_eq!(mset.key_positions(5).collect::<Vec<_>>(), vec![1, 3]);
+        let (_, del) = t.lookup(b"del").unwrap();
+        assert_eq!(del.key_positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let (_, ping) = t.lookup(b"PiNg").unwrap();
+        assert_eq!(ping.key_positions(1).count(), 0);
+    }
+}

@@ -1,0 +1,449 @@
+//! Server commands: INFO, CONFIG, COMMAND, TIME, SHUTDOWN.
+//!
+//! INFO field names and CONFIG GET shapes are the ones Redis 7 tools read
+//! (redis-cli, redis-benchmark, exporters).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Reply};
+
+use super::flags::{self, ADMIN, FAST, LOADING, NO_AUTH, STALE};
+use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
+use crate::config::Config;
+use crate::error::OpError;
+use crate::net::ConnCtx;
+use crate::state::Shared;
+
+/// The family's rows.
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("info", -1, LOADING | STALE, NO_KEYS, Exec::Conn(info), "Returns information and statistics about the server."),
+    cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(config), "A container for server configuration commands."),
+    cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
+    cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
+    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+];
+
+/// Counter values at the last CONFIG RESETSTAT; INFO reports the difference.
+#[derive(Debug, Default, Clone)]
+pub struct StatBaseline {
+    commands: u64,
+    hits: u64,
+    misses: u64,
+    expired: u64,
+    conns: u64,
+    rejected: u64,
+    net_in: u64,
+    net_out: u64,
+    calls: Vec<u64>,
+    failed: Vec<u64>,
+}
+
+fn snapshot(shared: &Shared) -> StatBaseline {
+    let n = table().commands.len();
+    StatBaseline {
+        commands: shared.sum(|s| s.commands_processed.get()),
+        hits: shared.sum(|s| s.keyspace_hits.get()),
+        misses: shared.sum(|s| s.keyspace_misses.get()),
+        expired: shared.sum(|s| s.expired_keys.get()),
+        conns: shared.counters.total_connections_received.load(Ordering::Relaxed),
+        rejected: shared.counters.rejected_connections.load(Ordering::Relaxed),
+        net_in: shared.counters.total_net_input_bytes.load(Ordering::Relaxed),
+        net_out: shared.counters.total_net_output_bytes.load(Ordering::Relaxed),
+        calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
+        failed: (0..n).map(|i| shared.sum(|s| s.failed_calls[i].get())).collect(),
+    }
+}
+
+/// Bytes allocated by the process, from jemalloc when it is the allocator.
+fn used_memory() -> u64 {
+    let _ = tikv_jemalloc_ctl::epoch::advance();
+    tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0) as u64
+}
+
+fn human_bytes(n: u64) -> String {
+    let units = ["B", "K", "M", "G", "T"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{n}B") } else { format!("{v:.2}{}", units[i]) }
+}
+
+const DEFAULT_SECTIONS: &[&str] =
+    &["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "keyspace"];
+const ALL_SECTIONS: &[&str] = &[
+    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats",
+    "errorstats", "keyspace", "leasehold",
+];
+
+fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let mut wanted: Vec<String> = Vec::new();
+    while a.remaining() > 0 {
+        wanted.push(String::from_utf8_lossy(&a.next()?).to_ascii_lowercase());
+    }
+    let sections: Vec<&str> = if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
+        DEFAULT_SECTIONS.to_vec()
+    } else if wanted.iter().any(|w| w == "all" || w == "everything") {
+        ALL_SECTIONS.to_vec()
+    } else {
+        ALL_SECTIONS.iter().copied().filter(|s| wanted.iter().any(|w| w == s)).collect()
+    };
+    let text = render_info(ctx.shared, &sections);
+    Ok(Reply::Verbatim("txt", Bytes::from(text)))
+}
+
+/// Renders INFO text for the given sections, in Redis's `# Section` format.
+pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
+    let base = shared.baseline.lock().clone();
+    let now = snapshot(shared);
+    let cfg = shared.config.read().clone();
+    let mut out = String::new();
+    for (i, section) in sections.iter().enumerate() {
+        if i > 0 {
+            out.push_str("\r\n");
+        }
+        let mut s = String::new();
+        let w = &mut s;
+        match *section {
+            "server" => {
+                let uptime = shared.started.elapsed().as_secs();
+                let _ = write!(
+                    w,
+                    "# Server\r\nredis_version:{}\r\nleasehold_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nexecutable:leasehold-server\r\nconfig_file:\r\nthreads:{}\r\n",
+                    super::connection::REDIS_COMPAT_VERSION,
+                    env!("CARGO_PKG_VERSION"),
+                    std::env::consts::OS,
+                    std::env::consts::ARCH,
+                    std::process::id(),
+                    shared.run_id,
+                    shared.local_addr.port(),
+                    uptime,
+                    uptime / 86400,
+                    cfg.expiry.hz,
+                    shared.shards,
+                );
+            }
+            "clients" => {
+                let _ = write!(
+                    w,
+                    "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\ntracking_clients:0\r\n",
+                    shared.clients.lock().len(),
+                    cfg.net.maxclients
+                );
+            }
+            "memory" => {
+                let used = used_memory();
+                let _ = write!(
+                    w,
+                    "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_allocator:jemalloc\r\n",
+                    human_bytes(used)
+                );
+            }
+            "persistence" => {
+                w.push_str("# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n");
+            }
+            "stats" => {
+                let _ = write!(
+                    w,
+                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ncross_shard_batches:{}\r\n",
+                    now.conns - base.conns,
+                    now.commands - base.commands,
+                    now.net_in - base.net_in,
+                    now.net_out - base.net_out,
+                    now.rejected - base.rejected,
+                    now.expired - base.expired,
+                    now.hits - base.hits,
+                    now.misses - base.misses,
+                    shared.sum(|s| s.batches_in.get()),
+                );
+            }
+            "replication" => {
+                let _ = write!(
+                    w,
+                    "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_size:{}\r\n",
+                    shared.sum(|s| s.repl_offset.get()),
+                    cfg.replication.backlog_bytes
+                );
+                for (i, s) in shared.shard_stats.iter().enumerate() {
+                    let _ = write!(w, "shard{i}_repl_offset:{}\r\n", s.repl_offset.get());
+                }
+            }
+            "cpu" => w.push_str("# CPU\r\n"),
+            "commandstats" => {
+                w.push_str("# Commandstats\r\n");
+                for (i, c) in table().commands.iter().enumerate() {
+                    let calls = now.calls[i] - base.calls.get(i).copied().unwrap_or(0);
+                    let failed = now.failed[i] - base.failed.get(i).copied().unwrap_or(0);
+                    if calls + failed > 0 {
+                        let _ = write!(
+                            w,
+                            "cmdstat_{}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls={failed}\r\n",
+                            c.name
+                        );
+                    }
+                }
+            }
+            "errorstats" => w.push_str("# Errorstats\r\n"),
+            "keyspace" => {
+                w.push_str("# Keyspace\r\n");
+                let keys = shared.sum(|s| s.keys.get());
+                if keys > 0 {
+                    let _ = write!(w, "db0:keys={keys},expires={},avg_ttl=0\r\n", shared.sum(|s| s.expires.get()));
+                }
+            }
+            "leasehold" => {
+                w.push_str("# Leasehold\r\n");
+                for (i, s) in shared.shard_stats.iter().enumerate() {
+                    let _ = write!(
+                        w,
+                        "shard{i}:keys={},expires={},commands={},batches_in={}\r\n",
+                        s.keys.get(),
+                        s.expires.get(),
+                        s.commands_processed.get(),
+                        s.batches_in.get()
+                    );
+                }
+            }
+            _ => {}
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
+/// One CONFIG parameter: its name, how to read it and (if mutable) set it.
+struct Param {
+    name: &'static str,
+    get: fn(&Config) -> String,
+    set: Option<fn(&mut Config, &str) -> Result<(), &'static str>>,
+}
+
+fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, &'static str> {
+    v.parse().map_err(|_| "argument couldn't be parsed into an integer")
+}
+
+/// Every parameter CONFIG GET answers. Settings Leasehold does not have but
+/// tools ask for (`save`, `appendonly`, `databases`, `maxmemory`, ...) answer
+/// their fixed value and accept only it.
+const PARAMS: &[Param] = &[
+    Param { name: "bind", get: |c| c.net.bind.clone(), set: None },
+    Param { name: "port", get: |c| c.net.port.to_string(), set: None },
+    Param { name: "tcp-backlog", get: |c| c.net.tcp_backlog.to_string(), set: None },
+    Param {
+        name: "maxclients",
+        get: |c| c.net.maxclients.to_string(),
+        set: Some(|c, v| {
+            c.net.maxclients = parse_num(v)?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "requirepass",
+        get: |c| c.security.requirepass.clone(),
+        set: Some(|c, v| {
+            c.security.requirepass = v.to_string();
+            Ok(())
+        }),
+    },
+    Param { name: "threads", get: |c| c.threads().to_string(), set: None },
+    Param {
+        name: "proto-max-bulk-len",
+        get: |c| c.limits.proto_max_bulk_len.to_string(),
+        set: Some(|c, v| {
+            c.limits.proto_max_bulk_len = parse_num(v)?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "client-query-buffer-limit",
+        get: |c| c.limits.client_query_buffer_limit.to_string(),
+        set: Some(|c, v| {
+            c.limits.client_query_buffer_limit = parse_num(v)?;
+            Ok(())
+        }),
+    },
+    Param { name: "hz", get: |c| c.expiry.hz.to_string(), set: None },
+    Param { name: "repl-backlog-size", get: |c| c.replication.backlog_bytes.to_string(), set: None },
+    Param { name: "loglevel", get: |c| c.log.level.clone(), set: None },
+    Param { name: "save", get: |_| String::new(), set: Some(|_, v| if v.is_empty() { Ok(()) } else { Err("Leasehold keeps no snapshots") }) },
+    Param { name: "appendonly", get: |_| "no".into(), set: Some(|_, v| if v == "no" { Ok(()) } else { Err("Leasehold keeps no append-only file") }) },
+    Param { name: "databases", get: |_| "1".into(), set: None },
+    Param { name: "maxmemory", get: |_| "0".into(), set: Some(|_, v| if v == "0" { Ok(()) } else { Err("maxmemory is not supported") }) },
+    Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: None },
+    Param { name: "timeout", get: |_| "0".into(), set: None },
+    Param { name: "cluster-enabled", get: |_| "no".into(), set: None },
+    Param { name: "protected-mode", get: |_| "no".into(), set: None },
+    Param { name: "daemonize", get: |_| "no".into(), set: None },
+];
+
+fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let sub = a.word()?;
+    match sub.as_str() {
+        "GET" => {
+            if a.remaining() == 0 {
+                return Err(OpError::Other("wrong number of arguments for 'config|get' command".into()));
+            }
+            let cfg = ctx.shared.config.read().clone();
+            let mut pairs = Vec::new();
+            while a.remaining() > 0 {
+                let pattern = a.next()?.to_ascii_lowercase();
+                for p in PARAMS {
+                    if super::keys::glob_match(&pattern, p.name.as_bytes())
+                        && !pairs.iter().any(|(k, _): &(Reply, Reply)| *k == Reply::bulk(p.name))
+                    {
+                        pairs.push((Reply::bulk(p.name), Reply::bulk((p.get)(&cfg))));
+                    }
+                }
+            }
+            Ok(Reply::Map(pairs))
+        }
+        "SET" => {
+            if a.remaining() == 0 || a.remaining() % 2 != 0 {
+                return Err(OpError::Other("wrong number of arguments for 'config|set' command".into()));
+            }
+            let mut next = ctx.shared.config.read().clone();
+            while a.remaining() > 0 {
+                let name = String::from_utf8_lossy(&a.next()?).to_ascii_lowercase();
+                let value = String::from_utf8_lossy(&a.next()?).into_owned();
+                let Some(p) = PARAMS.iter().find(|p| p.name == name) else {
+                    return Err(OpError::Other(format!("Unknown option or number of arguments for CONFIG SET - '{name}'").into()));
+                };
+                let Some(set) = p.set else {
+                    return Err(OpError::Other(format!("CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config").into()));
+                };
+                set(&mut next, &value).map_err(|why| {
+                    OpError::Other(format!("CONFIG SET failed (possibly related to argument '{name}') - {why}").into())
+                })?;
+            }
+            *ctx.shared.config.write() = next;
+            ctx.shared.config_gen.fetch_add(1, Ordering::Release);
+            Ok(Reply::ok())
+        }
+        "RESETSTAT" => {
+            a.finish()?;
+            *ctx.shared.baseline.lock() = snapshot(ctx.shared);
+            Ok(Reply::ok())
+        }
+        "REWRITE" => Err(OpError::Other("The server is running without a config file".into())),
+        "HELP" => Ok(Reply::Array(
+            [
+                "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
+                "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
+                "RESETSTAT", "    Reset statistics reported by the INFO command.",
+                "HELP", "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::simple(l))
+            .collect(),
+        )),
+        _ => Err(OpError::UnknownSubcommand { command: "CONFIG", sub: sub.to_ascii_lowercase() }),
+    }
+}
+
+fn flag_names(spec: &CommandSpec) -> Vec<Reply> {
+    flags::NAMES
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| spec.flags & (1 << bit) != 0)
+        .map(|(_, n)| Reply::simple(n))
+        .collect()
+}
+
+/// A COMMAND INFO entry in Redis 7's ten-element shape.
+fn command_info(spec: &CommandSpec) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(spec.name),
+        Reply::Int(spec.arity as i64),
+        Reply::Set(flag_names(spec)),
+        Reply::Int(spec.first_key as i64),
+        Reply::Int(spec.last_key as i64),
+        Reply::Int(spec.step as i64),
+        Reply::Set(Vec::new()),
+        Reply::Set(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+/// A COMMAND DOCS entry: summary, since, group, complexity.
+fn command_docs(spec: &CommandSpec) -> Reply {
+    let group = if spec.first_key > 0 { "generic" } else { "server" };
+    Reply::Map(vec![
+        (Reply::bulk("summary"), Reply::bulk(spec.summary)),
+        (Reply::bulk("since"), Reply::bulk("1.0.0")),
+        (Reply::bulk("group"), Reply::bulk(group)),
+    ])
+}
+
+fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let t = table();
+    if a.remaining() == 0 {
+        return Ok(Reply::Array(t.commands.iter().map(command_info).collect()));
+    }
+    let sub = a.word()?;
+    let mut names = Vec::new();
+    while a.remaining() > 0 {
+        names.push(a.next()?);
+    }
+    match sub.as_str() {
+        "COUNT" => Ok(Reply::Int(t.commands.len() as i64)),
+        "LIST" => Ok(Reply::Array(t.commands.iter().map(|c| Reply::bulk(c.name)).collect())),
+        "INFO" => Ok(Reply::Array(if names.is_empty() {
+            t.commands.iter().map(command_info).collect()
+        } else {
+            names.iter().map(|n| t.lookup(n).map_or(Reply::NilArray, |(_, c)| command_info(c))).collect()
+        })),
+        "DOCS" => Ok(Reply::Map(if names.is_empty() {
+            t.commands.iter().map(|c| (Reply::bulk(c.name), command_docs(c))).collect()
+        } else {
+            names
+                .iter()
+                .filter_map(|n| t.lookup(n))
+                .map(|(_, c)| (Reply::bulk(c.name), command_docs(c)))
+                .collect()
+        })),
+        "GETKEYS" => {
+            let Some((_, spec)) = names.first().and_then(|n| t.lookup(n)) else {
+                return Err(OpError::Other("Invalid command specified".into()));
+            };
+            if !spec.arity_ok(names.len()) {
+                return Err(OpError::Other("Invalid number of arguments specified for command".into()));
+            }
+            let keys: Vec<Reply> = spec.key_positions(names.len()).map(|p| Reply::Bulk(names[p].clone())).collect();
+            if keys.is_empty() {
+                return Err(OpError::Other("The command has no key arguments".into()));
+            }
+            Ok(Reply::Array(keys))
+        }
+        _ => Err(OpError::UnknownSubcommand { command: "COMMAND", sub: sub.to_ascii_lowercase() }),
+    }
+}
+
+fn time(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
+    let ms = ctx.shared.clock.now().unix_ms;
+    Ok(Reply::Array(vec![Reply::bulk((ms / 1000).to_string()), Reply::bulk(((ms % 1000) * 1000).to_string())]))
+}
+
+fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    while a.remaining() > 0 {
+        match a.word()?.as_str() {
+            "NOSAVE" | "SAVE" | "NOW" | "FORCE" => {}
+            "ABORT" => return Err(OpError::Other("No shutdown in progress.".into())),
+            _ => return Err(OpError::Syntax),
+        }
+    }
+    if !ctx.conn.authenticated {
+        return Err(OpError::NoAuth);
+    }
+    tracing::info!("SHUTDOWN requested by client {}", ctx.conn.handle.id);
+    ctx.shared.begin_shutdown();
+    // Like Redis, a successful SHUTDOWN answers by closing the connection.
+    ctx.conn.close = true;
+    ctx.conn.no_reply = true;
+    Ok(Reply::ok())
+}

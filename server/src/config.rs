@@ -1,0 +1,271 @@
+//! Configuration: one struct per section, defaults as named constants, an
+//! optional TOML file (`config/leasehold.example.toml` comments every key) and
+//! command-line flags named like redis-server's, which override the file.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// Default TCP port, as Redis.
+pub const DEFAULT_PORT: u16 = 6379;
+/// Default bind address: loopback only, like Redis's protected default.
+pub const DEFAULT_BIND: &str = "127.0.0.1";
+/// Redis's default `maxclients`.
+pub const DEFAULT_MAXCLIENTS: usize = 10_000;
+/// Redis's default `tcp-backlog`.
+pub const DEFAULT_TCP_BACKLOG: i32 = 511;
+/// Redis's default `client-query-buffer-limit`: 1 GB.
+pub const DEFAULT_QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
+/// Active-expiry cycles per second, Redis's default `hz`.
+pub const DEFAULT_HZ: u32 = 10;
+/// Share of each expiry period a cycle may spend when many keys are expiring:
+/// Redis's `ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC` is 25.
+pub const DEFAULT_EXPIRY_BUDGET_PERCENT: u32 = 25;
+
+/// `[net]`: listening and connections.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetConfig {
+    /// Address to listen on.
+    pub bind: String,
+    /// TCP port; 0 picks a free one (tests).
+    pub port: u16,
+    /// Listen backlog.
+    pub tcp_backlog: i32,
+    /// Most simultaneous client connections; more are refused with an error.
+    pub maxclients: usize,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            bind: DEFAULT_BIND.into(),
+            port: DEFAULT_PORT,
+            tcp_backlog: DEFAULT_TCP_BACKLOG,
+            maxclients: DEFAULT_MAXCLIENTS,
+        }
+    }
+}
+
+/// `[shards]`: threads and keyspace split.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShardsConfig {
+    /// Threads, each with one shard and one event loop; 0 means one per core.
+    pub threads: usize,
+}
+
+/// `[limits]`: protection against bad or huge input.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest bulk string, bytes (`proto-max-bulk-len`).
+    pub proto_max_bulk_len: usize,
+    /// Most elements in one request array.
+    pub max_multibulk_len: usize,
+    /// Longest inline request, bytes.
+    pub max_inline_len: usize,
+    /// Largest unprocessed input a connection may hold, bytes
+    /// (`client-query-buffer-limit`); past it the connection is closed.
+    pub client_query_buffer_limit: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            proto_max_bulk_len: leasehold_protocol::request::DEFAULT_MAX_BULK_LEN,
+            max_multibulk_len: leasehold_protocol::request::DEFAULT_MAX_MULTIBULK_LEN,
+            max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
+            client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
+        }
+    }
+}
+
+/// `[security]`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// Password for the default user; empty means no AUTH required.
+    pub requirepass: String,
+}
+
+/// `[expiry]`: active reclamation of expired keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExpiryConfig {
+    /// Reclamation cycles per second per shard.
+    pub hz: u32,
+    /// Most of each cycle's period, in percent, a busy cycle may use.
+    pub budget_percent: u32,
+}
+
+impl Default for ExpiryConfig {
+    fn default() -> Self {
+        ExpiryConfig { hz: DEFAULT_HZ, budget_percent: DEFAULT_EXPIRY_BUDGET_PERCENT }
+    }
+}
+
+/// `[replication]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicationConfig {
+    /// Effect backlog kept per shard, bytes (`repl-backlog-size`).
+    pub backlog_bytes: usize,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig { backlog_bytes: crate::effects::DEFAULT_BACKLOG_BYTES }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `tracing` filter, e.g. `info` or `leasehold_server=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".into() }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[net]`
+    pub net: NetConfig,
+    /// `[shards]`
+    pub shards: ShardsConfig,
+    /// `[limits]`
+    pub limits: LimitsConfig,
+    /// `[security]`
+    pub security: SecurityConfig,
+    /// `[expiry]`
+    pub expiry: ExpiryConfig,
+    /// `[replication]`
+    pub replication: ReplicationConfig,
+    /// `[log]`
+    pub log: LogConfig,
+}
+
+impl Config {
+    /// Threads to run: `shards.threads`, or the number of cores when 0.
+    pub fn threads(&self) -> usize {
+        match self.shards.threads {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n,
+        }
+    }
+
+    /// Parses a TOML configuration file's text.
+    ///
+    /// # Errors
+    /// The TOML error, naming the line and the unknown or mistyped key.
+    pub fn from_toml(text: &str) -> Result<Config, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
+/// Command-line flags, named like redis-server's. Each overrides the file.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold-server", version, about = "Leasehold: a RESP rate-limit ledger")]
+pub struct Flags {
+    /// TOML configuration file (see config/leasehold.example.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// TCP port [default: 6379].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Password clients must send with AUTH.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Most simultaneous clients [default: 10000].
+    #[arg(long)]
+    pub maxclients: Option<usize>,
+    /// Threads (one shard each) [default: number of cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Largest bulk string in bytes [default: 536870912].
+    #[arg(long = "proto-max-bulk-len")]
+    pub proto_max_bulk_len: Option<usize>,
+    /// Largest pending input per connection in bytes [default: 1073741824].
+    #[arg(long = "client-query-buffer-limit")]
+    pub client_query_buffer_limit: Option<usize>,
+    /// Active-expiry cycles per second [default: 10].
+    #[arg(long)]
+    pub hz: Option<u32>,
+    /// Log filter (error, warn, info, debug, trace) [default: info].
+    #[arg(long)]
+    pub loglevel: Option<String>,
+}
+
+impl Flags {
+    /// Loads the file named by `--config` (if any) and applies the flags over it.
+    ///
+    /// # Errors
+    /// A message naming the file and what is wrong with it.
+    pub fn into_config(self) -> Result<Config, String> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = self.bind {
+            c.net.bind = v;
+        }
+        if let Some(v) = self.port {
+            c.net.port = v;
+        }
+        if let Some(v) = self.requirepass {
+            c.security.requirepass = v;
+        }
+        if let Some(v) = self.maxclients {
+            c.net.maxclients = v;
+        }
+        if let Some(v) = self.threads {
+            c.shards.threads = v;
+        }
+        if let Some(v) = self.proto_max_bulk_len {
+            c.limits.proto_max_bulk_len = v;
+        }
+        if let Some(v) = self.client_query_buffer_limit {
+            c.limits.client_query_buffer_limit = v;
+        }
+        if let Some(v) = self.hz {
+            c.expiry.hz = v;
+        }
+        if let Some(v) = self.loglevel {
+            c.log.level = v;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses_to_the_defaults() {
+        let text = include_str!("../../config/leasehold.example.toml");
+        assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::from_toml("[net]\nprot = 1\n").unwrap_err().to_string();
+        assert!(err.contains("prot"), "{err}");
+    }
+}

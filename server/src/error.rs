@@ -1,0 +1,159 @@
+//! Every error reply the server sends, written once, in Redis 7's exact wording.
+//!
+//! Handlers return [`OpError`]; only [`OpError::reply`] turns it into text.
+
+use std::borrow::Cow;
+
+use leasehold_protocol::{ArgError, Reply};
+
+/// Why a command failed. Each variant maps to one Redis error text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpError {
+    /// `ERR syntax error`
+    Syntax,
+    /// `WRONGTYPE Operation against a key holding the wrong kind of value`
+    WrongType,
+    /// `ERR value is not an integer or out of range`
+    NotInteger,
+    /// `ERR value is not a valid float`
+    NotFloat,
+    /// `ERR increment or decrement would overflow`
+    Overflow,
+    /// `ERR decrement would overflow` (DECRBY of i64::MIN)
+    DecrementOverflow,
+    /// `ERR increment would produce NaN or Infinity`
+    NanOrInfinity,
+    /// `ERR invalid expire time in '<command>' command`
+    InvalidExpire(&'static str),
+    /// `ERR NX and XX, GT or LT options at the same time are not compatible`
+    NxAndXxGtLt,
+    /// `ERR GT and LT options at the same time are not compatible`
+    GtAndLt,
+    /// `ERR value is out of range, must be positive`
+    NotPositive,
+    /// `ERR invalid cursor`
+    InvalidCursor,
+    /// `ERR string exceeds maximum allowed size (proto-max-bulk-len)`
+    StringTooLong,
+    /// `ERR DB index is out of range`
+    DbIndexOutOfRange,
+    /// `NOAUTH Authentication required.`
+    NoAuth,
+    /// `WRONGPASS invalid username-password pair or user is disabled.`
+    WrongPass,
+    /// AUTH without a configured password.
+    AuthNotConfigured,
+    /// `NOPROTO unsupported protocol version`
+    NoProto,
+    /// `ERR unknown subcommand '<sub>'. Try <COMMAND> HELP.`
+    UnknownSubcommand {
+        /// The command, upper case.
+        command: &'static str,
+        /// The subcommand as sent.
+        sub: String,
+    },
+    /// `ERR <argument> must be positive` for rate-limit parameters and the like.
+    MustBePositive(&'static str),
+    /// Any other `ERR ...` text; the string excludes the `ERR ` prefix.
+    Other(Cow<'static, str>),
+    /// A complete error text with its own code (e.g. `NOAUTH ...`).
+    Raw(&'static str),
+}
+
+impl OpError {
+    /// The RESP error reply for this failure.
+    pub fn reply(&self) -> Reply {
+        match self {
+            OpError::Syntax => Reply::err("ERR syntax error"),
+            OpError::WrongType => {
+                Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }
+            OpError::NotInteger => Reply::err("ERR value is not an integer or out of range"),
+            OpError::NotFloat => Reply::err("ERR value is not a valid float"),
+            OpError::Overflow => Reply::err("ERR increment or decrement would overflow"),
+            OpError::DecrementOverflow => Reply::err("ERR decrement would overflow"),
+            OpError::NanOrInfinity => Reply::err("ERR increment would produce NaN or Infinity"),
+            OpError::InvalidExpire(cmd) => {
+                Reply::err_owned(format!("ERR invalid expire time in '{cmd}' command"))
+            }
+            OpError::NxAndXxGtLt => Reply::err(
+                "ERR NX and XX, GT or LT options at the same time are not compatible",
+            ),
+            OpError::GtAndLt => {
+                Reply::err("ERR GT and LT options at the same time are not compatible")
+            }
+            OpError::NotPositive => Reply::err("ERR value is out of range, must be positive"),
+            OpError::InvalidCursor => Reply::err("ERR invalid cursor"),
+            OpError::StringTooLong => {
+                Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+            }
+            OpError::DbIndexOutOfRange => Reply::err("ERR DB index is out of range"),
+            OpError::NoAuth => Reply::err("NOAUTH Authentication required."),
+            OpError::WrongPass => {
+                Reply::err("WRONGPASS invalid username-password pair or user is disabled.")
+            }
+            OpError::AuthNotConfigured => Reply::err(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ),
+            OpError::NoProto => Reply::err("NOPROTO unsupported protocol version"),
+            OpError::UnknownSubcommand { command, sub } => Reply::err_owned(format!(
+                "ERR unknown subcommand '{}'. Try {command} HELP.",
+                truncate(sub, 128)
+            )),
+            OpError::MustBePositive(what) => {
+                Reply::err_owned(format!("ERR {what} must be positive"))
+            }
+            OpError::Other(text) => Reply::err_owned(format!("ERR {text}")),
+            OpError::Raw(text) => Reply::err(text),
+        }
+    }
+}
+
+impl From<ArgError> for OpError {
+    fn from(e: ArgError) -> Self {
+        match e {
+            ArgError::NotInteger => OpError::NotInteger,
+            ArgError::NotFloat => OpError::NotFloat,
+            _ => OpError::Syntax,
+        }
+    }
+}
+
+/// `ERR wrong number of arguments for '<name>' command` (name lower case).
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::err_owned(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+/// `ERR unknown command '<name>', with args beginning with: '<a>' '<b>' `
+pub fn unknown_command(args: &[bytes::Bytes]) -> Reply {
+    let name = String::from_utf8_lossy(args.first().map(|b| &b[..]).unwrap_or(b""));
+    let mut text = format!("ERR unknown command '{}', with args beginning with: ", truncate(&name, 128));
+    for a in args.iter().skip(1) {
+        let a = String::from_utf8_lossy(a);
+        if text.len() + a.len() > 128 + 64 {
+            break;
+        }
+        text.push_str(&format!("'{}' ", truncate(&a, 128)));
+    }
+    Reply::err_owned(text)
+}
+
+/// `ERR Protocol error: <detail>`, sent before closing the connection.
+pub fn protocol_error(detail: &impl std::fmt::Display) -> Reply {
+    Reply::err_owned(format!("ERR Protocol error: {detail}"))
+}
+
+/// `ERR max number of clients reached`, sent to a connection refused by maxclients.
+pub const MAX_CLIENTS: &str = "-ERR max number of clients reached\r\n";
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

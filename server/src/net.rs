@@ -1,0 +1,254 @@
+//! Sockets: accepting connections, spreading them over threads, and each
+//! connection's read -> plan -> flush -> write loop.
+//!
+//! A connection reads what the socket has, decodes every complete request in
+//! it, plans them into one [`Pipeline`] (see `dispatch`), and writes all the
+//! replies with one write. A client that stops reading blocks only its own
+//! task: its writes wait on the socket, so it stops being read (TCP
+//! backpressure) while every other connection goes on.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use leasehold_protocol::{decode_request, Args, Limits, Protocol};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+use crate::commands::{table, Exec};
+use crate::dispatch::{plan, Pipeline, Planned};
+use crate::error::{protocol_error, MAX_CLIENTS};
+use crate::shard::{Msg, Worker};
+use crate::state::{ClientHandle, Shared};
+
+/// Read buffer growth step, bytes.
+const READ_CHUNK: usize = 16 * 1024;
+/// Output buffers above this are released after a write instead of kept.
+const KEEP_OUTPUT_CAPACITY: usize = 1024 * 1024;
+
+/// One connection's protocol state.
+#[derive(Debug)]
+pub struct ConnState {
+    /// What CLIENT LIST and CLIENT KILL see.
+    pub handle: Arc<ClientHandle>,
+    /// RESP version chosen with HELLO.
+    pub proto: Protocol,
+    /// Whether AUTH succeeded (or no password is configured).
+    pub authenticated: bool,
+    /// Close after the replies so far are written (QUIT, protocol error).
+    pub close: bool,
+    /// Send no reply for the current command (SHUTDOWN closes instead).
+    pub no_reply: bool,
+    /// Decoder limits, refreshed when the configuration changes.
+    pub limits: Limits,
+    config_gen: u64,
+    query_buffer_limit: usize,
+}
+
+impl ConnState {
+    /// Records the command about to run, for CLIENT LIST.
+    pub fn note_command(&self, idx: usize) {
+        self.handle.last_cmd.store(idx, Ordering::Relaxed);
+    }
+
+    fn refresh(&mut self, shared: &Shared) {
+        let gen = shared.config_gen.load(Ordering::Acquire);
+        if gen == self.config_gen {
+            return;
+        }
+        let c = shared.config.read();
+        self.limits.max_bulk_len = c.limits.proto_max_bulk_len;
+        self.limits.max_multibulk_len = c.limits.max_multibulk_len;
+        self.limits.max_inline_len = c.limits.max_inline_len;
+        self.query_buffer_limit = c.limits.client_query_buffer_limit;
+        if c.security.requirepass.is_empty() {
+            self.authenticated = true;
+        }
+        self.limits.authenticated = self.authenticated;
+        self.config_gen = gen;
+    }
+
+    /// Sets the authentication state (AUTH, HELLO AUTH, RESET).
+    pub fn set_authenticated(&mut self, yes: bool) {
+        self.authenticated = yes;
+        self.limits.authenticated = yes;
+    }
+}
+
+/// What a connection command sees.
+pub struct ConnCtx<'a> {
+    /// The connection's state.
+    pub conn: &'a mut ConnState,
+    /// Server-wide state.
+    pub shared: &'a Arc<Shared>,
+}
+
+/// Accepts connections and hands them to threads round-robin.
+pub(crate) async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
+    let mut next = 0usize;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let shared = &worker.shared;
+        shared.counters.total_connections_received.fetch_add(1, Ordering::Relaxed);
+        let maxclients = shared.config.read().net.maxclients;
+        if shared.clients.lock().len() >= maxclients {
+            shared.counters.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let mut stream = stream;
+            let _ = stream.write_all(MAX_CLIENTS.as_bytes()).await;
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let target = next % worker.mailboxes.len();
+        next = next.wrapping_add(1);
+        if target == worker.id {
+            match stream.into_std() {
+                Ok(s) => spawn_connection(worker.clone(), s),
+                Err(e) => tracing::warn!("cannot take accepted socket: {e}"),
+            }
+        } else if let Ok(s) = stream.into_std() {
+            let _ = worker.mailboxes[target].send(Msg::Conn(s));
+        }
+    }
+}
+
+/// Registers a connection and starts serving it on this thread.
+pub(crate) fn spawn_connection(worker: Rc<Worker>, stream: std::net::TcpStream) {
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot register socket: {e}");
+            return;
+        }
+    };
+    let shared = worker.shared.clone();
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let handle = Arc::new(ClientHandle {
+        id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+        addr: stream.peer_addr().unwrap_or(unspecified),
+        laddr: stream.local_addr().unwrap_or(unspecified),
+        created: Instant::now(),
+        last_cmd_ms: AtomicU64::new(0),
+        last_cmd: AtomicUsize::new(usize::MAX),
+        name: Mutex::new(None),
+        resp: AtomicU64::new(2),
+        killed: AtomicBool::new(false),
+        kill_notify: Notify::new(),
+    });
+    shared.clients.lock().insert(handle.id, handle.clone());
+    tokio::task::spawn_local(async move {
+        let id = handle.id;
+        if let Err(e) = serve(&worker, stream, handle).await {
+            tracing::debug!("connection {id} ended: {e}");
+        }
+        worker.shared.clients.lock().remove(&id);
+    });
+}
+
+async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>) -> std::io::Result<()> {
+    let shared = worker.shared.clone();
+    let mut conn = ConnState {
+        handle: handle.clone(),
+        proto: Protocol::Resp2,
+        authenticated: false,
+        close: false,
+        no_reply: false,
+        limits: Limits { authenticated: false, ..Limits::default() },
+        config_gen: u64::MAX,
+        query_buffer_limit: usize::MAX,
+    };
+    conn.refresh(&shared);
+    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
+    let mut out = BytesMut::with_capacity(READ_CHUNK);
+    let mut pipe = Pipeline::default();
+    loop {
+        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
+            rbuf.reserve(READ_CHUNK);
+        }
+        let n = tokio::select! {
+            r = stream.read_buf(&mut rbuf) => r?,
+            _ = handle.kill_notify.notified() => 0,
+        };
+        if n == 0 || handle.killed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        shared.counters.total_net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        handle.last_cmd_ms.store(handle.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        conn.refresh(&shared);
+        loop {
+            match decode_request(&mut rbuf, &conn.limits) {
+                Ok(Some(items)) if items.is_empty() => continue,
+                Ok(Some(items)) => match plan(worker, &mut conn, &mut pipe, items) {
+                    Planned::Queued => {}
+                    Planned::Conn(idx, mut args) => {
+                        pipe.flush(worker, conn.proto, &mut out).await;
+                        let reply = run_conn_command(worker, &mut conn, idx, &mut args);
+                        if !std::mem::take(&mut conn.no_reply) {
+                            reply.encode(conn.proto, &mut out);
+                        }
+                        if conn.close {
+                            break;
+                        }
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    pipe.flush(worker, conn.proto, &mut out).await;
+                    protocol_error(&e).encode(conn.proto, &mut out);
+                    conn.close = true;
+                    break;
+                }
+            }
+        }
+        pipe.flush(worker, conn.proto, &mut out).await;
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            shared.counters.total_net_output_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+            if out.capacity() > KEEP_OUTPUT_CAPACITY {
+                out = BytesMut::with_capacity(READ_CHUNK);
+            } else {
+                out.clear();
+            }
+        }
+        if conn.close {
+            let _ = stream.shutdown().await;
+            return Ok(());
+        }
+        if rbuf.len() > conn.query_buffer_limit {
+            tracing::warn!(
+                "closing client {} at {}: query buffer {} bytes over client-query-buffer-limit",
+                handle.id,
+                handle.addr,
+                rbuf.len()
+            );
+            return Ok(());
+        }
+    }
+}
+
+/// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).
+pub fn run_conn_command(worker: &Worker, conn: &mut ConnState, idx: usize, args: &mut Args) -> leasehold_protocol::Reply {
+    let Exec::Conn(f) = table().commands[idx].exec else {
+        unreachable!("only connection commands are planned as Conn");
+    };
+    let mut ctx = ConnCtx { conn, shared: &worker.shared };
+    let reply = f(&mut ctx, args).unwrap_or_else(|e| e.reply());
+    let shard = worker.shard.borrow();
+    shard.stats.calls[idx].add(1);
+    shard.stats.commands_processed.add(1);
+    if reply.is_error() {
+        shard.stats.failed_calls[idx].add(1);
+    }
+    reply
+}

@@ -1,0 +1,180 @@
+//! Server-wide state shared by all threads. None of it guards the keyspace:
+//! the hot path only reads the config generation and writes its own shard's
+//! counters.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
+
+use crate::clock::Clock;
+use crate::config::Config;
+
+/// A counter written by one thread only and read by any. `incr` is a plain
+/// load and store (no read-modify-write), which is enough with one writer.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n` (owner thread only).
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Sets the value (owner thread only).
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// Reads the value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One thread's statistics; INFO sums them over threads.
+#[derive(Debug)]
+pub struct ShardStats {
+    /// Keys in the shard.
+    pub keys: Counter,
+    /// Keys with a TTL.
+    pub expires: Counter,
+    /// Keys reclaimed after their deadline.
+    pub expired_keys: Counter,
+    /// Commands run on this thread.
+    pub commands_processed: Counter,
+    /// Reads that found their key.
+    pub keyspace_hits: Counter,
+    /// Reads that did not.
+    pub keyspace_misses: Counter,
+    /// Replication offset of this shard's effect stream, bytes.
+    pub repl_offset: Counter,
+    /// Calls per command, indexed like the command table.
+    pub calls: Vec<Counter>,
+    /// Rejected calls (arity, auth, errors) per command.
+    pub failed_calls: Vec<Counter>,
+    /// Batches received from other threads.
+    pub batches_in: Counter,
+}
+
+impl ShardStats {
+    /// Zeroed statistics for a table of `commands` entries.
+    pub fn new(commands: usize) -> ShardStats {
+        ShardStats {
+            keys: Counter::default(),
+            expires: Counter::default(),
+            expired_keys: Counter::default(),
+            commands_processed: Counter::default(),
+            keyspace_hits: Counter::default(),
+            keyspace_misses: Counter::default(),
+            repl_offset: Counter::default(),
+            calls: (0..commands).map(|_| Counter::default()).collect(),
+            failed_calls: (0..commands).map(|_| Counter::default()).collect(),
+            batches_in: Counter::default(),
+        }
+    }
+}
+
+/// What CLIENT LIST and CLIENT KILL see of a connection.
+#[derive(Debug)]
+pub struct ClientHandle {
+    /// CLIENT ID.
+    pub id: u64,
+    /// Peer address.
+    pub addr: SocketAddr,
+    /// Local address.
+    pub laddr: SocketAddr,
+    /// When the connection was accepted.
+    pub created: Instant,
+    /// Milliseconds since `created` of the last command.
+    pub last_cmd_ms: AtomicU64,
+    /// Index of the last command in the table (`usize::MAX` for none).
+    pub last_cmd: AtomicUsize,
+    /// CLIENT SETNAME value.
+    pub name: Mutex<Option<Bytes>>,
+    /// 2 or 3.
+    pub resp: AtomicU64,
+    /// Set by CLIENT KILL or shutdown; the connection closes at its next wakeup.
+    pub killed: AtomicBool,
+    /// Wakes the connection when killed.
+    pub kill_notify: Notify,
+}
+
+impl ClientHandle {
+    /// Marks the connection for closing and wakes it.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.kill_notify.notify_one();
+    }
+}
+
+/// Server-wide counters (INFO stats), touched once per connection, not per command.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Connections accepted.
+    pub total_connections_received: AtomicU64,
+    /// Connections refused by maxclients.
+    pub rejected_connections: AtomicU64,
+    /// Bytes read from clients.
+    pub total_net_input_bytes: AtomicU64,
+    /// Bytes written to clients.
+    pub total_net_output_bytes: AtomicU64,
+}
+
+/// State shared by every thread.
+pub struct Shared {
+    /// The live configuration (CONFIG SET changes it).
+    pub config: RwLock<Config>,
+    /// Bumped on every CONFIG SET so connections re-read their limits.
+    pub config_gen: AtomicU64,
+    /// The clocks.
+    pub clock: Arc<dyn Clock>,
+    /// Number of threads (= shards).
+    pub shards: usize,
+    /// Per-thread statistics, indexed by shard.
+    pub shard_stats: Vec<Arc<ShardStats>>,
+    /// Connected clients by id.
+    pub clients: Mutex<hashbrown::HashMap<u64, Arc<ClientHandle>>>,
+    /// Next CLIENT ID.
+    pub next_client_id: AtomicU64,
+    /// Server-wide counters.
+    pub counters: ServerCounters,
+    /// Set once shutdown starts.
+    pub shutting_down: AtomicBool,
+    /// Wakes every thread's loop at shutdown.
+    pub shutdown: Notify,
+    /// When the server started (uptime).
+    pub started: Instant,
+    /// The address actually bound.
+    pub local_addr: SocketAddr,
+    /// 40 hex characters identifying this run (INFO `run_id`).
+    pub run_id: String,
+    /// Counters at the last CONFIG RESETSTAT.
+    pub baseline: Mutex<crate::commands::server::StatBaseline>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("shards", &self.shards).field("local_addr", &self.local_addr).finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Starts shutdown: every thread stops accepting and exits its loop.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+        for c in self.clients.lock().values() {
+            c.kill();
+        }
+    }
+
+    /// Sums a per-shard counter.
+    pub fn sum(&self, f: impl Fn(&ShardStats) -> u64) -> u64 {
+        self.shard_stats.iter().map(|s| f(s)).sum()
+    }
+}

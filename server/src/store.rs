@@ -1,0 +1,360 @@
+//! One shard's keyspace: values, expiry deadlines and their reclamation.
+//!
+//! The keyspace is one small `hashbrown` table per hash slot the shard owns
+//! (Redis 7.4 keeps a dict per slot for the same reasons):
+//! - `SCAN` walks slots in order and returns a slot's keys all at once, so a
+//!   key present for the whole scan is returned at least once however the
+//!   tables grow or shrink (the cursor is a slot number, never a bucket index);
+//! - cluster mode can later move a slot by moving its table;
+//! - growth rehashes one small table at a time, never the whole shard.
+//!
+//! Expiry deadlines are absolute Unix ms stored with the key (0 = none). A key
+//! past its deadline is absent to every reader ([`Store::get`] reclaims it on
+//! the spot: lazy expiry), and [`Store::sweep`] walks the slots like a clock
+//! hand under a time budget (active expiry). A hand rather than Redis's random
+//! sampling because hashbrown offers no cheap random pick, and a hand visits
+//! every key in a bounded number of cycles while costing no memory per key (a
+//! timer wheel would cost a node per key with a TTL, and rate-limit keys all
+//! have one; DESIGN.md decision 7).
+
+use bytes::Bytes;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+use crate::effects::{Effect, EffectLog};
+
+/// A stored value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A string (Redis "string" type, raw encoding).
+    Str(Bytes),
+    /// A string that holds a canonical decimal `i64` (Redis "int" encoding);
+    /// GET renders it, INCR updates it in place.
+    Int(i64),
+}
+
+impl Value {
+    /// The name `TYPE` reports.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) | Value::Int(_) => "string",
+        }
+    }
+
+    /// Builds a string value, choosing the integer form when `bytes` is a
+    /// canonical `i64` (so that it reads back byte for byte).
+    pub fn from_bytes(bytes: &[u8]) -> Value {
+        match leasehold_protocol::int::parse_i64(bytes) {
+            Some(i) if bytes.len() <= 20 => Value::Int(i),
+            _ => Value::Str(Bytes::copy_from_slice(bytes)),
+        }
+    }
+
+    /// The string form of a string value, or `None` for other types.
+    pub fn as_bytes(&self) -> Option<Bytes> {
+        match self {
+            Value::Str(b) => Some(b.clone()),
+            Value::Int(i) => Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*i).as_bytes())),
+        }
+    }
+
+    /// Approximate heap bytes owned by the value, for `MEMORY USAGE`-style estimates.
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Value::Str(b) => b.len(),
+            Value::Int(_) => 0,
+        }
+    }
+}
+
+/// One key and what it holds.
+#[derive(Debug)]
+pub struct Entry {
+    key: Box<[u8]>,
+    expire_at: u64,
+    /// The value; handlers may change it in place through [`Store::get`].
+    pub value: Value,
+}
+
+impl Entry {
+    /// The key bytes.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The absolute deadline in Unix ms, or `None` for no TTL.
+    pub fn expire_at(&self) -> Option<u64> {
+        (self.expire_at != 0).then_some(self.expire_at)
+    }
+
+    fn expired(&self, now_ms: u64) -> bool {
+        self.expire_at != 0 && self.expire_at <= now_ms
+    }
+}
+
+/// Counters a shard keeps about its keyspace (summed over shards for INFO).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Live keys (including ones past their deadline not yet reclaimed).
+    pub keys: u64,
+    /// Keys with a TTL.
+    pub expires: u64,
+    /// Keys reclaimed because their deadline passed (INFO `expired_keys`).
+    pub expired: u64,
+}
+
+/// One shard's keyspace.
+pub struct Store {
+    first_slot: usize,
+    tables: Vec<HashTable<Entry>>,
+    hasher: foldhash::fast::RandomState,
+    counts: StoreCounts,
+    sweep_slot: usize,
+    /// The replication backlog every change is written to.
+    pub effects: EffectLog,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("counts", &self.counts).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// An empty keyspace for the slots `first_slot .. first_slot + slots`.
+    pub fn new(first_slot: usize, slots: usize, backlog_bytes: usize) -> Store {
+        let mut tables = Vec::with_capacity(slots);
+        tables.resize_with(slots, HashTable::new);
+        Store {
+            first_slot,
+            tables,
+            hasher: foldhash::fast::RandomState::default(),
+            counts: StoreCounts::default(),
+            sweep_slot: 0,
+            effects: EffectLog::new(backlog_bytes),
+        }
+    }
+
+    /// Key, TTL and expiry counters.
+    pub fn counts(&self) -> StoreCounts {
+        self.counts
+    }
+
+    /// The slots this store owns, as a range of slot numbers.
+    pub fn slot_range(&self) -> std::ops::Range<usize> {
+        self.first_slot..self.first_slot + self.tables.len()
+    }
+
+    fn index(&self, key: &[u8]) -> usize {
+        let slot = crate::slot::key_slot(key) as usize;
+        debug_assert!(self.slot_range().contains(&slot), "slot {slot} routed to the wrong shard");
+        slot - self.first_slot
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The live entry for `key`, reclaiming it first when its deadline has passed.
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let i = self.index(key);
+        let h = self.hash(key);
+        let expired = match self.tables[i].find(h, |e| &*e.key == key) {
+            None => return None,
+            Some(e) => e.expired(now_ms),
+        };
+        if expired {
+            self.remove_at(i, h, key, true);
+            return None;
+        }
+        self.tables[i].find_mut(h, |e| &*e.key == key)
+    }
+
+    /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
+    /// for no TTL), replacing any previous value and deadline.
+    pub fn set(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> &mut Entry {
+        let i = self.index(key);
+        let h = self.hash(key);
+        let at = expire_at.unwrap_or(0);
+        let hasher = &self.hasher;
+        match self.tables[i].entry(h, |e| &*e.key == key, |e| hasher.hash_one(&*e.key)) {
+            hashbrown::hash_table::Entry::Occupied(o) => {
+                let e = o.into_mut();
+                if (e.expire_at != 0) != (at != 0) {
+                    if at != 0 {
+                        self.counts.expires += 1;
+                    } else {
+                        self.counts.expires -= 1;
+                    }
+                }
+                e.expire_at = at;
+                e.value = value;
+                e
+            }
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                self.counts.keys += 1;
+                if at != 0 {
+                    self.counts.expires += 1;
+                }
+                v.insert(Entry { key: key.into(), expire_at: at, value }).into_mut()
+            }
+        }
+    }
+
+    /// Changes the deadline of an existing key (`None` removes the TTL).
+    /// Returns false when the key is absent. The caller has already checked
+    /// liveness with [`Store::get`] under the same time snapshot.
+    pub fn set_expire(&mut self, key: &[u8], expire_at: Option<u64>) -> bool {
+        let i = self.index(key);
+        let h = self.hash(key);
+        let Some(e) = self.tables[i].find_mut(h, |e| &*e.key == key) else {
+            return false;
+        };
+        let at = expire_at.unwrap_or(0);
+        match (e.expire_at != 0, at != 0) {
+            (false, true) => self.counts.expires += 1,
+            (true, false) => self.counts.expires -= 1,
+            _ => {}
+        }
+        e.expire_at = at;
+        true
+    }
+
+    /// Removes `key`; returns its entry if it was live. Emits `DEL` when it existed.
+    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
+        let i = self.index(key);
+        let h = self.hash(key);
+        let e = self.remove_at(i, h, key, false)?;
+        if e.expired(now_ms) {
+            self.counts.expired += 1;
+            return None;
+        }
+        Some(e)
+    }
+
+    fn remove_at(&mut self, i: usize, h: u64, key: &[u8], expired: bool) -> Option<Entry> {
+        let table = &mut self.tables[i];
+        let found = table.find_entry(h, |e| &*e.key == key).ok()?;
+        let (entry, _) = found.remove();
+        self.counts.keys -= 1;
+        if entry.expire_at != 0 {
+            self.counts.expires -= 1;
+        }
+        if expired {
+            self.counts.expired += 1;
+        }
+        self.effects.emit(Effect::Del { key });
+        Self::maybe_shrink(table, &self.hasher);
+        Some(entry)
+    }
+
+    /// Gives memory back when a table is mostly empty.
+    fn maybe_shrink(table: &mut HashTable<Entry>, hasher: &foldhash::fast::RandomState) {
+        let cap = table.capacity();
+        if cap > 32 && table.len() * 4 < cap {
+            table.shrink_to(table.len() * 2, |e| hasher.hash_one(&*e.key));
+        }
+    }
+
+    /// Removes every key. Returns how many there were.
+    pub fn clear(&mut self) -> u64 {
+        let n = self.counts.keys;
+        for t in &mut self.tables {
+            *t = HashTable::new();
+        }
+        self.counts.keys = 0;
+        self.counts.expires = 0;
+        self.effects.emit(Effect::Flush);
+        n
+    }
+
+    /// Calls `f` for every live key in `slot`.
+    pub fn for_each_in_slot(&self, slot: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
+        for e in self.tables[slot - self.first_slot].iter() {
+            if !e.expired(now_ms) {
+                f(e);
+            }
+        }
+    }
+
+    /// Active expiry: walks slot tables from where the last call stopped,
+    /// reclaiming keys past their deadline, until `max_slots` slots are visited
+    /// or `deadline` returns true (checked between slots). Returns
+    /// `(entries examined, keys reclaimed)`.
+    pub fn sweep(&mut self, now_ms: u64, max_slots: usize, mut deadline: impl FnMut() -> bool) -> (u64, u64) {
+        let mut examined = 0u64;
+        let mut reclaimed = 0u64;
+        let n = self.tables.len();
+        let mut expired_keys: Vec<Box<[u8]>> = Vec::new();
+        for _ in 0..max_slots.min(n) {
+            let i = self.sweep_slot;
+            self.sweep_slot = (self.sweep_slot + 1) % n;
+            let table = &mut self.tables[i];
+            if table.is_empty() {
+                continue;
+            }
+            examined += table.len() as u64;
+            table.retain(|e| {
+                if e.expired(now_ms) {
+                    expired_keys.push(std::mem::take(&mut e.key));
+                    false
+                } else {
+                    true
+                }
+            });
+            if !expired_keys.is_empty() {
+                Self::maybe_shrink(table, &self.hasher);
+                for k in expired_keys.drain(..) {
+                    reclaimed += 1;
+                    self.effects.emit(Effect::Del { key: &k });
+                }
+            }
+            if deadline() {
+                break;
+            }
+        }
+        self.counts.keys -= reclaimed;
+        self.counts.expires -= reclaimed;
+        self.counts.expired += reclaimed;
+        (examined, reclaimed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> Store {
+        Store::new(0, 16384, 1 << 16)
+    }
+
+    #[test]
+    fn set_get_and_lazy_expiry() {
+        let mut s = store();
+        s.set(b"k", Value::from_bytes(b"v"), Some(1000));
+        assert_eq!(s.counts(), StoreCounts { keys: 1, expires: 1, expired: 0 });
+        assert!(s.get(b"k", 999).is_some());
+        assert!(s.get(b"k", 1000).is_none());
+        assert_eq!(s.counts(), StoreCounts { keys: 0, expires: 0, expired: 1 });
+    }
+
+    #[test]
+    fn int_encoding_reads_back_byte_for_byte() {
+        assert_eq!(Value::from_bytes(b"123"), Value::Int(123));
+        assert_eq!(Value::from_bytes(b"0123"), Value::Str(Bytes::from_static(b"0123")));
+        assert_eq!(Value::Int(-5).as_bytes().unwrap(), Bytes::from_static(b"-5"));
+    }
+
+    #[test]
+    fn sweep_reclaims_without_reads_and_counts() {
+        let mut s = store();
+        for i in 0..1000u32 {
+            let key = format!("k{i}");
+            s.set(key.as_bytes(), Value::Int(1), Some(if i % 2 == 0 { 10 } else { 0 }).filter(|&t| t != 0));
+        }
+        assert_eq!(s.counts().expires, 500);
+        let (_, reclaimed) = s.sweep(11, 16384, || false);
+        assert_eq!(reclaimed, 500);
+        assert_eq!(s.counts(), StoreCounts { keys: 500, expires: 0, expired: 500 });
+    }
+}
