@@ -1,0 +1,1 @@
+//! Leasehold benchmarks (work in progress).

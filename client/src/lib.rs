@@ -1,0 +1,1 @@
+//! Leasehold client (work in progress).

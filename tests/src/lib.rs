@@ -1,0 +1,1 @@
+//! Test harness for the end-to-end suite (see `tests/`).
