@@ -147,7 +147,12 @@ mod tests {
 
     #[test]
     fn cursor_reads_in_order() {
-        let mut a = Args::new(["SET", "k", "10", "px", "5"].iter().map(|s| Bytes::from(*s)).collect());
+        let mut a = Args::new(
+            ["SET", "k", "10", "px", "5"]
+                .iter()
+                .map(|s| Bytes::from(*s))
+                .collect(),
+        );
         assert_eq!(a.name(), b"SET");
         assert_eq!(a.key().unwrap(), Bytes::from("k"));
         assert_eq!(a.i64().unwrap(), 10);

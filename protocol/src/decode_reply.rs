@@ -25,15 +25,33 @@ impl std::error::Error for ReplyDecodeError {}
 /// Decodes one RESP2 or RESP3 reply from the front of `buf`.
 ///
 /// `Ok(None)` means the reply is not complete yet; nothing is consumed.
-/// RESP2 input decodes too, since RESP3 is a superset of it.
+/// The RESP2 decoder is tried first (RESP3 has no `$-1`/`*-1` nulls), then
+/// RESP3 for the types only it has (`_`, `%`, `~`, `#`, `,`, `=`, ...).
 ///
 /// # Errors
-/// [`ReplyDecodeError`] when the bytes are not valid RESP.
+/// [`ReplyDecodeError`] when the bytes are valid in neither version.
 pub fn decode_reply(buf: &mut BytesMut) -> Result<Option<Reply>, ReplyDecodeError> {
+    match redis_protocol::resp2::decode::decode_bytes_mut(buf) {
+        Ok(Some((frame, _, _))) => return Ok(Some(from_resp2(frame))),
+        Ok(None) => return Ok(None),
+        Err(_) => {}
+    }
     match decode_bytes_mut(buf) {
         Ok(Some((frame, _, _))) => Ok(Some(from_frame(frame)?)),
         Ok(None) => Ok(None),
         Err(e) => Err(ReplyDecodeError(e.to_string())),
+    }
+}
+
+fn from_resp2(frame: redis_protocol::resp2::types::BytesFrame) -> Reply {
+    use redis_protocol::resp2::types::BytesFrame as F;
+    match frame {
+        F::SimpleString(s) => Reply::Simple(String::from_utf8_lossy(&s).into_owned().into()),
+        F::Error(e) => Reply::Error(e.to_string().into()),
+        F::Integer(i) => Reply::Int(i),
+        F::BulkString(b) => Reply::Bulk(b),
+        F::Array(items) => Reply::Array(items.into_iter().map(from_resp2).collect()),
+        F::Null => Reply::Nil,
     }
 }
 

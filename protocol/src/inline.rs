@@ -106,15 +106,24 @@ mod tests {
     use super::split_args;
 
     fn s(line: &str) -> Option<Vec<String>> {
-        split_args(line.as_bytes())
-            .map(|v| v.into_iter().map(|a| String::from_utf8(a).unwrap()).collect())
+        split_args(line.as_bytes()).map(|v| {
+            v.into_iter()
+                .map(|a| String::from_utf8(a).unwrap())
+                .collect()
+        })
     }
 
     #[test]
     fn quoting() {
-        assert_eq!(s("set k v"), Some(vec!["set".into(), "k".into(), "v".into()]));
+        assert_eq!(
+            s("set k v"),
+            Some(vec!["set".into(), "k".into(), "v".into()])
+        );
         assert_eq!(s("  a   b  "), Some(vec!["a".into(), "b".into()]));
-        assert_eq!(s(r#"set "a b" 'c d'"#), Some(vec!["set".into(), "a b".into(), "c d".into()]));
+        assert_eq!(
+            s(r#"set "a b" 'c d'"#),
+            Some(vec!["set".into(), "a b".into(), "c d".into()])
+        );
         assert_eq!(s(r#""\x41\n""#), Some(vec!["A\n".into()]));
         assert_eq!(s(r#"'it\'s'"#), Some(vec!["it's".into()]));
         assert_eq!(s(r#""unterminated"#), None);

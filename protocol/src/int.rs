@@ -62,7 +62,10 @@ pub fn parse_u64(s: &[u8]) -> Option<u64> {
 /// or trailing space, finite (no `nan`/`inf`), and the whole string consumed.
 pub fn parse_f64(s: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(s).ok()?;
-    if text.is_empty() || text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace) {
+    if text.is_empty()
+        || text.starts_with(char::is_whitespace)
+        || text.ends_with(char::is_whitespace)
+    {
         return None;
     }
     let lower = text.to_ascii_lowercase();
@@ -79,7 +82,17 @@ mod tests {
 
     #[test]
     fn strict_integers() {
-        for bad in ["    11", "11    ", "+1", "01", "-0", "1e3", "", "-", "9223372036854775808"] {
+        for bad in [
+            "    11",
+            "11    ",
+            "+1",
+            "01",
+            "-0",
+            "1e3",
+            "",
+            "-",
+            "9223372036854775808",
+        ] {
             assert_eq!(parse_i64(bad.as_bytes()), None, "{bad:?}");
         }
         assert_eq!(parse_i64(b"0"), Some(0));

@@ -157,7 +157,11 @@ pub fn format_double(d: f64) -> String {
     if d.is_nan() {
         "nan".into()
     } else if d.is_infinite() {
-        if d > 0.0 { "inf".into() } else { "-inf".into() }
+        if d > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else if d == d.trunc() && d.abs() < 1e17 {
         format!("{}", d as i64)
     } else {

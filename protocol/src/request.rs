@@ -127,7 +127,10 @@ pub fn decode_request(
 
 /// Finds the `\r` ending the header line that starts at `from`.
 fn find_cr(buf: &[u8], from: usize) -> Option<usize> {
-    buf[from..].iter().position(|&b| b == b'\r').map(|p| p + from)
+    buf[from..]
+        .iter()
+        .position(|&b| b == b'\r')
+        .map(|p| p + from)
 }
 
 /// Parses a length header strictly (Redis `string2ll`: optional `-`, digits, no
@@ -201,10 +204,7 @@ fn decode_multibulk(
     }
     let frame = buf.split_to(pos).freeze();
     Ok(Some(
-        spans
-            .into_iter()
-            .map(|(s, e)| frame.slice(s..e))
-            .collect(),
+        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
     ))
 }
 
@@ -260,7 +260,11 @@ mod tests {
         let full = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n";
         for cut in 0..full.len() {
             let mut buf = BytesMut::from(&full[..cut]);
-            assert_eq!(decode_request(&mut buf, &Limits::default()), Ok(None), "cut {cut}");
+            assert_eq!(
+                decode_request(&mut buf, &Limits::default()),
+                Ok(None),
+                "cut {cut}"
+            );
             assert_eq!(buf.len(), cut, "nothing consumed at cut {cut}");
         }
         let got = one(full).unwrap().unwrap();
@@ -269,12 +273,27 @@ mod tests {
 
     #[test]
     fn bad_lengths() {
-        assert_eq!(one(b"*2\r\n$3\r\nGET\r\n$-1\r\n"), Err(ProtocolError::InvalidBulkLength));
-        assert_eq!(one(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$\r\n1\r\n"), Err(ProtocolError::InvalidBulkLength));
-        assert_eq!(one(b"*2\r\n$4\r\nECHO\r\n$536870913\r\n"), Err(ProtocolError::InvalidBulkLength));
-        assert_eq!(one(b"*1048577\r\n"), Err(ProtocolError::InvalidMultibulkLength));
+        assert_eq!(
+            one(b"*2\r\n$3\r\nGET\r\n$-1\r\n"),
+            Err(ProtocolError::InvalidBulkLength)
+        );
+        assert_eq!(
+            one(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$\r\n1\r\n"),
+            Err(ProtocolError::InvalidBulkLength)
+        );
+        assert_eq!(
+            one(b"*2\r\n$4\r\nECHO\r\n$536870913\r\n"),
+            Err(ProtocolError::InvalidBulkLength)
+        );
+        assert_eq!(
+            one(b"*1048577\r\n"),
+            Err(ProtocolError::InvalidMultibulkLength)
+        );
         assert_eq!(one(b"*x\r\n"), Err(ProtocolError::InvalidMultibulkLength));
-        assert_eq!(one(b"*1\r\n*1\r\n$4\r\nPING\r\n"), Err(ProtocolError::ExpectedBulk { got: b'*' }));
+        assert_eq!(
+            one(b"*1\r\n*1\r\n$4\r\nPING\r\n"),
+            Err(ProtocolError::ExpectedBulk { got: b'*' })
+        );
     }
 
     #[test]
@@ -283,14 +302,20 @@ mod tests {
         let l = Limits::default();
         assert_eq!(decode_request(&mut buf, &l).unwrap().unwrap().len(), 0);
         assert_eq!(decode_request(&mut buf, &l).unwrap().unwrap().len(), 0);
-        assert_eq!(decode_request(&mut buf, &l).unwrap().unwrap(), vec![Bytes::from("PING")]);
+        assert_eq!(
+            decode_request(&mut buf, &l).unwrap().unwrap(),
+            vec![Bytes::from("PING")]
+        );
         assert!(buf.is_empty());
     }
 
     #[test]
     fn inline_requests() {
         let got = one(b"SET k \"a b\"\r\n").unwrap().unwrap();
-        assert_eq!(got, vec![Bytes::from("SET"), Bytes::from("k"), Bytes::from("a b")]);
+        assert_eq!(
+            got,
+            vec![Bytes::from("SET"), Bytes::from("k"), Bytes::from("a b")]
+        );
         assert_eq!(one(b"PING\n").unwrap().unwrap(), vec![Bytes::from("PING")]);
         assert_eq!(one(b"PING"), Ok(None));
         assert_eq!(one(b"\r\n").unwrap().unwrap().len(), 0);
@@ -301,10 +326,19 @@ mod tests {
 
     #[test]
     fn pre_auth_limits() {
-        let l = Limits { authenticated: false, ..Limits::default() };
+        let l = Limits {
+            authenticated: false,
+            ..Limits::default()
+        };
         let mut b = BytesMut::from(&b"*11\r\n"[..]);
-        assert_eq!(decode_request(&mut b, &l), Err(ProtocolError::UnauthenticatedMultibulkLength));
+        assert_eq!(
+            decode_request(&mut b, &l),
+            Err(ProtocolError::UnauthenticatedMultibulkLength)
+        );
         let mut b = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"[..]);
-        assert_eq!(decode_request(&mut b, &l), Err(ProtocolError::UnauthenticatedBulkLength));
+        assert_eq!(
+            decode_request(&mut b, &l),
+            Err(ProtocolError::UnauthenticatedBulkLength)
+        );
     }
 }
