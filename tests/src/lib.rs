@@ -271,6 +271,18 @@ impl Raw {
         self.read_text()
     }
 
+    /// Runs `(request, expected reply bytes)` steps in order, naming the
+    /// failing step. Requests are text arguments split on spaces.
+    ///
+    /// # Panics
+    /// On the first reply that differs.
+    pub fn script(&mut self, steps: &[(&str, &str)]) {
+        for (i, (request, expected)) in steps.iter().enumerate() {
+            let got = self.call(request);
+            assert_eq!(&got, expected, "step {i}: {request}");
+        }
+    }
+
     /// Reads exactly `n` raw bytes.
     ///
     /// # Panics
