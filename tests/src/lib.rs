@@ -216,7 +216,7 @@ impl Raw {
         let deadline = Instant::now() + timeout;
         loop {
             let mut tmp = self.buf.clone();
-            match decode_any(&mut tmp) {
+            match decode_reply(&mut tmp) {
                 Ok(Some(reply)) => {
                     let used = self.buf.len() - tmp.len();
                     let raw = self.buf.split_to(used).freeze();
@@ -337,37 +337,6 @@ impl Raw {
                 String::from_utf8_lossy(&b)
             ),
         }
-    }
-}
-
-/// Decodes one reply with [`leasehold_protocol::decode_reply`], falling back
-/// to `redis-protocol`'s RESP2 decoder when it rejects the input: its RESP3
-/// decoder reads the RESP2 nulls `$-1` and `*-1` as the start of a streamed
-/// frame and fails with "Expected complete frame".
-pub fn decode_any(buf: &mut BytesMut) -> Result<Option<Reply>, String> {
-    let mut tmp = buf.clone();
-    match decode_reply(&mut tmp) {
-        Ok(r) => {
-            *buf = tmp;
-            Ok(r)
-        }
-        Err(e3) => match redis_protocol::resp2::decode::decode_bytes_mut(buf) {
-            Ok(Some((frame, _, _))) => Ok(Some(from_resp2(frame))),
-            Ok(None) => Ok(None),
-            Err(e2) => Err(format!("{e3}; as RESP2: {e2}")),
-        },
-    }
-}
-
-fn from_resp2(frame: redis_protocol::resp2::types::BytesFrame) -> Reply {
-    use redis_protocol::resp2::types::BytesFrame as F;
-    match frame {
-        F::SimpleString(b) => Reply::Simple(String::from_utf8_lossy(&b).into_owned().into()),
-        F::Error(s) => Reply::Error(s.to_string().into()),
-        F::Integer(i) => Reply::Int(i),
-        F::BulkString(b) => Reply::Bulk(b),
-        F::Array(items) => Reply::Array(items.into_iter().map(from_resp2).collect()),
-        F::Null => Reply::Nil,
     }
 }
 
