@@ -1,1 +1,26 @@
-//! Leasehold client (work in progress).
+//! Leasehold client: a pipelined async connection with typed calls, and the
+//! gateway lease manager that keeps the ledger off the request path.
+//!
+//! # Layout
+//! - [`error`]: typed errors (`is_timeout()`, `is_connection()`, server kinds,
+//!   `retry_action()`).
+//! - [`conn`](crate::client): one TCP connection, a writer task and a reader
+//!   task, replies matched in order.
+//! - [`client`]: the shared connection, deadlines, reconnect with backoff and
+//!   jitter, the breaker in front of every call.
+//! - [`commands`]: typed TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
+//!   GET/SET/INCR/DEL/PING.
+//! - [`breaker`]: the circuit breaker.
+//! - [`clock`]: the injectable monotonic clock.
+pub mod breaker;
+pub mod client;
+pub mod clock;
+pub mod commands;
+mod conn;
+pub mod error;
+
+pub use breaker::{BreakerConfig, BreakerState};
+pub use client::{Client, ClientConfig};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use commands::{BucketParams, Lease, Throttle, Window};
+pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
