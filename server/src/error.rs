@@ -55,6 +55,15 @@ pub enum OpError {
     },
     /// `ERR <argument> must be positive` for rate-limit parameters and the like.
     MustBePositive(&'static str),
+    /// `ERR MIN must be between 1 and requested` (TOKENLEASE).
+    MinOutOfRange,
+    /// `ERR period must be > 0 and < 1e12` (GCRA, Redis 8.8's text).
+    GcraPeriod,
+    /// `ERR rate limit parameters exceed the supported time range` (GCRA and
+    /// CL.THROTTLE when `period * (max_burst + 1)` passes 2^62 ms).
+    RateLimitOverflow,
+    /// `ERR invalid rate limit state` (LH.RESTORE).
+    BadRateLimitState,
     /// Any other `ERR ...` text; the string excludes the `ERR ` prefix.
     Other(Cow<'static, str>),
     /// A complete error text with its own code (e.g. `NOAUTH ...`).
@@ -104,6 +113,12 @@ impl OpError {
             OpError::MustBePositive(what) => {
                 Reply::err_owned(format!("ERR {what} must be positive"))
             }
+            OpError::MinOutOfRange => Reply::err("ERR MIN must be between 1 and requested"),
+            OpError::GcraPeriod => Reply::err("ERR period must be > 0 and < 1e12"),
+            OpError::RateLimitOverflow => {
+                Reply::err("ERR rate limit parameters exceed the supported time range")
+            }
+            OpError::BadRateLimitState => Reply::err("ERR invalid rate limit state"),
             OpError::Other(text) => Reply::err_owned(format!("ERR {text}")),
             OpError::Raw(text) => Reply::err(text),
         }

@@ -31,6 +31,12 @@ pub enum Value {
     /// A string that holds a canonical decimal `i64` (Redis "int" encoding);
     /// GET renders it, INCR updates it in place.
     Int(i64),
+    /// A TOKENLEASE / TOKENRETURN token bucket (32 bytes).
+    TokenBucket(crate::commands::ratelimit::token_bucket::Bucket),
+    /// A SLIDINGWINDOW counter pair (32 bytes).
+    SlidingWindow(crate::commands::ratelimit::sliding_window::Window),
+    /// A CL.THROTTLE / GCRA theoretical arrival time (24 bytes).
+    Gcra(crate::commands::ratelimit::gcra::Tat),
 }
 
 impl Value {
@@ -38,6 +44,9 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) | Value::Int(_) => "string",
+            Value::TokenBucket(_) => crate::commands::ratelimit::type_names::TOKEN_BUCKET,
+            Value::SlidingWindow(_) => crate::commands::ratelimit::type_names::SLIDING_WINDOW,
+            Value::Gcra(_) => crate::commands::ratelimit::type_names::GCRA,
         }
     }
 
@@ -55,6 +64,7 @@ impl Value {
         match self {
             Value::Str(b) => Some(b.clone()),
             Value::Int(i) => Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*i).as_bytes())),
+            Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => None,
         }
     }
 
@@ -62,7 +72,7 @@ impl Value {
     pub fn heap_size(&self) -> usize {
         match self {
             Value::Str(b) => b.len(),
-            Value::Int(_) => 0,
+            Value::Int(_) | Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => 0,
         }
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! Families: [`connection`] (PING, HELLO, AUTH, CLIENT, ...), [`server`]
 //! (INFO, CONFIG, COMMAND, DBSIZE, FLUSHALL, ...), [`keys`] (DEL, EXPIRE, TTL,
-//! SCAN, ...), [`strings`] (GET, SET, INCR, ...).
+//! SCAN, ...), [`strings`] (GET, SET, INCR, ...), [`ratelimit`] (TOKENLEASE,
+//! SLIDINGWINDOW, CL.THROTTLE, GCRA, ...).
 
 use std::sync::OnceLock;
 
@@ -20,6 +21,7 @@ use crate::shard::Shard;
 
 pub mod connection;
 pub mod keys;
+pub mod ratelimit;
 pub mod server;
 pub mod strings;
 
@@ -167,7 +169,7 @@ pub struct Table {
 impl Table {
     fn build() -> Table {
         let mut commands = Vec::new();
-        for family in [connection::COMMANDS, server::COMMANDS, keys::COMMANDS, strings::COMMANDS] {
+        for family in [connection::COMMANDS, server::COMMANDS, keys::COMMANDS, strings::COMMANDS, ratelimit::COMMANDS] {
             commands.extend_from_slice(family);
         }
         let by_name = commands.iter().enumerate().map(|(i, c)| (c.name.as_bytes(), i)).collect();

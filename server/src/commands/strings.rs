@@ -253,6 +253,7 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
             let v = match &e.value {
                 Value::Int(i) => *i,
                 Value::Str(b) => leasehold_protocol::int::parse_i64(b).ok_or(OpError::NotInteger)?,
+                _ => return Err(OpError::WrongType),
             };
             (v, e.expire_at())
         }

@@ -1,0 +1,314 @@
+//! GCRA (the generic cell rate algorithm) behind CL.THROTTLE and GCRA, as pure
+//! state transitions on the monotonic clock.
+//!
+//! The algorithm and its reply are those of redis-cell (`src/cell/mod.rs`,
+//! <https://github.com/brandur/redis-cell>), which Redis 8.8's `GCRA` command
+//! (`src/gcra.c`) follows: with emission interval `T = period / rate` and
+//! delay variation tolerance `dvt = T * (max_burst + 1)`, a request of `q`
+//! is allowed when `max(now, tat) + q * T - dvt <= now`, and then
+//! `tat = max(now, tat) + q * T`.
+//!
+//! # Exact arithmetic
+//! Time is counted in units of `1 / units_per_ms` ms, chosen per command so
+//! that `T` is a whole number of units (CL.THROTTLE: `units_per_ms = rate`,
+//! `T = period_s * 1000`; GCRA: `units_per_ms = rate * 1000` and `T` = the
+//! period in microseconds). redis-cell truncates `T` to whole nanoseconds and
+//! divides floats for `remaining`; here nothing is rounded until the reply,
+//! where times round up to whole seconds as redis-cell's reply does.
+
+/// The parameters of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Time units per ms (`>= 1`).
+    pub units_per_ms: u64,
+    /// The emission interval `T`, in units (`>= 1`).
+    pub interval: u128,
+    /// `max_burst` (`>= 0`); the limit is `max_burst + 1`.
+    pub max_burst: u64,
+}
+
+/// The longest delay variation tolerance accepted, ms (about 146 million
+/// years); it keeps every sum of times below `2^128` units.
+pub const MAX_SPAN_MS: u128 = 1 << 62;
+
+impl Policy {
+    /// The delay variation tolerance `T * (max_burst + 1)`, in units, or
+    /// `None` when it exceeds [`MAX_SPAN_MS`].
+    pub fn dvt(&self) -> Option<u128> {
+        let dvt = self.interval.checked_mul(self.max_burst as u128 + 1)?;
+        (dvt / self.units_per_ms as u128 <= MAX_SPAN_MS).then_some(dvt)
+    }
+}
+
+/// A stored theoretical arrival time (TAT): 24 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tat {
+    /// Whole ms of the TAT, monotonic clock.
+    pub ms: u64,
+    /// The rest, in `1 / units_per_ms` ms (`< units_per_ms`).
+    pub frac: u64,
+    /// The unit `frac` is counted in; another unit rescales it (rounded up,
+    /// so a policy change never moves the TAT earlier).
+    pub units_per_ms: u64,
+}
+
+impl Tat {
+    /// The TAT in units of `p`.
+    fn units(&self, p: &Policy) -> u128 {
+        let scale = p.units_per_ms as u128;
+        let frac = if self.units_per_ms == p.units_per_ms {
+            self.frac as u128
+        } else {
+            (self.frac as u128 * scale).div_ceil(self.units_per_ms as u128)
+        };
+        self.ms as u128 * scale + frac
+    }
+
+    fn from_units(units: u128, p: &Policy) -> Tat {
+        let scale = p.units_per_ms as u128;
+        Tat {
+            ms: u64::try_from(units / scale).unwrap_or(u64::MAX),
+            frac: (units % scale) as u64,
+            units_per_ms: p.units_per_ms,
+        }
+    }
+}
+
+/// The reply of CL.THROTTLE and GCRA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// Whether the request was refused.
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: u64,
+    /// Requests that would be allowed right now.
+    pub remaining: u64,
+    /// Seconds until the request would be allowed (rounded up), -1 when
+    /// allowed or when it can never be (quantity above the limit).
+    pub retry_after_s: i64,
+    /// Seconds until the limiter is back to its full burst (rounded up).
+    pub reset_after_s: i64,
+}
+
+impl Throttle {
+    /// The reply as the five integers of the wire format.
+    pub fn to_array(self) -> [i64; 5] {
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        [
+            self.limited as i64,
+            i(self.limit),
+            i(self.remaining),
+            self.retry_after_s,
+            self.reset_after_s,
+        ]
+    }
+}
+
+fn ceil_seconds(units: u128, p: &Policy) -> i64 {
+    i64::try_from(units.div_ceil(p.units_per_ms as u128 * 1000)).unwrap_or(i64::MAX)
+}
+
+/// Applies a request of `quantity` (0 = peek) to `prev` (None for a missing
+/// key) at monotonic `now`. Returns the reply and, when the request was
+/// allowed and moved the TAT, the new TAT with the monotonic ms (rounded up)
+/// its key expires at.
+///
+/// `dvt` is [`Policy::dvt`] (the caller rejects policies without one).
+pub fn throttle(
+    prev: Option<Tat>,
+    p: &Policy,
+    dvt: u128,
+    quantity: u64,
+    now: u64,
+) -> (Throttle, Option<(Tat, u64)>) {
+    let now_u = now as u128 * p.units_per_ms as u128;
+    let tat = prev.map_or(now_u, |t| t.units(p)).max(now_u);
+    let limit = p.max_burst + 1;
+    let reply = |limited, retry_after_s, ttl: u128| {
+        // remaining = floor((dvt - ttl) / T), 0 when negative (redis-cell).
+        let remaining = (dvt.saturating_sub(ttl) / p.interval) as u64;
+        Throttle {
+            limited,
+            limit,
+            remaining,
+            retry_after_s,
+            reset_after_s: ceil_seconds(ttl, p),
+        }
+    };
+    if quantity > limit {
+        // increment > dvt: refused, and retrying cannot help.
+        return (reply(true, -1, tat - now_u), None);
+    }
+    // quantity <= max_burst + 1, so increment <= dvt < 2^126.
+    let new_tat = tat + p.interval * quantity as u128;
+    if new_tat > now_u + dvt {
+        return (
+            reply(true, ceil_seconds(new_tat - dvt - now_u, p), tat - now_u),
+            None,
+        );
+    }
+    let allowed = reply(false, -1, new_tat - now_u);
+    if quantity == 0 {
+        return (allowed, None);
+    }
+    let expire = u64::try_from(new_tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
+    (allowed, Some((Tat::from_units(new_tat, p), expire)))
+}
+
+/// The policy of `CL.THROTTLE key max_burst count_per_period period_s`.
+pub fn cell_policy(max_burst: u64, count_per_period: u64, period_s: u64) -> Policy {
+    Policy {
+        units_per_ms: count_per_period,
+        interval: period_s as u128 * 1000,
+        max_burst,
+    }
+}
+
+/// The policy of `GCRA key max_burst tokens_per_period period` with the period
+/// in whole microseconds; `None` when `tokens_per_period * 1000` leaves `u64`.
+pub fn gcra_policy(max_burst: u64, tokens_per_period: u64, period_us: u64) -> Option<Policy> {
+    Some(Policy {
+        units_per_ms: tokens_per_period.checked_mul(1000)?,
+        interval: period_us as u128,
+        max_burst,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(p: Policy, calls: &[(u64, u64)]) -> Vec<[i64; 5]> {
+        let dvt = p.dvt().unwrap();
+        let mut state = None;
+        calls
+            .iter()
+            .map(|&(now, q)| {
+                let (r, change) = throttle(state, &p, dvt, q, now);
+                if let Some((t, _)) = change {
+                    state = Some(t);
+                }
+                r.to_array()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn g1_redis_cell_compatibility() {
+        assert_eq!(
+            run(cell_policy(15, 30, 60), &[(1000, 1)]),
+            vec![[0, 16, 15, -1, 2]]
+        );
+        assert_eq!(
+            run(cell_policy(0, 1, 2), &[(1000, 1), (1000, 1)]),
+            vec![[0, 1, 0, -1, 2], [1, 1, 0, 2, 2]]
+        );
+    }
+
+    /// redis-cell's own table (`it_rate_limits` in src/cell/mod.rs): limit 5,
+    /// 1 per second; its durations in ms here are whole seconds rounded up.
+    #[test]
+    fn redis_cell_rate_limit_table() {
+        let p = cell_policy(4, 1, 1);
+        let s = 1_000_000;
+        let calls = [
+            (s, 6),
+            (s, 1),
+            (s, 1),
+            (s, 1),
+            (s, 1),
+            (s, 1),
+            (s, 1),
+            (s + 3000, 1),
+            (s + 3100, 1),
+            (s + 4000, 1),
+            (s + 8000, 1),
+            (s + 9500, 1),
+            (s + 9500, 0),
+            (s + 9500, 2),
+            (s + 9500, 5),
+        ];
+        let expected = [
+            [1, 5, 5, -1, 0],
+            [0, 5, 4, -1, 1],
+            [0, 5, 3, -1, 2],
+            [0, 5, 2, -1, 3],
+            [0, 5, 1, -1, 4],
+            [0, 5, 0, -1, 5],
+            [1, 5, 0, 1, 5],
+            [0, 5, 2, -1, 3],
+            [0, 5, 1, -1, 4],
+            [0, 5, 1, -1, 4],
+            [0, 5, 4, -1, 1],
+            [0, 5, 4, -1, 1],
+            [0, 5, 4, -1, 1],
+            [0, 5, 2, -1, 3],
+            [1, 5, 2, 3, 3],
+        ];
+        assert_eq!(run(p, &calls), expected.to_vec());
+    }
+
+    #[test]
+    fn fractional_periods_are_exact() {
+        // 3 tokens per 0.1 s: one every 33.33... ms, never rounded.
+        let p = gcra_policy(0, 3, 100_000).unwrap();
+        let r = run(p, &[(0, 1), (33, 1), (34, 1), (67, 1), (68, 1)]);
+        assert_eq!(
+            r.iter().map(|v| v[0]).collect::<Vec<_>>(),
+            vec![0, 1, 0, 1, 0]
+        );
+    }
+
+    #[test]
+    fn expiry_is_at_the_tat_and_peeks_store_nothing() {
+        let p = cell_policy(2, 1, 3);
+        let dvt = p.dvt().unwrap();
+        let (_, Some((tat, expire))) = throttle(None, &p, dvt, 2, 500) else {
+            panic!()
+        };
+        assert_eq!((tat.ms, expire), (6500, 6500));
+        let (peek, change) = throttle(Some(tat), &p, dvt, 0, 600);
+        assert_eq!((peek.to_array(), change), ([0, 3, 1, -1, 6], None));
+        assert_eq!(throttle(None, &p, dvt, 0, 0).0.to_array(), [0, 3, 3, -1, 0]);
+    }
+
+    #[test]
+    fn the_clock_going_back_allows_nothing_more() {
+        let p = cell_policy(1, 1, 1);
+        let r = run(p, &[(10_000, 2), (0, 1), (10_999, 1), (11_000, 1)]);
+        assert_eq!(
+            r,
+            vec![
+                [0, 2, 0, -1, 2],
+                [1, 2, 0, 11, 12],
+                [1, 2, 0, 1, 2],
+                [0, 2, 0, -1, 2]
+            ]
+        );
+    }
+
+    #[test]
+    fn huge_parameters_overflow_nothing() {
+        assert_eq!(cell_policy(i64::MAX as u64, 1, i64::MAX as u64).dvt(), None);
+        let p = cell_policy(1 << 20, i64::MAX as u64, 1);
+        let r = run(p, &[(u64::MAX / 2, i64::MAX as u64), (u64::MAX, 1)]);
+        assert_eq!(r[0], [1, (1 << 20) + 1, (1 << 20) + 1, -1, 0]);
+        assert_eq!(r[1][0], 0);
+        assert!(gcra_policy(0, u64::MAX / 999, 1).is_none());
+    }
+
+    #[test]
+    fn a_new_unit_moves_the_tat_never_earlier() {
+        let t = Tat {
+            ms: 10,
+            frac: 1,
+            units_per_ms: 3,
+        };
+        let p = Policy {
+            units_per_ms: 2,
+            interval: 1,
+            max_burst: 0,
+        };
+        assert_eq!(t.units(&p), 21);
+    }
+}

@@ -1,0 +1,423 @@
+//! Rate limits: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE, GCRA,
+//! plus RLSTATE (inspection) and LH.RESTORE (the effect that replicates them).
+//!
+//! # Layout
+//! - this file: the rows, argument parsing, the store and the effects;
+//! - [`token_bucket`], [`sliding_window`], [`gcra`]: each algorithm as pure,
+//!   synchronous state transitions on the monotonic clock, unit-tested
+//!   without a shard;
+//! - `model` (tests only): a reference model written for clarity, compared
+//!   with the algorithms by proptest.
+//!
+//! # Clocks and expiry (DESIGN.md decisions 4-7)
+//! Refills and windows read `Shard::now.mono_ms`; TTLs are Unix ms. A state
+//! keeps its instants in monotonic ms; its key expires when the state is
+//! worth nothing any more (a full bucket, two empty windows, a TAT in the
+//! past), converted to Unix ms as `unix_now + (instant - mono_now)`. Every
+//! call that changes a state stores it and emits it whole, with absolute Unix
+//! times: `LH.RESTORE key <KIND> <fields...> PXAT <ms>`. Peeks and denials
+//! change nothing and emit nothing.
+
+use leasehold_protocol::{Args, Reply};
+
+use super::flags::{DENYOOM, FAST, READONLY, WRITE};
+use super::{cmd, CommandSpec, Exec, KEY1};
+use crate::clock::Now;
+use crate::effects::Effect;
+use crate::error::OpError;
+use crate::shard::Shard;
+use crate::store::Value;
+
+pub mod gcra;
+#[cfg(test)]
+mod model;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use token_bucket::Change;
+
+/// The family's rows.
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd(
+        "tokenlease",
+        -6,
+        WRITE | DENYOOM | FAST,
+        KEY1,
+        Exec::Key(tokenlease),
+        "Leases tokens from a token bucket: all or nothing, or at least MIN.",
+    ),
+    cmd(
+        "tokenreturn",
+        6,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(tokenreturn),
+        "Gives unspent leased tokens back to a token bucket.",
+    ),
+    cmd(
+        "slidingwindow",
+        -4,
+        WRITE | DENYOOM | FAST,
+        KEY1,
+        Exec::Key(slidingwindow),
+        "Counts hits in a sliding window of two fixed windows; admits them under a limit.",
+    ),
+    cmd(
+        "cl.throttle",
+        -5,
+        WRITE | DENYOOM | FAST,
+        KEY1,
+        Exec::Key(cl_throttle),
+        "Rate limits with GCRA, as the redis-cell module does.",
+    ),
+    cmd(
+        "gcra",
+        -5,
+        WRITE | DENYOOM | FAST,
+        KEY1,
+        Exec::Key(gcra_cmd),
+        "Rate limits with GCRA, with the syntax of Redis 8.8.",
+    ),
+    cmd(
+        "rlstate",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(rlstate),
+        "Shows the stored state of a rate-limit key.",
+    ),
+    cmd(
+        "lh.restore",
+        -8,
+        WRITE | DENYOOM,
+        KEY1,
+        Exec::Key(restore),
+        "Recreates a rate-limit state with absolute times (the replication effect).",
+    ),
+];
+
+/// TYPE names of the state kinds.
+pub mod type_names {
+    /// A TOKENLEASE / TOKENRETURN bucket.
+    pub const TOKEN_BUCKET: &str = "tokenbucket";
+    /// A SLIDINGWINDOW counter.
+    pub const SLIDING_WINDOW: &str = "slidingwindow";
+    /// A CL.THROTTLE / GCRA theoretical arrival time.
+    pub const GCRA: &str = "gcra";
+}
+
+/// An integer argument that must be at least 1 (`ERR <name> must be positive`).
+fn positive(a: &mut Args, name: &'static str) -> Result<u64, OpError> {
+    match a.i64()? {
+        v if v <= 0 => Err(OpError::MustBePositive(name)),
+        v => Ok(v as u64),
+    }
+}
+
+/// An integer argument that must be at least 0 (Redis's integer error otherwise).
+fn count(a: &mut Args) -> Result<u64, OpError> {
+    u64::try_from(a.i64()?).map_err(|_| OpError::NotInteger)
+}
+
+/// The optional `<WORD> n` tail of a command, ending the arguments.
+fn option(a: &mut Args, word: &str) -> Result<Option<u64>, OpError> {
+    if a.remaining() == 0 {
+        return Ok(None);
+    }
+    if !a.flag(word) {
+        return Err(OpError::Syntax);
+    }
+    let n = count(a)?;
+    a.finish()?;
+    Ok(Some(n))
+}
+
+/// A monotonic instant as Unix ms under the snapshot `now` (at least 1, since
+/// a deadline of 0 means "no TTL" to the store).
+pub fn unix_of(now: Now, mono: u64) -> u64 {
+    (now.unix_ms as i128 + mono as i128 - now.mono_ms as i128).clamp(1, u64::MAX as i128) as u64
+}
+
+/// A Unix-ms instant as monotonic ms under the snapshot `now` (0 at the least:
+/// an instant before the monotonic origin is taken as the origin).
+pub fn mono_of(now: Now, unix: u64) -> u64 {
+    (now.mono_ms as i128 + unix as i128 - now.unix_ms as i128).clamp(0, u64::MAX as i128) as u64
+}
+
+/// Reads the state at `key` through `pick`: `None` when absent, WRONGTYPE when
+/// the key holds anything `pick` refuses.
+fn load<T>(s: &mut Shard, key: &[u8], pick: fn(&Value) -> Option<T>) -> Result<Option<T>, OpError> {
+    match s.store.get(key, s.now.unix_ms) {
+        None => {
+            s.stats.keyspace_misses.add(1);
+            Ok(None)
+        }
+        Some(e) => {
+            s.stats.keyspace_hits.add(1);
+            pick(&e.value).map(Some).ok_or(OpError::WrongType)
+        }
+    }
+}
+
+/// Stores a state whose key expires at monotonic `expire_mono` and emits it.
+fn save(s: &mut Shard, key: &[u8], value: Value, expire_mono: u64) {
+    let at = unix_of(s.now, expire_mono);
+    emit_restore(s, key, &value, at);
+    s.store.set(key, value, Some(at));
+}
+
+/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants.
+fn restore_fields(now: Now, v: &Value) -> Option<(&'static [u8], Vec<u64>)> {
+    Some(match v {
+        Value::TokenBucket(b) => (
+            b"TOKENBUCKET",
+            vec![b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
+        ),
+        Value::SlidingWindow(w) => (
+            b"SLIDINGWINDOW",
+            vec![w.window_ms, unix_of(now, w.start), w.previous, w.current],
+        ),
+        Value::Gcra(t) => (b"GCRA", vec![unix_of(now, t.ms), t.frac, t.units_per_ms]),
+        _ => return None,
+    })
+}
+
+fn emit_restore(s: &mut Shard, key: &[u8], value: &Value, expire_at: u64) {
+    let Some((kind, fields)) = restore_fields(s.now, value) else {
+        return;
+    };
+    let mut bufs = vec![itoa::Buffer::new(); fields.len() + 1];
+    let (last, nums) = bufs
+        .split_last_mut()
+        .expect("one buffer per field and one for PXAT");
+    let mut args: Vec<&[u8]> = vec![b"LH.RESTORE", key, kind];
+    args.extend(
+        nums.iter_mut()
+            .zip(&fields)
+            .map(|(b, n)| b.format(*n).as_bytes()),
+    );
+    args.push(b"PXAT");
+    args.push(last.format(expire_at).as_bytes());
+    s.store.effects.emit(Effect::Raw(&args));
+}
+
+fn int_array<const N: usize>(v: [i64; N]) -> Reply {
+    Reply::Array(v.into_iter().map(Reply::Int).collect())
+}
+
+fn token_policy(a: &mut Args) -> Result<token_bucket::Policy, OpError> {
+    Ok(token_bucket::Policy {
+        capacity: positive(a, "capacity")?,
+        rate: positive(a, "rate")?,
+        period_ms: positive(a, "period_ms")?,
+    })
+}
+
+fn pick_bucket(v: &Value) -> Option<token_bucket::Bucket> {
+    match v {
+        Value::TokenBucket(b) => Some(*b),
+        _ => None,
+    }
+}
+
+fn apply_bucket(s: &mut Shard, key: &[u8], change: Change) {
+    match change {
+        Change::None => {}
+        Change::Store(b, full_at) => save(s, key, Value::TokenBucket(b), full_at),
+        Change::Remove => {
+            s.store.remove(key, s.now.unix_ms);
+        }
+    }
+}
+
+/// `TOKENLEASE key capacity rate period_ms requested [MIN min]`.
+fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let p = token_policy(a)?;
+    let requested = count(a)?;
+    let min = match option(a, "MIN")? {
+        None => requested,
+        Some(m) if (1..=requested).contains(&m) => m,
+        Some(_) => return Err(OpError::MinOutOfRange),
+    };
+    let prev = load(s, &key, pick_bucket)?;
+    let (reply, change) = token_bucket::lease(prev, &p, requested, min, s.now.mono_ms);
+    apply_bucket(s, &key, change);
+    Ok(int_array(reply.to_array()))
+}
+
+/// `TOKENRETURN key capacity rate period_ms count`.
+fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let p = token_policy(a)?;
+    let n = count(a)?;
+    let prev = load(s, &key, pick_bucket)?;
+    let (remaining, change) = token_bucket::give_back(prev, &p, n, s.now.mono_ms);
+    apply_bucket(s, &key, change);
+    Ok(Reply::Int(token_bucket::to_i64(remaining as u128)))
+}
+
+/// `SLIDINGWINDOW key limit window_ms [COUNT n]`.
+fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let p = sliding_window::Policy {
+        limit: positive(a, "limit")?,
+        window_ms: positive(a, "window_ms")?,
+    };
+    let n = option(a, "COUNT")?.unwrap_or(1);
+    let prev = load(s, &key, |v| match v {
+        Value::SlidingWindow(w) => Some(*w),
+        _ => None,
+    })?;
+    let (verdict, change) = sliding_window::admit(prev, &p, n, s.now.mono_ms);
+    if let Some((w, empty_at)) = change {
+        save(s, &key, Value::SlidingWindow(w), empty_at);
+    }
+    Ok(int_array(verdict.to_array()))
+}
+
+fn throttle(s: &mut Shard, key: &[u8], p: gcra::Policy, quantity: u64) -> Result<Reply, OpError> {
+    let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
+    let prev = load(s, key, |v| match v {
+        Value::Gcra(t) => Some(*t),
+        _ => None,
+    })?;
+    let (reply, change) = gcra::throttle(prev, &p, dvt, quantity, s.now.mono_ms);
+    if let Some((tat, expire)) = change {
+        save(s, key, Value::Gcra(tat), expire);
+    }
+    Ok(int_array(reply.to_array()))
+}
+
+/// `CL.THROTTLE key max_burst count_per_period period_s [quantity]`.
+fn cl_throttle(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let max_burst = count(a)?;
+    let per_period = positive(a, "count_per_period")?;
+    let period_s = positive(a, "period")?;
+    let quantity = if a.remaining() > 0 { count(a)? } else { 1 };
+    a.finish()?;
+    throttle(
+        s,
+        &key,
+        gcra::cell_policy(max_burst, per_period, period_s),
+        quantity,
+    )
+}
+
+/// `GCRA key max_burst tokens_per_period period_s [TOKENS n]`.
+fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let max_burst = count(a)?;
+    let per_period = positive(a, "tokens_per_period")?;
+    let period = a.f64()?;
+    // Redis 8.8 (src/gcra.c): period in (0, 1e12) seconds, microsecond accuracy.
+    if !(period > 0.0 && period < 1e12) {
+        return Err(OpError::GcraPeriod);
+    }
+    let period_us = ((period * 1e6).round() as u64).max(1);
+    let tokens = option(a, "TOKENS")?.unwrap_or(1);
+    let p =
+        gcra::gcra_policy(max_burst, per_period, period_us).ok_or(OpError::RateLimitOverflow)?;
+    throttle(s, &key, p, tokens)
+}
+
+/// `RLSTATE key`: the stored fields of a rate-limit key as a map, Unix ms
+/// for instants; nil when the key is missing.
+fn rlstate(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let now = s.now;
+    let Some(e) = s.store.get(&key, now.unix_ms) else {
+        return Ok(Reply::Nil);
+    };
+    let pttl = e
+        .expire_at()
+        .map_or(-1, |at| at.saturating_sub(now.unix_ms) as i64);
+    let (kind, _) = restore_fields(now, &e.value).ok_or(OpError::WrongType)?;
+    let field = |k: &'static str, v: u64| {
+        (
+            Reply::simple(k),
+            Reply::Int(token_bucket::to_i64(v as u128)),
+        )
+    };
+    let mut map = vec![(Reply::simple("type"), Reply::simple(e.value.type_name()))];
+    match e.value {
+        Value::TokenBucket(b) => map.extend([
+            field("tokens", b.tokens),
+            field("fraction", b.frac),
+            field("period_ms", b.period_ms),
+            field("refilled_at_ms", unix_of(now, b.refilled_at)),
+        ]),
+        Value::SlidingWindow(w) => map.extend([
+            field("window_ms", w.window_ms),
+            field("window_start_ms", unix_of(now, w.start)),
+            field("previous", w.previous),
+            field("current", w.current),
+        ]),
+        Value::Gcra(t) => map.extend([
+            field("tat_ms", unix_of(now, t.ms)),
+            field("tat_fraction", t.frac),
+            field("units_per_ms", t.units_per_ms),
+        ]),
+        _ => unreachable!("restore_fields accepted {kind:?}"),
+    }
+    map.push((Reply::simple("pttl"), Reply::Int(pttl)));
+    Ok(Reply::Map(map))
+}
+
+/// `LH.RESTORE key TOKENBUCKET tokens fraction period_ms refilled_at_ms PXAT ms`,
+/// `LH.RESTORE key SLIDINGWINDOW window_ms window_start_ms previous current PXAT ms`,
+/// `LH.RESTORE key GCRA tat_ms tat_fraction units_per_ms PXAT ms`: replaces the
+/// key with that state (Unix-ms instants), or deletes it when the deadline
+/// has passed.
+fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let now = s.now;
+    let kind = a.word()?;
+    let mut nums = [0u64; 4];
+    let n = match kind.as_str() {
+        "TOKENBUCKET" | "SLIDINGWINDOW" => 4,
+        "GCRA" => 3,
+        _ => return Err(OpError::Syntax),
+    };
+    for v in &mut nums[..n] {
+        *v = a.u64()?;
+    }
+    if !a.flag("PXAT") {
+        return Err(OpError::Syntax);
+    }
+    let expire_at = a.u64()?;
+    a.finish()?;
+    let bad = OpError::BadRateLimitState;
+    let value = match (kind.as_str(), nums) {
+        ("TOKENBUCKET", [tokens, frac, period_ms, at]) if frac < period_ms => {
+            Value::TokenBucket(token_bucket::Bucket {
+                tokens,
+                frac,
+                period_ms,
+                refilled_at: mono_of(now, at),
+            })
+        }
+        ("SLIDINGWINDOW", [window_ms, start, previous, current]) if window_ms > 0 => {
+            Value::SlidingWindow(sliding_window::Window {
+                window_ms,
+                start: mono_of(now, start),
+                previous,
+                current,
+            })
+        }
+        ("GCRA", [ms, frac, units_per_ms, _]) if frac < units_per_ms => Value::Gcra(gcra::Tat {
+            ms: mono_of(now, ms),
+            frac,
+            units_per_ms,
+        }),
+        _ => return Err(bad),
+    };
+    if expire_at <= now.unix_ms {
+        s.store.remove(&key, now.unix_ms);
+    } else {
+        emit_restore(s, &key, &value, expire_at);
+        s.store.set(&key, value, Some(expire_at));
+    }
+    Ok(Reply::ok())
+}
