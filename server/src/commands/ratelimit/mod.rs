@@ -421,3 +421,73 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     }
     Ok(Reply::ok())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+    use crate::commands::table;
+    use crate::store::Entry;
+
+    #[test]
+    fn every_command_has_a_docs_entry() {
+        let docs = include_str!("../../../../docs/commands.md");
+        let headings: std::collections::HashSet<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("## "))
+            .map(str::trim)
+            .collect();
+        let missing: Vec<String> = table()
+            .commands
+            .iter()
+            .map(|c| c.name.to_ascii_uppercase())
+            .filter(|name| !headings.contains(name.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "no `## NAME` section in docs/commands.md for {missing:?}"
+        );
+    }
+
+    #[test]
+    fn states_stay_small() {
+        assert_eq!(size_of::<token_bucket::Bucket>(), 32);
+        assert_eq!(size_of::<sliding_window::Window>(), 32);
+        assert_eq!(size_of::<gcra::Tat>(), 24);
+        // The variants add nothing to the enum: `Bytes` already makes it 40.
+        assert!(
+            size_of::<Value>() <= 40,
+            "Value is {} bytes",
+            size_of::<Value>()
+        );
+        println!(
+            "size_of Value = {}, Entry = {}",
+            size_of::<Value>(),
+            size_of::<Entry>()
+        );
+    }
+
+    #[test]
+    fn monotonic_and_unix_instants_convert_both_ways() {
+        let now = Now {
+            unix_ms: 1_700_000_000_000,
+            mono_ms: 5_000,
+        };
+        assert_eq!(unix_of(now, 6_000), 1_700_000_001_000);
+        assert_eq!(unix_of(now, 0), 1_699_999_995_000);
+        assert_eq!(mono_of(now, unix_of(now, 123)), 123);
+        assert_eq!(mono_of(now, 1), 0, "before the monotonic origin");
+        assert_eq!(
+            unix_of(
+                Now {
+                    unix_ms: 0,
+                    mono_ms: 10
+                },
+                0
+            ),
+            1,
+            "never 0 (no TTL)"
+        );
+    }
+}
