@@ -207,6 +207,12 @@ fn plan_split(worker: &Worker, pipe: &mut Pipeline, spec: &CommandSpec, idx: usi
     let shards = worker.shared.shards;
     let all = args.all();
     let step = spec.step.max(1) as usize;
+    // A key without its value (`MSET a 1 b`) fails the whole command before
+    // any part runs, or the shards holding complete pairs would write them.
+    if (all.len() - spec.first_key as usize) % step != 0 {
+        pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
+        return;
+    }
     let positions: Vec<usize> = spec.key_positions(all.len()).collect();
     let owner: Vec<usize> = positions.iter().map(|&p| slot_shard(key_slot(&all[p]), shards)).collect();
     if owner.windows(2).all(|w| w[0] == w[1]) {

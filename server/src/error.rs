@@ -46,6 +46,9 @@ pub enum OpError {
     AuthNotConfigured,
     /// `NOPROTO unsupported protocol version`
     NoProto,
+    /// `ERR wrong number of arguments for '<command>|<sub>' command`; the
+    /// string is `<command>|<sub>` in lower case.
+    SubcommandArity(String),
     /// `ERR unknown subcommand '<sub>'. Try <COMMAND> HELP.`
     UnknownSubcommand {
         /// The command, upper case.
@@ -106,6 +109,7 @@ impl OpError {
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
             ),
             OpError::NoProto => Reply::err("NOPROTO unsupported protocol version"),
+            OpError::SubcommandArity(name) => wrong_arity(name),
             OpError::UnknownSubcommand { command, sub } => Reply::err_owned(format!(
                 "ERR unknown subcommand '{}'. Try {command} HELP.",
                 truncate(sub, 128)
@@ -143,15 +147,19 @@ pub fn wrong_arity(name: &str) -> Reply {
 /// `ERR unknown command '<name>', with args beginning with: '<a>' '<b>' `
 pub fn unknown_command(args: &[bytes::Bytes]) -> Reply {
     let name = String::from_utf8_lossy(args.first().map(|b| &b[..]).unwrap_or(b""));
-    let mut text = format!("ERR unknown command '{}', with args beginning with: ", truncate(&name, 128));
+    // As Redis's `processCommand`: arguments are quoted while the list is
+    // under 128 bytes, each cut to what is left of those 128.
+    let mut list = String::new();
     for a in args.iter().skip(1) {
-        let a = String::from_utf8_lossy(a);
-        if text.len() + a.len() > 128 + 64 {
+        if list.len() >= 128 {
             break;
         }
-        text.push_str(&format!("'{}' ", truncate(&a, 128)));
+        let a = String::from_utf8_lossy(a);
+        list.push_str(&format!("'{}' ", truncate(&a, 128 - list.len())));
     }
-    Reply::err_owned(text)
+    let text = format!("ERR unknown command '{}', with args beginning with: {list}", truncate(&name, 128));
+    // A newline inside an error reply would break the protocol; Redis maps them to spaces.
+    Reply::err_owned(text.replace(['\r', '\n'], " "))
 }
 
 /// `ERR Protocol error: <detail>`, sent before closing the connection.

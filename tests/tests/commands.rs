@@ -456,7 +456,7 @@ on_1_and_2_threads! {
         assert!(c.call("HELLO 2").starts_with("*14\r\n"));
         assert_eq!(c.call("HELLO 4"), "-NOPROTO unsupported protocol version\r\n");
         assert_eq!(c.call("HELLO x"), "-ERR Protocol version is not an integer or out of range\r\n");
-        assert_eq!(c.call("HELLO 3 BOGUS"), "-ERR Syntax error in HELLO option 'bogus'\r\n");
+        assert_eq!(c.call("HELLO 3 BOGUS"), "-ERR Syntax error in HELLO option 'BOGUS'\r\n");
         assert_eq!(c.call("GET nokey"), "$-1\r\n", "a failed HELLO keeps RESP2");
     }
 
@@ -538,7 +538,7 @@ on_1_and_2_threads! {
             ("CLIENT GETNAME", "$8\r\nworker-1\r\n"),
             ("CLIENT SETINFO LIB-NAME redis-rs", "+OK\r\n"),
             ("CLIENT SETINFO LIB-VER 0.32.7", "+OK\r\n"),
-            ("CLIENT FOO", "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n"),
+            ("CLIENT FOO", "-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"),
         ]);
         assert_eq!(
             me.call_args(&[b"CLIENT", b"SETNAME", b"a b"]),
@@ -665,7 +665,7 @@ on_1_and_2_threads! {
             ("CONFIG SET maxclients many", "-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer\r\n"),
             ("CONFIG SET maxclients", "-ERR wrong number of arguments for 'config|set' command\r\n"),
             ("CONFIG GET", "-ERR wrong number of arguments for 'config|get' command\r\n"),
-            ("CONFIG BOGUS", "-ERR unknown subcommand 'bogus'. Try CONFIG HELP.\r\n"),
+            ("CONFIG BOGUS", "-ERR unknown subcommand 'BOGUS'. Try CONFIG HELP.\r\n"),
             ("CONFIG GET maxclients", "*2\r\n$10\r\nmaxclients\r\n$3\r\n100\r\n"),
         ]);
         // A mutable limit takes effect on open connections.

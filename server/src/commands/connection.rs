@@ -86,6 +86,8 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     }
     let mut name = None;
     while a.remaining() > 0 {
+        // Redis names a bad option as sent.
+        let sent = a.peek().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
         match a.word()?.as_str() {
             "AUTH" if a.remaining() >= 2 => {
                 let user = a.next()?;
@@ -94,8 +96,8 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 ctx.conn.set_authenticated(true);
             }
             "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),
-            other => {
-                return Err(OpError::Other(format!("Syntax error in HELLO option '{}'", other.to_ascii_lowercase()).into()))
+            _ => {
+                return Err(OpError::Other(format!("Syntax error in HELLO option '{sent}'").into()))
             }
         }
     }
@@ -179,20 +181,23 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
 
 fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let sub = a.word()?;
-    let unknown = || OpError::UnknownSubcommand { command: "CLIENT", sub: sub.to_ascii_lowercase() };
+    // Redis echoes the subcommand as sent and names `client|<sub>` in arity errors.
+    let sent = String::from_utf8_lossy(&a.all()[1]).into_owned();
+    let unknown = || OpError::UnknownSubcommand { command: "CLIENT", sub: sent.clone() };
+    let arity = || OpError::SubcommandArity(format!("client|{}", sub.to_ascii_lowercase()));
     match sub.as_str() {
         "ID" => {
-            a.finish()?;
+            a.finish().map_err(|_| arity())?;
             Ok(Reply::Int(ctx.conn.handle.id as i64))
         }
         "SETNAME" => {
-            let name = a.next().map_err(|_| unknown())?;
-            a.finish().map_err(|_| unknown())?;
+            let name = a.next().map_err(|_| arity())?;
+            a.finish().map_err(|_| arity())?;
             set_name(&ctx.conn.handle, name)?;
             Ok(Reply::ok())
         }
         "GETNAME" => {
-            a.finish()?;
+            a.finish().map_err(|_| arity())?;
             Ok(ctx.conn.handle.name.lock().clone().map(Reply::Bulk).unwrap_or(Reply::Nil))
         }
         "SETINFO" => {
@@ -204,7 +209,7 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             }
         }
         "INFO" => {
-            a.finish()?;
+            a.finish().map_err(|_| arity())?;
             Ok(Reply::Verbatim("txt", Bytes::from(client_line(ctx.shared, &ctx.conn.handle))))
         }
         "LIST" => {

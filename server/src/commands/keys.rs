@@ -100,7 +100,7 @@ fn expire_generic(s: &mut Shard, a: &mut Args, unit_ms: i64, relative: bool, cmd
     let when = a.i64()?;
     let flags = expire_flags(a)?;
     let bad = OpError::InvalidExpire(cmd);
-    if unit_ms == 1000 && (when > i64::MAX / 1000 || when < i64::MIN / 1000) {
+    if unit_ms == 1000 && !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
         return Err(bad);
     }
     let mut when = when * unit_ms;

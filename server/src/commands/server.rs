@@ -215,11 +215,14 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
     out
 }
 
+/// Applies a CONFIG SET value; the error is the reason Redis would print.
+type Setter = fn(&mut Config, &str) -> Result<(), &'static str>;
+
 /// One CONFIG parameter: its name, how to read it and (if mutable) set it.
 struct Param {
     name: &'static str,
     get: fn(&Config) -> String,
-    set: Option<fn(&mut Config, &str) -> Result<(), &'static str>>,
+    set: Option<Setter>,
 }
 
 fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, &'static str> {
@@ -324,7 +327,7 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             Ok(Reply::ok())
         }
         "RESETSTAT" => {
-            a.finish()?;
+            a.finish().map_err(|_| OpError::SubcommandArity("config|resetstat".into()))?;
             *ctx.shared.baseline.lock() = snapshot(ctx.shared);
             Ok(Reply::ok())
         }
@@ -341,7 +344,7 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             .map(|l| Reply::simple(l))
             .collect(),
         )),
-        _ => Err(OpError::UnknownSubcommand { command: "CONFIG", sub: sub.to_ascii_lowercase() }),
+        _ => Err(OpError::UnknownSubcommand { command: "CONFIG", sub: String::from_utf8_lossy(&a.all()[1]).into_owned() }),
     }
 }
 
@@ -391,6 +394,7 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         names.push(a.next()?);
     }
     match sub.as_str() {
+        "COUNT" if !names.is_empty() => Err(OpError::SubcommandArity("command|count".into())),
         "COUNT" => Ok(Reply::Int(t.commands.len() as i64)),
         "LIST" => Ok(Reply::Array(t.commands.iter().map(|c| Reply::bulk(c.name)).collect())),
         "INFO" => Ok(Reply::Array(if names.is_empty() {
@@ -420,7 +424,7 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             }
             Ok(Reply::Array(keys))
         }
-        _ => Err(OpError::UnknownSubcommand { command: "COMMAND", sub: sub.to_ascii_lowercase() }),
+        _ => Err(OpError::UnknownSubcommand { command: "COMMAND", sub: String::from_utf8_lossy(&a.all()[1]).into_owned() }),
     }
 }
 

@@ -290,9 +290,22 @@ fn decrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 }
 
 /// Formats a float as INCRBYFLOAT replies it: plain decimal, no exponent,
-/// no trailing zeros (Redis `ld2string` in human mode).
+/// no trailing zeros, at most 17 decimals (Redis `ld2string` in human mode,
+/// `%.17Lf` on a long double). An f64 holds 15 significant decimal digits
+/// (`DBL_DIG`), so the value is rounded to 15 of them: 0.1 + 0.2 reads "0.3"
+/// as in Redis, not "0.30000000000000004".
 pub fn format_float(v: f64) -> String {
-    format!("{v}")
+    let magnitude = if v == 0.0 { 0 } else { v.abs().log10().floor() as i32 };
+    let decimals = (14 - magnitude).clamp(0, 17) as usize;
+    let mut s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        let len = s.trim_end_matches('0').trim_end_matches('.').len();
+        s.truncate(len);
+    }
+    if s == "-0" {
+        s = "0".into();
+    }
+    s
 }
 
 fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
