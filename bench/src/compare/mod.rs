@@ -1,13 +1,417 @@
-//! Compare mode (in progress).
+//! Compare mode: starts Redis 7 and Leasehold on free loopback ports, runs
+//! every workload against both in alternation for several rounds, measures
+//! memory per key and reclamation, and writes `docs/benchmarks.md`.
+//!
+//! Each load run is a child `leasehold-bench ... --json` process, so the
+//! commands printed in the report are exactly the ones that ran, and the
+//! generator's memory and threads stay out of this process.
+//!
+//! # Layout
+//! - [`servers`]: starting and stopping the two servers.
+//! - [`workloads`]: the rows (what each server is sent).
+//! - [`table`]: medians, noise, and the throughput table.
+//! - [`memory`]: memory per key and reclamation.
+//! - [`doc`]: the whole markdown page.
+
+pub mod doc;
+pub mod memory;
+pub mod servers;
+pub mod table;
+pub mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use self::memory::MemoryResult;
+use self::servers::{Kind, Server};
+use self::table::{RowResult, SideResult};
+use self::workloads::{Side, Workload};
+use crate::report::Report;
+use crate::template::Template;
 
 /// Flags of `leasehold-bench compare`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CompareArgs {}
+pub struct CompareArgs {
+    /// redis-server binary (Debian's redis-server 7.x).
+    #[arg(long, default_value = "redis-server")]
+    pub redis_bin: PathBuf,
+    /// leasehold-server binary [default: next to this binary].
+    #[arg(long)]
+    pub leasehold_bin: Option<PathBuf>,
+    /// Leasehold's --threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Rounds; each row runs once per round on each server.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Connections per run.
+    #[arg(long, default_value_t = 50)]
+    pub connections: usize,
+    /// Keys per throughput run.
+    #[arg(long, default_value_t = 100_000)]
+    pub keyspace: u64,
+    /// Keys for the memory and reclamation rows.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub memory_keys: u64,
+    /// Longest wait for reclamation, in seconds.
+    #[arg(long, default_value_t = 90)]
+    pub reclaim_limit: u64,
+    /// A short smoke run: 1 round of 0.5 s, 20 000 keys for memory rows.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only throughput rows whose name contains this text (for trials).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Skip the memory and reclamation rows.
+    #[arg(long)]
+    pub skip_memory: bool,
+    /// Directory of the Lua scripts.
+    #[arg(long, default_value = "bench/lua")]
+    pub lua_dir: PathBuf,
+    /// Where to write the markdown report.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub out: PathBuf,
+}
 
-/// Runs the comparison.
+impl CompareArgs {
+    /// The settings after `--quick`.
+    fn effective(&self) -> CompareArgs {
+        let mut a = self.clone();
+        if a.quick {
+            a.rounds = 1;
+            a.duration = 0.5;
+            a.memory_keys = a.memory_keys.min(20_000);
+            a.reclaim_limit = a.reclaim_limit.min(30);
+        }
+        a
+    }
+}
+
+/// Spawns child load runs and remembers how to print them.
+#[derive(Debug)]
+pub struct Runner {
+    exe: PathBuf,
+    lua_dir: PathBuf,
+    connections: usize,
+    keyspace: u64,
+    duration: f64,
+}
+
+impl Runner {
+    fn script(&self, side: &Side) -> Option<PathBuf> {
+        side.script.map(|s| self.lua_dir.join(s))
+    }
+
+    /// Arguments of one throughput run of `side` against `server`.
+    pub fn throughput_args(&self, server: &Server, w: &Workload, side: &Side) -> Vec<String> {
+        let mut a = vec![
+            "--port".into(),
+            server.port.to_string(),
+            "-c".into(),
+            self.connections.to_string(),
+            "-P".into(),
+            w.pipeline.to_string(),
+            "--duration".into(),
+            self.duration.to_string(),
+            "-r".into(),
+            self.keyspace.to_string(),
+            "--distribution".into(),
+            w.distribution.into(),
+            "--command".into(),
+            side.command.into(),
+        ];
+        if let Some(s) = self.script(side) {
+            a.extend(["--script".into(), s.display().to_string()]);
+        }
+        a
+    }
+
+    /// Arguments of a run that writes keys 0..keys exactly once each.
+    pub fn fill_args(
+        &self,
+        server: &Server,
+        command: &str,
+        script: Option<&Path>,
+        keys: u64,
+    ) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "--port",
+            &server.port.to_string(),
+            "-c",
+            "8",
+            "-P",
+            "64",
+            "-n",
+            &keys.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(
+            [
+                "-r",
+                &keys.to_string(),
+                "--distribution",
+                "sequential",
+                "--command",
+                command,
+            ]
+            .map(String::from),
+        );
+        if let Some(s) = script {
+            a.extend(["--script".into(), s.display().to_string()]);
+        }
+        a
+    }
+
+    /// The shell line for `args` as printed in the report.
+    pub fn command_line(&self, args: &[String]) -> String {
+        format!("{} {}", display_path(&self.exe), servers::shell_join(args))
+    }
+
+    /// Runs `leasehold-bench <args> --json --allow-errors` and reads its report.
+    ///
+    /// # Errors
+    /// The child's failure (its stderr) or unreadable output.
+    pub fn run(&self, args: &[String]) -> Result<Report, String> {
+        let out = Command::new(&self.exe)
+            .args(args)
+            .args(["--json", "--allow-errors"])
+            .output()
+            .map_err(|e| format!("{}: {e}", self.exe.display()))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or("");
+        serde_json::from_str(line).map_err(|e| format!("unreadable report {line:?}: {e}"))
+    }
+}
+
+/// A path relative to the working directory when it is under it.
+fn display_path(p: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| p.strip_prefix(cwd).ok().map(|r| r.display().to_string()))
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// Sends `command` (key index 0) once; `Some(reason)` when the server does
+/// not know the command, which marks the row pending.
+fn pending_reason(server: &Server, command: &str) -> Result<Option<String>, String> {
+    let args = Template::parse(command, Some("0"))
+        .map_err(|e| e.to_string())?
+        .args(0);
+    let reply = server
+        .conn()
+        .and_then(|mut c| c.call(&args))
+        .map_err(|e| e.to_string())?;
+    Ok(match reply {
+        leasehold_protocol::Reply::Error(e) if e.contains("unknown command") => {
+            Some(e.into_owned())
+        }
+        _ => None,
+    })
+}
+
+/// Runs the whole comparison and writes the report.
 ///
 /// # Errors
-/// Any failure.
-pub fn main(_args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// A server that does not start, or the report that cannot be written.
+pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let args = args.effective();
+    let exe = std::env::current_exe()?;
+    let leasehold_bin = args
+        .leasehold_bin
+        .clone()
+        .unwrap_or_else(|| exe.with_file_name("leasehold-server"));
+    let started = Instant::now();
+    let redis = Server::start(Kind::Redis, &args.redis_bin, args.threads)?;
+    let leasehold = Server::start(Kind::Leasehold, &leasehold_bin, args.threads)?;
+    eprintln!("redis on :{}, leasehold on :{}", redis.port, leasehold.port);
+    let runner = Runner {
+        exe,
+        lua_dir: args.lua_dir.clone(),
+        connections: args.connections,
+        keyspace: args.keyspace,
+        duration: args.duration,
+    };
+    let server = |k: Kind| if k == Kind::Redis { &redis } else { &leasehold };
+
+    let workloads: Vec<Workload> = workloads::all()
+        .into_iter()
+        .filter(|w| args.only.as_deref().is_none_or(|o| w.name.contains(o)))
+        .collect();
+    let mut rows: Vec<RowResult> = Vec::new();
+    for w in &workloads {
+        let probe = |k: Kind| match pending_reason(server(k), w.side(k).command) {
+            Ok(Some(why)) => SideResult::Pending(why),
+            Ok(None) => SideResult::Runs(Vec::new()),
+            Err(e) => SideResult::Failed(e),
+        };
+        // Redis runs the scripts, which the probe cannot send before SCRIPT LOAD.
+        let redis_side = if w.redis.script.is_some() {
+            SideResult::Runs(Vec::new())
+        } else {
+            probe(Kind::Redis)
+        };
+        rows.push(RowResult {
+            workload: w.clone(),
+            redis: redis_side,
+            leasehold: probe(Kind::Leasehold),
+        });
+    }
+    let mut commands: Vec<String> = Vec::new();
+    for round in 0..args.rounds {
+        for (i, row) in rows.iter_mut().enumerate() {
+            // Alternate which server goes first so neither always runs warm.
+            let order = if (round + i) % 2 == 0 {
+                [Kind::Redis, Kind::Leasehold]
+            } else {
+                [Kind::Leasehold, Kind::Redis]
+            };
+            for kind in order {
+                let w = &row.workload;
+                let a = runner.throughput_args(server(kind), w, w.side(kind));
+                if round == 0 {
+                    commands.push(format!(
+                        "# {} -P {} on {}\n{}",
+                        w.name,
+                        w.pipeline,
+                        kind.label(),
+                        runner.command_line(&a)
+                    ));
+                }
+                let slot = if kind == Kind::Redis {
+                    &mut row.redis
+                } else {
+                    &mut row.leasehold
+                };
+                let SideResult::Runs(runs) = slot else {
+                    continue;
+                };
+                match runner.run(&a) {
+                    Ok(r) => {
+                        eprintln!(
+                            "[round {}/{}] {} -P {} {}: {:.0} ops/s, p99 {:.3} ms, {} errors",
+                            round + 1,
+                            args.rounds,
+                            w.name,
+                            w.pipeline,
+                            kind.label(),
+                            r.ops_per_sec,
+                            r.latency_ms.p99,
+                            r.errors
+                        );
+                        runs.push(r);
+                    }
+                    Err(e) => *slot = SideResult::Failed(e),
+                }
+            }
+        }
+    }
+
+    let (mut memory_rows, mut reclaim) = (Vec::new(), None);
+    if !args.skip_memory {
+        memory_rows = measure_memory(&args, &runner, &redis, &leasehold, &mut commands);
+        reclaim = Some(measure_reclaim(
+            &args,
+            &runner,
+            &redis,
+            &leasehold,
+            &mut commands,
+        ));
+    }
+    let page = doc::render(&doc::Page {
+        args: &args,
+        servers: [&redis, &leasehold],
+        rows: &rows,
+        memory: &memory_rows,
+        reclaim: reclaim.as_ref(),
+        commands: &commands,
+        elapsed: started.elapsed(),
+    });
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, page)?;
+    eprintln!(
+        "wrote {} in {:.0} s",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
+}
+
+fn measure_memory(
+    args: &CompareArgs,
+    runner: &Runner,
+    redis: &Server,
+    leasehold: &Server,
+    commands: &mut Vec<String>,
+) -> Vec<MemoryResult> {
+    let mut out = Vec::new();
+    for row in workloads::memory_rows() {
+        let mut one = |server: &Server, side: &Side| -> Result<memory::Memory, String> {
+            let script = runner.script(side);
+            let a = runner.fill_args(server, side.command, script.as_deref(), args.memory_keys);
+            commands.push(format!(
+                "# memory: {} on {}\n{}",
+                row.name,
+                server.kind.label(),
+                runner.command_line(&a)
+            ));
+            if script.is_none() {
+                if let Some(why) = pending_reason(server, side.command)? {
+                    return Err(format!("pending: {why}"));
+                }
+            }
+            let m = memory::measure(
+                server,
+                args.memory_keys,
+                &|| runner.run(&a).map(|_| ()),
+                script.as_deref(),
+            )?;
+            eprintln!(
+                "memory {} on {}: {:.1} bytes/key",
+                row.name,
+                server.kind.label(),
+                m.per_key()
+            );
+            Ok(m)
+        };
+        let r = one(redis, &row.redis);
+        let l = one(leasehold, &row.leasehold);
+        out.push(MemoryResult {
+            name: row.name.to_string(),
+            redis: r,
+            leasehold: l,
+        });
+    }
+    out
+}
+
+fn measure_reclaim(
+    args: &CompareArgs,
+    runner: &Runner,
+    redis: &Server,
+    leasehold: &Server,
+    commands: &mut Vec<String>,
+) -> memory::ReclaimPair {
+    let limit = Duration::from_secs(args.reclaim_limit);
+    let mut one = |server: &Server| {
+        let a = runner.fill_args(server, workloads::RECLAIM_COMMAND, None, args.memory_keys);
+        commands.push(format!(
+            "# reclamation on {}\n{}",
+            server.kind.label(),
+            runner.command_line(&a)
+        ));
+        let r = memory::reclaim(server, &|| runner.run(&a).map(|_| ()), limit);
+        eprintln!("reclamation on {}: {r:?}", server.kind.label());
+        r
+    };
+    (one(redis), one(leasehold))
 }

@@ -1,0 +1,213 @@
+//! The rows of the comparison: what each server is sent.
+
+use super::servers::Kind;
+
+/// What one server is sent in a throughput row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
+    /// Command template (see [`crate::template`]).
+    pub command: &'static str,
+    /// Lua script under `bench/lua/` to load first, if any.
+    pub script: Option<&'static str>,
+}
+
+/// One throughput row: the same work on both servers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Row label.
+    pub name: &'static str,
+    /// Pipeline depth.
+    pub pipeline: usize,
+    /// Key distribution, as `--distribution` takes it.
+    pub distribution: &'static str,
+    /// What Redis is sent.
+    pub redis: Side,
+    /// What Leasehold is sent.
+    pub leasehold: Side,
+}
+
+impl Workload {
+    /// The side for `kind`.
+    pub fn side(&self, kind: Kind) -> &Side {
+        match kind {
+            Kind::Redis => &self.redis,
+            Kind::Leasehold => &self.leasehold,
+        }
+    }
+}
+
+/// The same command on both servers.
+const fn same(command: &'static str) -> (Side, Side) {
+    (
+        Side {
+            command,
+            script: None,
+        },
+        Side {
+            command,
+            script: None,
+        },
+    )
+}
+
+/// A native Leasehold command against a Lua script on Redis taking the same
+/// arguments (`EVALSHA <sha> 1 <key> <args>`).
+const fn native_vs_lua(
+    native: &'static str,
+    lua: &'static str,
+    script: &'static str,
+) -> (Side, Side) {
+    (
+        Side {
+            command: lua,
+            script: Some(script),
+        },
+        Side {
+            command: native,
+            script: None,
+        },
+    )
+}
+
+/// Token bucket: 100 tokens, refilled at 100 per second, 1 per call. With
+/// 100k keys and about 10^5 calls/s each key sees about one call a second, so
+/// nearly every call is granted and writes, the expensive path.
+const TOKEN: (Side, Side) = native_vs_lua(
+    "TOKENLEASE tb:__key__ 100 100 1000 1",
+    "EVALSHA __sha__ 1 tb:__key__ 100 100 1000 1",
+    "token_bucket.lua",
+);
+/// Sliding window: limit 100 per 60 s (the issue's parameters).
+const WINDOW: (Side, Side) = native_vs_lua(
+    "SLIDINGWINDOW sw:__key__ 100 60000",
+    "EVALSHA __sha__ 1 sw:__key__ 100 60000",
+    "sliding_log.lua",
+);
+/// GCRA: burst 100 (max_burst 99), 100 per 60 s, 1 per call.
+const GCRA: (Side, Side) = native_vs_lua(
+    "CL.THROTTLE gc:__key__ 99 100 60 1",
+    "EVALSHA __sha__ 1 gc:__key__ 99 100 60 1",
+    "gcra.lua",
+);
+
+/// A row's name, sides, pipeline depths and key distribution.
+type RowSpec = (&'static str, (Side, Side), &'static [usize], &'static str);
+
+/// Every throughput row, in run order (SET before GET so GET finds values).
+pub fn all() -> Vec<Workload> {
+    let rows: [RowSpec; 8] = [
+        ("PING", same("PING"), &[1, 16], "uniform"),
+        ("SET", same("SET k:__key__ xxx"), &[1, 16], "uniform"),
+        ("GET", same("GET k:__key__"), &[1, 16], "uniform"),
+        ("INCR", same("INCR c:__key__"), &[1, 16], "uniform"),
+        ("TOKENLEASE vs token-bucket Lua", TOKEN, &[1, 16], "uniform"),
+        (
+            "SLIDINGWINDOW vs sorted-set Lua",
+            WINDOW,
+            &[1, 16],
+            "uniform",
+        ),
+        ("CL.THROTTLE vs GCRA Lua", GCRA, &[1, 16], "uniform"),
+        (
+            "TOKENLEASE vs token-bucket Lua, Zipf(0.99) keys",
+            TOKEN,
+            &[16],
+            "zipf:0.99",
+        ),
+    ];
+    rows.iter()
+        .flat_map(|(name, (redis, leasehold), pipelines, distribution)| {
+            pipelines.iter().map(move |&pipeline| Workload {
+                name,
+                pipeline,
+                distribution,
+                redis: redis.clone(),
+                leasehold: leasehold.clone(),
+            })
+        })
+        .collect()
+}
+
+/// One memory row: `keys` keys of one kind created with pipelined calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryRow {
+    /// Row label.
+    pub name: &'static str,
+    /// What Redis is sent.
+    pub redis: Side,
+    /// What Leasehold is sent.
+    pub leasehold: Side,
+}
+
+/// The memory rows. Parameters keep every key alive for the whole
+/// measurement: buckets refill 1 token an hour (a key lives until full), the
+/// window is 60 s and the GCRA emits 1 per hour.
+pub fn memory_rows() -> Vec<MemoryRow> {
+    let row = |name, (redis, leasehold): (Side, Side)| MemoryRow {
+        name,
+        redis,
+        leasehold,
+    };
+    vec![
+        row(
+            "token bucket (TOKENLEASE vs hash + Lua)",
+            native_vs_lua(
+                "TOKENLEASE tb:__key__ 100 1 3600000 1",
+                "EVALSHA __sha__ 1 tb:__key__ 100 1 3600000 1",
+                "token_bucket.lua",
+            ),
+        ),
+        row(
+            "sliding window (SLIDINGWINDOW vs sorted set + Lua), 1 hit per key",
+            WINDOW,
+        ),
+        row(
+            "GCRA (CL.THROTTLE vs string + Lua)",
+            native_vs_lua(
+                "CL.THROTTLE gc:__key__ 99 1 3600 1",
+                "EVALSHA __sha__ 1 gc:__key__ 99 1 3600 1",
+                "gcra.lua",
+            ),
+        ),
+    ]
+}
+
+/// The reclamation row's command: the same on both servers.
+pub const RECLAIM_COMMAND: &str = "SET rc:__key__ xxx PX 1000";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::Template;
+
+    #[test]
+    fn rows_cover_the_issue() {
+        let rows = all();
+        assert_eq!(rows.len(), 15);
+        assert_eq!(rows.iter().filter(|w| w.pipeline == 16).count(), 8);
+        assert!(rows.iter().any(
+            |w| w.distribution == "zipf:0.99" && w.leasehold.command.starts_with("TOKENLEASE")
+        ));
+    }
+
+    #[test]
+    fn every_template_parses_and_scripts_exist() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+        let sides = all()
+            .into_iter()
+            .flat_map(|w| [w.redis, w.leasehold])
+            .chain(
+                memory_rows()
+                    .into_iter()
+                    .flat_map(|m| [m.redis, m.leasehold]),
+            );
+        for side in sides {
+            let t = Template::parse(side.command, Some("0123")).unwrap();
+            assert!(t.has_key() || side.command == "PING", "{}", side.command);
+            if let Some(s) = side.script {
+                assert!(dir.join(s).is_file(), "missing bench/lua/{s}");
+            }
+        }
+        assert!(Template::parse(RECLAIM_COMMAND, None).unwrap().has_key());
+    }
+}
