@@ -169,7 +169,11 @@ impl Runner {
 
     /// The shell line for `args` as printed in the report.
     pub fn command_line(&self, args: &[String]) -> String {
-        format!("{} {}", display_path(&self.exe), servers::shell_join(args))
+        format!(
+            "{} {}",
+            servers::display_path(&self.exe),
+            servers::shell_join(args)
+        )
     }
 
     /// Runs `leasehold-bench <args> --json --allow-errors` and reads its report.
@@ -191,14 +195,6 @@ impl Runner {
     }
 }
 
-/// A path relative to the working directory when it is under it.
-fn display_path(p: &Path) -> String {
-    std::env::current_dir()
-        .ok()
-        .and_then(|cwd| p.strip_prefix(cwd).ok().map(|r| r.display().to_string()))
-        .unwrap_or_else(|| p.display().to_string())
-}
-
 /// Sends `command` (key index 0) once; `Some(reason)` when the server does
 /// not know the command, which marks the row pending.
 fn pending_reason(server: &Server, command: &str) -> Result<Option<String>, String> {
@@ -210,9 +206,10 @@ fn pending_reason(server: &Server, command: &str) -> Result<Option<String>, Stri
         .and_then(|mut c| c.call(&args))
         .map_err(|e| e.to_string())?;
     Ok(match reply {
-        leasehold_protocol::Reply::Error(e) if e.contains("unknown command") => {
-            Some(e.into_owned())
-        }
+        leasehold_protocol::Reply::Error(e) if e.contains("unknown command") => Some(format!(
+            "no {} yet (unknown command)",
+            String::from_utf8_lossy(&args[0])
+        )),
         _ => None,
     })
 }

@@ -72,7 +72,7 @@ impl Server {
             .map(String::from)
             .to_vec(),
         };
-        let command_line = format!("{} {}", bin.display(), shell_join(&args));
+        let command_line = format!("{} {}", display_path(bin), shell_join(&args));
         let child = Command::new(bin)
             .args(&args)
             .stdout(Stdio::null())
@@ -130,6 +130,14 @@ impl Drop for Server {
 /// A port that was free on 127.0.0.1 a moment ago.
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A path relative to the working directory when it is under it.
+pub fn display_path(p: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| p.strip_prefix(cwd).ok().map(|r| r.display().to_string()))
+        .unwrap_or_else(|| p.display().to_string())
 }
 
 /// Joins arguments into a line a POSIX shell reads back as the same words.
