@@ -1,0 +1,360 @@
+//! The rate-limit commands end to end over TCP: every case of
+//! `shared/cases/ratelimit.md` (R1..R6, W1..W3, G1) with its exact reply bytes
+//! on a [`ManualClock`], expiry, errors, inspection and restore, on 1 and 2
+//! threads; and redis-rs (a real client) against the real clock.
+//!
+//! `t=` in the cases is the monotonic clock; the wall clock moves with it from
+//! [`T0_MS`], so TTLs are exact.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_server::clock::ManualClock;
+use leasehold_tests::{block_on, on_1_and_2_threads, Raw, TestServer};
+
+/// The wall clock at t=0: 2023-11-14T22:13:20Z.
+const T0_MS: u64 = 1_700_000_000_000;
+const HOUR: u64 = 3_600_000;
+/// 100 years of 365.25 days.
+const CENTURY: u64 = 36_525 * 24 * HOUR;
+
+struct Case {
+    _server: TestServer,
+    clock: Arc<ManualClock>,
+    c: Raw,
+}
+
+impl Case {
+    fn new(threads: usize) -> Case {
+        let clock = Arc::new(ManualClock::new(T0_MS, 0));
+        let server = TestServer::with_clock(threads, clock.clone());
+        let c = server.raw();
+        Case {
+            _server: server,
+            clock,
+            c,
+        }
+    }
+
+    /// Sets both clocks to `t` ms after the start.
+    fn at(&mut self, t: u64) -> &mut Case {
+        self.clock.set_mono_ms(t);
+        self.clock.set_unix_ms(T0_MS + t);
+        self
+    }
+
+    /// Sends `line` and checks that the reply is the integer array `want`.
+    fn ints(&mut self, line: &str, want: &[i64]) {
+        assert_eq!(self.c.call(line), ints(want), "{line} at {:?}", self.clock);
+    }
+}
+
+/// The RESP2 bytes of an array of integers.
+fn ints(v: &[i64]) -> String {
+    let mut s = format!("*{}\r\n", v.len());
+    for i in v {
+        s.push_str(&format!(":{i}\r\n"));
+    }
+    s
+}
+
+on_1_and_2_threads! {
+    fn r1_retry_after_rounds_up_and_is_honest(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 1 10 1000 1", &[1, 0, 0, 100]);
+        k.ints("TOKENLEASE k 1 10 1000 1", &[0, 0, 100, 100]);
+        k.at(99).ints("TOKENLEASE k 1 10 1000 1", &[0, 0, 1, 1]);
+        k.at(100).ints("TOKENLEASE k 1 10 1000 1", &[1, 0, 0, 100]);
+    }
+
+    fn r2_requests_at_and_above_capacity(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 10 1 1000 10", &[10, 0, 0, 10000]);
+        k.ints("TOKENLEASE k 10 1 1000 11", &[0, 0, -1, 10000]);
+        k.ints("TOKENLEASE k 10 1 1000 10", &[0, 0, 10000, 10000]);
+        k.ints("TOKENLEASE k 10 1 1000 0", &[0, 0, 0, 10000]);
+        k.ints("TOKENLEASE missing 10 1 1000 0", &[0, 10, 0, 0]);
+        k.c.script(&[("EXISTS missing", ":0\r\n"), ("PTTL k", ":10000\r\n"), ("TYPE k", "+tokenbucket\r\n")]);
+    }
+
+    fn r3_a_denial_consumes_nothing(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 10 1 1000 8", &[8, 2, 0, 8000]);
+        k.ints("TOKENLEASE k 10 1 1000 5", &[0, 2, 3000, 8000]);
+        k.ints("TOKENLEASE k 10 1 1000 2", &[2, 0, 0, 10000]);
+        k.ints("TOKENLEASE k 10 1 1000 1000000", &[0, 0, -1, 10000]);
+        k.at(1000).ints("TOKENLEASE k 10 1 1000 1", &[1, 0, 0, 10000]);
+    }
+
+    fn r4_long_idle_and_fractions(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE big 1000000 1000000 1000 1000000", &[1000000, 0, 0, 1000]);
+        k.at(12 * HOUR).ints("TOKENLEASE big 1000000 1000000 1000 1", &[1, 999999, 0, 1]);
+        k.at(CENTURY).ints("TOKENLEASE big 1000000 1000000 1000 1", &[1, 999999, 0, 1]);
+
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 5 1 1000 5", &[5, 0, 0, 5000]);
+        let mut grants = Vec::new();
+        for i in 1..=25u64 {
+            let t = i * 400;
+            let reply = k.at(t).c.call("TOKENLEASE k 5 1 1000 1");
+            if reply.starts_with("*4\r\n:1\r\n") {
+                grants.push(t);
+            }
+        }
+        assert_eq!(grants, vec![1200, 2000, 3200, 4000, 5200, 6000, 7200, 8000, 9200, 10000]);
+    }
+
+    fn r5_the_clock_going_back_mints_nothing(threads) {
+        let mut k = Case::new(threads);
+        k.at(1_000_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 4, 0, 1000]);
+        k.at(989_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 3, 0, 2000]);
+        k.at(1_001_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 3, 0, 2000]);
+    }
+
+    fn r6_changing_the_policy(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 1000 1000 1000 1000", &[1000, 0, 0, 1000]);
+        k.ints("TOKENLEASE k 10 10 1000 1", &[0, 0, 100, 1000]);
+        k.ints("TOKENLEASE j 1000 1000 1000 1", &[1, 999, 0, 1]);
+        k.ints("TOKENLEASE j 10 10 1000 0", &[0, 10, 0, 0]);
+    }
+
+    fn w1_no_double_burst_at_a_boundary(threads) {
+        let mut k = Case::new(threads);
+        k.at(59_900);
+        for _ in 0..10 {
+            assert!(k.c.call("SLIDINGWINDOW k 10 60000").starts_with("*4\r\n:1\r\n"));
+        }
+        k.at(60_100).ints("SLIDINGWINDOW k 10 60000", &[0, 10, 0, 5900]);
+        for _ in 1..10 {
+            assert!(k.c.call("SLIDINGWINDOW k 10 60000").starts_with("*4\r\n:0\r\n"));
+        }
+    }
+
+    fn w2_weighting(threads) {
+        let mut k = Case::new(threads);
+        for i in 0..50 {
+            k.at(i * 200).ints("SLIDINGWINDOW k 100 10000", &[1, i as i64 + 1, 99 - i as i64, 0]);
+        }
+        k.at(11_000);
+        for _ in 0..10 {
+            assert!(k.c.call("SLIDINGWINDOW k 100 10000").starts_with("*4\r\n:1\r\n"));
+        }
+        k.ints("SLIDINGWINDOW k 100 10000 COUNT 0", &[0, 55, 45, 0]);
+    }
+
+    fn w3_small_limits_and_expiry(threads) {
+        let mut k = Case::new(threads);
+        k.at(500).ints("SLIDINGWINDOW k 1 1000", &[1, 1, 0, 0]);
+        k.c.script(&[("TYPE k", "+slidingwindow\r\n"), ("PTTL k", ":1500\r\n")]);
+        k.at(1200).ints("SLIDINGWINDOW k 1 1000", &[0, 1, 0, 800]);
+        k.at(2000).c.script(&[("EXISTS k", ":0\r\n")]);
+    }
+
+    fn g1_redis_cell_compatibility(threads) {
+        let mut k = Case::new(threads);
+        k.ints("CL.THROTTLE user123 15 30 60", &[0, 16, 15, -1, 2]);
+        k.ints("CL.THROTTLE k 0 1 2", &[0, 1, 0, -1, 2]);
+        k.ints("CL.THROTTLE k 0 1 2", &[1, 1, 0, 2, 2]);
+        k.c.script(&[("TYPE k", "+gcra\r\n"), ("PTTL k", ":2000\r\n")]);
+        // The same state through Redis 8.8's syntax, with a fractional period.
+        k.ints("GCRA k 0 1 2.0 TOKENS 0", &[0, 1, 0, -1, 2]);
+        k.ints("GCRA g 4 10 0.5 TOKENS 2", &[0, 5, 3, -1, 1]);
+        k.at(2000).c.script(&[("EXISTS k", ":0\r\n")]);
+    }
+
+    fn full_buckets_expire_and_returns_delete(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE k 10 1 1000 4", &[4, 6, 0, 4000]);
+        k.c.script(&[
+            ("PEXPIRETIME k", ":1700000004000\r\n"),
+            ("TOKENRETURN k 10 1 1000 1", ":7\r\n"),
+            ("PTTL k", ":3000\r\n"),
+            ("TOKENRETURN k 10 1 1000 5", ":10\r\n"),
+            ("EXISTS k", ":0\r\n"),
+            ("TOKENRETURN k 10 1 1000 5", ":10\r\n"),
+            ("EXISTS k", ":0\r\n"),
+        ]);
+        k.ints("TOKENLEASE k 10 1 1000 1", &[1, 9, 0, 1000]);
+        k.at(999).c.script(&[("EXISTS k", ":1\r\n")]);
+        k.at(1000).c.script(&[("EXISTS k", ":0\r\n")]);
+    }
+
+    fn errors_name_their_argument(threads) {
+        let mut k = Case::new(threads);
+        let not_int = "-ERR value is not an integer or out of range\r\n";
+        k.c.script(&[
+            ("TOKENLEASE k 0 1 1000 1", "-ERR capacity must be positive\r\n"),
+            ("TOKENLEASE k 10 -1 1000 1", "-ERR rate must be positive\r\n"),
+            ("TOKENLEASE k 10 1 0 1", "-ERR period_ms must be positive\r\n"),
+            ("TOKENLEASE k 10 1 1000 x", not_int),
+            ("TOKENLEASE k 10 1 1000 -1", not_int),
+            ("TOKENLEASE k 1.5 1 1000 1", not_int),
+            ("TOKENLEASE k 10 1 1000 5 MIN 0", "-ERR MIN must be between 1 and requested\r\n"),
+            ("TOKENLEASE k 10 1 1000 5 MIN 6", "-ERR MIN must be between 1 and requested\r\n"),
+            ("TOKENLEASE k 10 1 1000 5 MAX 1", "-ERR syntax error\r\n"),
+            ("TOKENLEASE k 10 1 1000 5 MIN 1 MIN 1", "-ERR syntax error\r\n"),
+            ("TOKENLEASE k 10 1 1000", "-ERR wrong number of arguments for 'tokenlease' command\r\n"),
+            ("SLIDINGWINDOW k 0 1000", "-ERR limit must be positive\r\n"),
+            ("SLIDINGWINDOW k 10 1000 COUNT -1", not_int),
+            ("CL.THROTTLE k 1 0 60", "-ERR count_per_period must be positive\r\n"),
+            ("CL.THROTTLE k 1 1 60 1 2", "-ERR syntax error\r\n"),
+            ("GCRA k 1 1 0", "-ERR period must be > 0 and < 1e12\r\n"),
+            ("GCRA k 1 1 abc", "-ERR value is not a valid float\r\n"),
+            ("CL.THROTTLE k 9223372036854775806 1 9223372036854775807",
+             "-ERR rate limit parameters exceed the supported time range\r\n"),
+            ("EXISTS k", ":0\r\n"),
+            ("SET s v", "+OK\r\n"),
+            ("TOKENLEASE s 10 1 1000 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("SLIDINGWINDOW s 10 1000", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("CL.THROTTLE s 1 1 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("RLSTATE s", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("CL.THROTTLE g 1 1 1", "*5\r\n:0\r\n:2\r\n:1\r\n:-1\r\n:1\r\n"),
+            ("TOKENLEASE g 10 1 1000 1", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("GET g", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("INCR g", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("APPEND g x", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+        ]);
+    }
+
+    fn rlstate_shows_and_restore_recreates(threads) {
+        let mut k = Case::new(threads);
+        k.at(2000).ints("TOKENLEASE k 10 1 1000 8", &[8, 2, 0, 8000]);
+        k.at(2500);
+        let state = "*12\r\n+type\r\n+tokenbucket\r\n+tokens\r\n:2\r\n+fraction\r\n:0\r\n\
+                     +period_ms\r\n:1000\r\n+refilled_at_ms\r\n:1700000002000\r\n+pttl\r\n:7500\r\n";
+        assert_eq!(k.c.call("RLSTATE k"), state);
+        assert_eq!(k.c.call("RLSTATE nothing"), "$-1\r\n");
+        // The effect TOKENLEASE emitted, applied to another key, is the same state.
+        k.c.script(&[
+            ("LH.RESTORE k2 TOKENBUCKET 2 0 1000 1700000002000 PXAT 1700000010000", "+OK\r\n"),
+            ("PTTL k2", ":7500\r\n"),
+        ]);
+        k.ints("TOKENLEASE k 10 1 1000 3", &[0, 2, 500, 7500]);
+        k.ints("TOKENLEASE k2 10 1 1000 3", &[0, 2, 500, 7500]);
+        k.ints("TOKENLEASE k2 10 1 1000 3 MIN 2", &[2, 0, 0, 9500]);
+
+        k.ints("SLIDINGWINDOW w 10 1000 COUNT 3", &[3, 3, 7, 0]);
+        assert_eq!(
+            k.c.call("RLSTATE w"),
+            "*12\r\n+type\r\n+slidingwindow\r\n+window_ms\r\n:1000\r\n+window_start_ms\r\n:1700000002000\r\n\
+             +previous\r\n:0\r\n+current\r\n:3\r\n+pttl\r\n:1500\r\n"
+        );
+        k.c.script(&[
+            ("LH.RESTORE w2 SLIDINGWINDOW 1000 1700000002000 0 3 PXAT 1700000004000", "+OK\r\n"),
+            ("LH.RESTORE g GCRA 1700000004500 0 1 PXAT 1700000004500", "+OK\r\n"),
+            ("LH.RESTORE gone GCRA 1700000001000 0 1 PXAT 1700000001000", "+OK\r\n"),
+            ("EXISTS gone", ":0\r\n"),
+            ("LH.RESTORE bad TOKENBUCKET 1 1000 1000 0 PXAT 1800000000000", "-ERR invalid rate limit state\r\n"),
+            ("LH.RESTORE bad HASH 1 1 1 1 PXAT 1", "-ERR syntax error\r\n"),
+        ]);
+        k.at(3100).ints("SLIDINGWINDOW w2 10 1000 COUNT 0", &[0, 3, 7, 0]);
+        // TAT 1400 ms ahead, 1 s per request, no burst: retry in 1.4 s, shown as 2.
+        k.ints("CL.THROTTLE g 0 1 1", &[1, 1, 0, 2, 2]);
+    }
+}
+
+/// A real client (redis-rs) against the real clock: the grants of many
+/// pipelined and concurrent leases never exceed what the bucket can hold.
+#[test]
+fn redis_rs_leases_never_exceed_capacity() {
+    let server = TestServer::start(2);
+    block_on(Duration::from_secs(30), async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        // 1 token per day: no refill worth a token during the test.
+        let mut pipe = redis::pipe();
+        for _ in 0..200 {
+            pipe.cmd("TOKENLEASE")
+                .arg("gw:{tenant}")
+                .arg(1000)
+                .arg(1)
+                .arg(86_400_000)
+                .arg(7)
+                .arg("MIN")
+                .arg(1);
+        }
+        let replies: Vec<(i64, i64, i64, i64)> = pipe.query_async(&mut con).await.unwrap();
+        let granted: i64 = replies.iter().map(|r| r.0).sum();
+        assert_eq!(granted, 1000);
+        let partial = replies[142];
+        assert_eq!(
+            (partial.0, partial.1, partial.2),
+            (6, 0, 0),
+            "the partial grant"
+        );
+        // A full day per token, less the few ms of refill since the first call.
+        assert!(
+            (86_399_970_000..=86_400_000_000).contains(&partial.3),
+            "{partial:?}"
+        );
+        assert_eq!(replies[143].0, 0);
+        assert!(
+            replies[143].2 > 86_000_000,
+            "about a day: {:?}",
+            replies[143]
+        );
+        let back: i64 = redis::cmd("TOKENRETURN")
+            .arg("gw:{tenant}")
+            .arg(1000)
+            .arg(1)
+            .arg(86_400_000)
+            .arg(10)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(back, 10);
+        let kind: String = redis::cmd("TYPE")
+            .arg("gw:{tenant}")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(kind, "tokenbucket");
+
+        let throttle: Vec<i64> = redis::cmd("CL.THROTTLE")
+            .arg("cell")
+            .arg(15)
+            .arg(30)
+            .arg(60)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(throttle, vec![0, 16, 15, -1, 2]);
+        let err = redis::cmd("TOKENLEASE")
+            .arg("cell")
+            .arg(1)
+            .arg(1)
+            .arg(1)
+            .arg(1)
+            .query_async::<redis::Value>(&mut con)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("WRONGTYPE"));
+    });
+}
+
+/// Many connections lease from one key at once: exactly the capacity is
+/// granted in total, whatever thread each connection landed on.
+#[test]
+fn concurrent_connections_share_one_bucket_exactly() {
+    let server = TestServer::start(2);
+    let addr = server.addr;
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(addr);
+                let mut granted = 0;
+                for _ in 0..100 {
+                    let reply = c.call("TOKENLEASE shared 500 1 86400000 1");
+                    if reply.starts_with("*4\r\n:1\r\n") {
+                        granted += 1;
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let total: i64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 500);
+}
