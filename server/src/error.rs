@@ -110,7 +110,7 @@ impl OpError {
             ),
             OpError::NoProto => Reply::err("NOPROTO unsupported protocol version"),
             OpError::SubcommandArity(name) => wrong_arity(name),
-            OpError::UnknownSubcommand { command, sub } => Reply::err_owned(format!(
+            OpError::UnknownSubcommand { command, sub } => err_echoing_input(format!(
                 "ERR unknown subcommand '{}'. Try {command} HELP.",
                 truncate(sub, 128)
             )),
@@ -123,7 +123,7 @@ impl OpError {
                 Reply::err("ERR rate limit parameters exceed the supported time range")
             }
             OpError::BadRateLimitState => Reply::err("ERR invalid rate limit state"),
-            OpError::Other(text) => Reply::err_owned(format!("ERR {text}")),
+            OpError::Other(text) => err_echoing_input(format!("ERR {text}")),
             OpError::Raw(text) => Reply::err(text),
         }
     }
@@ -158,8 +158,7 @@ pub fn unknown_command(args: &[bytes::Bytes]) -> Reply {
         list.push_str(&format!("'{}' ", truncate(&a, 128 - list.len())));
     }
     let text = format!("ERR unknown command '{}', with args beginning with: {list}", truncate(&name, 128));
-    // A newline inside an error reply would break the protocol; Redis maps them to spaces.
-    Reply::err_owned(text.replace(['\r', '\n'], " "))
+    err_echoing_input(text)
 }
 
 /// `ERR Protocol error: <detail>`, sent before closing the connection.
@@ -169,6 +168,17 @@ pub fn protocol_error(detail: &impl std::fmt::Display) -> Reply {
 
 /// `ERR max number of clients reached`, sent to a connection refused by maxclients.
 pub const MAX_CLIENTS: &str = "-ERR max number of clients reached\r\n";
+
+/// An error whose text may quote the client's input: a CR or LF there would
+/// end the reply early and let the input forge replies, so they become
+/// spaces (Redis `addReplyErrorFormat` maps them the same way).
+fn err_echoing_input(text: String) -> Reply {
+    if text.contains(['\r', '\n']) {
+        Reply::err_owned(text.replace(['\r', '\n'], " "))
+    } else {
+        Reply::err_owned(text)
+    }
+}
 
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -684,6 +684,27 @@ on_1_and_2_threads! {
         assert_eq!(c.call("PING"), "+PONG\r\n");
     }
 
+    fn errors_echoing_input_keep_the_framing(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let nasty: &[u8] = b"x\r\n+OK\r\ny";
+        for args in [
+            &[nasty][..],
+            &[b"FOO", nasty],
+            &[b"CLIENT", nasty],
+            &[b"CONFIG", nasty],
+            &[b"COMMAND", nasty],
+            &[b"CONFIG", b"SET", nasty, b"1"],
+            &[b"HELLO", b"3", nasty],
+            &[b"EXPIRE", b"k", b"10", nasty],
+        ] {
+            c.send(&[leasehold_tests::resp(args), leasehold_tests::cmd("PING")].concat());
+            let err = c.read_text();
+            assert!(err.starts_with('-') && err.find("\r\n") == Some(err.len() - 2), "{args:?}: {err:?}");
+            assert_eq!(c.read_text(), "+PONG\r\n", "{args:?}");
+        }
+    }
+
     fn shutdown_stops_the_server(threads) {
         let server = TestServer::start(threads);
         let addr = server.addr;

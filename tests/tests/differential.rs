@@ -354,6 +354,9 @@ on_1_and_2_threads! {
         p.same_raw(&cmd(&format!("FOO {} {} {}", "a".repeat(100), "b".repeat(20), "c".repeat(20))));
         p.same_args(&[b"FOO", b"a\r\nb", b"\n"]);
         p.same_args(&[b"FOO\r\n", b"x"]);
+        p.same_args(&[b"CLIENT", b"x\r\n+OK\r\ny"]);
+        p.same_args(&[b"CONFIG", b"SET", b"x\r\ny", b"1"]);
+        p.same_args(&[b"HELLO", b"3", b"x\r\ny"]);
         // Protocol errors: the same error, then the connection closes.
         p.same_then_closed(b"*2\r\n$3\r\nGET\r\n$-1\r\n");
         p.same_then_closed(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$\r\n1\r\n");

@@ -277,7 +277,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     if a.remaining() == 1 {
         // Old form: CLIENT KILL ip:port, replies OK or an error.
         let addr = String::from_utf8_lossy(&a.next()?).into_owned();
-        let target = ctx.shared.clients.lock().values().find(|c| c.addr.to_string() == addr).cloned();
+        let target = ctx.shared.clients.lock().values().find(|c| !c.killed.load(Ordering::SeqCst) && c.addr.to_string() == addr).cloned();
         return match target {
             Some(c) => {
                 c.kill();
@@ -312,6 +312,8 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .clients
         .lock()
         .values()
+        // A killed client stays listed until its thread drops it; it is gone already.
+        .filter(|c| !c.killed.load(Ordering::SeqCst))
         .filter(|c| id.is_none_or(|i| c.id == i))
         .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
