@@ -1,0 +1,59 @@
+//! Metric handles, registered once per policy when the manager is built so the
+//! request path only increments (no name lookup, no label allocation).
+//!
+//! Names:
+//! - `rate_limit_decisions_total{policy, outcome}` (counter)
+//! - `rate_limit_bypassed_total{policy, reason}` (counter): decisions admitted
+//!   by the fail-open static bucket because the ledger could not answer
+//! - `rate_limit_lease_rtt_seconds` (histogram): TOKENLEASE round trips
+//! - `rate_limit_lease_size_tokens` (histogram): tokens granted per lease
+//! - `rate_limit_ledger_calls_total{command}` (counter)
+//! - `rate_limit_circuit_state` (gauge, see [`crate::breaker`])
+
+use metrics::{counter, histogram, Counter, Histogram};
+
+use crate::decision::{BypassReason, Outcome};
+
+pub(crate) struct PolicyMetrics {
+    decisions: [Counter; Outcome::COUNT],
+    bypassed: [Counter; 3],
+}
+
+impl PolicyMetrics {
+    pub(crate) fn new(policy: &str) -> PolicyMetrics {
+        let p = policy.to_owned();
+        PolicyMetrics {
+            decisions: Outcome::LABELS.map(|o| {
+                counter!("rate_limit_decisions_total", "policy" => p.clone(), "outcome" => o)
+            }),
+            bypassed: BypassReason::ALL.map(|r| {
+                counter!("rate_limit_bypassed_total", "policy" => p.clone(), "reason" => r.label())
+            }),
+        }
+    }
+
+    pub(crate) fn record(&self, outcome: Outcome) {
+        self.decisions[outcome.index()].increment(1);
+        if let Outcome::Bypassed(reason) = outcome {
+            self.bypassed[reason as usize].increment(1);
+        }
+    }
+}
+
+pub(crate) struct LedgerMetrics {
+    pub(crate) rtt: Histogram,
+    pub(crate) lease_size: Histogram,
+    pub(crate) leases: Counter,
+    pub(crate) returns: Counter,
+}
+
+impl LedgerMetrics {
+    pub(crate) fn new() -> LedgerMetrics {
+        LedgerMetrics {
+            rtt: histogram!("rate_limit_lease_rtt_seconds"),
+            lease_size: histogram!("rate_limit_lease_size_tokens"),
+            leases: counter!("rate_limit_ledger_calls_total", "command" => "TOKENLEASE"),
+            returns: counter!("rate_limit_ledger_calls_total", "command" => "TOKENRETURN"),
+        }
+    }
+}

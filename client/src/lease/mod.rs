@@ -1,0 +1,509 @@
+//! The lease manager: local-first rate limiting against a shared ledger.
+//!
+//! ```text
+//!  decide(policy, key)
+//!    │ map lookup (papaya, no lock, no allocation once the key exists)
+//!    v
+//!  KeyBucket ── blocked? ──> Limited (no ledger call until retry_after)
+//!    │ take a local token ──> Allowed; at the low watermark, claim the one
+//!    │                        lease slot and spawn TOKENLEASE(B, MIN 1)
+//!    │ empty: breaker open ──> fail_open static bucket / fail_closed
+//!    │ empty: wait for the lease (at most the lease deadline + 1 ms)
+//!    v
+//!  sweeper (every sweep_interval): rate samples, TOKENRETURN of idle keys,
+//!  eviction of long-idle empty keys
+//! ```
+//!
+//! Lease size: B = clamp(min_lease, observed_qps x lookahead, max_lease), the
+//! seeds' traffic-proportional leasing. The drift bound that follows: N
+//! gateways over-admit at most N x max_lease beyond the ledger's own limit.
+//!
+//! # Why papaya
+//! Decisions vastly outnumber new keys, and a hot key is read from every
+//! core. papaya's reads are lock-free (epoch-protected) and write nothing
+//! shared, whereas a sharded `RwLock` map (dashmap) makes every read an atomic
+//! read-modify-write on the shard's lock word, which bounces that cache line
+//! between cores on a hot key. One map per policy, keyed by the caller's key
+//! bytes, so a lookup borrows `&[u8]` and allocates nothing.
+
+mod bucket;
+mod metrics;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+
+use self::bucket::{KeyBucket, LeaseResult};
+use self::metrics::{LedgerMetrics, PolicyMetrics};
+use crate::client::Client;
+use crate::clock::{us, Clock};
+use crate::decision::{BypassReason, Decision, Outcome};
+use crate::policy::{FailureMode, Mode, Policy, PolicyId, PolicySet};
+
+type Map = papaya::HashMap<Box<[u8]>, Arc<KeyBucket>, hashbrown::DefaultHashBuilder>;
+
+/// Lease manager settings; the defaults are the seeds' values.
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    /// Smallest lease (tokens). Small enough that a rare caller does not
+    /// strand quota in one gateway.
+    pub min_lease: u64,
+    /// Largest lease (tokens); bounds over-admission at N x max_lease.
+    pub max_lease: u64,
+    /// Tokens asked for = observed qps x this (0.25 s: about 4 leases a second).
+    pub lookahead: Duration,
+    /// Renew when local tokens fall to this fraction of the last lease.
+    pub low_watermark: f64,
+    /// Time constant of the observed-rate average's decay.
+    pub qps_decay: Duration,
+    /// A key with no traffic for this long returns its unspent tokens.
+    pub idle_after: Duration,
+    /// A key idle this long, holding nothing, is forgotten.
+    pub evict_after: Duration,
+    /// How often the sweeper runs.
+    pub sweep_interval: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            min_lease: 5,
+            max_lease: 500,
+            lookahead: Duration::from_millis(250),
+            low_watermark: 0.2,
+            qps_decay: Duration::from_secs(1),
+            idle_after: Duration::from_secs(2),
+            evict_after: Duration::from_secs(60),
+            sweep_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Rate samples shorter than this are too noisy to use.
+const MIN_SAMPLE_US: u64 = 20_000;
+
+struct PolicyState {
+    id: PolicyId,
+    policy: Policy,
+    /// `{domain}:{name}:` prefix of this policy's ledger keys.
+    prefix: Bytes,
+    /// Fail-open static bucket: ns between tokens, and its burst.
+    fallback_interval_ns: u64,
+    fallback_burst: u64,
+    map: Map,
+    metrics: PolicyMetrics,
+}
+
+struct Inner {
+    client: Client,
+    config: LeaseConfig,
+    clock: Arc<dyn Clock>,
+    policies: Vec<PolicyState>,
+    runtime: Handle,
+    ledger: LedgerMetrics,
+    stop: Notify,
+}
+
+/// The lease manager; cheap to clone (all clones share state).
+#[derive(Clone)]
+pub struct LeaseManager {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LeaseManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseManager")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl LeaseManager {
+    /// Builds a manager and starts its sweeper on the current tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn new(
+        client: Client,
+        policies: &PolicySet,
+        config: LeaseConfig,
+        clock: Arc<dyn Clock>,
+    ) -> LeaseManager {
+        let states = policies
+            .policies()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut prefix = BytesMut::new();
+                prefix.put_slice(policies.domain.as_bytes());
+                prefix.put_u8(b':');
+                prefix.put_slice(p.name.as_bytes());
+                prefix.put_u8(b':');
+                let unit_ns = p.unit.as_nanos() as u64;
+                PolicyState {
+                    id: PolicyId(i),
+                    fallback_interval_ns: (unit_ns / p.fail_open_requests_per_unit).max(1),
+                    fallback_burst: p.burst.saturating_mul(2),
+                    prefix: prefix.freeze(),
+                    map: Map::with_hasher(Default::default()),
+                    metrics: PolicyMetrics::new(&p.name),
+                    policy: p.clone(),
+                }
+            })
+            .collect();
+        let manager = LeaseManager {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                clock,
+                policies: states,
+                runtime: Handle::current(),
+                ledger: LedgerMetrics::new(),
+                stop: Notify::new(),
+            }),
+        };
+        let sweeper = manager.clone();
+        manager.inner.runtime.spawn(async move {
+            let every = sweeper.inner.config.sweep_interval;
+            loop {
+                tokio::select! {
+                    _ = sweeper.inner.stop.notified() => return,
+                    _ = tokio::time::sleep(every) => sweeper.maintain(),
+                }
+            }
+        });
+        manager
+    }
+
+    /// The policy behind `id`.
+    pub fn policy(&self, id: PolicyId) -> &Policy {
+        &self.inner.policies[id.0].policy
+    }
+
+    /// Decides one request for `key` under policy `id`, waiting for the
+    /// ledger only when this key has no local tokens (its first request, or a
+    /// demand spike that outran the prefetch), and then at most the lease
+    /// deadline plus 1 ms. A ledger failure yields a bypass outcome, never
+    /// `Limited`.
+    pub async fn decide(&self, id: PolicyId, key: &[u8]) -> Decision {
+        let state = &self.inner.policies[id.0];
+        let bucket = self.bucket(state, key);
+        if let Some(d) = self.local(state, &bucket) {
+            return d;
+        }
+        let deadline = tokio::time::Instant::now()
+            + self.inner.client.config().lease_deadline
+            + Duration::from_millis(1);
+        let mut woken = false;
+        loop {
+            let leased = bucket.leased.notified();
+            tokio::pin!(leased);
+            leased.as_mut().enable();
+            if let Some(left) = bucket.take() {
+                return self.finish(state, self.allowed(state, &bucket, left));
+            }
+            if bucket.blocked(self.inner.clock.now_us()).is_some() {
+                return self.finish(state, self.limited(state, &bucket));
+            }
+            if !bucket.lease_in_flight() {
+                // After a lease finished while we waited, its result decides;
+                // before that, an old failure does not: try the ledger.
+                match bucket.last_result().bypass_reason() {
+                    Some(reason) if woken => return self.bypass(state, &bucket, Some(reason)),
+                    _ => self.spawn_lease(id, &bucket),
+                }
+            }
+            if tokio::time::timeout_at(deadline, leased).await.is_err() {
+                return self.bypass(state, &bucket, Some(BypassReason::LedgerTimeout));
+            }
+            woken = true;
+        }
+    }
+
+    /// Decides without waiting: `None` when the key has no local tokens and a
+    /// lease is on its way (the caller may retry, or call [`Self::decide`]).
+    /// The steady-state path: a map lookup and a few atomic operations.
+    pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
+        let state = &self.inner.policies[id.0];
+        let bucket = self.bucket(state, key);
+        self.local(state, &bucket)
+    }
+
+    fn bucket(&self, state: &PolicyState, key: &[u8]) -> Arc<KeyBucket> {
+        let map = state.map.pin();
+        if let Some(b) = map.get(key) {
+            return b.clone();
+        }
+        let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
+        ledger_key.put_slice(&state.prefix);
+        ledger_key.put_slice(key);
+        let fresh = Arc::new(KeyBucket::new(
+            ledger_key.freeze(),
+            self.inner.clock.now_us(),
+        ));
+        map.get_or_insert(key.into(), fresh).clone()
+    }
+
+    /// The lock-free part: blocked, local token, or (empty) breaker open.
+    fn local(&self, state: &PolicyState, bucket: &Arc<KeyBucket>) -> Option<Decision> {
+        bucket.hit();
+        let now = self.inner.clock.now_us();
+        if bucket.blocked(now).is_some() {
+            return Some(self.finish(state, self.limited(state, bucket)));
+        }
+        if let Some(left) = bucket.take() {
+            if bucket.below_watermark(left, self.inner.config.low_watermark) {
+                self.spawn_lease(state.id, bucket);
+            }
+            return Some(self.finish(state, self.allowed(state, bucket, left)));
+        }
+        if self.inner.client.breaker_would_refuse() {
+            return Some(self.bypass(state, bucket, Some(BypassReason::CircuitOpen)));
+        }
+        // Whatever the last lease's fate, try again: the breaker, not this
+        // key, decides when the ledger is left alone.
+        self.spawn_lease(state.id, bucket);
+        None
+    }
+
+    fn reset(&self, bucket: &KeyBucket, now: u64) -> Duration {
+        Duration::from_micros(bucket.reset_at_us().saturating_sub(now))
+    }
+
+    fn allowed(&self, state: &PolicyState, bucket: &KeyBucket, left: u64) -> Decision {
+        let now = self.inner.clock.now_us();
+        Decision {
+            allowed: true,
+            outcome: Outcome::Allowed,
+            limit: state.policy.requests_per_unit,
+            window: state.policy.unit,
+            remaining: left + bucket.ledger_remaining(),
+            reset: self.reset(bucket, now),
+            retry_after: None,
+            over_quota: false,
+        }
+    }
+
+    /// Over quota, before the policy's mode is applied.
+    fn limited(&self, state: &PolicyState, bucket: &KeyBucket) -> Decision {
+        let now = self.inner.clock.now_us();
+        let until = bucket.blocked(now).unwrap_or(now);
+        Decision {
+            allowed: false,
+            outcome: Outcome::Limited,
+            limit: state.policy.requests_per_unit,
+            window: state.policy.unit,
+            remaining: 0,
+            reset: self.reset(bucket, now),
+            retry_after: Some(Duration::from_micros(until - now)),
+            over_quota: true,
+        }
+    }
+
+    /// Applies the policy's mode to an over-quota decision, and counts it.
+    fn finish(&self, state: &PolicyState, mut d: Decision) -> Decision {
+        if d.outcome == Outcome::Limited {
+            match state.policy.mode {
+                Mode::Enforce => {}
+                Mode::Shadow => {
+                    (d.allowed, d.outcome, d.retry_after) = (true, Outcome::ShadowLimited, None)
+                }
+                Mode::Soft => {
+                    (d.allowed, d.outcome, d.retry_after) = (true, Outcome::SoftOverQuota, None)
+                }
+            }
+        }
+        state.metrics.record(d.outcome);
+        d
+    }
+
+    /// The ledger could not answer for this key.
+    fn bypass(
+        &self,
+        state: &PolicyState,
+        bucket: &KeyBucket,
+        reason: Option<BypassReason>,
+    ) -> Decision {
+        let reason = reason.unwrap_or(BypassReason::LedgerError);
+        let now = self.inner.clock.now_us();
+        let p = &state.policy;
+        let mut d = Decision {
+            allowed: false,
+            outcome: Outcome::FailedClosed(reason),
+            limit: p.requests_per_unit,
+            window: p.unit,
+            remaining: 0,
+            reset: Duration::ZERO,
+            retry_after: Some(self.inner.client.config().breaker.cool_down),
+            over_quota: false,
+        };
+        if p.failure_mode == FailureMode::FailOpen {
+            if bucket.fallback_take(now, state.fallback_interval_ns, state.fallback_burst) {
+                (d.allowed, d.outcome, d.retry_after) = (true, Outcome::Bypassed(reason), None);
+            } else {
+                let wait = Duration::from_nanos(state.fallback_interval_ns);
+                (d.outcome, d.retry_after) = (Outcome::FallbackLimited(reason), Some(wait));
+            }
+        }
+        state.metrics.record(d.outcome);
+        d
+    }
+
+    /// Starts the key's one lease call unless one is in flight or the key is blocked.
+    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyBucket>) {
+        if bucket.blocked(self.inner.clock.now_us()).is_some() || !bucket.claim_lease() {
+            return;
+        }
+        let me = self.clone();
+        let bucket = bucket.clone();
+        self.inner
+            .runtime
+            .spawn(async move { me.lease(id, bucket).await });
+    }
+
+    /// B = clamp(min_lease, observed_qps x lookahead, max_lease).
+    fn lease_size(&self, bucket: &KeyBucket) -> u64 {
+        let c = &self.inner.config;
+        let want = (bucket.qps() * c.lookahead.as_secs_f64()).ceil() as u64;
+        want.clamp(c.min_lease, c.max_lease.max(c.min_lease))
+    }
+
+    async fn lease(&self, id: PolicyId, bucket: Arc<KeyBucket>) {
+        let state = &self.inner.policies[id.0];
+        let c = &self.inner.config;
+        bucket.sample(self.inner.clock.now_us(), us(c.qps_decay), MIN_SAMPLE_US);
+        let want = self.lease_size(&bucket);
+        let started = Instant::now();
+        self.inner.ledger.leases.increment(1);
+        let res = self
+            .inner
+            .client
+            .token_lease(&bucket.ledger_key, state.policy.bucket(), want, 1)
+            .await;
+        let now = self.inner.clock.now_us();
+        match res {
+            Ok(lease) => {
+                self.inner
+                    .ledger
+                    .rtt
+                    .record(started.elapsed().as_secs_f64());
+                bucket.set_ledger_view(lease.remaining, now + us(lease.reset_after));
+                if lease.granted > 0 {
+                    self.inner.ledger.lease_size.record(lease.granted as f64);
+                    bucket.finish_lease(LeaseResult::Granted, lease.granted);
+                } else {
+                    // `None` (can never succeed) cannot happen with MIN 1 and a
+                    // capacity of at least 1; block for a whole unit if it does.
+                    let wait = lease.retry_after.unwrap_or(state.policy.unit);
+                    bucket.block_until(now + us(wait).max(1));
+                    bucket.finish_lease(LeaseResult::Denied, 0);
+                }
+            }
+            Err(e) => {
+                let result = if e.is_timeout() {
+                    LeaseResult::Timeout
+                } else if e.is_circuit_open() {
+                    LeaseResult::CircuitOpen
+                } else {
+                    LeaseResult::Error
+                };
+                bucket.finish_lease(result, 0);
+            }
+        }
+    }
+
+    /// One sweep: rate samples, TOKENRETURN for keys idle past `idle_after`,
+    /// eviction past `evict_after`. The background sweeper calls this every
+    /// `sweep_interval`; tests with a manual clock call it directly.
+    pub fn maintain(&self) {
+        let c = &self.inner.config;
+        let now = self.inner.clock.now_us();
+        for (i, state) in self.inner.policies.iter().enumerate() {
+            let map = state.map.pin();
+            for (key, bucket) in map.iter() {
+                bucket.sample(now, us(c.qps_decay), MIN_SAMPLE_US);
+                let idle = now.saturating_sub(bucket.active_at_us());
+                if idle < us(c.idle_after) || bucket.lease_in_flight() {
+                    continue;
+                }
+                if bucket.tokens() > 0 {
+                    self.spawn_return(PolicyId(i), bucket.clone());
+                } else if idle >= us(c.evict_after) && bucket.blocked(now).is_none() {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+
+    fn spawn_return(&self, id: PolicyId, bucket: Arc<KeyBucket>) {
+        let me = self.clone();
+        self.inner
+            .runtime
+            .spawn(async move { me.give_back(id, &bucket).await });
+    }
+
+    async fn give_back(&self, id: PolicyId, bucket: &KeyBucket) {
+        let count = bucket.drain();
+        if count == 0 {
+            return;
+        }
+        self.inner.ledger.returns.increment(1);
+        let params = self.inner.policies[id.0].policy.bucket();
+        // If the return fails the tokens are simply not returned: the ledger
+        // refills on its own, so the only cost is a little unused quota.
+        let _ = self
+            .inner
+            .client
+            .token_return(&bucket.ledger_key, params, count)
+            .await;
+    }
+
+    /// Stops the sweeper and returns every key's unspent tokens (TOKENRETURN),
+    /// all calls concurrently, each under the lease deadline.
+    pub async fn shutdown(&self) {
+        self.inner.stop.notify_waiters();
+        let mut calls = tokio::task::JoinSet::new();
+        for (i, state) in self.inner.policies.iter().enumerate() {
+            for bucket in state.map.pin().values() {
+                if bucket.tokens() > 0 {
+                    let (me, bucket) = (self.clone(), bucket.clone());
+                    calls.spawn(async move { me.give_back(PolicyId(i), &bucket).await });
+                }
+            }
+        }
+        while calls.join_next().await.is_some() {}
+    }
+
+    /// Local tokens held for `key` (for tests and introspection).
+    pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
+        self.inner.policies[id.0]
+            .map
+            .pin()
+            .get(key)
+            .map_or(0, |b| b.tokens())
+    }
+
+    /// The observed decisions per second for `key` (0 if unknown).
+    pub fn observed_qps(&self, id: PolicyId, key: &[u8]) -> f64 {
+        self.inner.policies[id.0]
+            .map
+            .pin()
+            .get(key)
+            .map_or(0.0, |b| b.qps())
+    }
+
+    /// The lease size the next renewal for `key` would ask for.
+    pub fn next_lease_size(&self, id: PolicyId, key: &[u8]) -> u64 {
+        let map = self.inner.policies[id.0].map.pin();
+        map.get(key)
+            .map_or(self.inner.config.min_lease, |b| self.lease_size(b))
+    }
+
+    /// How many keys the manager tracks.
+    pub fn tracked_keys(&self) -> usize {
+        self.inner.policies.iter().map(|s| s.map.len()).sum()
+    }
+}

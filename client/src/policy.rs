@@ -1,0 +1,484 @@
+//! Rate-limit policies from YAML, in the shape of Envoy's reference rate-limit
+//! service configuration (`domain`, nested `descriptors` of `key`/`value`,
+//! `rate_limit {unit, requests_per_unit}`, `shadow_mode`), extended with
+//! `burst`, `failure_mode`, `mode` and `fail_open_requests_per_unit`.
+//!
+//! ```yaml
+//! domain: edge
+//! descriptors:
+//!   - key: api_key                 # any value: one bucket per API key
+//!     rate_limit: { unit: minute, requests_per_unit: 600 }
+//!     burst: 100                   # bucket capacity (default: requests_per_unit)
+//!     failure_mode: fail_open      # or fail_closed (default fail_open)
+//!     mode: enforce                # or shadow, soft (default enforce)
+//!   - key: tenant
+//!     value: acme
+//!     descriptors:
+//!       - key: path
+//!         value: /pay
+//!         rate_limit: { unit: second, requests_per_unit: 10 }
+//!         failure_mode: fail_closed
+//! ```
+//!
+//! Everything is checked at load; an error names the place, e.g.
+//! `descriptors[1].rate_limit.unit: unknown unit "fortnight"`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::commands::BucketParams;
+
+/// Index of a policy in its [`PolicySet`]; cheap to copy and to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PolicyId(pub(crate) usize);
+
+impl PolicyId {
+    /// The first policy of a set (sets built with [`PolicySet::from_policies`]
+    /// number policies in order).
+    pub const FIRST: PolicyId = PolicyId(0);
+}
+
+/// What to do when the ledger cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Admit up to a local static bucket (default twice the policy's rate).
+    FailOpen,
+    /// Deny.
+    FailClosed,
+}
+
+/// How a policy's denials are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Deny over quota.
+    Enforce,
+    /// Never deny; count would-be denials (Envoy's `shadow_mode`).
+    Shadow,
+    /// Admit, but mark the decision over quota (for a warning header).
+    Soft,
+}
+
+/// One policy: a descriptor path with a rate limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// `key=value/key` path of descriptors, or the descriptor's `name`.
+    pub name: String,
+    /// Requests per `unit` (the quota).
+    pub requests_per_unit: u64,
+    /// The unit.
+    pub unit: Duration,
+    /// Bucket capacity (tokens); defaults to `requests_per_unit`.
+    pub burst: u64,
+    /// On ledger failure.
+    pub failure_mode: FailureMode,
+    /// Enforce, shadow or soft.
+    pub mode: Mode,
+    /// Rate of the local static bucket used while failing open (requests per
+    /// `unit`); defaults to twice `requests_per_unit`, burst twice `burst`.
+    pub fail_open_requests_per_unit: u64,
+}
+
+impl Policy {
+    /// The ledger bucket's parameters.
+    pub fn bucket(&self) -> BucketParams {
+        BucketParams {
+            capacity: self.burst,
+            rate: self.requests_per_unit,
+            period_ms: self.unit.as_millis() as u64,
+        }
+    }
+}
+
+/// A loaded, validated policy file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicySet {
+    /// The domain (prefixes every ledger key).
+    pub domain: String,
+    policies: Vec<Policy>,
+    tree: Vec<Node>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Node {
+    key: String,
+    value: Option<String>,
+    policy: Option<PolicyId>,
+    children: Vec<Node>,
+}
+
+/// A policy file that failed to load: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// The place, e.g. `descriptors[1].rate_limit.unit` (empty for syntax errors).
+    pub path: String,
+    /// What is wrong there.
+    pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: String,
+    value: Option<String>,
+    name: Option<String>,
+    rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    shadow_mode: bool,
+    burst: Option<u64>,
+    failure_mode: Option<String>,
+    mode: Option<String>,
+    fail_open_requests_per_unit: Option<u64>,
+    #[serde(default)]
+    descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    unit: String,
+    requests_per_unit: u64,
+}
+
+fn err(path: &str, message: impl Into<String>) -> PolicyError {
+    PolicyError {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn unit(path: &str, text: &str) -> Result<Duration, PolicyError> {
+    let secs = match text.to_ascii_lowercase().as_str() {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        _ => return Err(err(path, format!("unknown unit {text:?}"))),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+impl PolicySet {
+    /// Parses and validates a policy file.
+    ///
+    /// # Errors
+    /// [`PolicyError`] naming the first bad place: YAML syntax and unknown
+    /// fields (as the YAML crate reports them, with line and column), unknown
+    /// units, modes or failure modes, zero rates, a burst of 0, `shadow_mode`
+    /// contradicting `mode`, duplicate descriptors.
+    pub fn from_yaml(text: &str) -> Result<PolicySet, PolicyError> {
+        let raw: RawFile = serde_norway::from_str(text).map_err(|e| err("", e.to_string()))?;
+        if raw.domain.is_empty() {
+            return Err(err("domain", "must not be empty"));
+        }
+        let mut set = PolicySet {
+            domain: raw.domain,
+            policies: Vec::new(),
+            tree: Vec::new(),
+        };
+        set.tree = set.load_level(&raw.descriptors, "descriptors", "")?;
+        Ok(set)
+    }
+
+    /// Reads and parses a policy file.
+    ///
+    /// # Errors
+    /// I/O errors and [`PolicySet::from_yaml`]'s.
+    pub fn from_file(path: &std::path::Path) -> Result<PolicySet, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("", format!("{}: {e}", path.display())))?;
+        PolicySet::from_yaml(&text)
+    }
+
+    fn load_level(
+        &mut self,
+        raw: &[RawDescriptor],
+        at: &str,
+        prefix: &str,
+    ) -> Result<Vec<Node>, PolicyError> {
+        let mut nodes: Vec<Node> = Vec::new();
+        for (i, d) in raw.iter().enumerate() {
+            let here = format!("{at}[{i}]");
+            if d.key.is_empty() {
+                return Err(err(&format!("{here}.key"), "must not be empty"));
+            }
+            if nodes.iter().any(|n| n.key == d.key && n.value == d.value) {
+                return Err(err(&here, format!("duplicate descriptor {:?}", d.key)));
+            }
+            let step = match &d.value {
+                Some(v) => format!("{}={v}", d.key),
+                None => d.key.clone(),
+            };
+            let path = if prefix.is_empty() {
+                step
+            } else {
+                format!("{prefix}/{step}")
+            };
+            let policy = match &d.rate_limit {
+                Some(rl) => Some(self.load_policy(d, rl, &here, &path)?),
+                None => {
+                    let stray = d.burst.is_some() || d.failure_mode.is_some() || d.mode.is_some();
+                    if stray {
+                        return Err(err(&here, "burst, failure_mode and mode need a rate_limit"));
+                    }
+                    None
+                }
+            };
+            let children =
+                self.load_level(&d.descriptors, &format!("{here}.descriptors"), &path)?;
+            nodes.push(Node {
+                key: d.key.clone(),
+                value: d.value.clone(),
+                policy,
+                children,
+            });
+        }
+        Ok(nodes)
+    }
+
+    fn load_policy(
+        &mut self,
+        d: &RawDescriptor,
+        rl: &RawRateLimit,
+        here: &str,
+        path: &str,
+    ) -> Result<PolicyId, PolicyError> {
+        let unit = unit(&format!("{here}.rate_limit.unit"), &rl.unit)?;
+        if rl.requests_per_unit == 0 {
+            return Err(err(
+                &format!("{here}.rate_limit.requests_per_unit"),
+                "must be at least 1",
+            ));
+        }
+        let burst = d.burst.unwrap_or(rl.requests_per_unit);
+        if burst == 0 {
+            return Err(err(&format!("{here}.burst"), "must be at least 1"));
+        }
+        let failure_mode = match d.failure_mode.as_deref() {
+            None | Some("fail_open") => FailureMode::FailOpen,
+            Some("fail_closed") => FailureMode::FailClosed,
+            Some(other) => {
+                let msg = format!("unknown failure mode {other:?} (fail_open, fail_closed)");
+                return Err(err(&format!("{here}.failure_mode"), msg));
+            }
+        };
+        let mode = match d.mode.as_deref() {
+            None if d.shadow_mode => Mode::Shadow,
+            None | Some("enforce") => Mode::Enforce,
+            Some("shadow") => Mode::Shadow,
+            Some("soft") => Mode::Soft,
+            Some(other) => {
+                let msg = format!("unknown mode {other:?} (enforce, shadow, soft)");
+                return Err(err(&format!("{here}.mode"), msg));
+            }
+        };
+        if d.shadow_mode && mode != Mode::Shadow {
+            return Err(err(&format!("{here}.shadow_mode"), "true contradicts mode"));
+        }
+        let fail_open = d
+            .fail_open_requests_per_unit
+            .unwrap_or(rl.requests_per_unit.saturating_mul(2));
+        if fail_open == 0 {
+            return Err(err(
+                &format!("{here}.fail_open_requests_per_unit"),
+                "must be at least 1",
+            ));
+        }
+        self.policies.push(Policy {
+            name: d.name.clone().unwrap_or_else(|| path.to_owned()),
+            requests_per_unit: rl.requests_per_unit,
+            unit,
+            burst,
+            failure_mode,
+            mode,
+            fail_open_requests_per_unit: fail_open,
+        });
+        Ok(PolicyId(self.policies.len() - 1))
+    }
+
+    /// The policies, indexed by [`PolicyId`].
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// One policy.
+    ///
+    /// # Panics
+    /// If `id` comes from another set.
+    pub fn get(&self, id: PolicyId) -> &Policy {
+        &self.policies[id.0]
+    }
+
+    /// The policy named `name`.
+    pub fn id(&self, name: &str) -> Option<PolicyId> {
+        self.policies
+            .iter()
+            .position(|p| p.name == name)
+            .map(PolicyId)
+    }
+
+    /// The policy for a descriptor list of `(key, value)` entries, matched as
+    /// Envoy does: at each level an entry with the same key and value wins
+    /// over one with the key alone; the policy is the one at the last entry.
+    pub fn find(&self, descriptors: &[(&str, &str)]) -> Option<PolicyId> {
+        let mut level = &self.tree;
+        let mut found = None;
+        for (key, value) in descriptors {
+            let exact = level
+                .iter()
+                .find(|n| n.key == *key && n.value.as_deref() == Some(*value));
+            let node =
+                exact.or_else(|| level.iter().find(|n| n.key == *key && n.value.is_none()))?;
+            found = node.policy;
+            level = &node.children;
+        }
+        found
+    }
+
+    /// A set of policies built in code (for tests and embedding).
+    pub fn from_policies(domain: &str, policies: Vec<Policy>) -> PolicySet {
+        let tree = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Node {
+                key: p.name.clone(),
+                value: None,
+                policy: Some(PolicyId(i)),
+                children: Vec::new(),
+            })
+            .collect();
+        PolicySet {
+            domain: domain.to_owned(),
+            policies,
+            tree,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: { unit: minute, requests_per_unit: 600 }
+    burst: 100
+  - key: subnet
+    rate_limit: { unit: second, requests_per_unit: 20 }
+    shadow_mode: true
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        value: /pay
+        rate_limit: { unit: SECOND, requests_per_unit: 10 }
+        failure_mode: fail_closed
+        mode: soft
+      - key: path
+        rate_limit: { unit: hour, requests_per_unit: 1000 }
+"#;
+
+    #[test]
+    fn loads_the_envoy_shape_with_extensions() {
+        let set = PolicySet::from_yaml(SAMPLE).unwrap();
+        assert_eq!(set.domain, "edge");
+        let api = set.get(set.find(&[("api_key", "k1")]).unwrap());
+        assert_eq!(
+            (api.requests_per_unit, api.burst, api.unit),
+            (600, 100, Duration::from_secs(60))
+        );
+        assert_eq!(
+            (api.failure_mode, api.mode, api.fail_open_requests_per_unit),
+            (FailureMode::FailOpen, Mode::Enforce, 1200)
+        );
+        assert_eq!(
+            api.bucket(),
+            BucketParams {
+                capacity: 100,
+                rate: 600,
+                period_ms: 60_000
+            }
+        );
+        assert_eq!(
+            set.get(set.find(&[("subnet", "10.0.0.0/24")]).unwrap())
+                .mode,
+            Mode::Shadow
+        );
+        let pay = set.get(set.find(&[("tenant", "acme"), ("path", "/pay")]).unwrap());
+        assert_eq!(
+            (pay.name.as_str(), pay.failure_mode, pay.mode),
+            ("tenant=acme/path=/pay", FailureMode::FailClosed, Mode::Soft)
+        );
+        let other = set.get(set.find(&[("tenant", "acme"), ("path", "/x")]).unwrap());
+        assert_eq!(
+            (other.name.as_str(), other.requests_per_unit),
+            ("tenant=acme/path", 1000)
+        );
+        assert_eq!(
+            set.find(&[("tenant", "acme")]),
+            None,
+            "no rate_limit at that level"
+        );
+        assert_eq!(set.find(&[("tenant", "other"), ("path", "/pay")]), None);
+        assert_eq!(set.policies().len(), 4);
+    }
+
+    fn load_err(text: &str) -> String {
+        PolicySet::from_yaml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_place() {
+        let unit = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n";
+        assert_eq!(
+            load_err(unit),
+            r#"descriptors[1].rate_limit.unit: unknown unit "fortnight""#
+        );
+        let nested = "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 0}\n";
+        assert_eq!(
+            load_err(nested),
+            "descriptors[0].descriptors[0].rate_limit.requests_per_unit: must be at least 1"
+        );
+        let mode = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    failure_mode: fail_sometimes\n";
+        assert!(load_err(mode)
+            .starts_with("descriptors[0].failure_mode: unknown failure mode \"fail_sometimes\""));
+        let contra = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    shadow_mode: true\n    mode: enforce\n";
+        assert_eq!(
+            load_err(contra),
+            "descriptors[0].shadow_mode: true contradicts mode"
+        );
+        let dup = "domain: d\ndescriptors:\n  - key: a\n  - key: a\n";
+        assert_eq!(load_err(dup), "descriptors[1]: duplicate descriptor \"a\"");
+        let unknown = "domain: d\ndescriptors:\n  - key: a\n    rate_limt: {unit: second, requests_per_unit: 1}\n";
+        let msg = load_err(unknown);
+        assert!(
+            msg.contains("descriptors[0]") && msg.contains("unknown field `rate_limt`"),
+            "{msg}"
+        );
+        assert_eq!(load_err("domain: ''\n"), "domain: must not be empty");
+    }
+}
