@@ -106,8 +106,9 @@ fn num(n: u64) -> Bytes {
 }
 
 impl Client {
-    /// `TOKENLEASE key capacity rate period_ms requested MIN min` under the
-    /// lease deadline.
+    /// `TOKENLEASE key capacity rate period_ms requested [MIN min]` under the
+    /// lease deadline (`MIN` is sent only when `min != requested`; pass
+    /// `requested = min = 0` to peek).
     ///
     /// # Errors
     /// Transport errors, [`Error::Server`] (bad arguments, WRONGTYPE), and
@@ -119,16 +120,18 @@ impl Client {
         requested: u64,
         min: u64,
     ) -> Result<Lease, Error> {
-        let args = [
+        let mut args = vec![
             Bytes::from_static(b"TOKENLEASE"),
             Bytes::copy_from_slice(key),
             num(p.capacity),
             num(p.rate),
             num(p.period_ms),
             num(requested),
-            Bytes::from_static(b"MIN"),
-            num(min),
         ];
+        // All or nothing is the server's default; `requested` 0 is a peek.
+        if min != requested {
+            args.extend([Bytes::from_static(b"MIN"), num(min)]);
+        }
         let reply = self.call(&args, self.config().lease_deadline).await?;
         let [granted, remaining, retry, reset] = ints::<4>("TOKENLEASE", reply)?;
         Ok(Lease {
