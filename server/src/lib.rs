@@ -84,8 +84,11 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
     let ncmd = commands::table().commands.len();
+    // CONFIG GET port answers the port actually bound (port 0 picks one).
+    let mut live = config.clone();
+    live.net.port = local_addr.port();
     let shared = Arc::new(Shared {
-        config: RwLock::new(config.clone()),
+        config: RwLock::new(live),
         config_gen: AtomicU64::new(1),
         clock,
         shards: threads,

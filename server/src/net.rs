@@ -186,6 +186,7 @@ async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>
         shared.counters.total_net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
         handle.last_cmd_ms.store(handle.created.elapsed().as_millis() as u64, Ordering::Relaxed);
         conn.refresh(&shared);
+        worker.shard.borrow_mut().tick();
         loop {
             match decode_request(&mut rbuf, &conn.limits) {
                 Ok(Some(items)) if items.is_empty() => continue,

@@ -70,15 +70,22 @@ impl Shard {
         Shard { id, store, now, shared, stats }
     }
 
-    /// Runs one shard-side command: takes the time snapshot, calls the
-    /// handler, counts the call and publishes the keyspace counters.
+    /// Reads the clocks into [`Shard::now`]. Called once per read (inline
+    /// commands) and once per batch (commands from other threads): every
+    /// command in it sees one snapshot, and the clock costs nothing per command.
+    pub fn tick(&mut self) {
+        self.now = self.shared.clock.now();
+    }
+
+    /// Runs one shard-side command under the snapshot of the last
+    /// [`Shard::tick`]: calls the handler, counts the call and publishes the
+    /// keyspace counters.
     pub fn run(&mut self, cmd: usize, args: &mut Args) -> Reply {
         let spec = &table().commands[cmd];
         let handler = match spec.exec {
             Exec::Key(f) | Exec::Keys(f, _) | Exec::AllShards(f, _) | Exec::Cursor(f) => f,
             Exec::Conn(_) => unreachable!("connection commands never reach a shard"),
         };
-        self.now = self.shared.clock.now();
         let reply = handler(self, args).unwrap_or_else(|e| e.reply());
         self.stats.calls[cmd].add(1);
         if reply.is_error() {
@@ -169,6 +176,7 @@ pub(crate) async fn run_worker(
 /// Runs a batch from another thread on this shard, in order.
 fn run_batch(worker: &Worker, jobs: Vec<Job>) -> Vec<Reply> {
     let mut shard = worker.shard.borrow_mut();
+    shard.tick();
     shard.stats.batches_in.add(1);
     jobs.into_iter().map(|mut j| shard.run(j.cmd, &mut j.args)).collect()
 }

@@ -97,6 +97,9 @@ impl Entry {
         (self.expire_at != 0).then_some(self.expire_at)
     }
 
+    /// A key is gone from its deadline on. (Redis's `keyIsExpired` keeps it
+    /// for that one millisecond, answering PTTL 0; Leasehold does not, so that
+    /// a rate-limit key is gone exactly when its bucket is full again.)
     fn expired(&self, now_ms: u64) -> bool {
         self.expire_at != 0 && self.expire_at <= now_ms
     }
@@ -117,6 +120,8 @@ pub struct StoreCounts {
 pub struct Store {
     first_slot: usize,
     tables: Vec<HashTable<Entry>>,
+    /// Keys with a TTL per slot table, so active expiry skips tables with none.
+    slot_expires: Vec<u32>,
     hasher: foldhash::fast::RandomState,
     counts: StoreCounts,
     sweep_slot: usize,
@@ -138,6 +143,7 @@ impl Store {
         Store {
             first_slot,
             tables,
+            slot_expires: vec![0; slots],
             hasher: foldhash::fast::RandomState::default(),
             counts: StoreCounts::default(),
             sweep_slot: 0,
@@ -169,15 +175,37 @@ impl Store {
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let i = self.index(key);
         let h = self.hash(key);
-        let expired = match self.tables[i].find(h, |e| &*e.key == key) {
-            None => return None,
-            Some(e) => e.expired(now_ms),
-        };
-        if expired {
-            self.remove_at(i, h, key, true);
-            return None;
+        // One probe: the same entry handle either reclaims or returns the key.
+        let found = self.tables[i].find_entry(h, |e| &*e.key == key).ok()?;
+        if !found.get().expired(now_ms) {
+            return Some(found.into_mut());
         }
-        self.tables[i].find_mut(h, |e| &*e.key == key)
+        let (entry, _) = found.remove();
+        // Field by field, not through `ttl_changed`: the borrow of `tables`
+        // returned above covers the whole function (a known NLL limit), and the
+        // table is left for the sweep to shrink.
+        self.counts.keys -= 1;
+        self.counts.expired += 1;
+        self.counts.expires -= 1;
+        self.slot_expires[i] -= 1;
+        self.effects.emit(Effect::Del { key: &entry.key });
+        None
+    }
+
+    /// Keeps the TTL counters (whole shard and per slot) in step when key `i`'s
+    /// table gains or loses a key with a TTL.
+    fn ttl_changed(&mut self, i: usize, had: bool, has: bool) {
+        match (had, has) {
+            (false, true) => {
+                self.counts.expires += 1;
+                self.slot_expires[i] += 1;
+            }
+            (true, false) => {
+                self.counts.expires -= 1;
+                self.slot_expires[i] -= 1;
+            }
+            _ => {}
+        }
     }
 
     /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
@@ -187,28 +215,22 @@ impl Store {
         let h = self.hash(key);
         let at = expire_at.unwrap_or(0);
         let hasher = &self.hasher;
-        match self.tables[i].entry(h, |e| &*e.key == key, |e| hasher.hash_one(&*e.key)) {
+        let had = match self.tables[i].entry(h, |e| &*e.key == key, |e| hasher.hash_one(&*e.key)) {
             hashbrown::hash_table::Entry::Occupied(o) => {
                 let e = o.into_mut();
-                if (e.expire_at != 0) != (at != 0) {
-                    if at != 0 {
-                        self.counts.expires += 1;
-                    } else {
-                        self.counts.expires -= 1;
-                    }
-                }
+                let had = e.expire_at != 0;
                 e.expire_at = at;
                 e.value = value;
-                e
+                had
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
                 self.counts.keys += 1;
-                if at != 0 {
-                    self.counts.expires += 1;
-                }
-                v.insert(Entry { key: key.into(), expire_at: at, value }).into_mut()
+                v.insert(Entry { key: key.into(), expire_at: at, value });
+                false
             }
-        }
+        };
+        self.ttl_changed(i, had, at != 0);
+        self.tables[i].find_mut(h, |e| &*e.key == key).expect("just inserted")
     }
 
     /// Changes the deadline of an existing key (`None` removes the TTL).
@@ -221,12 +243,8 @@ impl Store {
             return false;
         };
         let at = expire_at.unwrap_or(0);
-        match (e.expire_at != 0, at != 0) {
-            (false, true) => self.counts.expires += 1,
-            (true, false) => self.counts.expires -= 1,
-            _ => {}
-        }
-        e.expire_at = at;
+        let had = std::mem::replace(&mut e.expire_at, at) != 0;
+        self.ttl_changed(i, had, at != 0);
         true
     }
 
@@ -246,15 +264,13 @@ impl Store {
         let table = &mut self.tables[i];
         let found = table.find_entry(h, |e| &*e.key == key).ok()?;
         let (entry, _) = found.remove();
+        Self::maybe_shrink(table, &self.hasher);
         self.counts.keys -= 1;
-        if entry.expire_at != 0 {
-            self.counts.expires -= 1;
-        }
+        self.ttl_changed(i, entry.expire_at != 0, false);
         if expired {
             self.counts.expired += 1;
         }
         self.effects.emit(Effect::Del { key });
-        Self::maybe_shrink(table, &self.hasher);
         Some(entry)
     }
 
@@ -274,6 +290,7 @@ impl Store {
         }
         self.counts.keys = 0;
         self.counts.expires = 0;
+        self.slot_expires.iter_mut().for_each(|n| *n = 0);
         self.effects.emit(Effect::Flush);
         n
     }
@@ -299,10 +316,10 @@ impl Store {
         for _ in 0..max_slots.min(n) {
             let i = self.sweep_slot;
             self.sweep_slot = (self.sweep_slot + 1) % n;
-            let table = &mut self.tables[i];
-            if table.is_empty() {
+            if self.slot_expires[i] == 0 {
                 continue;
             }
+            let table = &mut self.tables[i];
             examined += table.len() as u64;
             table.retain(|e| {
                 if e.expired(now_ms) {
@@ -314,6 +331,7 @@ impl Store {
             });
             if !expired_keys.is_empty() {
                 Self::maybe_shrink(table, &self.hasher);
+                self.slot_expires[i] -= expired_keys.len() as u32;
                 for k in expired_keys.drain(..) {
                     reclaimed += 1;
                     self.effects.emit(Effect::Del { key: &k });
