@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Regenerates docs/benchmarks.md: Leasehold against Redis 7 on this machine.
+#
+#   bench/compare.sh            # the full run (3 rounds, 1M-key memory rows)
+#   bench/compare.sh --quick    # a smoke run of about a minute
+#
+# Installs Debian's redis-server when it is missing, builds the release
+# binaries, then runs `leasehold-bench compare` (any flags are passed on;
+# `target/release/leasehold-bench compare --help` lists them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update
+    $sudo apt-get install -y --no-install-recommends redis-server redis-tools
+fi
+case "$(redis-server --version)" in
+    *v=7.*) ;;
+    *) echo "compare.sh: expected Redis 7, found: $(redis-server --version)" >&2 ;;
+esac
+
+cargo build --release --locked -p leasehold-server -p leasehold-bench 2>/dev/null \
+    || cargo build --release -p leasehold-server -p leasehold-bench
+target="${CARGO_TARGET_DIR:-target}"
+exec "$target/release/leasehold-bench" compare --leasehold-bin "$target/release/leasehold-server" "$@"
