@@ -31,7 +31,9 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock whose monotonic reading starts at 0 now.
     pub fn new() -> SystemClock {
-        SystemClock { start: Instant::now() }
+        SystemClock {
+            start: Instant::now(),
+        }
     }
 }
 
@@ -47,7 +49,10 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        Now { unix_ms, mono_ms: self.start.elapsed().as_millis() as u64 }
+        Now {
+            unix_ms,
+            mono_ms: self.start.elapsed().as_millis() as u64,
+        }
     }
 }
 
@@ -61,7 +66,10 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock at the given readings.
     pub fn new(unix_ms: u64, mono_ms: u64) -> ManualClock {
-        ManualClock { unix_ms: AtomicU64::new(unix_ms), mono_ms: AtomicU64::new(mono_ms) }
+        ManualClock {
+            unix_ms: AtomicU64::new(unix_ms),
+            mono_ms: AtomicU64::new(mono_ms),
+        }
     }
 
     /// Sets the monotonic reading (it may go backwards, to test that nothing breaks).

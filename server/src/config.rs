@@ -102,7 +102,10 @@ pub struct ExpiryConfig {
 
 impl Default for ExpiryConfig {
     fn default() -> Self {
-        ExpiryConfig { hz: DEFAULT_HZ, budget_percent: DEFAULT_EXPIRY_BUDGET_PERCENT }
+        ExpiryConfig {
+            hz: DEFAULT_HZ,
+            budget_percent: DEFAULT_EXPIRY_BUDGET_PERCENT,
+        }
     }
 }
 
@@ -116,7 +119,9 @@ pub struct ReplicationConfig {
 
 impl Default for ReplicationConfig {
     fn default() -> Self {
-        ReplicationConfig { backlog_bytes: crate::effects::DEFAULT_BACKLOG_BYTES }
+        ReplicationConfig {
+            backlog_bytes: crate::effects::DEFAULT_BACKLOG_BYTES,
+        }
     }
 }
 
@@ -130,7 +135,9 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { level: "info".into() }
+        LogConfig {
+            level: "info".into(),
+        }
     }
 }
 
@@ -158,7 +165,9 @@ impl Config {
     /// Threads to run: `shards.threads`, or the number of cores when 0.
     pub fn threads(&self) -> usize {
         match self.shards.threads {
-            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             n => n,
         }
     }
@@ -174,7 +183,11 @@ impl Config {
 
 /// Command-line flags, named like redis-server's. Each overrides the file.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold-server", version, about = "Leasehold: a RESP rate-limit ledger")]
+#[command(
+    name = "leasehold-server",
+    version,
+    about = "Leasehold: a RESP rate-limit ledger"
+)]
 pub struct Flags {
     /// TOML configuration file (see config/leasehold.example.toml).
     #[arg(long)]
@@ -265,7 +278,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let err = Config::from_toml("[net]\nprot = 1\n").unwrap_err().to_string();
+        let err = Config::from_toml("[net]\nprot = 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("prot"), "{err}");
     }
 }

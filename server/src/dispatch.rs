@@ -39,8 +39,16 @@ enum Part {
 
 enum Slot {
     Ready(Reply),
-    Remote { shard: usize, idx: usize },
-    Split { parts: Vec<Part>, merge: Merge, ordinals: Vec<Vec<usize>>, nkeys: usize },
+    Remote {
+        shard: usize,
+        idx: usize,
+    },
+    Split {
+        parts: Vec<Part>,
+        merge: Merge,
+        ordinals: Vec<Vec<usize>>,
+        nkeys: usize,
+    },
 }
 
 /// The replies owed for one read, in request order.
@@ -62,7 +70,10 @@ impl Pipeline {
         }
         let batch = &mut self.batches[shard];
         batch.push(Job { cmd, args });
-        Part::Remote { shard, idx: batch.len() - 1 }
+        Part::Remote {
+            shard,
+            idx: batch.len() - 1,
+        }
     }
 
     fn run_on(&mut self, worker: &Worker, shard: usize, cmd: usize, mut args: Args) -> Part {
@@ -114,7 +125,12 @@ impl Pipeline {
             let reply = match slot {
                 Slot::Ready(r) => r,
                 Slot::Remote { shard, idx } => take(shard, idx),
-                Slot::Split { parts, merge, ordinals, nkeys } => {
+                Slot::Split {
+                    parts,
+                    merge,
+                    ordinals,
+                    nkeys,
+                } => {
                     let replies = parts
                         .into_iter()
                         .map(|p| match p {
@@ -131,7 +147,12 @@ impl Pipeline {
 }
 
 /// Plans one request: checks it, runs it locally or queues it for its shards.
-pub fn plan(worker: &Worker, conn: &mut ConnState, pipe: &mut Pipeline, items: Vec<Bytes>) -> Planned {
+pub fn plan(
+    worker: &Worker,
+    conn: &mut ConnState,
+    pipe: &mut Pipeline,
+    items: Vec<Bytes>,
+) -> Planned {
     let t = table();
     let Some((idx, spec)) = t.lookup(&items[0]) else {
         pipe.slots.push(Slot::Ready(unknown_command(&items)));
@@ -173,7 +194,12 @@ pub fn plan(worker: &Worker, conn: &mut ConnState, pipe: &mut Pipeline, items: V
             let parts = (0..shards)
                 .map(|s| pipe.run_on(worker, s, idx, args.clone()))
                 .collect();
-            pipe.slots.push(Slot::Split { parts, merge, ordinals: Vec::new(), nkeys: 0 });
+            pipe.slots.push(Slot::Split {
+                parts,
+                merge,
+                ordinals: Vec::new(),
+                nkeys: 0,
+            });
         }
         Exec::Keys(_, merge) => plan_split(worker, pipe, spec, idx, args, merge),
     }
@@ -194,7 +220,9 @@ fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option
         match found {
             None => found = Some(s),
             Some(f) if f != s => {
-                return Err(Reply::err("CROSSSLOT Keys in request don't hash to the same slot"))
+                return Err(Reply::err(
+                    "CROSSSLOT Keys in request don't hash to the same slot",
+                ))
             }
             _ => {}
         }
@@ -203,7 +231,14 @@ fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option
 }
 
 /// Splits a multi-key command into one command per shard over that shard's keys.
-fn plan_split(worker: &Worker, pipe: &mut Pipeline, spec: &CommandSpec, idx: usize, args: Args, merge: Merge) {
+fn plan_split(
+    worker: &Worker,
+    pipe: &mut Pipeline,
+    spec: &CommandSpec,
+    idx: usize,
+    args: Args,
+    merge: Merge,
+) {
     let shards = worker.shared.shards;
     let all = args.all();
     let step = spec.step.max(1) as usize;
@@ -214,7 +249,10 @@ fn plan_split(worker: &Worker, pipe: &mut Pipeline, spec: &CommandSpec, idx: usi
         return;
     }
     let positions: Vec<usize> = spec.key_positions(all.len()).collect();
-    let owner: Vec<usize> = positions.iter().map(|&p| slot_shard(key_slot(&all[p]), shards)).collect();
+    let owner: Vec<usize> = positions
+        .iter()
+        .map(|&p| slot_shard(key_slot(&all[p]), shards))
+        .collect();
     if owner.windows(2).all(|w| w[0] == w[1]) {
         let shard = owner.first().copied().unwrap_or(worker.id);
         let part = pipe.run_on(worker, shard, idx, args);
@@ -239,21 +277,42 @@ fn plan_split(worker: &Worker, pipe: &mut Pipeline, spec: &CommandSpec, idx: usi
         parts.push(pipe.run_on(worker, s, idx, Args::new(sub)));
         ordinals.push(ords);
     }
-    pipe.slots.push(Slot::Split { parts, merge, ordinals, nkeys: positions.len() });
+    pipe.slots.push(Slot::Split {
+        parts,
+        merge,
+        ordinals,
+        nkeys: positions.len(),
+    });
 }
 
 /// Combines per-shard replies. The first error wins.
-fn merge_replies(merge: Merge, replies: Vec<Reply>, ordinals: &[Vec<usize>], nkeys: usize) -> Reply {
+fn merge_replies(
+    merge: Merge,
+    replies: Vec<Reply>,
+    ordinals: &[Vec<usize>],
+    nkeys: usize,
+) -> Reply {
     if let Some(e) = replies.iter().find(|r| r.is_error()) {
         return e.clone();
     }
     match merge {
-        Merge::Sum => Reply::Int(replies.iter().map(|r| if let Reply::Int(i) = r { *i } else { 0 }).sum()),
+        Merge::Sum => Reply::Int(
+            replies
+                .iter()
+                .map(|r| if let Reply::Int(i) = r { *i } else { 0 })
+                .sum(),
+        ),
         Merge::AllOk => replies.into_iter().next().unwrap_or_else(Reply::ok),
         Merge::Concat => Reply::Array(
             replies
                 .into_iter()
-                .flat_map(|r| if let Reply::Array(a) = r { a } else { Vec::new() })
+                .flat_map(|r| {
+                    if let Reply::Array(a) = r {
+                        a
+                    } else {
+                        Vec::new()
+                    }
+                })
                 .collect(),
         ),
         Merge::Gather => {
@@ -278,17 +337,29 @@ mod tests {
     fn gather_restores_key_order() {
         let r = merge_replies(
             Merge::Gather,
-            vec![Reply::Array(vec![Reply::Int(1), Reply::Int(3)]), Reply::Array(vec![Reply::Int(2)])],
+            vec![
+                Reply::Array(vec![Reply::Int(1), Reply::Int(3)]),
+                Reply::Array(vec![Reply::Int(2)]),
+            ],
             &[vec![0, 2], vec![1]],
             3,
         );
-        assert_eq!(r, Reply::Array(vec![Reply::Int(1), Reply::Int(2), Reply::Int(3)]));
+        assert_eq!(
+            r,
+            Reply::Array(vec![Reply::Int(1), Reply::Int(2), Reply::Int(3)])
+        );
     }
 
     #[test]
     fn sum_and_errors() {
-        assert_eq!(merge_replies(Merge::Sum, vec![Reply::Int(2), Reply::Int(3)], &[], 0), Reply::Int(5));
+        assert_eq!(
+            merge_replies(Merge::Sum, vec![Reply::Int(2), Reply::Int(3)], &[], 0),
+            Reply::Int(5)
+        );
         let e = Reply::err("ERR x");
-        assert_eq!(merge_replies(Merge::Sum, vec![Reply::Int(2), e.clone()], &[], 0), e);
+        assert_eq!(
+            merge_replies(Merge::Sum, vec![Reply::Int(2), e.clone()], &[], 0),
+            e
+        );
     }
 }

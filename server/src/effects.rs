@@ -63,7 +63,12 @@ pub struct EffectLog {
 impl EffectLog {
     /// An empty log that keeps the last `capacity` bytes.
     pub fn new(capacity: usize) -> EffectLog {
-        EffectLog { ring: Vec::new(), capacity: capacity.max(1), offset: 0, scratch: bytes::BytesMut::new() }
+        EffectLog {
+            ring: Vec::new(),
+            capacity: capacity.max(1),
+            offset: 0,
+            scratch: bytes::BytesMut::new(),
+        }
     }
 
     /// The replication offset: bytes appended since the shard started.
@@ -76,11 +81,23 @@ impl EffectLog {
         self.scratch.clear();
         let mut num = itoa::Buffer::new();
         match effect {
-            Effect::Set { key, value, expire_at_ms: None } => {
-                encode_request(&[b"SET".as_slice(), key, value], &mut self.scratch)
-            }
-            Effect::Set { key, value, expire_at_ms: Some(at) } => encode_request(
-                &[b"SET".as_slice(), key, value, b"PXAT", num.format(at).as_bytes()],
+            Effect::Set {
+                key,
+                value,
+                expire_at_ms: None,
+            } => encode_request(&[b"SET".as_slice(), key, value], &mut self.scratch),
+            Effect::Set {
+                key,
+                value,
+                expire_at_ms: Some(at),
+            } => encode_request(
+                &[
+                    b"SET".as_slice(),
+                    key,
+                    value,
+                    b"PXAT",
+                    num.format(at).as_bytes(),
+                ],
                 &mut self.scratch,
             ),
             Effect::Del { key } => encode_request(&[b"DEL".as_slice(), key], &mut self.scratch),
@@ -136,12 +153,20 @@ mod tests {
     #[test]
     fn effects_are_resp_commands_with_absolute_times() {
         let mut log = EffectLog::new(1024);
-        log.emit(Effect::Set { key: b"k", value: b"v", expire_at_ms: Some(1700000000000) });
-        let expected = b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n1700000000000\r\n";
+        log.emit(Effect::Set {
+            key: b"k",
+            value: b"v",
+            expire_at_ms: Some(1700000000000),
+        });
+        let expected =
+            b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n1700000000000\r\n";
         assert_eq!(log.offset(), expected.len() as u64);
         assert_eq!(log.since(0).unwrap(), expected.to_vec());
         log.emit(Effect::Del { key: b"k" });
-        assert_eq!(log.since(expected.len() as u64).unwrap(), b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec());
+        assert_eq!(
+            log.since(expected.len() as u64).unwrap(),
+            b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec()
+        );
     }
 
     #[test]
@@ -152,6 +177,9 @@ mod tests {
         }
         assert_eq!(log.offset(), 10 * 18);
         assert!(log.since(0).is_none());
-        assert_eq!(log.since(log.offset() - 18).unwrap(), b"*1\r\n$8\r\nFLUSHALL\r\n".to_vec());
+        assert_eq!(
+            log.since(log.offset() - 18).unwrap(),
+            b"*1\r\n$8\r\nFLUSHALL\r\n".to_vec()
+        );
     }
 }

@@ -141,7 +141,9 @@ impl From<ArgError> for OpError {
 
 /// `ERR wrong number of arguments for '<name>' command` (name lower case).
 pub fn wrong_arity(name: &str) -> Reply {
-    Reply::err_owned(format!("ERR wrong number of arguments for '{name}' command"))
+    Reply::err_owned(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
 }
 
 /// `ERR unknown command '<name>', with args beginning with: '<a>' '<b>' `
@@ -157,7 +159,10 @@ pub fn unknown_command(args: &[bytes::Bytes]) -> Reply {
         let a = String::from_utf8_lossy(a);
         list.push_str(&format!("'{}' ", truncate(&a, 128 - list.len())));
     }
-    let text = format!("ERR unknown command '{}', with args beginning with: {list}", truncate(&name, 128));
+    let text = format!(
+        "ERR unknown command '{}', with args beginning with: {list}",
+        truncate(&name, 128)
+    );
     err_echoing_input(text)
 }
 

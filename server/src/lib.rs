@@ -92,7 +92,9 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
         config_gen: AtomicU64::new(1),
         clock,
         shards: threads,
-        shard_stats: (0..threads).map(|_| Arc::new(ShardStats::new(ncmd))).collect(),
+        shard_stats: (0..threads)
+            .map(|_| Arc::new(ShardStats::new(ncmd)))
+            .collect(),
         clients: Mutex::new(hashbrown::HashMap::new()),
         next_client_id: AtomicU64::new(1),
         counters: ServerCounters::default(),
@@ -103,7 +105,8 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
         run_id: run_id(),
         baseline: Mutex::new(Default::default()),
     });
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
     let mailboxes = Arc::new(senders);
     let mut listener = Some(listener);
     let mut handles = Vec::new();
@@ -123,17 +126,27 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
                 let slots = slot::shard_first_slot(id + 1, threads) - first;
                 let store = Store::new(first, slots, backlog);
                 let shard = Shard::new(id, store, shared.clone());
-                let worker = Rc::new(Worker { id, shard: shard.into(), mailboxes, shared });
+                let worker = Rc::new(Worker {
+                    id,
+                    shard: shard.into(),
+                    mailboxes,
+                    shared,
+                });
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
-                    let listener = listener.map(|l| tokio::net::TcpListener::from_std(l).expect("register listener"));
+                    let listener = listener
+                        .map(|l| tokio::net::TcpListener::from_std(l).expect("register listener"));
                     shard::run_worker(worker, rx, listener).await;
                 });
             })?;
         handles.push(handle);
     }
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
-    Ok(ServerHandle { addr: local_addr, shared, threads: handles })
+    Ok(ServerHandle {
+        addr: local_addr,
+        shared,
+        threads: handles,
+    })
 }
 
 fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
@@ -141,7 +154,12 @@ fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
     let addr: SocketAddr = format!("{}:{}", config.net.bind, config.net.port)
         .parse()
         .or_else(|_| format!("[{}]:{}", config.net.bind, config.net.port).parse())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad --bind {}: {e}", config.net.bind)))?;
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("bad --bind {}: {e}", config.net.bind),
+            )
+        })?;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;

@@ -101,10 +101,16 @@ pub(crate) async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
             }
         };
         let shared = &worker.shared;
-        shared.counters.total_connections_received.fetch_add(1, Ordering::Relaxed);
+        shared
+            .counters
+            .total_connections_received
+            .fetch_add(1, Ordering::Relaxed);
         let maxclients = shared.config.read().net.maxclients;
         if shared.clients.lock().len() >= maxclients {
-            shared.counters.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
             let mut stream = stream;
             let _ = stream.write_all(MAX_CLIENTS.as_bytes()).await;
             continue;
@@ -156,7 +162,11 @@ pub(crate) fn spawn_connection(worker: Rc<Worker>, stream: std::net::TcpStream) 
     });
 }
 
-async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>) -> std::io::Result<()> {
+async fn serve(
+    worker: &Worker,
+    mut stream: TcpStream,
+    handle: Arc<ClientHandle>,
+) -> std::io::Result<()> {
     let shared = worker.shared.clone();
     let mut conn = ConnState {
         handle: handle.clone(),
@@ -164,7 +174,10 @@ async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>
         authenticated: false,
         close: false,
         no_reply: false,
-        limits: Limits { authenticated: false, ..Limits::default() },
+        limits: Limits {
+            authenticated: false,
+            ..Limits::default()
+        },
         config_gen: u64::MAX,
         query_buffer_limit: usize::MAX,
     };
@@ -183,8 +196,14 @@ async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>
         if n == 0 || handle.killed.load(Ordering::Relaxed) {
             return Ok(());
         }
-        shared.counters.total_net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        handle.last_cmd_ms.store(handle.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        shared
+            .counters
+            .total_net_input_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        handle.last_cmd_ms.store(
+            handle.created.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
         conn.refresh(&shared);
         worker.shard.borrow_mut().tick();
         loop {
@@ -215,7 +234,10 @@ async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>
         pipe.flush(worker, conn.proto, &mut out).await;
         if !out.is_empty() {
             stream.write_all(&out).await?;
-            shared.counters.total_net_output_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+            shared
+                .counters
+                .total_net_output_bytes
+                .fetch_add(out.len() as u64, Ordering::Relaxed);
             if out.capacity() > KEEP_OUTPUT_CAPACITY {
                 out = BytesMut::with_capacity(READ_CHUNK);
             } else {
@@ -239,11 +261,19 @@ async fn serve(worker: &Worker, mut stream: TcpStream, handle: Arc<ClientHandle>
 }
 
 /// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).
-pub fn run_conn_command(worker: &Worker, conn: &mut ConnState, idx: usize, args: &mut Args) -> leasehold_protocol::Reply {
+pub fn run_conn_command(
+    worker: &Worker,
+    conn: &mut ConnState,
+    idx: usize,
+    args: &mut Args,
+) -> leasehold_protocol::Reply {
     let Exec::Conn(f) = table().commands[idx].exec else {
         unreachable!("only connection commands are planned as Conn");
     };
-    let mut ctx = ConnCtx { conn, shared: &worker.shared };
+    let mut ctx = ConnCtx {
+        conn,
+        shared: &worker.shared,
+    };
     let reply = f(&mut ctx, args).unwrap_or_else(|e| e.reply());
     let shard = worker.shard.borrow();
     shard.stats.calls[idx].add(1);

@@ -40,7 +40,10 @@ pub struct Shard {
 
 impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shard").field("id", &self.id).field("store", &self.store).finish()
+        f.debug_struct("Shard")
+            .field("id", &self.id)
+            .field("store", &self.store)
+            .finish()
     }
 }
 
@@ -67,7 +70,13 @@ impl Shard {
     pub fn new(id: usize, store: Store, shared: Arc<Shared>) -> Shard {
         let stats = shared.shard_stats[id].clone();
         let now = shared.clock.now();
-        Shard { id, store, now, shared, stats }
+        Shard {
+            id,
+            store,
+            now,
+            shared,
+            stats,
+        }
     }
 
     /// Reads the clocks into [`Shard::now`]. Called once per read (inline
@@ -156,7 +165,11 @@ pub(crate) async fn run_worker(
     let shutdown = worker.shared.shutdown.notified();
     tokio::pin!(shutdown);
     loop {
-        if worker.shared.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+        if worker
+            .shared
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
             break;
         }
         tokio::select! {
@@ -178,13 +191,18 @@ fn run_batch(worker: &Worker, jobs: Vec<Job>) -> Vec<Reply> {
     let mut shard = worker.shard.borrow_mut();
     shard.tick();
     shard.stats.batches_in.add(1);
-    jobs.into_iter().map(|mut j| shard.run(j.cmd, &mut j.args)).collect()
+    jobs.into_iter()
+        .map(|mut j| shard.run(j.cmd, &mut j.args))
+        .collect()
 }
 
 async fn expiry_loop(worker: Rc<Worker>) {
     let (hz, pct) = {
         let c = worker.shared.config.read();
-        (c.expiry.hz.clamp(1, 500), c.expiry.budget_percent.clamp(1, 100))
+        (
+            c.expiry.hz.clamp(1, 500),
+            c.expiry.budget_percent.clamp(1, 100),
+        )
     };
     let period = Duration::from_millis(1000 / u64::from(hz));
     let budget = period * pct / 100;

@@ -22,7 +22,10 @@ pub struct Counter(AtomicU64);
 impl Counter {
     /// Adds `n` (owner thread only).
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     /// Sets the value (owner thread only).
@@ -159,7 +162,10 @@ pub struct Shared {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("shards", &self.shards).field("local_addr", &self.local_addr).finish_non_exhaustive()
+        f.debug_struct("Shared")
+            .field("shards", &self.shards)
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
     }
 }
 

@@ -63,7 +63,9 @@ impl Value {
     pub fn as_bytes(&self) -> Option<Bytes> {
         match self {
             Value::Str(b) => Some(b.clone()),
-            Value::Int(i) => Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*i).as_bytes())),
+            Value::Int(i) => Some(Bytes::copy_from_slice(
+                itoa::Buffer::new().format(*i).as_bytes(),
+            )),
             Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => None,
         }
     }
@@ -131,7 +133,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("counts", &self.counts).finish_non_exhaustive()
+        f.debug_struct("Store")
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -163,7 +167,10 @@ impl Store {
 
     fn index(&self, key: &[u8]) -> usize {
         let slot = crate::slot::key_slot(key) as usize;
-        debug_assert!(self.slot_range().contains(&slot), "slot {slot} routed to the wrong shard");
+        debug_assert!(
+            self.slot_range().contains(&slot),
+            "slot {slot} routed to the wrong shard"
+        );
         slot - self.first_slot
     }
 
@@ -225,12 +232,18 @@ impl Store {
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
                 self.counts.keys += 1;
-                v.insert(Entry { key: key.into(), expire_at: at, value });
+                v.insert(Entry {
+                    key: key.into(),
+                    expire_at: at,
+                    value,
+                });
                 false
             }
         };
         self.ttl_changed(i, had, at != 0);
-        self.tables[i].find_mut(h, |e| &*e.key == key).expect("just inserted")
+        self.tables[i]
+            .find_mut(h, |e| &*e.key == key)
+            .expect("just inserted")
     }
 
     /// Changes the deadline of an existing key (`None` removes the TTL).
@@ -308,7 +321,12 @@ impl Store {
     /// reclaiming keys past their deadline, until `max_slots` slots are visited
     /// or `deadline` returns true (checked between slots). Returns
     /// `(entries examined, keys reclaimed)`.
-    pub fn sweep(&mut self, now_ms: u64, max_slots: usize, mut deadline: impl FnMut() -> bool) -> (u64, u64) {
+    pub fn sweep(
+        &mut self,
+        now_ms: u64,
+        max_slots: usize,
+        mut deadline: impl FnMut() -> bool,
+    ) -> (u64, u64) {
         let mut examined = 0u64;
         let mut reclaimed = 0u64;
         let n = self.tables.len();
@@ -360,17 +378,37 @@ mod tests {
     fn set_get_and_lazy_expiry() {
         let mut s = store();
         s.set(b"k", Value::from_bytes(b"v"), Some(1000));
-        assert_eq!(s.counts(), StoreCounts { keys: 1, expires: 1, expired: 0 });
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 1,
+                expired: 0
+            }
+        );
         assert!(s.get(b"k", 999).is_some());
         assert!(s.get(b"k", 1000).is_none());
-        assert_eq!(s.counts(), StoreCounts { keys: 0, expires: 0, expired: 1 });
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 0,
+                expires: 0,
+                expired: 1
+            }
+        );
     }
 
     #[test]
     fn int_encoding_reads_back_byte_for_byte() {
         assert_eq!(Value::from_bytes(b"123"), Value::Int(123));
-        assert_eq!(Value::from_bytes(b"0123"), Value::Str(Bytes::from_static(b"0123")));
-        assert_eq!(Value::Int(-5).as_bytes().unwrap(), Bytes::from_static(b"-5"));
+        assert_eq!(
+            Value::from_bytes(b"0123"),
+            Value::Str(Bytes::from_static(b"0123"))
+        );
+        assert_eq!(
+            Value::Int(-5).as_bytes().unwrap(),
+            Bytes::from_static(b"-5")
+        );
     }
 
     #[test]
@@ -378,11 +416,22 @@ mod tests {
         let mut s = store();
         for i in 0..1000u32 {
             let key = format!("k{i}");
-            s.set(key.as_bytes(), Value::Int(1), Some(if i % 2 == 0 { 10 } else { 0 }).filter(|&t| t != 0));
+            s.set(
+                key.as_bytes(),
+                Value::Int(1),
+                Some(if i % 2 == 0 { 10 } else { 0 }).filter(|&t| t != 0),
+            );
         }
         assert_eq!(s.counts().expires, 500);
         let (_, reclaimed) = s.sweep(11, 16384, || false);
         assert_eq!(reclaimed, 500);
-        assert_eq!(s.counts(), StoreCounts { keys: 500, expires: 0, expired: 500 });
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 500,
+                expires: 0,
+                expired: 500
+            }
+        );
     }
 }

@@ -22,21 +22,79 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 
 /// The family's rows.
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("ping", -1, FAST | STALE, NO_KEYS, Exec::Key(ping), "Returns the server's liveliness response."),
-    cmd("echo", 2, FAST, NO_KEYS, Exec::Key(echo), "Returns the given string."),
-    cmd("hello", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(hello), "Handshakes with the Redis server."),
-    cmd("auth", -2, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(auth), "Authenticates the connection."),
-    cmd("select", 2, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(select), "Changes the selected database (only database 0 exists)."),
-    cmd("quit", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(quit), "Closes the connection."),
-    cmd("reset", 1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(reset), "Resets the connection."),
-    cmd("client", -2, LOADING | STALE, NO_KEYS, Exec::Conn(client), "A container for client connection commands."),
+    cmd(
+        "ping",
+        -1,
+        FAST | STALE,
+        NO_KEYS,
+        Exec::Key(ping),
+        "Returns the server's liveliness response.",
+    ),
+    cmd(
+        "echo",
+        2,
+        FAST,
+        NO_KEYS,
+        Exec::Key(echo),
+        "Returns the given string.",
+    ),
+    cmd(
+        "hello",
+        -1,
+        NO_AUTH | FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(hello),
+        "Handshakes with the Redis server.",
+    ),
+    cmd(
+        "auth",
+        -2,
+        NO_AUTH | FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(auth),
+        "Authenticates the connection.",
+    ),
+    cmd(
+        "select",
+        2,
+        FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(select),
+        "Changes the selected database (only database 0 exists).",
+    ),
+    cmd(
+        "quit",
+        -1,
+        NO_AUTH | FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(quit),
+        "Closes the connection.",
+    ),
+    cmd(
+        "reset",
+        1,
+        NO_AUTH | FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(reset),
+        "Resets the connection.",
+    ),
+    cmd(
+        "client",
+        -2,
+        LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(client),
+        "A container for client connection commands.",
+    ),
 ];
 
 fn ping(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     match a.remaining() {
         0 => Ok(Reply::simple("PONG")),
         1 => Ok(Reply::Bulk(a.next()?)),
-        _ => Err(OpError::Other("wrong number of arguments for 'ping' command".into())),
+        _ => Err(OpError::Other(
+            "wrong number of arguments for 'ping' command".into(),
+        )),
     }
 }
 
@@ -53,7 +111,11 @@ fn check_password(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(
     if required.is_empty() {
         // The default user has "nopass": AUTH with a user succeeds, the
         // one-argument form is refused as Redis refuses it.
-        return if user.is_some() { Ok(()) } else { Err(OpError::AuthNotConfigured) };
+        return if user.is_some() {
+            Ok(())
+        } else {
+            Err(OpError::AuthNotConfigured)
+        };
     }
     if required.as_bytes() == pass {
         Ok(())
@@ -82,12 +144,19 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         if !(2..=3).contains(&v) {
             return Err(OpError::NoProto);
         }
-        proto = Some(if v == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
+        proto = Some(if v == 3 {
+            Protocol::Resp3
+        } else {
+            Protocol::Resp2
+        });
     }
     let mut name = None;
     while a.remaining() > 0 {
         // Redis names a bad option as sent.
-        let sent = a.peek().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        let sent = a
+            .peek()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
         match a.word()?.as_str() {
             "AUTH" if a.remaining() >= 2 => {
                 let user = a.next()?;
@@ -97,7 +166,9 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             }
             "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),
             _ => {
-                return Err(OpError::Other(format!("Syntax error in HELLO option '{sent}'").into()))
+                return Err(OpError::Other(
+                    format!("Syntax error in HELLO option '{sent}'").into(),
+                ))
             }
         }
     }
@@ -111,9 +182,16 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     }
     if let Some(p) = proto {
         ctx.conn.proto = p;
-        ctx.conn.handle.resp.store(if p == Protocol::Resp3 { 3 } else { 2 }, Ordering::Relaxed);
+        ctx.conn
+            .handle
+            .resp
+            .store(if p == Protocol::Resp3 { 3 } else { 2 }, Ordering::Relaxed);
     }
-    let resp = if ctx.conn.proto == Protocol::Resp3 { 3 } else { 2 };
+    let resp = if ctx.conn.proto == Protocol::Resp3 {
+        3
+    } else {
+        2
+    };
     Ok(Reply::Map(vec![
         (Reply::bulk("server"), Reply::bulk("redis")),
         (Reply::bulk("version"), Reply::bulk(REDIS_COMPAT_VERSION)),
@@ -158,9 +236,15 @@ fn set_name(handle: &ClientHandle, name: Bytes) -> Result<(), OpError> {
 
 /// One CLIENT LIST / CLIENT INFO line, in Redis 7's field order.
 fn client_line(shared: &Shared, c: &ClientHandle) -> String {
-    let name = c.name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+    let name = c
+        .name
+        .lock()
+        .as_ref()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .unwrap_or_default();
     let age = c.created.elapsed().as_secs();
-    let idle_ms = (c.created.elapsed().as_millis() as u64).saturating_sub(c.last_cmd_ms.load(Ordering::Relaxed));
+    let idle_ms = (c.created.elapsed().as_millis() as u64)
+        .saturating_sub(c.last_cmd_ms.load(Ordering::Relaxed));
     let cmd = table()
         .commands
         .get(c.last_cmd.load(Ordering::Relaxed))
@@ -183,7 +267,10 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let sub = a.word()?;
     // Redis echoes the subcommand as sent and names `client|<sub>` in arity errors.
     let sent = String::from_utf8_lossy(&a.all()[1]).into_owned();
-    let unknown = || OpError::UnknownSubcommand { command: "CLIENT", sub: sent.clone() };
+    let unknown = || OpError::UnknownSubcommand {
+        command: "CLIENT",
+        sub: sent.clone(),
+    };
     let arity = || OpError::SubcommandArity(format!("client|{}", sub.to_ascii_lowercase()));
     match sub.as_str() {
         "ID" => {
@@ -277,7 +364,13 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     if a.remaining() == 1 {
         // Old form: CLIENT KILL ip:port, replies OK or an error.
         let addr = String::from_utf8_lossy(&a.next()?).into_owned();
-        let target = ctx.shared.clients.lock().values().find(|c| !c.killed.load(Ordering::SeqCst) && c.addr.to_string() == addr).cloned();
+        let target = ctx
+            .shared
+            .clients
+            .lock()
+            .values()
+            .find(|c| !c.killed.load(Ordering::SeqCst) && c.addr.to_string() == addr)
+            .cloned();
         return match target {
             Some(c) => {
                 c.kill();
@@ -295,7 +388,12 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         let v = a.next().map_err(|_| OpError::Syntax)?;
         let text = String::from_utf8_lossy(&v).into_owned();
         match w.as_str() {
-            "ID" => id = Some(leasehold_protocol::int::parse_u64(&v).ok_or(OpError::Other("client-id should be greater than 0".into()))?),
+            "ID" => {
+                id = Some(
+                    leasehold_protocol::int::parse_u64(&v)
+                        .ok_or(OpError::Other("client-id should be greater than 0".into()))?,
+                )
+            }
             "ADDR" => addr = Some(text),
             "LADDR" => laddr = Some(text),
             "SKIPME" => match text.to_ascii_lowercase().as_str() {

@@ -17,24 +17,150 @@ use crate::slot::{slot_shard, SLOTS};
 
 /// The family's rows.
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("del", -2, WRITE, (1, -1, 1), Exec::Keys(del, Merge::Sum), "Deletes one or more keys."),
-    cmd("unlink", -2, WRITE | FAST, (1, -1, 1), Exec::Keys(del, Merge::Sum), "Asynchronously deletes one or more keys."),
-    cmd("exists", -2, READONLY | FAST, (1, -1, 1), Exec::Keys(exists, Merge::Sum), "Determines whether one or more keys exist."),
-    cmd("type", 2, READONLY | FAST, KEY1, Exec::Key(type_), "Determines the type of value stored at a key."),
-    cmd("expire", -3, WRITE | FAST, KEY1, Exec::Key(expire), "Sets the expiration time of a key in seconds."),
-    cmd("pexpire", -3, WRITE | FAST, KEY1, Exec::Key(pexpire), "Sets the expiration time of a key in milliseconds."),
-    cmd("expireat", -3, WRITE | FAST, KEY1, Exec::Key(expireat), "Sets the expiration time of a key to a Unix timestamp."),
-    cmd("pexpireat", -3, WRITE | FAST, KEY1, Exec::Key(pexpireat), "Sets the expiration time of a key to a Unix milliseconds timestamp."),
-    cmd("ttl", 2, READONLY | FAST, KEY1, Exec::Key(ttl), "Returns the expiration time in seconds of a key."),
-    cmd("pttl", 2, READONLY | FAST, KEY1, Exec::Key(pttl), "Returns the expiration time in milliseconds of a key."),
-    cmd("expiretime", 2, READONLY | FAST, KEY1, Exec::Key(expiretime), "Returns the expiration time of a key as a Unix timestamp."),
-    cmd("pexpiretime", 2, READONLY | FAST, KEY1, Exec::Key(pexpiretime), "Returns the expiration time of a key as a Unix milliseconds timestamp."),
-    cmd("persist", 2, WRITE | FAST, KEY1, Exec::Key(persist), "Removes the expiration time of a key."),
-    cmd("keys", 2, READONLY, NO_KEYS, Exec::AllShards(keys, Merge::Concat), "Returns all key names that match a pattern."),
-    cmd("scan", -2, READONLY, NO_KEYS, Exec::Cursor(scan), "Iterates over the key names in the database."),
-    cmd("dbsize", 1, READONLY | FAST, NO_KEYS, Exec::AllShards(dbsize, Merge::Sum), "Returns the number of keys in the database."),
-    cmd("flushall", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Removes all keys from all databases."),
-    cmd("flushdb", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Remove all keys from the current database."),
+    cmd(
+        "del",
+        -2,
+        WRITE,
+        (1, -1, 1),
+        Exec::Keys(del, Merge::Sum),
+        "Deletes one or more keys.",
+    ),
+    cmd(
+        "unlink",
+        -2,
+        WRITE | FAST,
+        (1, -1, 1),
+        Exec::Keys(del, Merge::Sum),
+        "Asynchronously deletes one or more keys.",
+    ),
+    cmd(
+        "exists",
+        -2,
+        READONLY | FAST,
+        (1, -1, 1),
+        Exec::Keys(exists, Merge::Sum),
+        "Determines whether one or more keys exist.",
+    ),
+    cmd(
+        "type",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(type_),
+        "Determines the type of value stored at a key.",
+    ),
+    cmd(
+        "expire",
+        -3,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(expire),
+        "Sets the expiration time of a key in seconds.",
+    ),
+    cmd(
+        "pexpire",
+        -3,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(pexpire),
+        "Sets the expiration time of a key in milliseconds.",
+    ),
+    cmd(
+        "expireat",
+        -3,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(expireat),
+        "Sets the expiration time of a key to a Unix timestamp.",
+    ),
+    cmd(
+        "pexpireat",
+        -3,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(pexpireat),
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+    ),
+    cmd(
+        "ttl",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(ttl),
+        "Returns the expiration time in seconds of a key.",
+    ),
+    cmd(
+        "pttl",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(pttl),
+        "Returns the expiration time in milliseconds of a key.",
+    ),
+    cmd(
+        "expiretime",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(expiretime),
+        "Returns the expiration time of a key as a Unix timestamp.",
+    ),
+    cmd(
+        "pexpiretime",
+        2,
+        READONLY | FAST,
+        KEY1,
+        Exec::Key(pexpiretime),
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+    ),
+    cmd(
+        "persist",
+        2,
+        WRITE | FAST,
+        KEY1,
+        Exec::Key(persist),
+        "Removes the expiration time of a key.",
+    ),
+    cmd(
+        "keys",
+        2,
+        READONLY,
+        NO_KEYS,
+        Exec::AllShards(keys, Merge::Concat),
+        "Returns all key names that match a pattern.",
+    ),
+    cmd(
+        "scan",
+        -2,
+        READONLY,
+        NO_KEYS,
+        Exec::Cursor(scan),
+        "Iterates over the key names in the database.",
+    ),
+    cmd(
+        "dbsize",
+        1,
+        READONLY | FAST,
+        NO_KEYS,
+        Exec::AllShards(dbsize, Merge::Sum),
+        "Returns the number of keys in the database.",
+    ),
+    cmd(
+        "flushall",
+        -1,
+        WRITE,
+        NO_KEYS,
+        Exec::AllShards(flushall, Merge::AllOk),
+        "Removes all keys from all databases.",
+    ),
+    cmd(
+        "flushdb",
+        -1,
+        WRITE,
+        NO_KEYS,
+        Exec::AllShards(flushall, Merge::AllOk),
+        "Remove all keys from the current database.",
+    ),
 ];
 
 fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
@@ -61,7 +187,11 @@ fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn type_(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    Ok(Reply::simple(s.store.get(&key, s.now.unix_ms).map_or("none", |e| e.value.type_name())))
+    Ok(Reply::simple(
+        s.store
+            .get(&key, s.now.unix_ms)
+            .map_or("none", |e| e.value.type_name()),
+    ))
 }
 
 /// NX, XX, GT, LT as EXPIRE reads them.
@@ -95,7 +225,13 @@ fn expire_flags(a: &mut Args) -> Result<ExpireFlags, OpError> {
 
 /// The op behind EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT (Redis
 /// `expireGenericCommand`). `unit_ms` is 1000 for seconds; `relative` adds now.
-fn expire_generic(s: &mut Shard, a: &mut Args, unit_ms: i64, relative: bool, cmd: &'static str) -> Result<Reply, OpError> {
+fn expire_generic(
+    s: &mut Shard,
+    a: &mut Args,
+    unit_ms: i64,
+    relative: bool,
+    cmd: &'static str,
+) -> Result<Reply, OpError> {
     let key = a.key()?;
     let when = a.i64()?;
     let flags = expire_flags(a)?;
@@ -123,7 +259,10 @@ fn expire_generic(s: &mut Shard, a: &mut Args, unit_ms: i64, relative: bool, cmd
         s.store.remove(&key, now);
     } else {
         s.store.set_expire(&key, Some(when as u64));
-        s.store.effects.emit(Effect::ExpireAt { key: &key, at_ms: when as u64 });
+        s.store.effects.emit(Effect::ExpireAt {
+            key: &key,
+            at_ms: when as u64,
+        });
     }
     Ok(Reply::Int(1))
 }
@@ -231,7 +370,10 @@ fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
     }
     if cursor >= SLOTS as u64 {
-        return Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(Vec::new())]));
+        return Ok(Reply::Array(vec![
+            Reply::bulk("0"),
+            Reply::Array(Vec::new()),
+        ]));
     }
     let range = s.store.slot_range();
     debug_assert_eq!(slot_shard(cursor as u16, s.shared.shards), s.id);
@@ -241,7 +383,9 @@ fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     while slot < range.end && (out.len() as u64) < count {
         s.store.for_each_in_slot(slot, now, |e| {
             let name_ok = pattern.as_ref().is_none_or(|p| glob_match(p, e.key()));
-            let type_ok = type_filter.as_ref().is_none_or(|t| t == e.value.type_name());
+            let type_ok = type_filter
+                .as_ref()
+                .is_none_or(|t| t == e.value.type_name());
             if name_ok && type_ok {
                 out.push(Reply::Bulk(Bytes::copy_from_slice(e.key())));
             }
@@ -249,7 +393,10 @@ fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         slot += 1;
     }
     let next = if slot >= SLOTS { 0 } else { slot };
-    Ok(Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)]))
+    Ok(Reply::Array(vec![
+        Reply::bulk(next.to_string()),
+        Reply::Array(out),
+    ]))
 }
 
 fn dbsize(s: &mut Shard, _a: &mut Args) -> Result<Reply, OpError> {
@@ -316,7 +463,11 @@ fn glob(p: &[u8], s: &[u8], depth: u32) -> bool {
                         pi += 1;
                         matched |= p[pi] == s[si];
                     } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
-                        let (lo, hi) = if p[pi] <= p[pi + 2] { (p[pi], p[pi + 2]) } else { (p[pi + 2], p[pi]) };
+                        let (lo, hi) = if p[pi] <= p[pi + 2] {
+                            (p[pi], p[pi + 2])
+                        } else {
+                            (p[pi + 2], p[pi])
+                        };
                         matched |= (lo..=hi).contains(&s[si]);
                         pi += 2;
                     } else {

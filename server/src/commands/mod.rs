@@ -45,8 +45,9 @@ pub mod flags {
     pub const STALE: u32 = 1 << 7;
 
     /// Flag names for COMMAND INFO, in bit order.
-    pub const NAMES: [&str; 8] =
-        ["write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale"];
+    pub const NAMES: [&str; 8] = [
+        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale",
+    ];
 }
 
 /// A handler that runs on the shard owning its keys.
@@ -107,7 +108,10 @@ pub struct CommandSpec {
 
 impl std::fmt::Debug for CommandSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommandSpec").field("name", &self.name).field("arity", &self.arity).finish()
+        f.debug_struct("CommandSpec")
+            .field("name", &self.name)
+            .field("arity", &self.arity)
+            .finish()
     }
 }
 
@@ -136,7 +140,11 @@ impl CommandSpec {
         } else {
             self.last_key as usize
         };
-        let end = if first == 0 { 0 } else { last.min(argc.saturating_sub(1)) + 1 };
+        let end = if first == 0 {
+            0
+        } else {
+            last.min(argc.saturating_sub(1)) + 1
+        };
         (first..end).step_by(step)
     }
 }
@@ -151,7 +159,16 @@ pub const fn cmd(
     exec: Exec,
     summary: &'static str,
 ) -> CommandSpec {
-    CommandSpec { name, arity, flags, first_key: keys.0, last_key: keys.1, step: keys.2, exec, summary }
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        exec,
+        summary,
+    }
 }
 
 /// No keys.
@@ -169,10 +186,20 @@ pub struct Table {
 impl Table {
     fn build() -> Table {
         let mut commands = Vec::new();
-        for family in [connection::COMMANDS, server::COMMANDS, keys::COMMANDS, strings::COMMANDS, ratelimit::COMMANDS] {
+        for family in [
+            connection::COMMANDS,
+            server::COMMANDS,
+            keys::COMMANDS,
+            strings::COMMANDS,
+            ratelimit::COMMANDS,
+        ] {
             commands.extend_from_slice(family);
         }
-        let by_name = commands.iter().enumerate().map(|(i, c)| (c.name.as_bytes(), i)).collect();
+        let by_name = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_bytes(), i))
+            .collect();
         Table { commands, by_name }
     }
 
@@ -210,8 +237,16 @@ mod tests {
             assert!(c.arity != 0, "{}: arity 0", c.name);
             if c.first_key > 0 {
                 let min_argc = c.arity.unsigned_abs() as i32;
-                assert!(c.first_key < min_argc, "{}: first key outside arity", c.name);
-                assert!(c.last_key < 0 || c.last_key < min_argc, "{}: last key outside arity", c.name);
+                assert!(
+                    c.first_key < min_argc,
+                    "{}: first key outside arity",
+                    c.name
+                );
+                assert!(
+                    c.last_key < 0 || c.last_key < min_argc,
+                    "{}: last key outside arity",
+                    c.name
+                );
                 assert!(c.step >= 1, "{}: step", c.name);
             }
             assert!(

@@ -18,11 +18,46 @@ use crate::state::Shared;
 
 /// The family's rows.
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("info", -1, LOADING | STALE, NO_KEYS, Exec::Conn(info), "Returns information and statistics about the server."),
-    cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(config), "A container for server configuration commands."),
-    cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
-    cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
-    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd(
+        "info",
+        -1,
+        LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(info),
+        "Returns information and statistics about the server.",
+    ),
+    cmd(
+        "config",
+        -2,
+        ADMIN | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(config),
+        "A container for server configuration commands.",
+    ),
+    cmd(
+        "command",
+        -1,
+        LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(command),
+        "Returns detailed information about all commands.",
+    ),
+    cmd(
+        "time",
+        1,
+        FAST | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(time),
+        "Returns the server time.",
+    ),
+    cmd(
+        "shutdown",
+        -1,
+        ADMIN | NO_AUTH | LOADING | STALE,
+        NO_KEYS,
+        Exec::Conn(shutdown),
+        "Synchronously saves the database(s) to disk and shuts down the Redis server.",
+    ),
 ];
 
 /// Counter values at the last CONFIG RESETSTAT; INFO reports the difference.
@@ -47,12 +82,23 @@ fn snapshot(shared: &Shared) -> StatBaseline {
         hits: shared.sum(|s| s.keyspace_hits.get()),
         misses: shared.sum(|s| s.keyspace_misses.get()),
         expired: shared.sum(|s| s.expired_keys.get()),
-        conns: shared.counters.total_connections_received.load(Ordering::Relaxed),
+        conns: shared
+            .counters
+            .total_connections_received
+            .load(Ordering::Relaxed),
         rejected: shared.counters.rejected_connections.load(Ordering::Relaxed),
-        net_in: shared.counters.total_net_input_bytes.load(Ordering::Relaxed),
-        net_out: shared.counters.total_net_output_bytes.load(Ordering::Relaxed),
+        net_in: shared
+            .counters
+            .total_net_input_bytes
+            .load(Ordering::Relaxed),
+        net_out: shared
+            .counters
+            .total_net_output_bytes
+            .load(Ordering::Relaxed),
         calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
-        failed: (0..n).map(|i| shared.sum(|s| s.failed_calls[i].get())).collect(),
+        failed: (0..n)
+            .map(|i| shared.sum(|s| s.failed_calls[i].get()))
+            .collect(),
     }
 }
 
@@ -70,14 +116,35 @@ fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 { format!("{n}B") } else { format!("{v:.2}{}", units[i]) }
+    if i == 0 {
+        format!("{n}B")
+    } else {
+        format!("{v:.2}{}", units[i])
+    }
 }
 
-const DEFAULT_SECTIONS: &[&str] =
-    &["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "keyspace"];
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "keyspace",
+];
 const ALL_SECTIONS: &[&str] = &[
-    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "commandstats",
-    "errorstats", "keyspace", "leasehold",
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "commandstats",
+    "errorstats",
+    "keyspace",
+    "leasehold",
 ];
 
 fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
@@ -90,7 +157,11 @@ fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     } else if wanted.iter().any(|w| w == "all" || w == "everything") {
         ALL_SECTIONS.to_vec()
     } else {
-        ALL_SECTIONS.iter().copied().filter(|s| wanted.iter().any(|w| w == s)).collect()
+        ALL_SECTIONS
+            .iter()
+            .copied()
+            .filter(|s| wanted.iter().any(|w| w == s))
+            .collect()
     };
     let text = render_info(ctx.shared, &sections);
     Ok(Reply::Verbatim("txt", Bytes::from(text)))
@@ -192,7 +263,11 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                 w.push_str("# Keyspace\r\n");
                 let keys = shared.sum(|s| s.keys.get());
                 if keys > 0 {
-                    let _ = write!(w, "db0:keys={keys},expires={},avg_ttl=0\r\n", shared.sum(|s| s.expires.get()));
+                    let _ = write!(
+                        w,
+                        "db0:keys={keys},expires={},avg_ttl=0\r\n",
+                        shared.sum(|s| s.expires.get())
+                    );
                 }
             }
             "leasehold" => {
@@ -226,16 +301,29 @@ struct Param {
 }
 
 fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, &'static str> {
-    v.parse().map_err(|_| "argument couldn't be parsed into an integer")
+    v.parse()
+        .map_err(|_| "argument couldn't be parsed into an integer")
 }
 
 /// Every parameter CONFIG GET answers. Settings Leasehold does not have but
 /// tools ask for (`save`, `appendonly`, `databases`, `maxmemory`, ...) answer
 /// their fixed value and accept only it.
 const PARAMS: &[Param] = &[
-    Param { name: "bind", get: |c| c.net.bind.clone(), set: None },
-    Param { name: "port", get: |c| c.net.port.to_string(), set: None },
-    Param { name: "tcp-backlog", get: |c| c.net.tcp_backlog.to_string(), set: None },
+    Param {
+        name: "bind",
+        get: |c| c.net.bind.clone(),
+        set: None,
+    },
+    Param {
+        name: "port",
+        get: |c| c.net.port.to_string(),
+        set: None,
+    },
+    Param {
+        name: "tcp-backlog",
+        get: |c| c.net.tcp_backlog.to_string(),
+        set: None,
+    },
     Param {
         name: "maxclients",
         get: |c| c.net.maxclients.to_string(),
@@ -252,7 +340,11 @@ const PARAMS: &[Param] = &[
             Ok(())
         }),
     },
-    Param { name: "threads", get: |c| c.threads().to_string(), set: None },
+    Param {
+        name: "threads",
+        get: |c| c.threads().to_string(),
+        set: None,
+    },
     Param {
         name: "proto-max-bulk-len",
         get: |c| c.limits.proto_max_bulk_len.to_string(),
@@ -269,18 +361,84 @@ const PARAMS: &[Param] = &[
             Ok(())
         }),
     },
-    Param { name: "hz", get: |c| c.expiry.hz.to_string(), set: None },
-    Param { name: "repl-backlog-size", get: |c| c.replication.backlog_bytes.to_string(), set: None },
-    Param { name: "loglevel", get: |c| c.log.level.clone(), set: None },
-    Param { name: "save", get: |_| String::new(), set: Some(|_, v| if v.is_empty() { Ok(()) } else { Err("Leasehold keeps no snapshots") }) },
-    Param { name: "appendonly", get: |_| "no".into(), set: Some(|_, v| if v == "no" { Ok(()) } else { Err("Leasehold keeps no append-only file") }) },
-    Param { name: "databases", get: |_| "1".into(), set: None },
-    Param { name: "maxmemory", get: |_| "0".into(), set: Some(|_, v| if v == "0" { Ok(()) } else { Err("maxmemory is not supported") }) },
-    Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: None },
-    Param { name: "timeout", get: |_| "0".into(), set: None },
-    Param { name: "cluster-enabled", get: |_| "no".into(), set: None },
-    Param { name: "protected-mode", get: |_| "no".into(), set: None },
-    Param { name: "daemonize", get: |_| "no".into(), set: None },
+    Param {
+        name: "hz",
+        get: |c| c.expiry.hz.to_string(),
+        set: None,
+    },
+    Param {
+        name: "repl-backlog-size",
+        get: |c| c.replication.backlog_bytes.to_string(),
+        set: None,
+    },
+    Param {
+        name: "loglevel",
+        get: |c| c.log.level.clone(),
+        set: None,
+    },
+    Param {
+        name: "save",
+        get: |_| String::new(),
+        set: Some(|_, v| {
+            if v.is_empty() {
+                Ok(())
+            } else {
+                Err("Leasehold keeps no snapshots")
+            }
+        }),
+    },
+    Param {
+        name: "appendonly",
+        get: |_| "no".into(),
+        set: Some(|_, v| {
+            if v == "no" {
+                Ok(())
+            } else {
+                Err("Leasehold keeps no append-only file")
+            }
+        }),
+    },
+    Param {
+        name: "databases",
+        get: |_| "1".into(),
+        set: None,
+    },
+    Param {
+        name: "maxmemory",
+        get: |_| "0".into(),
+        set: Some(|_, v| {
+            if v == "0" {
+                Ok(())
+            } else {
+                Err("maxmemory is not supported")
+            }
+        }),
+    },
+    Param {
+        name: "maxmemory-policy",
+        get: |_| "noeviction".into(),
+        set: None,
+    },
+    Param {
+        name: "timeout",
+        get: |_| "0".into(),
+        set: None,
+    },
+    Param {
+        name: "cluster-enabled",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Param {
+        name: "protected-mode",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Param {
+        name: "daemonize",
+        get: |_| "no".into(),
+        set: None,
+    },
 ];
 
 fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
@@ -288,7 +446,9 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     match sub.as_str() {
         "GET" => {
             if a.remaining() == 0 {
-                return Err(OpError::Other("wrong number of arguments for 'config|get' command".into()));
+                return Err(OpError::Other(
+                    "wrong number of arguments for 'config|get' command".into(),
+                ));
             }
             let cfg = ctx.shared.config.read().clone();
             let mut pairs = Vec::new();
@@ -296,7 +456,9 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 let pattern = a.next()?.to_ascii_lowercase();
                 for p in PARAMS {
                     if super::keys::glob_match(&pattern, p.name.as_bytes())
-                        && !pairs.iter().any(|(k, _): &(Reply, Reply)| *k == Reply::bulk(p.name))
+                        && !pairs
+                            .iter()
+                            .any(|(k, _): &(Reply, Reply)| *k == Reply::bulk(p.name))
                     {
                         pairs.push((Reply::bulk(p.name), Reply::bulk((p.get)(&cfg))));
                     }
@@ -306,20 +468,30 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         }
         "SET" => {
             if a.remaining() == 0 || a.remaining() % 2 != 0 {
-                return Err(OpError::Other("wrong number of arguments for 'config|set' command".into()));
+                return Err(OpError::Other(
+                    "wrong number of arguments for 'config|set' command".into(),
+                ));
             }
             let mut next = ctx.shared.config.read().clone();
             while a.remaining() > 0 {
                 let name = String::from_utf8_lossy(&a.next()?).to_ascii_lowercase();
                 let value = String::from_utf8_lossy(&a.next()?).into_owned();
                 let Some(p) = PARAMS.iter().find(|p| p.name == name) else {
-                    return Err(OpError::Other(format!("Unknown option or number of arguments for CONFIG SET - '{name}'").into()));
+                    return Err(OpError::Other(
+                        format!("Unknown option or number of arguments for CONFIG SET - '{name}'")
+                            .into(),
+                    ));
                 };
                 let Some(set) = p.set else {
                     return Err(OpError::Other(format!("CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config").into()));
                 };
                 set(&mut next, &value).map_err(|why| {
-                    OpError::Other(format!("CONFIG SET failed (possibly related to argument '{name}') - {why}").into())
+                    OpError::Other(
+                        format!(
+                            "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                        )
+                        .into(),
+                    )
                 })?;
             }
             *ctx.shared.config.write() = next;
@@ -327,24 +499,34 @@ fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             Ok(Reply::ok())
         }
         "RESETSTAT" => {
-            a.finish().map_err(|_| OpError::SubcommandArity("config|resetstat".into()))?;
+            a.finish()
+                .map_err(|_| OpError::SubcommandArity("config|resetstat".into()))?;
             *ctx.shared.baseline.lock() = snapshot(ctx.shared);
             Ok(Reply::ok())
         }
-        "REWRITE" => Err(OpError::Other("The server is running without a config file".into())),
+        "REWRITE" => Err(OpError::Other(
+            "The server is running without a config file".into(),
+        )),
         "HELP" => Ok(Reply::Array(
             [
                 "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
-                "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
-                "RESETSTAT", "    Reset statistics reported by the INFO command.",
-                "HELP", "    Print this help.",
+                "GET <pattern>",
+                "    Return parameters matching the glob-like <pattern> and their values.",
+                "SET <directive> <value>",
+                "    Set the configuration <directive> to <value>.",
+                "RESETSTAT",
+                "    Reset statistics reported by the INFO command.",
+                "HELP",
+                "    Print this help.",
             ]
             .iter()
             .map(|l| Reply::simple(l))
             .collect(),
         )),
-        _ => Err(OpError::UnknownSubcommand { command: "CONFIG", sub: String::from_utf8_lossy(&a.all()[1]).into_owned() }),
+        _ => Err(OpError::UnknownSubcommand {
+            command: "CONFIG",
+            sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
+        }),
     }
 }
 
@@ -375,7 +557,11 @@ fn command_info(spec: &CommandSpec) -> Reply {
 
 /// A COMMAND DOCS entry: summary, since, group, complexity.
 fn command_docs(spec: &CommandSpec) -> Reply {
-    let group = if spec.first_key > 0 { "generic" } else { "server" };
+    let group = if spec.first_key > 0 {
+        "generic"
+    } else {
+        "server"
+    };
     Reply::Map(vec![
         (Reply::bulk("summary"), Reply::bulk(spec.summary)),
         (Reply::bulk("since"), Reply::bulk("1.0.0")),
@@ -396,14 +582,25 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     match sub.as_str() {
         "COUNT" if !names.is_empty() => Err(OpError::SubcommandArity("command|count".into())),
         "COUNT" => Ok(Reply::Int(t.commands.len() as i64)),
-        "LIST" => Ok(Reply::Array(t.commands.iter().map(|c| Reply::bulk(c.name)).collect())),
+        "LIST" => Ok(Reply::Array(
+            t.commands.iter().map(|c| Reply::bulk(c.name)).collect(),
+        )),
         "INFO" => Ok(Reply::Array(if names.is_empty() {
             t.commands.iter().map(command_info).collect()
         } else {
-            names.iter().map(|n| t.lookup(n).map_or(Reply::NilArray, |(_, c)| command_info(c))).collect()
+            names
+                .iter()
+                .map(|n| {
+                    t.lookup(n)
+                        .map_or(Reply::NilArray, |(_, c)| command_info(c))
+                })
+                .collect()
         })),
         "DOCS" => Ok(Reply::Map(if names.is_empty() {
-            t.commands.iter().map(|c| (Reply::bulk(c.name), command_docs(c))).collect()
+            t.commands
+                .iter()
+                .map(|c| (Reply::bulk(c.name), command_docs(c)))
+                .collect()
         } else {
             names
                 .iter()
@@ -416,21 +613,32 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 return Err(OpError::Other("Invalid command specified".into()));
             };
             if !spec.arity_ok(names.len()) {
-                return Err(OpError::Other("Invalid number of arguments specified for command".into()));
+                return Err(OpError::Other(
+                    "Invalid number of arguments specified for command".into(),
+                ));
             }
-            let keys: Vec<Reply> = spec.key_positions(names.len()).map(|p| Reply::Bulk(names[p].clone())).collect();
+            let keys: Vec<Reply> = spec
+                .key_positions(names.len())
+                .map(|p| Reply::Bulk(names[p].clone()))
+                .collect();
             if keys.is_empty() {
                 return Err(OpError::Other("The command has no key arguments".into()));
             }
             Ok(Reply::Array(keys))
         }
-        _ => Err(OpError::UnknownSubcommand { command: "COMMAND", sub: String::from_utf8_lossy(&a.all()[1]).into_owned() }),
+        _ => Err(OpError::UnknownSubcommand {
+            command: "COMMAND",
+            sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
+        }),
     }
 }
 
 fn time(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
     let ms = ctx.shared.clock.now().unix_ms;
-    Ok(Reply::Array(vec![Reply::bulk((ms / 1000).to_string()), Reply::bulk(((ms % 1000) * 1000).to_string())]))
+    Ok(Reply::Array(vec![
+        Reply::bulk((ms / 1000).to_string()),
+        Reply::bulk(((ms % 1000) * 1000).to_string()),
+    ]))
 }
 
 fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {

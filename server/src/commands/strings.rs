@@ -56,7 +56,11 @@ pub fn read_string(s: &mut Shard, key: &[u8]) -> Result<Option<Bytes>, OpError> 
 fn write_string(s: &mut Shard, key: &[u8], value: Value, expire_at: Option<u64>) {
     let e = s.store.set(key, value, expire_at);
     let bytes = e.value.as_bytes().unwrap_or_default();
-    s.store.effects.emit(Effect::Set { key, value: &bytes, expire_at_ms: expire_at });
+    s.store.effects.emit(Effect::Set {
+        key,
+        value: &bytes,
+        expire_at_ms: expire_at,
+    });
 }
 
 fn bulk_or_nil(v: Option<Bytes>) -> Reply {
@@ -89,8 +93,16 @@ pub fn ttl_option(a: &mut Args, word: &str, cmd: &'static str) -> Result<TtlOpti
         return Err(bad);
     }
     let seconds = matches!(word, "EX" | "EXAT");
-    let ms = if seconds { n.checked_mul(1000).ok_or(bad.clone())? } else { n };
-    Ok(if matches!(word, "EX" | "PX") { TtlOption::In(ms) } else { TtlOption::At(ms) })
+    let ms = if seconds {
+        n.checked_mul(1000).ok_or(bad.clone())?
+    } else {
+        n
+    };
+    Ok(if matches!(word, "EX" | "PX") {
+        TtlOption::In(ms)
+    } else {
+        TtlOption::At(ms)
+    })
 }
 
 /// Turns a TTL option into an absolute deadline (Unix ms).
@@ -99,7 +111,10 @@ pub fn ttl_option(a: &mut Args, word: &str, cmd: &'static str) -> Result<TtlOpti
 /// `InvalidExpire(cmd)` when now + ttl overflows.
 pub fn deadline(now_ms: u64, ttl: TtlOption, cmd: &'static str) -> Result<u64, OpError> {
     match ttl {
-        TtlOption::In(ms) => (now_ms as i64).checked_add(ms).map(|v| v as u64).ok_or(OpError::InvalidExpire(cmd)),
+        TtlOption::In(ms) => (now_ms as i64)
+            .checked_add(ms)
+            .map(|v| v as u64)
+            .ok_or(OpError::InvalidExpire(cmd)),
         TtlOption::At(ms) => Ok(ms as u64),
     }
 }
@@ -147,7 +162,12 @@ fn setnx(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(1))
 }
 
-fn setex_generic(s: &mut Shard, a: &mut Args, word: &str, cmd: &'static str) -> Result<Reply, OpError> {
+fn setex_generic(
+    s: &mut Shard,
+    a: &mut Args,
+    word: &str,
+    cmd: &'static str,
+) -> Result<Reply, OpError> {
     let key = a.key()?;
     let ttl = ttl_option(a, word, cmd)?;
     let value = a.next()?;
@@ -208,7 +228,10 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             s.store.remove(&key, now);
         } else {
             s.store.set_expire(&key, Some(at));
-            s.store.effects.emit(Effect::ExpireAt { key: &key, at_ms: at });
+            s.store.effects.emit(Effect::ExpireAt {
+                key: &key,
+                at_ms: at,
+            });
         }
     } else if persist && s.store.get(&key, now).and_then(|e| e.expire_at()).is_some() {
         s.store.set_expire(&key, None);
@@ -229,7 +252,9 @@ fn mget(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn mset(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if a.remaining() % 2 != 0 {
-        return Err(OpError::Other("wrong number of arguments for 'mset' command".into()));
+        return Err(OpError::Other(
+            "wrong number of arguments for 'mset' command".into(),
+        ));
     }
     while a.remaining() > 0 {
         let key = a.key()?;
@@ -252,7 +277,9 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
         Some(e) => {
             let v = match &e.value {
                 Value::Int(i) => *i,
-                Value::Str(b) => leasehold_protocol::int::parse_i64(b).ok_or(OpError::NotInteger)?,
+                Value::Str(b) => {
+                    leasehold_protocol::int::parse_i64(b).ok_or(OpError::NotInteger)?
+                }
                 _ => return Err(OpError::WrongType),
             };
             (v, e.expire_at())
@@ -262,7 +289,11 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
     let e = s.store.set(key, Value::Int(next), expire_at);
     debug_assert_eq!(e.value, Value::Int(next));
     let mut buf = itoa::Buffer::new();
-    s.store.effects.emit(Effect::Set { key, value: buf.format(next).as_bytes(), expire_at_ms: expire_at });
+    s.store.effects.emit(Effect::Set {
+        key,
+        value: buf.format(next).as_bytes(),
+        expire_at_ms: expire_at,
+    });
     Ok(next)
 }
 
@@ -295,7 +326,11 @@ fn decrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 /// (`DBL_DIG`), so the value is rounded to 15 of them: 0.1 + 0.2 reads "0.3"
 /// as in Redis, not "0.30000000000000004".
 pub fn format_float(v: f64) -> String {
-    let magnitude = if v == 0.0 { 0 } else { v.abs().log10().floor() as i32 };
+    let magnitude = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
     let decimals = (14 - magnitude).clamp(0, 17) as usize;
     let mut s = format!("{v:.decimals$}");
     if s.contains('.') {
@@ -325,7 +360,12 @@ fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::NanOrInfinity);
     }
     let text = format_float(next);
-    write_string(s, &key, Value::Str(Bytes::copy_from_slice(text.as_bytes())), expire_at);
+    write_string(
+        s,
+        &key,
+        Value::Str(Bytes::copy_from_slice(text.as_bytes())),
+        expire_at,
+    );
     Ok(Reply::Bulk(Bytes::from(text)))
 }
 
@@ -351,5 +391,7 @@ fn append(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn strlen(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    Ok(Reply::Int(read_string(s, &key)?.map_or(0, |b| b.len() as i64)))
+    Ok(Reply::Int(
+        read_string(s, &key)?.map_or(0, |b| b.len() as i64),
+    ))
 }
