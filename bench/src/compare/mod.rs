@@ -58,7 +58,7 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub memory_keys: u64,
     /// Longest wait for reclamation, in seconds.
-    #[arg(long, default_value_t = 90)]
+    #[arg(long, default_value_t = 60)]
     pub reclaim_limit: u64,
     /// A short smoke run: 1 round of 0.5 s, 20 000 keys for memory rows.
     #[arg(long)]
