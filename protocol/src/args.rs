@@ -42,7 +42,8 @@ impl Args {
         self.items.first().map(|b| &b[..]).unwrap_or(b"")
     }
 
-    /// All arguments including the name, regardless of the cursor.
+    /// All arguments including the name, regardless of the cursor (those
+    /// moved out by [`Args::next`] or [`Args::key`] are empty).
     pub fn all(&self) -> &[Bytes] {
         &self.items
     }
@@ -62,18 +63,19 @@ impl Args {
         self.items.get(self.pos)
     }
 
-    /// The next argument as raw bytes.
+    /// Moves the next argument out (no reference-count traffic: the cursor
+    /// keeps an empty value in its place, so [`Args::all`] no longer shows it).
     ///
     /// # Errors
     /// [`ArgError::Missing`] when none is left.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Bytes, ArgError> {
-        let item = self.items.get(self.pos).cloned().ok_or(ArgError::Missing)?;
+        let item = self.items.get_mut(self.pos).ok_or(ArgError::Missing)?;
         self.pos += 1;
-        Ok(item)
+        Ok(std::mem::take(item))
     }
 
-    /// The next argument, read as a key.
+    /// The next argument, read as a key (moved out, as [`Args::next`]).
     ///
     /// # Errors
     /// [`ArgError::Missing`] when none is left.
@@ -81,13 +83,19 @@ impl Args {
         self.next()
     }
 
+    /// Reads the next argument in place (it stays visible through [`Args::all`]).
+    fn next_ref(&mut self) -> Result<&[u8], ArgError> {
+        let item = self.items.get(self.pos).ok_or(ArgError::Missing)?;
+        self.pos += 1;
+        Ok(item)
+    }
+
     /// The next argument as a strict `i64`.
     ///
     /// # Errors
     /// [`ArgError::NotInteger`] unless it is a canonical decimal `i64`.
     pub fn i64(&mut self) -> Result<i64, ArgError> {
-        let b = self.next()?;
-        parse_i64(&b).ok_or(ArgError::NotInteger)
+        parse_i64(self.next_ref()?).ok_or(ArgError::NotInteger)
     }
 
     /// The next argument as a strict non-negative `u64`.
@@ -95,8 +103,7 @@ impl Args {
     /// # Errors
     /// [`ArgError::NotInteger`] unless it is a canonical decimal in `u64`.
     pub fn u64(&mut self) -> Result<u64, ArgError> {
-        let b = self.next()?;
-        parse_u64(&b).ok_or(ArgError::NotInteger)
+        parse_u64(self.next_ref()?).ok_or(ArgError::NotInteger)
     }
 
     /// The next argument as a finite `f64`.
@@ -104,8 +111,7 @@ impl Args {
     /// # Errors
     /// [`ArgError::NotFloat`] unless it parses as a float with no spaces.
     pub fn f64(&mut self) -> Result<f64, ArgError> {
-        let b = self.next()?;
-        parse_f64(&b).ok_or(ArgError::NotFloat)
+        parse_f64(self.next_ref()?).ok_or(ArgError::NotFloat)
     }
 
     /// Consumes the next argument if it equals `word`, ignoring ASCII case.
@@ -124,8 +130,7 @@ impl Args {
     /// # Errors
     /// [`ArgError::Missing`] when none is left.
     pub fn word(&mut self) -> Result<String, ArgError> {
-        let b = self.next()?;
-        Ok(String::from_utf8_lossy(&b).to_ascii_uppercase())
+        Ok(String::from_utf8_lossy(self.next_ref()?).to_ascii_uppercase())
     }
 
     /// Succeeds only when every argument has been read.

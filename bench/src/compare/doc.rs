@@ -21,6 +21,8 @@ pub struct Page<'a> {
     pub memory: &'a [MemoryResult],
     /// Reclamation on Redis and Leasehold (None with `--skip-memory`).
     pub reclaim: Option<&'a ReclaimPair>,
+    /// The redis-benchmark cross-check (empty when skipped or missing).
+    pub checks: &'a [super::crosscheck::Check],
     /// Each load run's exact command line, with a `#` title line.
     pub commands: &'a [String],
     /// How long the whole comparison took.
@@ -113,6 +115,14 @@ pub fn render(p: &Page<'_>) -> String {
     s.push_str("## Throughput\n\n");
     s.push_str(&table::throughput_table(p.rows));
     s.push('\n');
+    if !p.checks.is_empty() {
+        s.push_str(
+            "### Cross-check with redis-benchmark\n\nThe same servers under Redis's own `redis-benchmark` (one run each, \
+             50 connections, 100 000 random keys), to show the ratios above do not come from our generator.\n\n",
+        );
+        s.push_str(&super::crosscheck::table(p.checks));
+        s.push('\n');
+    }
     if !p.memory.is_empty() {
         s.push_str(&format!(
             "## Memory per key\n\n{} keys of each kind (keys like `tb:000000000001`, 15 bytes) created with pipelined calls \

@@ -11,8 +11,10 @@
 //! - [`workloads`]: the rows (what each server is sent).
 //! - [`table`]: medians, noise, and the throughput table.
 //! - [`memory`]: memory per key and reclamation.
+//! - [`crosscheck`]: the same servers under Redis's own redis-benchmark.
 //! - [`doc`]: the whole markdown page.
 
+pub mod crosscheck;
 pub mod doc;
 pub mod memory;
 pub mod servers;
@@ -66,6 +68,9 @@ pub struct CompareArgs {
     /// Only throughput rows whose name contains this text (for trials).
     #[arg(long)]
     pub only: Option<String>,
+    /// Skip the redis-benchmark cross-check.
+    #[arg(long)]
+    pub skip_crosscheck: bool,
     /// Skip the memory and reclamation rows.
     #[arg(long)]
     pub skip_memory: bool,
@@ -311,6 +316,12 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
+    let checks = if args.skip_crosscheck {
+        Vec::new()
+    } else {
+        let scale = if args.quick { 0.1 } else { 1.0 };
+        crosscheck::run_all(&redis, &leasehold, scale, &mut commands)
+    };
     let (mut memory_rows, mut reclaim) = (Vec::new(), None);
     if !args.skip_memory {
         memory_rows = measure_memory(&args, &runner, &redis, &leasehold, &mut commands);
@@ -328,6 +339,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         rows: &rows,
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),
+        checks: &checks,
         commands: &commands,
         elapsed: started.elapsed(),
     });
