@@ -164,9 +164,9 @@ fn decode_multibulk(
         let _ = buf.split_to(pos);
         return Ok(Some(Vec::new()));
     }
-    // First pass: check that the whole request is here, recording where each bulk is.
+    // First pass: check that the whole request is here, without allocating.
     let count = count as usize;
-    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(count.min(1024));
+    let body = pos;
     for _ in 0..count {
         if pos >= buf.len() {
             return Ok(None);
@@ -193,19 +193,24 @@ fn decode_multibulk(
         if !limits.authenticated && len as usize > UNAUTH_MAX_BULK_LEN {
             return Err(ProtocolError::UnauthenticatedBulkLength);
         }
-        let start = cr + 2;
-        let end = start + len as usize;
         // Like Redis, the two bytes after the payload are skipped, not inspected.
+        let end = cr + 2 + len as usize;
         if end + 2 > buf.len() {
             return Ok(None);
         }
-        spans.push((start, end));
         pos = end + 2;
     }
+    // Second pass over the validated frame: slice each bulk out of it.
     let frame = buf.split_to(pos).freeze();
-    Ok(Some(
-        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
-    ))
+    let mut args = Vec::with_capacity(count);
+    let mut at = body;
+    for _ in 0..count {
+        let cr = find_cr(&frame, at).expect("validated above");
+        let len = parse_len(&frame[at + 1..cr]).expect("validated above") as usize;
+        args.push(frame.slice(cr + 2..cr + 2 + len));
+        at = cr + 4 + len;
+    }
+    Ok(Some(args))
 }
 
 fn decode_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
