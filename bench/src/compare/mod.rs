@@ -231,6 +231,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         .clone()
         .unwrap_or_else(|| exe.with_file_name("leasehold-server"));
     let started = Instant::now();
+    let load_at_start = doc::load_average();
     let redis = Server::start(Kind::Redis, &args.redis_bin, args.threads)?;
     let leasehold = Server::start(Kind::Leasehold, &leasehold_bin, args.threads)?;
     eprintln!("redis on :{}, leasehold on :{}", redis.port, leasehold.port);
@@ -340,6 +341,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),
         checks: &checks,
+        load_at_start: &load_at_start,
         commands: &commands,
         elapsed: started.elapsed(),
     });

@@ -1,0 +1,146 @@
+//! A cross-check of our generator with Redis's own `redis-benchmark` (SET,
+//! GET and INCR on 100k random keys at -P 1 and -P 16, one run each), so a
+//! reader can see that the ratios do not come from `leasehold-bench`.
+
+use std::process::Command;
+
+use super::servers::{shell_join, Server};
+use super::table::thousands;
+
+/// One redis-benchmark test's requests per second on each server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    /// Test name as redis-benchmark prints it (`SET`).
+    pub test: String,
+    /// Pipeline depth.
+    pub pipeline: usize,
+    /// Redis's requests/s.
+    pub redis: Option<f64>,
+    /// Leasehold's requests/s.
+    pub leasehold: Option<f64>,
+}
+
+/// Parses `redis-benchmark --csv` output into (test, rps) pairs.
+pub fn parse_csv(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("\"test\""))
+        .skip(1)
+        .filter_map(|l| {
+            let mut cells = l.split(',').map(|c| c.trim_matches('"'));
+            let test = cells.next()?.to_string();
+            let rps = cells.next()?.parse().ok()?;
+            Some((test, rps))
+        })
+        .collect()
+}
+
+fn run(
+    server: &Server,
+    pipeline: usize,
+    requests: u64,
+    commands: &mut Vec<String>,
+) -> Vec<(String, f64)> {
+    let args: Vec<String> = [
+        "-p",
+        &server.port.to_string(),
+        "-c",
+        "50",
+        "-P",
+        &pipeline.to_string(),
+        "-n",
+        &requests.to_string(),
+        "-r",
+        "100000",
+        "-t",
+        "set,get,incr",
+        "--csv",
+    ]
+    .map(String::from)
+    .to_vec();
+    commands.push(format!(
+        "# redis-benchmark cross-check on {}\nredis-benchmark {}",
+        server.kind.label(),
+        shell_join(&args)
+    ));
+    Command::new("redis-benchmark")
+        .args(&args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| parse_csv(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default()
+}
+
+/// Runs the cross-check on both servers; empty when redis-benchmark is missing.
+/// `scale` shrinks the request counts (1.0 for the full run).
+pub fn run_all(
+    redis: &Server,
+    leasehold: &Server,
+    scale: f64,
+    commands: &mut Vec<String>,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (pipeline, requests) in [(1usize, 200_000f64), (16, 1_000_000.0)] {
+        let n = (requests * scale).max(1000.0) as u64;
+        let r = run(redis, pipeline, n, commands);
+        let l = run(leasehold, pipeline, n, commands);
+        for (test, rps) in &r {
+            out.push(Check {
+                test: test.clone(),
+                pipeline,
+                redis: Some(*rps),
+                leasehold: l.iter().find(|(t, _)| t == test).map(|&(_, v)| v),
+            });
+        }
+        eprintln!("redis-benchmark -P {pipeline}: Redis {r:?}, Leasehold {l:?}");
+    }
+    out
+}
+
+/// The cross-check table in markdown.
+pub fn table(checks: &[Check]) -> String {
+    let cell = |v: Option<f64>| v.map(thousands).unwrap_or_else(|| "failed".into());
+    let mut s = String::from("| redis-benchmark test | -P | Redis req/s | Leasehold req/s | Leasehold / Redis |\n|---|---:|---:|---:|---:|\n");
+    for c in checks {
+        let ratio = match (c.redis, c.leasehold) {
+            (Some(r), Some(l)) if r > 0.0 => format!("{:.2}x", l / r),
+            _ => "-".into(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            c.test,
+            c.pipeline,
+            cell(c.redis),
+            cell(c.leasehold),
+            ratio
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_and_table() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\"\n\"SET\",\"353982.31\",\"2.075\"\n\"GET\",\"351493.84\",\"2.053\"\n";
+        assert_eq!(
+            parse_csv(csv),
+            [
+                ("SET".to_string(), 353982.31),
+                ("GET".to_string(), 351493.84)
+            ]
+        );
+        let t = table(&[Check {
+            test: "SET".into(),
+            pipeline: 16,
+            redis: Some(100_000.0),
+            leasehold: Some(150_000.0),
+        }]);
+        assert!(
+            t.contains("| SET | 16 | 100 000 | 150 000 | 1.50x |"),
+            "{t}"
+        );
+    }
+}
