@@ -25,6 +25,8 @@ pub struct Page<'a> {
     pub checks: &'a [super::crosscheck::Check],
     /// Each load run's exact command line, with a `#` title line.
     pub commands: &'a [String],
+    /// `/proc/loadavg` when the comparison started.
+    pub load_at_start: &'a str,
     /// How long the whole comparison took.
     pub elapsed: Duration,
 }
@@ -43,6 +45,13 @@ fn output(cmd: &str, args: &[&str]) -> String {
                 .map(str::to_string)
         })
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The machine as lines of a markdown list.
@@ -86,6 +95,11 @@ pub fn render(p: &Page<'_>) -> String {
     }
     s.push_str("## Machine\n\n");
     s.push_str(&machine(&a.redis_bin));
+    s.push_str(&format!(
+        "- load average (1/5/15 min) at start: {}, at end: {} (other work on the machine shows here)\n",
+        p.load_at_start,
+        load_average()
+    ));
     s.push_str(&format!(
         "- whole comparison took {:.0} s\n\n",
         p.elapsed.as_secs_f64()
