@@ -21,7 +21,6 @@ case "$(redis-server --version)" in
     *) echo "compare.sh: expected Redis 7, found: $(redis-server --version)" >&2 ;;
 esac
 
-cargo build --release --locked -p leasehold-server -p leasehold-bench 2>/dev/null \
-    || cargo build --release -p leasehold-server -p leasehold-bench
+cargo build --release -p leasehold-server -p leasehold-bench
 target="${CARGO_TARGET_DIR:-target}"
 exec "$target/release/leasehold-bench" compare --leasehold-bin "$target/release/leasehold-server" "$@"

@@ -127,11 +127,12 @@ pub fn run(args: &RunArgs) -> Result<Report, Box<dyn std::error::Error>> {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                    let replies = done.load(Ordering::Relaxed);
+                    bar.set_message(format!("{replies} replies"));
                     match stop {
-                        Stop::Requests(_) => bar.set_position(done.load(Ordering::Relaxed)),
+                        Stop::Requests(_) => bar.set_position(replies),
                         Stop::Duration(_) => bar.set_position(started.elapsed().as_millis() as u64),
                     }
-                    bar.set_message(format!("{} replies", done.load(Ordering::Relaxed)));
                 }
             })
         });
