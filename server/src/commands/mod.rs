@@ -20,6 +20,7 @@ use crate::net::ConnCtx;
 use crate::shard::Shard;
 
 pub mod connection;
+pub mod docs;
 pub mod keys;
 pub mod ratelimit;
 pub mod server;

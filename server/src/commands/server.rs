@@ -555,18 +555,23 @@ fn command_info(spec: &CommandSpec) -> Reply {
     ])
 }
 
-/// A COMMAND DOCS entry: summary, since, group, complexity.
+/// A COMMAND DOCS entry: summary, since, group, and the argument tree from
+/// the command reference (see [`super::docs`]), which redis-cli turns into hints.
 fn command_docs(spec: &CommandSpec) -> Reply {
     let group = if spec.first_key > 0 {
         "generic"
     } else {
         "server"
     };
-    Reply::Map(vec![
+    let mut doc = vec![
         (Reply::bulk("summary"), Reply::bulk(spec.summary)),
         (Reply::bulk("since"), Reply::bulk("1.0.0")),
         (Reply::bulk("group"), Reply::bulk(group)),
-    ])
+    ];
+    if let Some(args) = super::docs::arguments(spec.name) {
+        doc.push((Reply::bulk("arguments"), args));
+    }
+    Reply::Map(doc)
 }
 
 fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
