@@ -19,6 +19,7 @@ use crate::error::OpError;
 use crate::net::ConnCtx;
 use crate::shard::Shard;
 
+pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;

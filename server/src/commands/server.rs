@@ -11,7 +11,6 @@ use leasehold_protocol::{Args, Reply};
 
 use super::flags::{self, ADMIN, FAST, LOADING, NO_AUTH, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
-use crate::config::Config;
 use crate::error::OpError;
 use crate::net::ConnCtx;
 use crate::state::Shared;
@@ -31,7 +30,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         -2,
         ADMIN | LOADING | STALE,
         NO_KEYS,
-        Exec::Conn(config),
+        Exec::Conn(super::config::config),
         "A container for server configuration commands.",
     ),
     cmd(
@@ -75,7 +74,7 @@ pub struct StatBaseline {
     failed: Vec<u64>,
 }
 
-fn snapshot(shared: &Shared) -> StatBaseline {
+pub(super) fn snapshot(shared: &Shared) -> StatBaseline {
     let n = table().commands.len();
     StatBaseline {
         commands: shared.sum(|s| s.commands_processed.get()),
@@ -291,245 +290,6 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
 }
 
 /// Applies a CONFIG SET value; the error is the reason Redis would print.
-type Setter = fn(&mut Config, &str) -> Result<(), &'static str>;
-
-/// One CONFIG parameter: its name, how to read it and (if mutable) set it.
-struct Param {
-    name: &'static str,
-    get: fn(&Config) -> String,
-    set: Option<Setter>,
-}
-
-fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, &'static str> {
-    v.parse()
-        .map_err(|_| "argument couldn't be parsed into an integer")
-}
-
-/// Every parameter CONFIG GET answers. Settings Leasehold does not have but
-/// tools ask for (`save`, `appendonly`, `databases`, `maxmemory`, ...) answer
-/// their fixed value and accept only it.
-const PARAMS: &[Param] = &[
-    Param {
-        name: "bind",
-        get: |c| c.net.bind.clone(),
-        set: None,
-    },
-    Param {
-        name: "port",
-        get: |c| c.net.port.to_string(),
-        set: None,
-    },
-    Param {
-        name: "tcp-backlog",
-        get: |c| c.net.tcp_backlog.to_string(),
-        set: None,
-    },
-    Param {
-        name: "maxclients",
-        get: |c| c.net.maxclients.to_string(),
-        set: Some(|c, v| {
-            c.net.maxclients = parse_num(v)?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "requirepass",
-        get: |c| c.security.requirepass.clone(),
-        set: Some(|c, v| {
-            c.security.requirepass = v.to_string();
-            Ok(())
-        }),
-    },
-    Param {
-        name: "threads",
-        get: |c| c.threads().to_string(),
-        set: None,
-    },
-    Param {
-        name: "proto-max-bulk-len",
-        get: |c| c.limits.proto_max_bulk_len.to_string(),
-        set: Some(|c, v| {
-            c.limits.proto_max_bulk_len = parse_num(v)?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "client-query-buffer-limit",
-        get: |c| c.limits.client_query_buffer_limit.to_string(),
-        set: Some(|c, v| {
-            c.limits.client_query_buffer_limit = parse_num(v)?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "hz",
-        get: |c| c.expiry.hz.to_string(),
-        set: None,
-    },
-    Param {
-        name: "repl-backlog-size",
-        get: |c| c.replication.backlog_bytes.to_string(),
-        set: None,
-    },
-    Param {
-        name: "loglevel",
-        get: |c| c.log.level.clone(),
-        set: None,
-    },
-    Param {
-        name: "save",
-        get: |_| String::new(),
-        set: Some(|_, v| {
-            if v.is_empty() {
-                Ok(())
-            } else {
-                Err("Leasehold keeps no snapshots")
-            }
-        }),
-    },
-    Param {
-        name: "appendonly",
-        get: |_| "no".into(),
-        set: Some(|_, v| {
-            if v == "no" {
-                Ok(())
-            } else {
-                Err("Leasehold keeps no append-only file")
-            }
-        }),
-    },
-    Param {
-        name: "databases",
-        get: |_| "1".into(),
-        set: None,
-    },
-    Param {
-        name: "maxmemory",
-        get: |_| "0".into(),
-        set: Some(|_, v| {
-            if v == "0" {
-                Ok(())
-            } else {
-                Err("maxmemory is not supported")
-            }
-        }),
-    },
-    Param {
-        name: "maxmemory-policy",
-        get: |_| "noeviction".into(),
-        set: None,
-    },
-    Param {
-        name: "timeout",
-        get: |_| "0".into(),
-        set: None,
-    },
-    Param {
-        name: "cluster-enabled",
-        get: |_| "no".into(),
-        set: None,
-    },
-    Param {
-        name: "protected-mode",
-        get: |_| "no".into(),
-        set: None,
-    },
-    Param {
-        name: "daemonize",
-        get: |_| "no".into(),
-        set: None,
-    },
-];
-
-fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
-    let sub = a.word()?;
-    match sub.as_str() {
-        "GET" => {
-            if a.remaining() == 0 {
-                return Err(OpError::Other(
-                    "wrong number of arguments for 'config|get' command".into(),
-                ));
-            }
-            let cfg = ctx.shared.config.read().clone();
-            let mut pairs = Vec::new();
-            while a.remaining() > 0 {
-                let pattern = a.next()?.to_ascii_lowercase();
-                for p in PARAMS {
-                    if super::keys::glob_match(&pattern, p.name.as_bytes())
-                        && !pairs
-                            .iter()
-                            .any(|(k, _): &(Reply, Reply)| *k == Reply::bulk(p.name))
-                    {
-                        pairs.push((Reply::bulk(p.name), Reply::bulk((p.get)(&cfg))));
-                    }
-                }
-            }
-            Ok(Reply::Map(pairs))
-        }
-        "SET" => {
-            if a.remaining() == 0 || a.remaining() % 2 != 0 {
-                return Err(OpError::Other(
-                    "wrong number of arguments for 'config|set' command".into(),
-                ));
-            }
-            let mut next = ctx.shared.config.read().clone();
-            while a.remaining() > 0 {
-                let name = String::from_utf8_lossy(&a.next()?).to_ascii_lowercase();
-                let value = String::from_utf8_lossy(&a.next()?).into_owned();
-                let Some(p) = PARAMS.iter().find(|p| p.name == name) else {
-                    return Err(OpError::Other(
-                        format!("Unknown option or number of arguments for CONFIG SET - '{name}'")
-                            .into(),
-                    ));
-                };
-                let Some(set) = p.set else {
-                    return Err(OpError::Other(format!("CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config").into()));
-                };
-                set(&mut next, &value).map_err(|why| {
-                    OpError::Other(
-                        format!(
-                            "CONFIG SET failed (possibly related to argument '{name}') - {why}"
-                        )
-                        .into(),
-                    )
-                })?;
-            }
-            *ctx.shared.config.write() = next;
-            ctx.shared.config_gen.fetch_add(1, Ordering::Release);
-            Ok(Reply::ok())
-        }
-        "RESETSTAT" => {
-            a.finish()
-                .map_err(|_| OpError::SubcommandArity("config|resetstat".into()))?;
-            *ctx.shared.baseline.lock() = snapshot(ctx.shared);
-            Ok(Reply::ok())
-        }
-        "REWRITE" => Err(OpError::Other(
-            "The server is running without a config file".into(),
-        )),
-        "HELP" => Ok(Reply::Array(
-            [
-                "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "GET <pattern>",
-                "    Return parameters matching the glob-like <pattern> and their values.",
-                "SET <directive> <value>",
-                "    Set the configuration <directive> to <value>.",
-                "RESETSTAT",
-                "    Reset statistics reported by the INFO command.",
-                "HELP",
-                "    Print this help.",
-            ]
-            .iter()
-            .map(|l| Reply::simple(l))
-            .collect(),
-        )),
-        _ => Err(OpError::UnknownSubcommand {
-            command: "CONFIG",
-            sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
-        }),
-    }
-}
-
 fn flag_names(spec: &CommandSpec) -> Vec<Reply> {
     flags::NAMES
         .iter()
