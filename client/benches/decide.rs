@@ -1,0 +1,239 @@
+//! A local decision in the steady state: `LeaseManager::decide` (polled once,
+//! it must be ready at once) and `try_decide`, for one key and for 100 000
+//! keys, against a real in-process Leasehold server on 127.0.0.1.
+//!
+//! Steady state: before measuring, every key takes one decision through the
+//! ledger and receives a fixed lease of 10^12 tokens (min_lease = max_lease),
+//! so no bucket ever nears its watermark, nothing goes idle (idle_after is an
+//! hour) and no ledger call happens on the measured path. After each group
+//! the bench checks that: the local token count fell by exactly the number of
+//! decisions made, and the server saw no TOKENLEASE or TOKENRETURN.
+//!
+//! Does not measure (any of the groups): the ledger round trip; the renewal
+//! spawn a real key pays once per ~400 decisions at max_lease 500; a metrics
+//! recorder (none is installed, so the counters are no-ops); several cores
+//! deciding on the same key; HTTP. The sweeper does run (every 100 ms).
+//!
+//! The `frozen clock` groups run `try_decide` on a [`ManualClock`] that never
+//! moves: the same path without the two OS clock reads a decision makes
+//! (`SystemClock::now_us`, about 80 ns each on the 2-core KVM guest measured
+//! in docs/client.md), to show what those reads cost. Not a configuration to
+//! deploy: with a frozen clock nothing decays, expires or unblocks.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use leasehold_client::{
+    Client, ClientConfig, Clock, Decision, FailureMode, LeaseConfig, LeaseManager, ManualClock,
+    Mode, Outcome, Policy, PolicyId, PolicySet, SystemClock,
+};
+use leasehold_server::config::Config;
+use leasehold_server::ServerHandle;
+
+const P: PolicyId = PolicyId::FIRST;
+const LEASE: u64 = 1_000_000_000_000;
+const KEYS: usize = 100_000;
+/// Visits the 100k keys in a scattered order (7919 is coprime with 100 000).
+const STRIDE: usize = 7919;
+
+/// Key `i` as `user:NNNNNN`, built on the stack: a gateway's key bytes are in
+/// the request it just read, so the bench must not add a cache miss of its
+/// own by fetching keys from a 100k-entry table.
+fn key(i: usize) -> [u8; 11] {
+    let mut k = *b"user:000000";
+    let mut n = i;
+    for d in k[5..].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    k
+}
+
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    server: ServerHandle,
+    manager: LeaseManager,
+}
+
+fn setup(clock: Arc<dyn Clock>) -> Setup {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut c = Config::default();
+    c.net.bind = "127.0.0.1".into();
+    c.net.port = 0;
+    c.shards.threads = 1;
+    let server =
+        leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new())).unwrap();
+    let manager = rt.block_on(async {
+        let mut config = ClientConfig::new(server.addr);
+        // Only the setup's first leases see this; the measured path makes none.
+        config.lease_deadline = Duration::from_secs(2);
+        let policy = Policy {
+            name: "bench".into(),
+            requests_per_unit: LEASE * 1000,
+            unit: Duration::from_secs(1),
+            burst: LEASE * 1000,
+            failure_mode: FailureMode::FailOpen,
+            mode: Mode::Enforce,
+            fail_open_requests_per_unit: LEASE,
+        };
+        let lease = LeaseConfig {
+            min_lease: LEASE,
+            max_lease: LEASE,
+            idle_after: Duration::from_secs(3600),
+            evict_after: Duration::from_secs(3600),
+            ..LeaseConfig::default()
+        };
+        LeaseManager::new(
+            Client::new(config),
+            &PolicySet::from_policies("bench", vec![policy]),
+            lease,
+            clock,
+        )
+    });
+    Setup {
+        rt,
+        server,
+        manager,
+    }
+}
+
+/// Gives every key its lease (one ledger decision each, 1000 in flight at once).
+fn prime(s: &Setup, n: usize) {
+    s.rt.block_on(async {
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+            let mut set = tokio::task::JoinSet::new();
+            for &i in chunk {
+                let m = s.manager.clone();
+                set.spawn(async move { m.decide(P, &key(i)).await });
+            }
+            while let Some(d) = set.join_next().await {
+                assert_eq!(d.unwrap().outcome, Outcome::Allowed);
+            }
+        }
+    });
+    for i in 0..n {
+        assert_eq!(s.manager.local_tokens(P, &key(i)), LEASE - 1);
+    }
+}
+
+/// TOKENLEASE and TOKENRETURN calls the server has run.
+fn ledger_calls(s: &Setup) -> u64 {
+    let table = leasehold_server::commands::table();
+    let idx = [b"TOKENLEASE".as_slice(), b"TOKENRETURN"]
+        .map(|n| table.lookup(n).expect("ledger command").0);
+    s.server
+        .shared
+        .shard_stats
+        .iter()
+        .map(|st| idx.iter().map(|&i| st.calls[i].get()).sum::<u64>())
+        .sum()
+}
+
+fn tokens(s: &Setup, n: usize) -> u64 {
+    (0..n).map(|i| s.manager.local_tokens(P, &key(i))).sum()
+}
+
+/// Polls `decide` once: in the steady state it never waits.
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("decide waited for the ledger: not the steady state"),
+    }
+}
+
+fn check(d: &Decision) {
+    assert!(d.allowed, "{:?}", d.outcome);
+}
+
+fn steady_state(c: &mut Criterion, label: &str, n: usize, frozen: bool) {
+    let s = if frozen {
+        setup(Arc::new(ManualClock::new()))
+    } else {
+        setup(Arc::new(SystemClock::new()))
+    };
+    prime(&s, n);
+    let (calls_before, tokens_before) = (ledger_calls(&s), tokens(&s, n));
+    let mut decided = 0u64;
+    let step = STRIDE % n; // no division on the measured path
+    let mut group = c.benchmark_group(if frozen {
+        format!("decide {label}, frozen clock")
+    } else {
+        format!("decide {label}")
+    });
+    let decide_polled = |b: &mut criterion::Bencher<'_>| {
+        b.iter_custom(|iters| {
+            let mut i = 0usize;
+            let start = Instant::now();
+            for _ in 0..iters {
+                i += step;
+                if i >= n {
+                    i -= n;
+                }
+                let d = ready(s.manager.decide(P, &std::hint::black_box(key(i))));
+                std::hint::black_box(&d);
+            }
+            let t = start.elapsed();
+            // Outside the timed loop: one decision's outcome, then the count.
+            check(&ready(s.manager.decide(P, &key(0))));
+            decided += iters + 1;
+            t
+        })
+    };
+    if !frozen {
+        group.bench_function("decide (polled once)", decide_polled);
+    }
+    group.bench_function("try_decide", |b| {
+        b.iter_custom(|iters| {
+            let mut i = 0usize;
+            let mut refused = 0u64;
+            let start = Instant::now();
+            for _ in 0..iters {
+                i += step;
+                if i >= n {
+                    i -= n;
+                }
+                match s.manager.try_decide(P, &std::hint::black_box(key(i))) {
+                    Some(d) => {
+                        std::hint::black_box(&d);
+                    }
+                    None => refused += 1,
+                }
+            }
+            let t = start.elapsed();
+            assert_eq!(refused, 0, "try_decide found an empty bucket");
+            decided += iters;
+            t
+        })
+    });
+    group.finish();
+    let spent = tokens_before - tokens(&s, n);
+    let calls = ledger_calls(&s) - calls_before;
+    assert_eq!(spent, decided, "a lease or a return changed the buckets");
+    assert_eq!(calls, 0, "the measured path reached the ledger");
+    eprintln!("{label} (frozen clock: {frozen}): {decided} decisions, {calls} ledger calls, {spent} tokens spent");
+    s.rt.block_on(s.manager.shutdown());
+    drop(s.rt);
+    s.server.shutdown();
+}
+
+fn one_key(c: &mut Criterion) {
+    steady_state(c, "1 key", 1, false);
+    steady_state(c, "1 key", 1, true);
+}
+
+fn many_keys(c: &mut Criterion) {
+    steady_state(c, "100k keys", KEYS, false);
+    steady_state(c, "100k keys", KEYS, true);
+}
+
+criterion_group!(benches, one_key, many_keys);
+criterion_main!(benches);
