@@ -23,11 +23,25 @@ use std::hash::BuildHasher;
 
 use crate::effects::{Effect, EffectLog};
 
+/// Longest string kept inside its value rather than in an allocation.
+pub const SMALL_STRING: usize = 30;
+
 /// A stored value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    /// A string (Redis "string" type, raw encoding).
+    /// A string longer than [`SMALL_STRING`] bytes (Redis "string" type, raw
+    /// encoding); GET shares it by reference count.
     Str(Bytes),
+    /// A string of at most [`SMALL_STRING`] bytes, inside the value (Redis's
+    /// "embstr" idea): no allocation to store it, and GET copies it out rather
+    /// than touching a reference count from two threads (an 8% hot spot in a
+    /// `GET -P 16` profile). The enum is 40 bytes either way.
+    Small {
+        /// Bytes used.
+        len: u8,
+        /// The string, zero-padded.
+        bytes: [u8; SMALL_STRING],
+    },
     /// A string that holds a canonical decimal `i64` (Redis "int" encoding);
     /// GET renders it, INCR updates it in place.
     Int(i64),
@@ -43,19 +57,38 @@ impl Value {
     /// The name `TYPE` reports.
     pub fn type_name(&self) -> &'static str {
         match self {
-            Value::Str(_) | Value::Int(_) => "string",
+            Value::Str(_) | Value::Small { .. } | Value::Int(_) => "string",
             Value::TokenBucket(_) => crate::commands::ratelimit::type_names::TOKEN_BUCKET,
             Value::SlidingWindow(_) => crate::commands::ratelimit::type_names::SLIDING_WINDOW,
             Value::Gcra(_) => crate::commands::ratelimit::type_names::GCRA,
         }
     }
 
-    /// Builds a string value, choosing the integer form when `bytes` is a
-    /// canonical `i64` (so that it reads back byte for byte).
+    /// Builds a string value: the integer form when `bytes` is a canonical
+    /// `i64` (so that it reads back byte for byte), inline when small.
     pub fn from_bytes(bytes: &[u8]) -> Value {
         match leasehold_protocol::int::parse_i64(bytes) {
             Some(i) if bytes.len() <= 20 => Value::Int(i),
+            _ if bytes.len() <= SMALL_STRING => {
+                let mut inline = [0; SMALL_STRING];
+                inline[..bytes.len()].copy_from_slice(bytes);
+                Value::Small {
+                    len: bytes.len() as u8,
+                    bytes: inline,
+                }
+            }
             _ => Value::Str(Bytes::copy_from_slice(bytes)),
+        }
+    }
+
+    /// Calls `f` with the string form of a string value (`None` for other
+    /// types), without allocating.
+    pub fn with_string<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        match self {
+            Value::Str(b) => Some(f(b)),
+            Value::Small { len, bytes } => Some(f(&bytes[..*len as usize])),
+            Value::Int(i) => Some(f(itoa::Buffer::new().format(*i).as_bytes())),
+            Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => None,
         }
     }
 
@@ -63,10 +96,7 @@ impl Value {
     pub fn as_bytes(&self) -> Option<Bytes> {
         match self {
             Value::Str(b) => Some(b.clone()),
-            Value::Int(i) => Some(Bytes::copy_from_slice(
-                itoa::Buffer::new().format(*i).as_bytes(),
-            )),
-            Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => None,
+            other => other.with_string(Bytes::copy_from_slice),
         }
     }
 
@@ -74,7 +104,11 @@ impl Value {
     pub fn heap_size(&self) -> usize {
         match self {
             Value::Str(b) => b.len(),
-            Value::Int(_) | Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => 0,
+            Value::Small { .. }
+            | Value::Int(_)
+            | Value::TokenBucket(_)
+            | Value::SlidingWindow(_)
+            | Value::Gcra(_) => 0,
         }
     }
 }
@@ -471,9 +505,19 @@ mod tests {
     fn int_encoding_reads_back_byte_for_byte() {
         assert_eq!(Value::from_bytes(b"123"), Value::Int(123));
         assert_eq!(
-            Value::from_bytes(b"0123"),
-            Value::Str(Bytes::from_static(b"0123"))
+            Value::from_bytes(b"0123").as_bytes().unwrap(),
+            Bytes::from_static(b"0123")
         );
+        assert!(matches!(
+            Value::from_bytes(b"0123"),
+            Value::Small { len: 4, .. }
+        ));
+        let long = [b'x'; SMALL_STRING + 1];
+        assert_eq!(
+            Value::from_bytes(&long),
+            Value::Str(Bytes::copy_from_slice(&long))
+        );
+        assert_eq!(std::mem::size_of::<Value>(), 40);
         assert_eq!(
             Value::Int(-5).as_bytes().unwrap(),
             Bytes::from_static(b"-5")

@@ -54,13 +54,15 @@ pub fn read_string(s: &mut Shard, key: &[u8]) -> Result<Option<Bytes>, OpError> 
 
 /// Stores a string value and emits its effect.
 fn write_string(s: &mut Shard, key: &[u8], value: Value, expire_at: Option<u64>) {
-    let e = s.store.set(key, value, expire_at);
-    let bytes = e.value.as_bytes().unwrap_or_default();
-    s.store.effects.emit(Effect::Set {
-        key,
-        value: &bytes,
-        expire_at_ms: expire_at,
+    let effects = &mut s.store.effects;
+    value.with_string(|bytes| {
+        effects.emit(Effect::Set {
+            key,
+            value: bytes,
+            expire_at_ms: expire_at,
+        })
     });
+    s.store.set(key, value, expire_at);
 }
 
 fn bulk_or_nil(v: Option<Bytes>) -> Reply {
@@ -277,10 +279,10 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
         Some(e) => {
             let v = match &e.value {
                 Value::Int(i) => *i,
-                Value::Str(b) => {
-                    leasehold_protocol::int::parse_i64(b).ok_or(OpError::NotInteger)?
-                }
-                _ => return Err(OpError::WrongType),
+                other => other
+                    .with_string(leasehold_protocol::int::parse_i64)
+                    .ok_or(OpError::WrongType)?
+                    .ok_or(OpError::NotInteger)?,
             };
             (v, e.expire_at())
         }
@@ -360,12 +362,7 @@ fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::NanOrInfinity);
     }
     let text = format_float(next);
-    write_string(
-        s,
-        &key,
-        Value::Str(Bytes::copy_from_slice(text.as_bytes())),
-        expire_at,
-    );
+    write_string(s, &key, Value::from_bytes(text.as_bytes()), expire_at);
     Ok(Reply::Bulk(Bytes::from(text)))
 }
 
@@ -385,7 +382,7 @@ fn append(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     joined.extend_from_slice(&current);
     joined.extend_from_slice(&tail);
     let len = joined.len();
-    write_string(s, &key, Value::Str(joined.freeze()), expire_at);
+    write_string(s, &key, Value::from_bytes(&joined), expire_at);
     Ok(Reply::Int(len as i64))
 }
 
