@@ -64,7 +64,8 @@ impl EffectLog {
     /// An empty log that keeps the last `capacity` bytes.
     pub fn new(capacity: usize) -> EffectLog {
         EffectLog {
-            ring: Vec::new(),
+            // Allocated up front so memory readings do not jump at the first write.
+            ring: vec![0; capacity.max(1)],
             capacity: capacity.max(1),
             offset: 0,
             scratch: bytes::BytesMut::new(),
@@ -115,9 +116,6 @@ impl EffectLog {
     }
 
     fn append(&mut self) {
-        if self.ring.is_empty() {
-            self.ring = vec![0; self.capacity];
-        }
         let total = self.scratch.len();
         // Only the last `capacity` bytes of an oversized record can survive.
         let skip = total.saturating_sub(self.capacity);

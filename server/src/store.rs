@@ -205,6 +205,8 @@ pub struct Store {
     hasher: foldhash::fast::RandomState,
     counts: StoreCounts,
     sweep_slot: usize,
+    /// Tables that lost a key to lazy expiry, to be shrunk by the next sweep.
+    shrink_later: Vec<usize>,
     /// The replication backlog every change is written to.
     pub effects: EffectLog,
 }
@@ -229,6 +231,7 @@ impl Store {
             hasher: foldhash::fast::RandomState::default(),
             counts: StoreCounts::default(),
             sweep_slot: 0,
+            shrink_later: Vec::new(),
             effects: EffectLog::new(backlog_bytes),
         }
     }
@@ -269,8 +272,9 @@ impl Store {
         }
         let (entry, _) = found.remove();
         // Field by field, not through `ttl_changed`: the borrow of `tables`
-        // returned above covers the whole function (a known NLL limit), and the
-        // table is left for the sweep to shrink.
+        // returned above covers the whole function (a known NLL limit), so the
+        // table is shrunk by the next sweep instead of here.
+        self.shrink_later.push(i);
         self.counts.keys -= 1;
         self.counts.expired += 1;
         self.counts.expires -= 1;
@@ -374,11 +378,26 @@ impl Store {
     }
 
     /// Gives memory back when a table is mostly empty.
+    ///
+    /// Judged by the allocation, not `capacity()`: hashbrown leaves tombstones
+    /// behind removals, and `capacity()` (items + growth left) shrinks with
+    /// them, so a table emptied by expiry could report a tiny capacity while
+    /// still holding all its buckets.
     fn maybe_shrink(table: &mut HashTable<Entry>, hasher: &foldhash::fast::RandomState) {
-        let cap = table.capacity();
-        if cap > 32 && table.len() * 4 < cap {
+        let per_slot = std::mem::size_of::<Entry>() + 1;
+        let buckets = table.allocation_size() / per_slot;
+        // An empty table always gives its memory back (at 1M keys, tables
+        // emptied by expiry held 45 MB until this); a small one is otherwise
+        // left alone so that a few inserts and deletes do not churn.
+        if (table.is_empty() && buckets > 0) || (buckets > 32 && table.len() * 4 < buckets) {
             table.shrink_to(table.len() * 2, |e| hasher.hash_one(e.key.as_slice()));
         }
+    }
+
+    /// Bytes held by the slot tables' bucket arrays (not counting boxed keys
+    /// and large values).
+    pub fn table_bytes(&self) -> usize {
+        self.tables.iter().map(HashTable::allocation_size).sum()
     }
 
     /// Removes every key. Returns how many there were.
@@ -417,6 +436,9 @@ impl Store {
         let mut reclaimed = 0u64;
         let n = self.tables.len();
         let mut expired_keys: Vec<KeyBytes> = Vec::new();
+        for i in std::mem::take(&mut self.shrink_later) {
+            Self::maybe_shrink(&mut self.tables[i], &self.hasher);
+        }
         for _ in 0..max_slots.min(n) {
             let i = self.sweep_slot;
             self.sweep_slot = (self.sweep_slot + 1) % n;
@@ -545,6 +567,70 @@ mod tests {
                 expires: 0,
                 expired: 500
             }
+        );
+    }
+
+    #[test]
+    fn expiry_gives_small_tables_back_too() {
+        let mut s = store();
+        for i in 0..100_000u32 {
+            s.set(
+                format!("k:{i}").as_bytes(),
+                Value::Int(1),
+                Some(10 + u64::from(i % 7)),
+            );
+        }
+        for now in [12, 14, 16, 18] {
+            s.sweep(now, 16384, || false);
+        }
+        assert_eq!(s.counts().keys, 0);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn lazy_expiry_gives_memory_back_at_the_next_sweep() {
+        let mut s = store();
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+        }
+        for i in 0..10_000u32 {
+            assert!(s.get(format!("{{t}}k{i}").as_bytes(), 10).is_none());
+        }
+        s.sweep(10, 1, || false);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn expiry_gives_table_memory_back() {
+        let mut s = store();
+        // One hash tag: every key in one slot table, which grows large.
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+        }
+        let full = s.table_bytes();
+        assert!(full > 10_000 * std::mem::size_of::<Entry>(), "{full}");
+        for step in 0..100 {
+            // Expire in steps, as a sweep meets keys over time.
+            let now = if step < 99 { 5 } else { 11 };
+            s.sweep(now, 16384, || false);
+        }
+        assert_eq!(s.counts().keys, 0);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn deleting_gives_table_memory_back() {
+        let mut s = store();
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), None);
+        }
+        for i in 0..10_000u32 {
+            s.remove(format!("{{t}}k{i}").as_bytes(), 0);
+        }
+        assert!(
+            s.table_bytes() < 64 * std::mem::size_of::<Entry>(),
+            "{}",
+            s.table_bytes()
         );
     }
 }
