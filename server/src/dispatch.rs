@@ -102,7 +102,8 @@ impl Pipeline {
                 continue;
             }
             let (tx, rx) = oneshot::channel();
-            let jobs = std::mem::take(batch);
+            // The next read likely has as many: size the fresh batch for it.
+            let jobs = std::mem::replace(batch, Vec::with_capacity(batch.len()));
             if worker.mailboxes[shard].send(Msg::Batch(jobs, tx)).is_ok() {
                 waiting.push((shard, rx));
             }

@@ -271,14 +271,12 @@ impl Store {
             return Some(found.into_mut());
         }
         let (entry, _) = found.remove();
-        // Field by field, not through `ttl_changed`: the borrow of `tables`
-        // returned above covers the whole function (a known NLL limit), so the
-        // table is shrunk by the next sweep instead of here.
+        // The borrow of `tables` returned above covers the whole function (a
+        // known NLL limit), so the table is shrunk by the next sweep, not here.
         self.shrink_later.push(i);
         self.counts.keys -= 1;
         self.counts.expired += 1;
-        self.counts.expires -= 1;
-        self.slot_expires[i] -= 1;
+        Self::ttl_changed(&mut self.counts, &mut self.slot_expires, i, true, false);
         self.effects.emit(Effect::Del {
             key: entry.key.as_slice(),
         });
@@ -287,15 +285,23 @@ impl Store {
 
     /// Keeps the TTL counters (whole shard and per slot) in step when key `i`'s
     /// table gains or loses a key with a TTL.
-    fn ttl_changed(&mut self, i: usize, had: bool, has: bool) {
+    /// (An associated function over the two counter fields, so that it can run
+    /// while an entry of `tables` is borrowed.)
+    fn ttl_changed(
+        counts: &mut StoreCounts,
+        slot_expires: &mut [u32],
+        i: usize,
+        had: bool,
+        has: bool,
+    ) {
         match (had, has) {
             (false, true) => {
-                self.counts.expires += 1;
-                self.slot_expires[i] += 1;
+                counts.expires += 1;
+                slot_expires[i] += 1;
             }
             (true, false) => {
-                self.counts.expires -= 1;
-                self.slot_expires[i] -= 1;
+                counts.expires -= 1;
+                slot_expires[i] -= 1;
             }
             _ => {}
         }
@@ -308,32 +314,30 @@ impl Store {
         let h = self.hash(key);
         let at = expire_at.unwrap_or(0);
         let hasher = &self.hasher;
-        let had = match self.tables[i].entry(
+        let (counts, slot_expires) = (&mut self.counts, &mut self.slot_expires);
+        match self.tables[i].entry(
             h,
             |e| e.key.as_slice() == key,
             |e| hasher.hash_one(e.key.as_slice()),
         ) {
             hashbrown::hash_table::Entry::Occupied(o) => {
                 let e = o.into_mut();
-                let had = e.expire_at != 0;
+                Self::ttl_changed(counts, slot_expires, i, e.expire_at != 0, at != 0);
                 e.expire_at = at;
                 e.value = value;
-                had
+                e
             }
             hashbrown::hash_table::Entry::Vacant(v) => {
-                self.counts.keys += 1;
-                v.insert(Entry {
+                counts.keys += 1;
+                Self::ttl_changed(counts, slot_expires, i, false, at != 0);
+                let entry = Entry {
                     key: KeyBytes::new(key),
                     expire_at: at,
                     value,
-                });
-                false
+                };
+                v.insert(entry).into_mut()
             }
-        };
-        self.ttl_changed(i, had, at != 0);
-        self.tables[i]
-            .find_mut(h, |e| e.key.as_slice() == key)
-            .expect("just inserted")
+        }
     }
 
     /// Changes the deadline of an existing key (`None` removes the TTL).
@@ -347,7 +351,7 @@ impl Store {
         };
         let at = expire_at.unwrap_or(0);
         let had = std::mem::replace(&mut e.expire_at, at) != 0;
-        self.ttl_changed(i, had, at != 0);
+        Self::ttl_changed(&mut self.counts, &mut self.slot_expires, i, had, at != 0);
         true
     }
 
@@ -369,7 +373,13 @@ impl Store {
         let (entry, _) = found.remove();
         Self::maybe_shrink(table, &self.hasher);
         self.counts.keys -= 1;
-        self.ttl_changed(i, entry.expire_at != 0, false);
+        Self::ttl_changed(
+            &mut self.counts,
+            &mut self.slot_expires,
+            i,
+            entry.expire_at != 0,
+            false,
+        );
         if expired {
             self.counts.expired += 1;
         }
