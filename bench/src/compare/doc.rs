@@ -126,7 +126,7 @@ pub fn render(p: &Page<'_>) -> String {
         p.servers[0].command_line,
         p.servers[1].command_line,
     ));
-    s.push_str("## Throughput\n\n");
+    s.push_str("## Throughput\n\nWhere the time goes, from profiles, and what would move each row: [performance.md](performance.md).\n\n");
     s.push_str(&table::throughput_table(p.rows));
     s.push('\n');
     if !p.checks.is_empty() {
