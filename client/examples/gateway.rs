@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use leasehold_client::{
-    identity, Client, ClientConfig, LeaseConfig, LeaseManager, Outcome, PolicySet, SystemClock,
+    identity, Client, ClientConfig, CoarseClock, LeaseConfig, LeaseManager, Outcome, PolicySet,
 };
 
 /// Used when POLICY_FILE is not set.
@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client,
         &policies,
         LeaseConfig::default(),
-        Arc::new(SystemClock::new()),
+        CoarseClock::start(),
     );
     let app = Arc::new(App {
         manager: manager.clone(),

@@ -29,7 +29,7 @@ pub mod policy;
 
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Client, ClientConfig};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};

@@ -223,6 +223,37 @@ async fn a_denial_blocks_the_key_locally_until_retry_after() {
 }
 
 #[tokio::test]
+async fn a_denied_renewal_spends_the_local_tokens_before_the_block_applies() {
+    // Burst 3: the first lease asks for 5 and is granted 3 (MIN 1).
+    let s = setup(policy("api", 3, FailureMode::FailOpen, Mode::Enforce)).await;
+    assert!(s.manager.decide(P, b"k").await.allowed);
+    assert_eq!(s.manager.local_tokens(P, b"k"), 2);
+    // One token left is the watermark (20% of 3, rounded up): the renewal goes
+    // out in the background and the ledger, now empty, denies it.
+    assert!(s.manager.try_decide(P, b"k").unwrap().allowed);
+    settle().await;
+    assert_eq!(s.fake.calls("TOKENLEASE"), 2);
+    assert_eq!(s.manager.local_tokens(P, b"k"), 1);
+    // The key is blocked but still holds a token the ledger granted: it is
+    // spent (no 429 for quota the caller has), without a ledger call.
+    let d = s.manager.try_decide(P, b"k").expect("a local decision");
+    assert_eq!((d.allowed, d.outcome), (true, Outcome::Allowed));
+    assert_eq!(s.manager.local_tokens(P, b"k"), 0);
+    // Out of tokens: now the block applies, still with no ledger call.
+    for _ in 0..10 {
+        let d = s.manager.decide(P, b"k").await;
+        assert_eq!((d.allowed, d.outcome), (false, Outcome::Limited));
+        assert_eq!(d.retry_after_header().as_deref(), Some("3600"));
+    }
+    settle().await;
+    assert_eq!(
+        s.fake.calls("TOKENLEASE"),
+        2,
+        "no ledger calls while blocked"
+    );
+}
+
+#[tokio::test]
 async fn shadow_and_soft_modes_admit_over_quota() {
     for (mode, outcome) in [
         (Mode::Shadow, Outcome::ShadowLimited),

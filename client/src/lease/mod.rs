@@ -2,11 +2,14 @@
 //!
 //! ```text
 //!  decide(policy, key)
-//!    │ map lookup (papaya, no lock, no allocation once the key exists)
+//!    │ map lookup (papaya, no lock, no allocation once the key exists;
+//!    │ the bucket is borrowed under the epoch guard, not reference-counted)
+//!    │ one clock read
 //!    v
-//!  KeyBucket ── blocked? ──> Limited (no ledger call until retry_after)
-//!    │ take a local token ──> Allowed; at the low watermark, claim the one
-//!    │                        lease slot and spawn TOKENLEASE(B, MIN 1)
+//!  KeyBucket ── take a local token ──> Allowed; at the low watermark (and
+//!    │          not blocked), claim the one lease slot and spawn
+//!    │          TOKENLEASE(B, MIN 1)
+//!    │ empty: blocked? ──> Limited (no ledger call until retry_after)
 //!    │ empty: breaker open ──> fail_open static bucket / fail_closed
 //!    │ empty: wait for the lease (at most the lease deadline + 1 ms)
 //!    v
@@ -190,10 +193,23 @@ impl LeaseManager {
     /// `Limited`.
     pub async fn decide(&self, id: PolicyId, key: &[u8]) -> Decision {
         let state = &self.inner.policies[id.0];
-        let bucket = self.bucket(state, key);
-        if let Some(d) = self.local(state, &bucket) {
-            return d;
+        // Only a decision that has to wait takes a reference to the bucket.
+        let found = self.with_bucket(state, key, |bucket| {
+            self.local(state, bucket).ok_or_else(|| bucket.clone())
+        });
+        match found {
+            Ok(d) => d,
+            // Boxed: the waiting state (a timer and a notification, ~300
+            // bytes) would otherwise make every `decide` future that large,
+            // and copying it costs the steady state ~40 ns. Only a decision
+            // that waits for the ledger allocates.
+            Err(bucket) => Box::pin(self.wait_for_lease(id, bucket)).await,
         }
+    }
+
+    /// `decide` for a key with no local tokens: waits for its lease.
+    async fn wait_for_lease(&self, id: PolicyId, bucket: Arc<KeyBucket>) -> Decision {
+        let state = &self.inner.policies[id.0];
         let deadline = tokio::time::Instant::now()
             + self.inner.client.config().lease_deadline
             + Duration::from_millis(1);
@@ -202,22 +218,24 @@ impl LeaseManager {
             let leased = bucket.leased.notified();
             tokio::pin!(leased);
             leased.as_mut().enable();
+            let now = self.inner.clock.now_us();
             if let Some(left) = bucket.take() {
-                return self.finish(state, self.allowed(state, &bucket, left));
+                return self.finish(state, self.allowed(state, &bucket, left, now));
             }
-            if bucket.blocked(self.inner.clock.now_us()).is_some() {
-                return self.finish(state, self.limited(state, &bucket));
+            if bucket.blocked(now).is_some() {
+                return self.finish(state, self.limited(state, &bucket, now));
             }
             if !bucket.lease_in_flight() {
                 // After a lease finished while we waited, its result decides;
                 // before that, an old failure does not: try the ledger.
                 match bucket.last_result().bypass_reason() {
-                    Some(reason) if woken => return self.bypass(state, &bucket, Some(reason)),
-                    _ => self.spawn_lease(id, &bucket),
+                    Some(reason) if woken => return self.bypass(state, &bucket, Some(reason), now),
+                    _ => self.spawn_lease(id, &bucket, now),
                 }
             }
             if tokio::time::timeout_at(deadline, leased).await.is_err() {
-                return self.bypass(state, &bucket, Some(BypassReason::LedgerTimeout));
+                let now = self.inner.clock.now_us();
+                return self.bypass(state, &bucket, Some(BypassReason::LedgerTimeout), now);
             }
             woken = true;
         }
@@ -225,17 +243,24 @@ impl LeaseManager {
 
     /// Decides without waiting: `None` when the key has no local tokens and a
     /// lease is on its way (the caller may retry, or call [`Self::decide`]).
-    /// The steady-state path: a map lookup and a few atomic operations.
+    /// The steady-state path: a map lookup, one clock read and two atomic
+    /// read-modify-writes (the rate counter and the token count).
     pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
         let state = &self.inner.policies[id.0];
-        let bucket = self.bucket(state, key);
-        self.local(state, &bucket)
+        self.with_bucket(state, key, |bucket| self.local(state, bucket))
     }
 
-    fn bucket(&self, state: &PolicyState, key: &[u8]) -> Arc<KeyBucket> {
+    /// Runs `f` on the key's bucket (created if new), borrowed under the map's
+    /// epoch guard: no reference-count traffic on a hot key's bucket.
+    fn with_bucket<R>(
+        &self,
+        state: &PolicyState,
+        key: &[u8],
+        f: impl FnOnce(&Arc<KeyBucket>) -> R,
+    ) -> R {
         let map = state.map.pin();
         if let Some(b) = map.get(key) {
-            return b.clone();
+            return f(b);
         }
         let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
         ledger_key.put_slice(&state.prefix);
@@ -244,28 +269,33 @@ impl LeaseManager {
             ledger_key.freeze(),
             self.inner.clock.now_us(),
         ));
-        map.get_or_insert(key.into(), fresh).clone()
+        f(map.get_or_insert(key.into(), fresh))
     }
 
-    /// The lock-free part: blocked, local token, or (empty) breaker open.
+    /// The lock-free part: a local token, else blocked, else (empty) breaker
+    /// open. Reads the clock once.
+    ///
+    /// Tokens come first: they were granted by the ledger, so a key whose
+    /// renewal was denied spends what it holds, and the block (no ledger
+    /// calls, `Limited`) applies once they run out.
     fn local(&self, state: &PolicyState, bucket: &Arc<KeyBucket>) -> Option<Decision> {
         bucket.hit();
         let now = self.inner.clock.now_us();
-        if bucket.blocked(now).is_some() {
-            return Some(self.finish(state, self.limited(state, bucket)));
-        }
         if let Some(left) = bucket.take() {
             if bucket.below_watermark(left, self.inner.config.low_watermark) {
-                self.spawn_lease(state.id, bucket);
+                self.spawn_lease(state.id, bucket, now);
             }
-            return Some(self.finish(state, self.allowed(state, bucket, left)));
+            return Some(self.finish(state, self.allowed(state, bucket, left, now)));
+        }
+        if bucket.blocked(now).is_some() {
+            return Some(self.finish(state, self.limited(state, bucket, now)));
         }
         if self.inner.client.breaker_would_refuse() {
-            return Some(self.bypass(state, bucket, Some(BypassReason::CircuitOpen)));
+            return Some(self.bypass(state, bucket, Some(BypassReason::CircuitOpen), now));
         }
         // Whatever the last lease's fate, try again: the breaker, not this
         // key, decides when the ledger is left alone.
-        self.spawn_lease(state.id, bucket);
+        self.spawn_lease(state.id, bucket, now);
         None
     }
 
@@ -273,8 +303,7 @@ impl LeaseManager {
         Duration::from_micros(bucket.reset_at_us().saturating_sub(now))
     }
 
-    fn allowed(&self, state: &PolicyState, bucket: &KeyBucket, left: u64) -> Decision {
-        let now = self.inner.clock.now_us();
+    fn allowed(&self, state: &PolicyState, bucket: &KeyBucket, left: u64, now: u64) -> Decision {
         Decision {
             allowed: true,
             outcome: Outcome::Allowed,
@@ -288,8 +317,7 @@ impl LeaseManager {
     }
 
     /// Over quota, before the policy's mode is applied.
-    fn limited(&self, state: &PolicyState, bucket: &KeyBucket) -> Decision {
-        let now = self.inner.clock.now_us();
+    fn limited(&self, state: &PolicyState, bucket: &KeyBucket, now: u64) -> Decision {
         let until = bucket.blocked(now).unwrap_or(now);
         Decision {
             allowed: false,
@@ -326,9 +354,9 @@ impl LeaseManager {
         state: &PolicyState,
         bucket: &KeyBucket,
         reason: Option<BypassReason>,
+        now: u64,
     ) -> Decision {
         let reason = reason.unwrap_or(BypassReason::LedgerError);
-        let now = self.inner.clock.now_us();
         let p = &state.policy;
         let mut d = Decision {
             allowed: false,
@@ -353,8 +381,8 @@ impl LeaseManager {
     }
 
     /// Starts the key's one lease call unless one is in flight or the key is blocked.
-    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyBucket>) {
-        if bucket.blocked(self.inner.clock.now_us()).is_some() || !bucket.claim_lease() {
+    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyBucket>, now: u64) {
+        if bucket.blocked(now).is_some() || !bucket.claim_lease() {
             return;
         }
         let me = self.clone();
