@@ -9,12 +9,24 @@ use leasehold_server::config::Flags;
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold-server: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Flags::parse().into_config()?;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log.level)?)
         .init();
-    let handle = leasehold_server::start(config, Arc::new(SystemClock::new()))?;
+    let addr = format!("{}:{}", config.net.bind, config.net.port);
+    let handle = leasehold_server::start(config, Arc::new(SystemClock::new()))
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let shared = handle.shared.clone();
     // Signals are awaited on their own small runtime so the shard threads stay
     // free of anything but their own work.
