@@ -240,6 +240,8 @@ on_1_and_2_threads! {
             "APPEND k2 abc", "APPEND k4 abc", "STRLEN k2", "STRLEN nokey", "GET k2", "TYPE k", "TYPE nokey",
             "GETEX k", "GETEX nokey", "GETEX k PERSIST", "GETEX k EX 10 PERSIST", "SET k v BOGUS",
             "SET k v NX XX", "SET k v EX 10 PX 100", "SET k v KEEPTTL PX 10", "SET k v EX", "SET k v EX ten",
+            "SET k v PXAT 4102444800000 PXAT 4102444800001", "PEXPIRETIME k", "SET k v EXAT 1 PXAT 1",
+            "GETEX k PERSIST PERSIST", "TTL k", "GETEX k EXAT 4102444800 EXAT 4102444801", "EXPIRETIME k",
             "ECHO hello", "PING", "PING hi", "DEL k k2 k3 k4", "EXISTS k", "SET k 12", "APPEND k 3", "GET k",
         ]);
         // Binary-safe values and empty strings.
@@ -293,7 +295,7 @@ on_1_and_2_threads! {
             "SET e v", "EXPIREAT e 1", "EXISTS e", "SET e v PXAT 1", "EXISTS e", "TTL nokey", "PTTL nokey",
             "EXPIRETIME nokey", "PEXPIRETIME nokey", "SET e v", "EXPIRETIME e", "PEXPIRETIME e",
             "EXPIREAT e 4102444800", "EXPIRETIME e", "PEXPIRETIME e", "PEXPIREAT e 4102444800123", "PEXPIRETIME e",
-            "EXPIRETIME e", "PERSIST e", "TTL e",
+            "EXPIRETIME e", "PEXPIREAT e 4102444800623", "EXPIRETIME e", "PERSIST e", "TTL e",
         ]);
         // Relative TTLs: the two servers read their clocks a moment apart.
         for step in ["SET t v EX 100", "SET t2 v PX 100000", "EXPIRE t3 10", "SETEX t4 100 v", "PSETEX t5 5000 v"] {

@@ -299,7 +299,8 @@ fn ttl_generic(s: &mut Shard, a: &mut Args, ms: bool, absolute: bool) -> Result<
         Ok(None) => -1,
         Ok(Some(at)) => match (absolute, ms) {
             (true, true) => at as i64,
-            (true, false) => (at / 1000) as i64,
+            // EXPIRETIME rounds to the nearest second too (Redis's ttlGenericCommand).
+            (true, false) => (at.saturating_add(500) / 1000) as i64,
             (false, true) => at.saturating_sub(now) as i64,
             // Redis rounds the remaining seconds to the nearest.
             (false, false) => (at.saturating_sub(now).saturating_add(500) / 1000) as i64,

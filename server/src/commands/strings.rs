@@ -126,6 +126,9 @@ fn set(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let value = a.next()?;
     let (mut nx, mut xx, mut get, mut keepttl) = (false, false, false, false);
     let mut ttl = None;
+    // Redis lets an expiry option repeat (the last one wins) but not mix
+    // with another unit or KEEPTTL.
+    let mut unit: Option<String> = None;
     while a.remaining() > 0 {
         let w = a.word()?;
         match w.as_str() {
@@ -133,11 +136,12 @@ fn set(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             "XX" if !nx => xx = true,
             "GET" => get = true,
             "KEEPTTL" if ttl.is_none() => keepttl = true,
-            "EX" | "PX" | "EXAT" | "PXAT" if ttl.is_none() && !keepttl => {
+            "EX" | "PX" | "EXAT" | "PXAT" if unit.as_ref().is_none_or(|u| *u == w) && !keepttl => {
                 if a.remaining() == 0 {
                     return Err(OpError::Syntax);
                 }
                 ttl = Some(ttl_option(a, &w, "set")?);
+                unit = Some(w);
             }
             _ => return Err(OpError::Syntax),
         }
@@ -207,15 +211,17 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     let mut ttl = None;
     let mut persist = false;
+    let mut unit: Option<String> = None;
     while a.remaining() > 0 {
         let w = a.word()?;
         match w.as_str() {
-            "PERSIST" if ttl.is_none() && !persist => persist = true,
-            "EX" | "PX" | "EXAT" | "PXAT" if ttl.is_none() && !persist => {
+            "PERSIST" if ttl.is_none() => persist = true,
+            "EX" | "PX" | "EXAT" | "PXAT" if unit.as_ref().is_none_or(|u| *u == w) && !persist => {
                 if a.remaining() == 0 {
                     return Err(OpError::Syntax);
                 }
                 ttl = Some(ttl_option(a, &w, "getex")?);
+                unit = Some(w);
             }
             _ => return Err(OpError::Syntax),
         }

@@ -133,9 +133,10 @@ fn option(a: &mut Args, word: &str) -> Result<Option<u64>, OpError> {
 }
 
 /// A monotonic instant as Unix ms under the snapshot `now` (at least 1, since
-/// a deadline of 0 means "no TTL" to the store).
+/// a deadline of 0 means "no TTL" to the store; at most `i64::MAX`, the
+/// largest deadline Redis, PEXPIRETIME and a replica's PXAT can express).
 pub fn unix_of(now: Now, mono: u64) -> u64 {
-    (now.unix_ms as i128 + mono as i128 - now.mono_ms as i128).clamp(1, u64::MAX as i128) as u64
+    (now.unix_ms as i128 + mono as i128 - now.mono_ms as i128).clamp(1, i64::MAX as i128) as u64
 }
 
 /// A Unix-ms instant as monotonic ms under the snapshot `now` (0 at the least:
@@ -388,6 +389,9 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     }
     let expire_at = a.u64()?;
     a.finish()?;
+    if expire_at > i64::MAX as u64 {
+        return Err(OpError::InvalidExpire("lh.restore"));
+    }
     let bad = OpError::BadRateLimitState;
     let value = match (kind.as_str(), nums) {
         ("TOKENBUCKET", [tokens, frac, period_ms, at]) if frac < period_ms => {
@@ -488,6 +492,11 @@ mod tests {
             ),
             1,
             "never 0 (no TTL)"
+        );
+        assert_eq!(
+            unix_of(now, u64::MAX),
+            i64::MAX as u64,
+            "a deadline PEXPIRETIME and PXAT can express"
         );
     }
 }
