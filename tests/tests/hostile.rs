@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use leasehold_server::clock::ManualClock;
+use leasehold_server::clock::{ManualClock, SystemClock};
 use leasehold_tests::{on_1_and_2_threads, TestServer};
 
 /// A fixed wall clock: 2023-11-14T22:13:20Z.
@@ -80,5 +80,18 @@ on_1_and_2_threads! {
             ),
             ("EXISTS f", ":0\r\n"),
         ]);
+    }
+
+    fn hello_noauth_has_redis_7_0_wording(threads) {
+        let mut config = TestServer::config(threads);
+        config.security.requirepass = "secret".into();
+        let server = TestServer::with_config(config, Arc::new(SystemClock::new()));
+        let mut c = server.raw();
+        assert_eq!(
+            c.call("HELLO 3"),
+            "-NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO AUTH <user> <pass> option can be used to authenticate the client and select the \
+             RESP protocol version at the same time\r\n"
+        );
     }
 }

@@ -173,8 +173,9 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         }
     }
     if !ctx.conn.authenticated {
+        // Redis 7.0's wording (7.2 added `<proto>` after HELLO).
         return Err(OpError::Raw(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         ));
     }
     if let Some(n) = name {
