@@ -671,8 +671,9 @@ on_1_and_2_threads! {
             ("CONFIG GET maxclients", "*2\r\n$10\r\nmaxclients\r\n$3\r\n100\r\n"),
         ]);
         // A mutable limit takes effect on open connections.
-        c.script(&[("CONFIG SET proto-max-bulk-len 1000", "+OK\r\n")]);
-        c.send(b"*2\r\n$4\r\nECHO\r\n$1001\r\n");
+        // (Redis's floor for it is 1mb.)
+        c.script(&[("CONFIG SET proto-max-bulk-len 1mb", "+OK\r\n")]);
+        c.send(b"*2\r\n$4\r\nECHO\r\n$1048577\r\n");
         c.expect_closed_after("-ERR Protocol error: invalid bulk length\r\n", Duration::from_secs(5));
     }
 

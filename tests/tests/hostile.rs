@@ -94,4 +94,32 @@ on_1_and_2_threads! {
              RESP protocol version at the same time\r\n"
         );
     }
+
+    fn config_set_refuses_limits_that_lock_everyone_out(threads) {
+        let server = manual_server(threads);
+        let mut c = server.raw();
+        let failed = |name: &str, why: &str| {
+            format!("-ERR CONFIG SET failed (possibly related to argument '{name}') - {why}\r\n")
+        };
+        let mem = "argument must be between 1048576 and 9223372036854775807 inclusive";
+        assert_eq!(c.call("CONFIG SET proto-max-bulk-len 0"), failed("proto-max-bulk-len", mem));
+        assert_eq!(c.call("CONFIG SET client-query-buffer-limit 1"), failed("client-query-buffer-limit", mem));
+        assert_eq!(
+            c.call("CONFIG SET maxclients 0"),
+            failed("maxclients", "argument must be between 1 and 4294967295 inclusive")
+        );
+        assert_eq!(
+            c.call("CONFIG SET proto-max-bulk-len -1"),
+            failed("proto-max-bulk-len", "argument must be a memory value")
+        );
+        // Nothing changed: requests with bulks and new connections still work.
+        assert_eq!(c.call("SET k v"), "+OK\r\n");
+        assert_eq!(server.raw().call("PING"), "+PONG\r\n");
+        assert_eq!(c.call("CONFIG SET proto-max-bulk-len 2mb client-query-buffer-limit 1MB"), "+OK\r\n");
+        assert_eq!(
+            c.call("CONFIG GET proto-max-bulk-len"),
+            "*2\r\n$18\r\nproto-max-bulk-len\r\n$7\r\n2097152\r\n"
+        );
+        assert_eq!(c.call("SET k v"), "+OK\r\n");
+    }
 }

@@ -28,9 +28,46 @@ const fn param(name: &'static str, get: fn(&Config) -> String, set: Option<Sette
     Param { name, get, set }
 }
 
-fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, &'static str> {
-    v.parse()
-        .map_err(|_| "argument couldn't be parsed into an integer")
+/// `maxclients` as Redis takes it: a strict integer in 1..=4294967295 (0
+/// would turn every new connection away, the operator's included).
+fn parse_maxclients(v: &str) -> Result<usize, &'static str> {
+    let n = leasehold_protocol::int::parse_i64(v.as_bytes())
+        .ok_or("argument couldn't be parsed into an integer")?;
+    if !(1..=u32::MAX as i64).contains(&n) {
+        return Err("argument must be between 1 and 4294967295 inclusive");
+    }
+    Ok(n as usize)
+}
+
+/// A memory setting as Redis 7 takes it (`memtoull`, then a range check of
+/// 1mb..=i64::MAX as `proto-max-bulk-len` and `client-query-buffer-limit`
+/// have): digits with an optional unit b, k, kb, m, mb, g, gb in any case.
+/// Below 1 MB every request, or every partial one, would be refused.
+fn parse_memory(v: &str) -> Result<usize, &'static str> {
+    const NOT_MEMORY: &str = "argument must be a memory value";
+    let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let mul: u64 = match v[end..].to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(NOT_MEMORY),
+    };
+    // Redis's strtoull saturates and the product wraps into a signed value.
+    let digits = &v[..end];
+    let n = if digits.is_empty() {
+        0
+    } else {
+        digits.parse::<u64>().unwrap_or(u64::MAX)
+    };
+    let bytes = n.wrapping_mul(mul) as i64;
+    if bytes < 1024 * 1024 {
+        return Err("argument must be between 1048576 and 9223372036854775807 inclusive");
+    }
+    usize::try_from(bytes).map_err(|_| NOT_MEMORY)
 }
 
 #[rustfmt::skip]
@@ -38,11 +75,11 @@ const PARAMS: &[Param] = &[
     param("bind", |c| c.net.bind.clone(), None),
     param("port", |c| c.net.port.to_string(), None),
     param("tcp-backlog", |c| c.net.tcp_backlog.to_string(), None),
-    param("maxclients", |c| c.net.maxclients.to_string(), Some(|c, v| { c.net.maxclients = parse_num(v)?; Ok(()) })),
+    param("maxclients", |c| c.net.maxclients.to_string(), Some(|c, v| { c.net.maxclients = parse_maxclients(v)?; Ok(()) })),
     param("requirepass", |c| c.security.requirepass.clone(), Some(|c, v| { c.security.requirepass = v.to_string(); Ok(()) })),
     param("threads", |c| c.threads().to_string(), None),
-    param("proto-max-bulk-len", |c| c.limits.proto_max_bulk_len.to_string(), Some(|c, v| { c.limits.proto_max_bulk_len = parse_num(v)?; Ok(()) })),
-    param("client-query-buffer-limit", |c| c.limits.client_query_buffer_limit.to_string(), Some(|c, v| { c.limits.client_query_buffer_limit = parse_num(v)?; Ok(()) })),
+    param("proto-max-bulk-len", |c| c.limits.proto_max_bulk_len.to_string(), Some(|c, v| { c.limits.proto_max_bulk_len = parse_memory(v)?; Ok(()) })),
+    param("client-query-buffer-limit", |c| c.limits.client_query_buffer_limit.to_string(), Some(|c, v| { c.limits.client_query_buffer_limit = parse_memory(v)?; Ok(()) })),
     param("hz", |c| c.expiry.hz.to_string(), None),
     param("repl-backlog-size", |c| c.replication.backlog_bytes.to_string(), None),
     param("loglevel", |c| c.log.level.clone(), None),
@@ -160,5 +197,50 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
             command: "CONFIG",
             sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_maxclients, parse_memory};
+
+    #[test]
+    fn limits_are_parsed_and_bounded_as_redis_does() {
+        assert_eq!(parse_memory("1mb"), Ok(1 << 20));
+        assert_eq!(parse_memory("512MB"), Ok(512 << 20));
+        assert_eq!(parse_memory("1048576"), Ok(1 << 20));
+        assert_eq!(parse_memory("1gb"), Ok(1 << 30));
+        let range = Err("argument must be between 1048576 and 9223372036854775807 inclusive");
+        for v in [
+            "0",
+            "1",
+            "1k",
+            "1kb",
+            "",
+            "9223372036854775808",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_memory(v), range, "{v:?}");
+        }
+        for v in ["-1", "1.5mb", " 1mb", "+1mb", "10tb"] {
+            assert_eq!(
+                parse_memory(v),
+                Err("argument must be a memory value"),
+                "{v:?}"
+            );
+        }
+        assert_eq!(parse_maxclients("1"), Ok(1));
+        assert_eq!(parse_maxclients("4294967295"), Ok(4294967295));
+        let range = Err("argument must be between 1 and 4294967295 inclusive");
+        for v in ["0", "-1", "4294967296"] {
+            assert_eq!(parse_maxclients(v), range, "{v:?}");
+        }
+        for v in ["+5", " 5", "05", "1k", "99999999999999999999"] {
+            assert_eq!(
+                parse_maxclients(v),
+                Err("argument couldn't be parsed into an integer"),
+                "{v:?}"
+            );
+        }
     }
 }
