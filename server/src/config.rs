@@ -172,6 +172,52 @@ impl Config {
         }
     }
 
+    /// Checks the limits as CONFIG SET does, so that a flag or a file cannot
+    /// start a server no client can use (`maxclients 0`, a bulk limit of 0).
+    ///
+    /// # Errors
+    /// A message naming the setting and its allowed range.
+    pub fn validate(&self) -> Result<(), String> {
+        const MB: usize = 1024 * 1024;
+        let checks: [(&str, bool, &str); 7] = [
+            (
+                "maxclients",
+                (1..=u32::MAX as usize).contains(&self.net.maxclients),
+                "1..=4294967295",
+            ),
+            (
+                "proto_max_bulk_len",
+                self.limits.proto_max_bulk_len >= MB,
+                "at least 1048576",
+            ),
+            (
+                "client_query_buffer_limit",
+                self.limits.client_query_buffer_limit >= MB,
+                "at least 1048576",
+            ),
+            (
+                "max_multibulk_len",
+                self.limits.max_multibulk_len >= 1,
+                "at least 1",
+            ),
+            (
+                "max_inline_len",
+                self.limits.max_inline_len >= 1024,
+                "at least 1024",
+            ),
+            ("hz", (1..=500).contains(&self.expiry.hz), "1..=500"),
+            (
+                "budget_percent",
+                (1..=100).contains(&self.expiry.budget_percent),
+                "1..=100",
+            ),
+        ];
+        match checks.iter().find(|(_, ok, _)| !ok) {
+            Some((name, _, range)) => Err(format!("invalid {name}: must be {range}")),
+            None => Ok(()),
+        }
+    }
+
     /// Parses a TOML configuration file's text.
     ///
     /// # Errors
@@ -262,6 +308,7 @@ impl Flags {
         if let Some(v) = self.loglevel {
             c.log.level = v;
         }
+        c.validate()?;
         Ok(c)
     }
 }
@@ -274,6 +321,20 @@ mod tests {
     fn example_file_parses_to_the_defaults() {
         let text = include_str!("../../config/leasehold.example.toml");
         assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn limits_that_lock_everyone_out_are_refused() {
+        let mut c = Config::default();
+        assert_eq!(c.validate(), Ok(()));
+        c.net.maxclients = 0;
+        assert_eq!(
+            c.validate(),
+            Err("invalid maxclients: must be 1..=4294967295".into())
+        );
+        c.net.maxclients = 10;
+        c.limits.proto_max_bulk_len = 0;
+        assert!(c.validate().unwrap_err().contains("proto_max_bulk_len"));
     }
 
     #[test]

@@ -11,6 +11,9 @@
 
 use leasehold_protocol::encode_request;
 
+/// Largest encoding buffer kept between records, bytes.
+const MAX_KEPT_SCRATCH: usize = 64 * 1024;
+
 /// Default backlog per shard: 1 MB, Redis's `repl-backlog-size` default.
 pub const DEFAULT_BACKLOG_BYTES: usize = 1024 * 1024;
 
@@ -113,6 +116,10 @@ impl EffectLog {
             Effect::Raw(args) => encode_request(args, &mut self.scratch),
         }
         self.append();
+        // A huge record (a 500 MB APPEND result) must not pin its buffer forever.
+        if self.scratch.capacity() > MAX_KEPT_SCRATCH {
+            self.scratch = bytes::BytesMut::new();
+        }
     }
 
     fn append(&mut self) {
