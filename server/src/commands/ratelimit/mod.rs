@@ -167,39 +167,41 @@ fn save(s: &mut Shard, key: &[u8], value: Value, expire_mono: u64) {
     s.store.set(key, value, Some(at));
 }
 
-/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants.
-fn restore_fields(now: Now, v: &Value) -> Option<(&'static [u8], Vec<u64>)> {
+/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
+/// (unused trailing fields are 0; `len` says how many count).
+fn restore_fields(now: Now, v: &Value) -> Option<(&'static [u8], [u64; 4], usize)> {
     Some(match v {
         Value::TokenBucket(b) => (
             b"TOKENBUCKET",
-            vec![b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
+            [b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
+            4,
         ),
         Value::SlidingWindow(w) => (
             b"SLIDINGWINDOW",
-            vec![w.window_ms, unix_of(now, w.start), w.previous, w.current],
+            [w.window_ms, unix_of(now, w.start), w.previous, w.current],
+            4,
         ),
-        Value::Gcra(t) => (b"GCRA", vec![unix_of(now, t.ms), t.frac, t.units_per_ms]),
+        Value::Gcra(t) => (b"GCRA", [unix_of(now, t.ms), t.frac, t.units_per_ms, 0], 3),
         _ => return None,
     })
 }
 
+/// Appends `LH.RESTORE key KIND fields... PXAT ms` to the effect stream. Built
+/// on the stack: this runs on every granted call.
 fn emit_restore(s: &mut Shard, key: &[u8], value: &Value, expire_at: u64) {
-    let Some((kind, fields)) = restore_fields(s.now, value) else {
+    let Some((kind, fields, len)) = restore_fields(s.now, value) else {
         return;
     };
-    let mut bufs = vec![itoa::Buffer::new(); fields.len() + 1];
-    let (last, nums) = bufs
-        .split_last_mut()
-        .expect("one buffer per field and one for PXAT");
-    let mut args: Vec<&[u8]> = vec![b"LH.RESTORE", key, kind];
-    args.extend(
-        nums.iter_mut()
-            .zip(&fields)
-            .map(|(b, n)| b.format(*n).as_bytes()),
-    );
-    args.push(b"PXAT");
-    args.push(last.format(expire_at).as_bytes());
-    s.store.effects.emit(Effect::Raw(&args));
+    let mut bufs = [(); 5].map(|_| itoa::Buffer::new());
+    let (last, nums) = bufs.split_last_mut().expect("five buffers");
+    let mut args: [&[u8]; 9] = [b""; 9];
+    args[..3].copy_from_slice(&[b"LH.RESTORE".as_slice(), key, kind]);
+    for (i, (b, n)) in nums.iter_mut().zip(&fields[..len]).enumerate() {
+        args[3 + i] = b.format(*n).as_bytes();
+    }
+    args[3 + len] = b"PXAT";
+    args[4 + len] = last.format(expire_at).as_bytes();
+    s.store.effects.emit(Effect::Raw(&args[..5 + len]));
 }
 
 fn int_array<const N: usize>(v: [i64; N]) -> Reply {
@@ -334,7 +336,7 @@ fn rlstate(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let pttl = e
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(now.unix_ms) as i64);
-    let (kind, _) = restore_fields(now, &e.value).ok_or(OpError::WrongType)?;
+    let (kind, _, _) = restore_fields(now, &e.value).ok_or(OpError::WrongType)?;
     let field = |k: &'static str, v: u64| {
         (
             Reply::simple(k),
