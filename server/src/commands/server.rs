@@ -16,47 +16,13 @@ use crate::net::ConnCtx;
 use crate::state::Shared;
 
 /// The family's rows.
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd(
-        "info",
-        -1,
-        LOADING | STALE,
-        NO_KEYS,
-        Exec::Conn(info),
-        "Returns information and statistics about the server.",
-    ),
-    cmd(
-        "config",
-        -2,
-        ADMIN | LOADING | STALE,
-        NO_KEYS,
-        Exec::Conn(super::config::config),
-        "A container for server configuration commands.",
-    ),
-    cmd(
-        "command",
-        -1,
-        LOADING | STALE,
-        NO_KEYS,
-        Exec::Conn(command),
-        "Returns detailed information about all commands.",
-    ),
-    cmd(
-        "time",
-        1,
-        FAST | LOADING | STALE,
-        NO_KEYS,
-        Exec::Conn(time),
-        "Returns the server time.",
-    ),
-    cmd(
-        "shutdown",
-        -1,
-        ADMIN | NO_AUTH | LOADING | STALE,
-        NO_KEYS,
-        Exec::Conn(shutdown),
-        "Synchronously saves the database(s) to disk and shuts down the Redis server.",
-    ),
+    cmd("info", -1, LOADING | STALE, NO_KEYS, Exec::Conn(info), "Returns information and statistics about the server."),
+    cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
+    cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
+    cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
+    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Counter values at the last CONFIG RESETSTAT; INFO reports the difference.

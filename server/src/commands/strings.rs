@@ -16,6 +16,7 @@ use crate::shard::Shard;
 use crate::store::Value;
 
 /// The family's rows.
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, READONLY | FAST, KEY1, Exec::Key(get), "Returns the string value of a key."),
     cmd("set", -3, WRITE | DENYOOM, KEY1, Exec::Key(set), "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist."),

@@ -37,63 +37,15 @@ pub mod token_bucket;
 use token_bucket::Change;
 
 /// The family's rows.
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd(
-        "tokenlease",
-        -6,
-        WRITE | DENYOOM | FAST,
-        KEY1,
-        Exec::Key(tokenlease),
-        "Leases tokens from a token bucket: all or nothing, or at least MIN.",
-    ),
-    cmd(
-        "tokenreturn",
-        6,
-        WRITE | FAST,
-        KEY1,
-        Exec::Key(tokenreturn),
-        "Gives unspent leased tokens back to a token bucket.",
-    ),
-    cmd(
-        "slidingwindow",
-        -4,
-        WRITE | DENYOOM | FAST,
-        KEY1,
-        Exec::Key(slidingwindow),
-        "Counts hits in a sliding window of two fixed windows; admits them under a limit.",
-    ),
-    cmd(
-        "cl.throttle",
-        -5,
-        WRITE | DENYOOM | FAST,
-        KEY1,
-        Exec::Key(cl_throttle),
-        "Rate limits with GCRA, as the redis-cell module does.",
-    ),
-    cmd(
-        "gcra",
-        -5,
-        WRITE | DENYOOM | FAST,
-        KEY1,
-        Exec::Key(gcra_cmd),
-        "Rate limits with GCRA, with the syntax of Redis 8.8.",
-    ),
-    cmd(
-        "rlstate",
-        2,
-        READONLY | FAST,
-        KEY1,
-        Exec::Key(rlstate),
-        "Shows the stored state of a rate-limit key.",
-    ),
-    cmd(
-        "lh.restore",
-        -8,
-        WRITE | DENYOOM,
-        KEY1,
-        Exec::Key(restore),
-        "Recreates a rate-limit state with absolute times (the replication effect).",
-    ),
+    cmd("tokenlease", -6, WRITE | DENYOOM | FAST, KEY1, Exec::Key(tokenlease), "Leases tokens from a token bucket: all or nothing, or at least MIN."),
+    cmd("tokenreturn", 6, WRITE | FAST, KEY1, Exec::Key(tokenreturn), "Gives unspent leased tokens back to a token bucket."),
+    cmd("slidingwindow", -4, WRITE | DENYOOM | FAST, KEY1, Exec::Key(slidingwindow), "Counts hits in a sliding window of two fixed windows; admits them under a limit."),
+    cmd("cl.throttle", -5, WRITE | DENYOOM | FAST, KEY1, Exec::Key(cl_throttle), "Rate limits with GCRA, as the redis-cell module does."),
+    cmd("gcra", -5, WRITE | DENYOOM | FAST, KEY1, Exec::Key(gcra_cmd), "Rate limits with GCRA, with the syntax of Redis 8.8."),
+    cmd("rlstate", 2, READONLY | FAST, KEY1, Exec::Key(rlstate), "Shows the stored state of a rate-limit key."),
+    cmd("lh.restore", -8, WRITE | DENYOOM, KEY1, Exec::Key(restore), "Recreates a rate-limit state with absolute times (the replication effect)."),
 ];
 
 /// TYPE names of the state kinds.
