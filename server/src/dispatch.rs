@@ -96,6 +96,8 @@ impl Pipeline {
         if self.slots.is_empty() {
             return;
         }
+        // What ran inline becomes visible to INFO and DBSIZE readers now.
+        worker.shard.borrow().publish();
         let mut waiting: Vec<(usize, oneshot::Receiver<Vec<Reply>>)> = Vec::new();
         for (shard, batch) in self.batches.iter_mut().enumerate() {
             if batch.is_empty() {

@@ -87,8 +87,8 @@ impl Shard {
     }
 
     /// Runs one shard-side command under the snapshot of the last
-    /// [`Shard::tick`]: calls the handler, counts the call and publishes the
-    /// keyspace counters.
+    /// [`Shard::tick`]: calls the handler and counts the call. The keyspace
+    /// counters are published once per batch and per flush, not per command.
     pub fn run(&mut self, cmd: usize, args: &mut Args) -> Reply {
         let spec = &table().commands[cmd];
         let handler = match spec.exec {
@@ -101,7 +101,6 @@ impl Shard {
             self.stats.failed_calls[cmd].add(1);
         }
         self.stats.commands_processed.add(1);
-        self.publish();
         reply
     }
 
@@ -193,9 +192,12 @@ fn run_batch(worker: &Worker, jobs: Vec<Job>) -> Vec<Reply> {
     let mut shard = worker.shard.borrow_mut();
     shard.tick();
     shard.stats.batches_in.add(1);
-    jobs.into_iter()
+    let replies = jobs
+        .into_iter()
         .map(|mut j| shard.run(j.cmd, &mut j.args))
-        .collect()
+        .collect();
+    shard.publish();
+    replies
 }
 
 async fn expiry_loop(worker: Rc<Worker>) {

@@ -88,28 +88,20 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-const DEFAULT_SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "keyspace",
-];
-const ALL_SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "commandstats",
-    "errorstats",
-    "keyspace",
-    "leasehold",
+/// Every INFO section in output order, and whether plain `INFO` includes it
+/// (as in Redis, `commandstats` and `errorstats` only come with `all`).
+const SECTIONS: &[(&str, bool)] = &[
+    ("server", true),
+    ("clients", true),
+    ("memory", true),
+    ("persistence", true),
+    ("stats", true),
+    ("replication", true),
+    ("cpu", true),
+    ("commandstats", false),
+    ("errorstats", false),
+    ("keyspace", true),
+    ("leasehold", false),
 ];
 
 fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
@@ -117,17 +109,15 @@ fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     while a.remaining() > 0 {
         wanted.push(String::from_utf8_lossy(&a.next()?).to_ascii_lowercase());
     }
-    let sections: Vec<&str> = if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
-        DEFAULT_SECTIONS.to_vec()
-    } else if wanted.iter().any(|w| w == "all" || w == "everything") {
-        ALL_SECTIONS.to_vec()
-    } else {
-        ALL_SECTIONS
-            .iter()
-            .copied()
-            .filter(|s| wanted.iter().any(|w| w == s))
-            .collect()
-    };
+    let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
+    let all = wanted.iter().any(|w| w == "all" || w == "everything");
+    let sections: Vec<&str> = SECTIONS
+        .iter()
+        .filter(|(name, in_default)| {
+            all || (default && *in_default) || wanted.iter().any(|w| w == name)
+        })
+        .map(|(name, _)| *name)
+        .collect();
     let text = render_info(ctx.shared, &sections);
     Ok(Reply::Verbatim("txt", Bytes::from(text)))
 }
