@@ -4,7 +4,7 @@
 //! the test suite read what the server wrote with an independent, widely used
 //! decoder rather than with the encoder's own assumptions.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use redis_protocol::resp3::decode::complete::decode_bytes_mut;
 use redis_protocol::resp3::types::BytesFrame;
 
@@ -84,21 +84,4 @@ fn from_frame(frame: BytesFrame) -> Result<Reply, ReplyDecodeError> {
         ),
         other => return Err(ReplyDecodeError(format!("unsupported frame {other:?}"))),
     })
-}
-
-/// Convenience for tests: the text of a bulk or simple string reply.
-pub fn reply_text(r: &Reply) -> Option<String> {
-    match r {
-        Reply::Bulk(b) | Reply::Verbatim(_, b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Reply::Simple(s) => Some(s.to_string()),
-        _ => None,
-    }
-}
-
-/// Used by [`crate::reply`] round-trip tests.
-pub fn bytes_of(r: &Reply) -> Option<&Bytes> {
-    match r {
-        Reply::Bulk(b) => Some(b),
-        _ => None,
-    }
 }

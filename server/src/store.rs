@@ -99,18 +99,6 @@ impl Value {
             other => other.with_string(Bytes::copy_from_slice),
         }
     }
-
-    /// Approximate heap bytes owned by the value, for `MEMORY USAGE`-style estimates.
-    pub fn heap_size(&self) -> usize {
-        match self {
-            Value::Str(b) => b.len(),
-            Value::Small { .. }
-            | Value::Int(_)
-            | Value::TokenBucket(_)
-            | Value::SlidingWindow(_)
-            | Value::Gcra(_) => 0,
-        }
-    }
 }
 
 /// Longest key stored inside its entry rather than in an allocation of its own.
