@@ -1,0 +1,391 @@
+//! One shard's keyspace: values, expiry deadlines and their reclamation.
+//!
+//! The keyspace is one small `hashbrown` table per hash slot the shard owns
+//! (Redis 7.4 keeps a dict per slot for the same reasons):
+//! - `SCAN` walks slots in order and returns a slot's keys all at once, so a
+//!   key present for the whole scan is returned at least once however the
+//!   tables grow or shrink (the cursor is a slot number, never a bucket index);
+//! - cluster mode can later move a slot by moving its table;
+//! - growth rehashes one small table at a time, never the whole shard.
+//!
+//! Expiry deadlines are absolute Unix ms stored with the key (0 = none). A key
+//! past its deadline is absent to every reader ([`Store::get`] reclaims it on
+//! the spot: lazy expiry), and [`Store::sweep`] walks the slots like a clock
+//! hand under a time budget (active expiry). A hand rather than Redis's random
+//! sampling because hashbrown offers no cheap random pick, and a hand visits
+//! every key in a bounded number of cycles while costing no memory per key (a
+//! timer wheel would cost a node per key with a TTL, and rate-limit keys all
+//! have one; DESIGN.md decision 7).
+
+use std::hash::BuildHasher;
+
+use crate::effects::{Effect, EffectLog};
+
+mod table;
+mod value;
+
+pub use table::{Entry, INLINE_KEY};
+use table::{Hasher, SlotTable};
+pub use value::{RateState, Value, SMALL_STRING};
+
+/// Counters a shard keeps about its keyspace (summed over shards for INFO).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Live keys (including ones past their deadline not yet reclaimed).
+    pub keys: u64,
+    /// Keys with a TTL.
+    pub expires: u64,
+    /// Keys reclaimed because their deadline passed (INFO `expired_keys`).
+    pub expired: u64,
+}
+
+/// One shard's keyspace.
+pub struct Store {
+    first_slot: usize,
+    tables: Vec<SlotTable>,
+    /// Keys with a TTL per slot table, so active expiry skips tables with none.
+    slot_expires: Vec<u32>,
+    hasher: Hasher,
+    counts: StoreCounts,
+    sweep_slot: usize,
+    /// The replication backlog every change is written to.
+    pub effects: EffectLog,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// An empty keyspace for the slots `first_slot .. first_slot + slots`.
+    pub fn new(first_slot: usize, slots: usize, backlog_bytes: usize) -> Store {
+        let mut tables = Vec::with_capacity(slots);
+        tables.resize_with(slots, SlotTable::default);
+        Store {
+            first_slot,
+            tables,
+            slot_expires: vec![0; slots],
+            hasher: Hasher::default(),
+            counts: StoreCounts::default(),
+            sweep_slot: 0,
+            effects: EffectLog::new(backlog_bytes),
+        }
+    }
+
+    /// Key, TTL and expiry counters.
+    pub fn counts(&self) -> StoreCounts {
+        self.counts
+    }
+
+    /// The slots this store owns, as a range of slot numbers.
+    pub fn slot_range(&self) -> std::ops::Range<usize> {
+        self.first_slot..self.first_slot + self.tables.len()
+    }
+
+    /// The table index and hash of `key`.
+    fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let slot = crate::slot::key_slot(key) as usize;
+        debug_assert!(
+            self.slot_range().contains(&slot),
+            "slot {slot} routed to the wrong shard"
+        );
+        (slot - self.first_slot, self.hasher.hash_one(key))
+    }
+
+    /// The live entry for `key`, reclaiming it first when its deadline has passed.
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let (i, h) = self.locate(key);
+        let j = self.tables[i].find(h, key)?;
+        if !self.tables[i].at(j).expired(now_ms) {
+            return Some(self.tables[i].at_mut(j));
+        }
+        self.remove_at(i, j, true);
+        None
+    }
+
+    /// Keeps the TTL counters (whole shard and per slot) in step when table
+    /// `i` gains or loses a key with a TTL.
+    fn ttl_changed(&mut self, i: usize, had: bool, has: bool) {
+        match (had, has) {
+            (false, true) => {
+                self.counts.expires += 1;
+                self.slot_expires[i] += 1;
+            }
+            (true, false) => {
+                self.counts.expires -= 1;
+                self.slot_expires[i] -= 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
+    /// for no TTL), replacing any previous value and deadline.
+    pub fn set(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> &mut Entry {
+        let (i, h) = self.locate(key);
+        let at = expire_at.unwrap_or(0);
+        match self.tables[i].find(h, key) {
+            Some(j) => {
+                let had = self.tables[i].at(j).expire_at != 0;
+                self.ttl_changed(i, had, at != 0);
+                let e = self.tables[i].at_mut(j);
+                e.expire_at = at;
+                e.value = value;
+                e
+            }
+            None => {
+                self.counts.keys += 1;
+                self.ttl_changed(i, false, at != 0);
+                self.tables[i].push(h, Entry::new(key, at, value), &self.hasher)
+            }
+        }
+    }
+
+    /// Changes the deadline of an existing key (`None` removes the TTL).
+    /// Returns false when the key is absent. The caller has already checked
+    /// liveness with [`Store::get`] under the same time snapshot.
+    pub fn set_expire(&mut self, key: &[u8], expire_at: Option<u64>) -> bool {
+        let (i, h) = self.locate(key);
+        let Some(j) = self.tables[i].find(h, key) else {
+            return false;
+        };
+        let at = expire_at.unwrap_or(0);
+        let had = std::mem::replace(&mut self.tables[i].at_mut(j).expire_at, at) != 0;
+        self.ttl_changed(i, had, at != 0);
+        true
+    }
+
+    /// Removes `key`; returns its entry if it was live. Emits `DEL` when it existed.
+    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
+        let (i, h) = self.locate(key);
+        let j = self.tables[i].find(h, key)?;
+        let expired = self.tables[i].at(j).expired(now_ms);
+        let e = self.remove_at(i, j, expired);
+        (!expired).then_some(e)
+    }
+
+    /// Removes entry `j` of table `i`, counting it as expired or not, and
+    /// emits `DEL` for it.
+    fn remove_at(&mut self, i: usize, j: usize, expired: bool) -> Entry {
+        let table = &mut self.tables[i];
+        let entry = table.swap_remove(j, &self.hasher);
+        table.shrink(&self.hasher);
+        self.counts.keys -= 1;
+        if expired {
+            self.counts.expired += 1;
+        }
+        self.ttl_changed(i, entry.expire_at != 0, false);
+        self.effects.emit(Effect::Del { key: entry.key() });
+        entry
+    }
+
+    /// Bytes held by the slot tables (not counting boxed keys and large
+    /// values).
+    pub fn table_bytes(&self) -> usize {
+        self.tables.iter().map(SlotTable::allocation_size).sum()
+    }
+
+    /// Removes every key. Returns how many there were.
+    pub fn clear(&mut self) -> u64 {
+        let n = self.counts.keys;
+        self.tables
+            .iter_mut()
+            .for_each(|t| *t = SlotTable::default());
+        self.counts.keys = 0;
+        self.counts.expires = 0;
+        self.slot_expires.iter_mut().for_each(|n| *n = 0);
+        self.effects.emit(Effect::Flush);
+        n
+    }
+
+    /// Calls `f` for every live key in `slot`.
+    pub fn for_each_in_slot(&self, slot: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
+        for e in self.tables[slot - self.first_slot].iter() {
+            if !e.expired(now_ms) {
+                f(e);
+            }
+        }
+    }
+
+    /// Active expiry: walks slot tables from where the last call stopped,
+    /// reclaiming keys past their deadline, until `max_slots` slots are visited
+    /// or `deadline` returns true (checked between slots). Returns
+    /// `(entries examined, keys reclaimed)`.
+    pub fn sweep(
+        &mut self,
+        now_ms: u64,
+        max_slots: usize,
+        mut deadline: impl FnMut() -> bool,
+    ) -> (u64, u64) {
+        let mut examined = 0u64;
+        let mut reclaimed = 0u64;
+        let n = self.tables.len();
+        for _ in 0..max_slots.min(n) {
+            let i = self.sweep_slot;
+            self.sweep_slot = (self.sweep_slot + 1) % n;
+            if self.slot_expires[i] == 0 {
+                continue;
+            }
+            let table = &mut self.tables[i];
+            examined += table.len() as u64;
+            let mut here = 0;
+            let effects = &mut self.effects;
+            table.remove_expired(now_ms, &self.hasher, |e| {
+                here += 1;
+                effects.emit(Effect::Del { key: e.key() });
+            });
+            if here > 0 {
+                table.shrink(&self.hasher);
+                self.slot_expires[i] -= here;
+                reclaimed += u64::from(here);
+            }
+            if deadline() {
+                break;
+            }
+        }
+        self.counts.keys -= reclaimed;
+        self.counts.expires -= reclaimed;
+        self.counts.expired += reclaimed;
+        (examined, reclaimed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> Store {
+        Store::new(0, 16384, 1 << 16)
+    }
+
+    #[test]
+    fn set_get_and_lazy_expiry() {
+        let mut s = store();
+        s.set(b"k", Value::from_bytes(b"v"), Some(1000));
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 1,
+                expired: 0
+            }
+        );
+        assert!(s.get(b"k", 999).is_some());
+        assert!(s.get(b"k", 1000).is_none());
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 0,
+                expires: 0,
+                expired: 1
+            }
+        );
+    }
+
+    #[test]
+    fn keys_inline_and_boxed_read_back() {
+        let mut s = store();
+        let short = vec![b'a'; INLINE_KEY];
+        let long = vec![b'b'; INLINE_KEY + 1];
+        for k in [&b""[..], &short, &long] {
+            s.set(k, Value::Int(k.len() as i64), None);
+        }
+        for k in [&b""[..], &short, &long] {
+            let e = s.get(k, 0).unwrap();
+            assert_eq!(e.key(), k);
+            assert_eq!(e.value, Value::Int(k.len() as i64));
+        }
+    }
+
+    #[test]
+    fn sweep_reclaims_without_reads_and_counts() {
+        let mut s = store();
+        for i in 0..1000u32 {
+            let key = format!("k{i}");
+            s.set(
+                key.as_bytes(),
+                Value::Int(1),
+                Some(if i % 2 == 0 { 10 } else { 0 }).filter(|&t| t != 0),
+            );
+        }
+        assert_eq!(s.counts().expires, 500);
+        let (_, reclaimed) = s.sweep(11, 16384, || false);
+        assert_eq!(reclaimed, 500);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 500,
+                expires: 0,
+                expired: 500
+            }
+        );
+    }
+
+    #[test]
+    fn expiry_gives_small_tables_back_too() {
+        let mut s = store();
+        for i in 0..100_000u32 {
+            s.set(
+                format!("k:{i}").as_bytes(),
+                Value::Int(1),
+                Some(10 + u64::from(i % 7)),
+            );
+        }
+        for now in [12, 14, 16, 18] {
+            s.sweep(now, 16384, || false);
+        }
+        assert_eq!(s.counts().keys, 0);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn lazy_expiry_gives_memory_back_at_the_next_sweep() {
+        let mut s = store();
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+        }
+        for i in 0..10_000u32 {
+            assert!(s.get(format!("{{t}}k{i}").as_bytes(), 10).is_none());
+        }
+        s.sweep(10, 1, || false);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn expiry_gives_table_memory_back() {
+        let mut s = store();
+        // One hash tag: every key in one slot table, which grows large.
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+        }
+        let full = s.table_bytes();
+        assert!(full > 10_000 * std::mem::size_of::<Entry>(), "{full}");
+        for step in 0..100 {
+            // Expire in steps, as a sweep meets keys over time.
+            let now = if step < 99 { 5 } else { 11 };
+            s.sweep(now, 16384, || false);
+        }
+        assert_eq!(s.counts().keys, 0);
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn deleting_gives_table_memory_back() {
+        let mut s = store();
+        for i in 0..10_000u32 {
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), None);
+        }
+        for i in 0..10_000u32 {
+            s.remove(format!("{{t}}k{i}").as_bytes(), 0);
+        }
+        assert!(
+            s.table_bytes() < 64 * std::mem::size_of::<Entry>(),
+            "{}",
+            s.table_bytes()
+        );
+    }
+}
