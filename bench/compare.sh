@@ -3,6 +3,8 @@
 #
 #   bench/compare.sh            # the full run (3 rounds, 1M-key memory rows)
 #   bench/compare.sh --quick    # a smoke run of about a minute
+#   bench/compare.sh --skip-throughput --skip-crosscheck --out /tmp/memory.md
+#                               # memory and reclamation only (under 2 minutes)
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

@@ -51,8 +51,8 @@ fn flushed_memory(conn: &mut Conn) -> std::io::Result<u64> {
     conn.used_memory()
 }
 
-/// Creates `keys` keys with `fill` (a sequential run of exactly `keys`
-/// requests) and measures the memory they take.
+/// Creates `keys` keys with `fill` (a sequential run that calls each key
+/// the same number of times) and measures the memory they take.
 ///
 /// # Errors
 /// A failed call or run, or fewer keys than asked (expired too early).
@@ -129,6 +129,8 @@ pub type ReclaimPair = (Result<Reclaim, String>, Result<Reclaim, String>);
 pub struct MemoryResult {
     /// Row label.
     pub name: String,
+    /// Calls per key in the fill.
+    pub hits: u64,
     /// Redis's measurement.
     pub redis: Result<Memory, String>,
     /// Leasehold's measurement.
@@ -146,7 +148,7 @@ fn mem_cell(m: &Result<Memory, String>) -> String {
 /// The memory table in markdown.
 pub fn memory_table(rows: &[MemoryResult]) -> String {
     let mut s = String::from(
-        "| kind | keys | Redis bytes/key | Leasehold bytes/key | Redis / Leasehold | notes |\n|---|---:|---:|---:|---:|---|\n",
+        "| kind | keys | hits per key | Redis bytes/key | Leasehold bytes/key | Redis / Leasehold | notes |\n|---|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         let keys = r
@@ -164,9 +166,10 @@ pub fn memory_table(rows: &[MemoryResult]) -> String {
             .filter_map(|(l, m)| m.as_ref().err().map(|e| format!("{l}: {e}")))
             .collect();
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
             r.name,
             keys,
+            r.hits,
             mem_cell(&r.redis),
             mem_cell(&r.leasehold),
             ratio,
@@ -229,11 +232,12 @@ mod tests {
         assert_eq!(lh.per_key(), 48.0);
         let t = memory_table(&[MemoryResult {
             name: "token bucket".into(),
+            hits: 1,
             redis: Ok(redis),
             leasehold: Ok(lh),
         }]);
         assert!(
-            t.contains("| token bucket | 1 000 000 | 186.0 | 48.0 | 3.9x |  |"),
+            t.contains("| token bucket | 1 000 000 | 1 | 186.0 | 48.0 | 3.9x |  |"),
             "{t}"
         );
         let r = Reclaim {

@@ -59,10 +59,16 @@ pub struct CompareArgs {
     /// Keys for the memory and reclamation rows.
     #[arg(long, default_value_t = 1_000_000)]
     pub memory_keys: u64,
+    /// Keys for the sliding-window memory row at the limit: each key is hit
+    /// 100 times, so this many x 100 calls (1M calls of the Lua script took
+    /// 13-22 s on Redis on 2 cores; the fill must stay well under 60 s).
+    #[arg(long, default_value_t = 10_000)]
+    pub memory_limit_keys: u64,
     /// Longest wait for reclamation, in seconds.
     #[arg(long, default_value_t = 60)]
     pub reclaim_limit: u64,
-    /// A short smoke run: 1 round of 0.5 s, 20 000 keys for memory rows.
+    /// A short smoke run: 1 round of 0.5 s, 20 000 keys for memory rows
+    /// (2 000 at the limit).
     #[arg(long)]
     pub quick: bool,
     /// Only throughput rows whose name contains this text (for trials).
@@ -71,6 +77,10 @@ pub struct CompareArgs {
     /// Skip the redis-benchmark cross-check.
     #[arg(long)]
     pub skip_crosscheck: bool,
+    /// Skip the throughput rows (with --skip-crosscheck: memory and
+    /// reclamation only).
+    #[arg(long)]
+    pub skip_throughput: bool,
     /// Skip the memory and reclamation rows.
     #[arg(long)]
     pub skip_memory: bool,
@@ -90,6 +100,7 @@ impl CompareArgs {
             a.rounds = 1;
             a.duration = 0.5;
             a.memory_keys = a.memory_keys.min(20_000);
+            a.memory_limit_keys = a.memory_limit_keys.min(2_000);
             a.reclaim_limit = a.reclaim_limit.min(30);
         }
         a
@@ -135,13 +146,16 @@ impl Runner {
         a
     }
 
-    /// Arguments of a run that writes keys 0..keys exactly once each.
+    /// Arguments of a run that calls each of keys 0..keys exactly `hits`
+    /// times: the sequential distribution visits the keys in turn, `hits`
+    /// times over (`-n keys*hits -r keys`).
     pub fn fill_args(
         &self,
         server: &Server,
         command: &str,
         script: Option<&Path>,
         keys: u64,
+        hits: u64,
     ) -> Vec<String> {
         let mut a: Vec<String> = [
             "--port",
@@ -151,7 +165,7 @@ impl Runner {
             "-P",
             "64",
             "-n",
-            &keys.to_string(),
+            &(keys * hits).to_string(),
         ]
         .map(String::from)
         .to_vec();
@@ -246,6 +260,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
 
     let workloads: Vec<Workload> = workloads::all()
         .into_iter()
+        .filter(|_| !args.skip_throughput)
         .filter(|w| args.only.as_deref().is_none_or(|o| w.name.contains(o)))
         .collect();
     let mut rows: Vec<RowResult> = Vec::new();
@@ -366,9 +381,14 @@ fn measure_memory(
 ) -> Vec<MemoryResult> {
     let mut out = Vec::new();
     for row in workloads::memory_rows() {
+        let keys = if row.hits > 1 {
+            args.memory_limit_keys
+        } else {
+            args.memory_keys
+        };
         let mut one = |server: &Server, side: &Side| -> Result<memory::Memory, String> {
             let script = runner.script(side);
-            let a = runner.fill_args(server, side.command, script.as_deref(), args.memory_keys);
+            let a = runner.fill_args(server, side.command, script.as_deref(), keys, row.hits);
             commands.push(format!(
                 "# memory: {} on {}\n{}",
                 row.name,
@@ -380,17 +400,31 @@ fn measure_memory(
                     return Err(format!("pending: {why}"));
                 }
             }
+            let fill_s = std::cell::Cell::new(0.0);
             let m = memory::measure(
                 server,
-                args.memory_keys,
-                &|| runner.run(&a).map(|_| ()),
+                keys,
+                &|| {
+                    let r = runner.run(&a)?;
+                    fill_s.set(r.seconds);
+                    match r.first_error {
+                        Some(e) if r.errors > 0 => Err(format!("{} error replies ({e})", r.errors)),
+                        _ => Ok(()),
+                    }
+                },
                 script.as_deref(),
             )?;
+            if let (Kind::Redis, Some(held)) = (server.kind, row.redis_held) {
+                check_held(server, held, keys, row.hits)?;
+            }
             eprintln!(
-                "memory {} on {}: {:.1} bytes/key",
+                "memory {} on {}: {:.1} bytes/key ({} keys x {} hits in {:.1} s)",
                 row.name,
                 server.kind.label(),
-                m.per_key()
+                m.per_key(),
+                m.keys,
+                row.hits,
+                fill_s.get()
             );
             Ok(m)
         };
@@ -398,11 +432,33 @@ fn measure_memory(
         let l = one(leasehold, &row.leasehold);
         out.push(MemoryResult {
             name: row.name.to_string(),
+            hits: row.hits,
             redis: r,
             leasehold: l,
         });
     }
     out
+}
+
+/// Sends `held` (a template) for the first and the last of `keys` keys and
+/// fails unless each answers the integer `hits`.
+fn check_held(server: &Server, held: &str, keys: u64, hits: u64) -> Result<(), String> {
+    let t = Template::parse(held, None).map_err(|e| e.to_string())?;
+    let mut conn = server.conn().map_err(|e| e.to_string())?;
+    for key in [0, keys.saturating_sub(1)] {
+        let args = t.args(key);
+        let n = conn.call_int(&args).map_err(|e| e.to_string())?;
+        if n != hits as i64 {
+            return Err(format!(
+                "{} answered {n} after the fill, expected {hits} (a hit was refused or left the window)",
+                args.iter()
+                    .map(|a| String::from_utf8_lossy(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn measure_reclaim(
@@ -414,7 +470,13 @@ fn measure_reclaim(
 ) -> memory::ReclaimPair {
     let limit = Duration::from_secs(args.reclaim_limit);
     let mut one = |server: &Server| {
-        let a = runner.fill_args(server, workloads::RECLAIM_COMMAND, None, args.memory_keys);
+        let a = runner.fill_args(
+            server,
+            workloads::RECLAIM_COMMAND,
+            None,
+            args.memory_keys,
+            1,
+        );
         commands.push(format!(
             "# reclamation on {}\n{}",
             server.kind.label(),

@@ -128,29 +128,49 @@ pub fn all() -> Vec<Workload> {
         .collect()
 }
 
-/// One memory row: `keys` keys of one kind created with pipelined calls.
+/// One memory row: keys of one kind created with pipelined calls, each key
+/// called `hits` times.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryRow {
     /// Row label.
     pub name: &'static str,
+    /// Calls per key: 1 creates each key, more bring it to the state of a
+    /// busy key (the fill visits the keys in turn `hits` times).
+    pub hits: u64,
     /// What Redis is sent.
     pub redis: Side,
     /// What Leasehold is sent.
     pub leasehold: Side,
+    /// A Redis command (a template) that reads how many hits a key holds
+    /// without changing it; after the fill it must answer `hits` on the first
+    /// and the last key, or the row fails (a hit was refused or left the window).
+    pub redis_held: Option<&'static str>,
 }
+
+/// The sliding-window limit of [`WINDOW`]: the at-the-limit row hits each key
+/// this many times.
+pub const WINDOW_LIMIT: u64 = 100;
 
 /// The memory rows. Parameters keep every key alive for the whole
 /// measurement: buckets refill 1 token an hour (a key lives until full), the
 /// window is 60 s and the GCRA emits 1 per hour.
+///
+/// The sliding window has two rows. With one hit a key's sorted set holds one
+/// member; a key at its limit holds [`WINDOW_LIMIT`] members (one per hit
+/// admitted in the window), which is the state of an actively limited key,
+/// while Leasehold's state is the same size whatever the traffic.
 pub fn memory_rows() -> Vec<MemoryRow> {
-    let row = |name, (redis, leasehold): (Side, Side)| MemoryRow {
+    let row = |name, hits, (redis, leasehold): (Side, Side)| MemoryRow {
         name,
+        hits,
         redis,
         leasehold,
+        redis_held: None,
     };
     vec![
         row(
             "token bucket (TOKENLEASE vs hash + Lua)",
+            1,
             native_vs_lua(
                 "TOKENLEASE tb:__key__ 100 1 3600000 1",
                 "EVALSHA __sha__ 1 tb:__key__ 100 1 3600000 1",
@@ -159,10 +179,20 @@ pub fn memory_rows() -> Vec<MemoryRow> {
         ),
         row(
             "sliding window (SLIDINGWINDOW vs sorted set + Lua), 1 hit per key",
+            1,
             WINDOW,
         ),
+        MemoryRow {
+            redis_held: Some("ZCARD sw:__key__"),
+            ..row(
+                "sliding window (SLIDINGWINDOW vs sorted set + Lua), at the limit: 100 hits per key",
+                WINDOW_LIMIT,
+                WINDOW,
+            )
+        },
         row(
             "GCRA (CL.THROTTLE vs string + Lua)",
+            1,
             native_vs_lua(
                 "CL.THROTTLE gc:__key__ 99 1 3600 1",
                 "EVALSHA __sha__ 1 gc:__key__ 99 1 3600 1",
@@ -209,5 +239,27 @@ mod tests {
             }
         }
         assert!(Template::parse(RECLAIM_COMMAND, None).unwrap().has_key());
+    }
+
+    #[test]
+    fn at_the_limit_row_hits_each_key_up_to_the_limit() {
+        let rows = memory_rows();
+        let at_limit: Vec<&MemoryRow> = rows.iter().filter(|r| r.hits > 1).collect();
+        assert_eq!(at_limit.len(), 1);
+        let r = at_limit[0];
+        // Every hit is admitted: hits equal the limit argument on both sides.
+        for side in [&r.redis, &r.leasehold] {
+            let args: Vec<&str> = side.command.split_whitespace().collect();
+            let limit = &args[args.len() - 2];
+            assert_eq!(limit.parse::<u64>().unwrap(), r.hits, "{}", side.command);
+        }
+        assert_eq!(r.hits, WINDOW_LIMIT);
+        assert!(r.name.contains("100 hits per key"));
+        // The read-back names the same key as the fill.
+        let args = |cmd| Template::parse(cmd, Some("0123")).unwrap().args(7);
+        assert_eq!(args(r.redis_held.unwrap())[1], args(r.redis.command)[3]);
+        assert!(rows
+            .iter()
+            .any(|m| m.hits == 1 && m.redis.command == r.redis.command));
     }
 }
