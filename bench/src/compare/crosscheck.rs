@@ -1,11 +1,14 @@
 //! A cross-check of our generator with Redis's own `redis-benchmark` (SET,
-//! GET and INCR on 100k random keys at -P 1 and -P 16, one run each), so a
-//! reader can see that the ratios do not come from `leasehold-bench`.
+//! GET and INCR, and each rate-limit command against its Lua script, on 100k
+//! random keys at -P 1 and -P 16, one run each), so a reader can see that the
+//! ratios do not come from `leasehold-bench`.
 
+use std::path::Path;
 use std::process::Command;
 
-use super::servers::{shell_join, Server};
+use super::servers::{shell_join, Kind, Server};
 use super::table::thousands;
+use super::workloads::{Side, RATE_LIMITS};
 
 /// One redis-benchmark test's requests per second on each server.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,13 +37,20 @@ pub fn parse_csv(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// What one redis-benchmark run sends: `-t` tests, or one command's words.
+enum Tests<'a> {
+    Builtin(&'a str),
+    Command(Vec<String>),
+}
+
 fn run(
     server: &Server,
     pipeline: usize,
     requests: u64,
+    tests: &Tests<'_>,
     commands: &mut Vec<String>,
 ) -> Vec<(String, f64)> {
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "-p",
         &server.port.to_string(),
         "-c",
@@ -51,12 +61,14 @@ fn run(
         &requests.to_string(),
         "-r",
         "100000",
-        "-t",
-        "set,get,incr",
         "--csv",
     ]
     .map(String::from)
     .to_vec();
+    match tests {
+        Tests::Builtin(t) => args.extend(["-t".to_string(), t.to_string()]),
+        Tests::Command(words) => args.extend(words.iter().cloned()),
+    }
     commands.push(format!(
         "# redis-benchmark cross-check on {}\nredis-benchmark {}",
         server.kind.label(),
@@ -71,19 +83,40 @@ fn run(
         .unwrap_or_default()
 }
 
+/// A row template as redis-benchmark words: `__key__` becomes its
+/// `__rand_int__` (a 12-digit number under `-r`, as our keys are) and
+/// `__sha__` the loaded script's SHA1. `None` when the script cannot be loaded.
+fn words(side: &Side, server: &Server, lua_dir: &Path) -> Option<Vec<String>> {
+    let sha = match side.script {
+        Some(s) => crate::resp::load_script(&server.addr(), &lua_dir.join(s)).ok()?,
+        None => String::new(),
+    };
+    Some(
+        side.command
+            .split_whitespace()
+            .map(|w| {
+                w.replace("__key__", "__rand_int__")
+                    .replace("__sha__", &sha)
+            })
+            .collect(),
+    )
+}
+
 /// Runs the cross-check on both servers; empty when redis-benchmark is missing.
 /// `scale` shrinks the request counts (1.0 for the full run).
 pub fn run_all(
     redis: &Server,
     leasehold: &Server,
+    lua_dir: &Path,
     scale: f64,
     commands: &mut Vec<String>,
 ) -> Vec<Check> {
     let mut out = Vec::new();
     for (pipeline, requests) in [(1usize, 200_000f64), (16, 1_000_000.0)] {
         let n = (requests * scale).max(1000.0) as u64;
-        let r = run(redis, pipeline, n, commands);
-        let l = run(leasehold, pipeline, n, commands);
+        let builtin = Tests::Builtin("set,get,incr");
+        let r = run(redis, pipeline, n, &builtin, commands);
+        let l = run(leasehold, pipeline, n, &builtin, commands);
         for (test, rps) in &r {
             out.push(Check {
                 test: test.clone(),
@@ -93,6 +126,28 @@ pub fn run_all(
             });
         }
         eprintln!("redis-benchmark -P {pipeline}: Redis {r:?}, Leasehold {l:?}");
+        // The Lua side is several times slower: a fifth of the requests
+        // keeps each run to a few seconds.
+        let n = (n / 5).max(1000);
+        for (name, (redis_side, leasehold_side)) in RATE_LIMITS {
+            let mut rps = [Kind::Redis, Kind::Leasehold].map(|kind| {
+                let (server, side) = match kind {
+                    Kind::Redis => (redis, &redis_side),
+                    Kind::Leasehold => (leasehold, &leasehold_side),
+                };
+                let w = words(side, server, lua_dir)?;
+                run(server, pipeline, n, &Tests::Command(w), commands)
+                    .first()
+                    .map(|&(_, v)| v)
+            });
+            eprintln!("redis-benchmark -P {pipeline} {name}: {rps:?}");
+            out.push(Check {
+                test: name.to_string(),
+                pipeline,
+                redis: rps[0].take(),
+                leasehold: rps[1].take(),
+            });
+        }
     }
     out
 }

@@ -336,7 +336,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         Vec::new()
     } else {
         let scale = if args.quick { 0.1 } else { 1.0 };
-        crosscheck::run_all(&redis, &leasehold, scale, &mut commands)
+        crosscheck::run_all(&redis, &leasehold, &args.lua_dir, scale, &mut commands)
     };
     let (mut memory_rows, mut reclaim) = (Vec::new(), None);
     if !args.skip_memory {

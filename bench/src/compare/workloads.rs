@@ -90,31 +90,32 @@ const GCRA: (Side, Side) = native_vs_lua(
     "gcra.lua",
 );
 
+/// The rate-limit comparisons, by name, for the redis-benchmark cross-check.
+pub const RATE_LIMITS: [(&str, (Side, Side)); 3] = [
+    ("TOKENLEASE vs token-bucket Lua", TOKEN),
+    ("SLIDINGWINDOW vs sorted-set Lua", WINDOW),
+    ("CL.THROTTLE vs GCRA Lua", GCRA),
+];
+
 /// A row's name, sides, pipeline depths and key distribution.
 type RowSpec = (&'static str, (Side, Side), &'static [usize], &'static str);
 
 /// Every throughput row, in run order (SET before GET so GET finds values).
 pub fn all() -> Vec<Workload> {
-    let rows: [RowSpec; 8] = [
+    let plain: [RowSpec; 4] = [
         ("PING", same("PING"), &[1, 16], "uniform"),
         ("SET", same("SET k:__key__ xxx"), &[1, 16], "uniform"),
         ("GET", same("GET k:__key__"), &[1, 16], "uniform"),
         ("INCR", same("INCR c:__key__"), &[1, 16], "uniform"),
-        ("TOKENLEASE vs token-bucket Lua", TOKEN, &[1, 16], "uniform"),
-        (
-            "SLIDINGWINDOW vs sorted-set Lua",
-            WINDOW,
-            &[1, 16],
-            "uniform",
-        ),
-        ("CL.THROTTLE vs GCRA Lua", GCRA, &[1, 16], "uniform"),
-        (
-            "TOKENLEASE vs token-bucket Lua, Zipf(0.99) keys",
-            TOKEN,
-            &[16],
-            "zipf:0.99",
-        ),
     ];
+    let rate_limits = RATE_LIMITS.map(|(name, sides)| (name, sides, &[1, 16][..], "uniform"));
+    let zipf: RowSpec = (
+        "TOKENLEASE vs token-bucket Lua, Zipf(0.99) keys",
+        TOKEN,
+        &[16],
+        "zipf:0.99",
+    );
+    let rows: Vec<RowSpec> = plain.into_iter().chain(rate_limits).chain([zipf]).collect();
     rows.iter()
         .flat_map(|(name, (redis, leasehold), pipelines, distribution)| {
             pipelines.iter().map(move |&pipeline| Workload {
