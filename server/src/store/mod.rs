@@ -388,4 +388,86 @@ mod tests {
             s.table_bytes()
         );
     }
+
+    /// Checks every table's invariants (see `SlotTable::check_invariants`),
+    /// the per-slot and whole-store TTL counters, and every live key of
+    /// `model` against the store.
+    fn check_against(s: &Store, model: &std::collections::HashMap<Vec<u8>, (u64, i64)>, now: u64) {
+        let (mut keys, mut expires) = (0u64, 0u64);
+        for (i, t) in s.tables.iter().enumerate() {
+            t.check_invariants(&s.hasher);
+            let with_ttl = t.iter().filter(|e| e.expire_at != 0).count() as u32;
+            assert_eq!(s.slot_expires[i], with_ttl, "slot_expires of table {i}");
+            keys += t.len() as u64;
+            expires += u64::from(with_ttl);
+        }
+        assert_eq!((s.counts.keys, s.counts.expires), (keys, expires));
+        for (k, &(at, v)) in model {
+            if at != 0 && at <= now {
+                continue;
+            }
+            let (i, h) = s.locate(k);
+            let j = s.tables[i].find(h, k).expect("a live key is found");
+            assert_eq!(s.tables[i].at(j).value, Value::Int(v));
+        }
+    }
+
+    /// Random SET / DEL / GET (lazy expiry) / EXPIRE / PERSIST / sweeps on
+    /// keys sharing one hash tag, with the key population moving across the
+    /// index thresholds (64 and 128) both ways, compared with a map.
+    #[test]
+    fn random_operations_keep_tables_and_counters_consistent() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut s = store();
+        let mut model = std::collections::HashMap::<Vec<u8>, (u64, i64)>::new();
+        let live = |m: &std::collections::HashMap<Vec<u8>, (u64, i64)>, k: &[u8], now: u64| {
+            m.get(k).is_some_and(|&(at, _)| at == 0 || at > now)
+        };
+        let mut now = 100u64;
+        for step in 0..60_000i64 {
+            let population = [40, 140, 300, 90][(step / 5_000 % 4) as usize];
+            let key = if next() % 5 == 0 {
+                format!("k{}", next() % 50)
+            } else {
+                format!("{{u}}:{}", next() % population)
+            }
+            .into_bytes();
+            let ttl = |r: u64| (r % 2 == 0).then_some(now + r % 20 + 1);
+            match next() % 10 {
+                0..=3 => {
+                    let at = ttl(next());
+                    s.set(&key, Value::Int(step), at);
+                    model.insert(key, (at.unwrap_or(0), step));
+                }
+                4 | 5 => {
+                    assert_eq!(s.remove(&key, now).is_some(), live(&model, &key, now));
+                    model.remove(&key);
+                }
+                6 => {
+                    assert_eq!(s.get(&key, now).is_some(), live(&model, &key, now));
+                }
+                7 => {
+                    if s.get(&key, now).is_some() {
+                        let at = ttl(next());
+                        assert!(s.set_expire(&key, at));
+                        model.get_mut(&key).expect("live").0 = at.unwrap_or(0);
+                    }
+                }
+                8 => now += next() % 3,
+                _ => {
+                    s.sweep(now, (next() % 20_000) as usize, || false);
+                }
+            }
+            if step % 499 == 0 {
+                check_against(&s, &model, now);
+            }
+        }
+        check_against(&s, &model, now);
+    }
 }

@@ -272,6 +272,20 @@ impl SlotTable {
         }
     }
 
+    #[cfg(test)]
+    pub(super) fn check_invariants(&self, hasher: &Hasher) {
+        assert_eq!(self.tags.len(), self.entries.len());
+        for (i, e) in self.entries.iter().enumerate() {
+            let h = hasher.hash_one(e.key());
+            assert_eq!(self.tags[i], tag_of(h));
+            assert_eq!(self.find(h, e.key()), Some(i));
+        }
+        if let Some(index) = &self.index {
+            assert_eq!(index.len(), self.entries.len());
+        }
+        assert!(self.entries.len() <= INDEX_FROM || self.index.is_some());
+    }
+
     /// Bytes allocated for this table (not counting boxed keys and values).
     pub fn allocation_size(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
