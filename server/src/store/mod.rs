@@ -48,6 +48,8 @@ pub struct Store {
     hasher: Hasher,
     counts: StoreCounts,
     sweep_slot: usize,
+    /// Where the sweep resumes inside `sweep_slot` (0: at its start).
+    sweep_pos: usize,
     /// The replication backlog every change is written to.
     pub effects: EffectLog,
 }
@@ -72,6 +74,7 @@ impl Store {
             hasher: Hasher::default(),
             counts: StoreCounts::default(),
             sweep_slot: 0,
+            sweep_pos: 0,
             effects: EffectLog::new(backlog_bytes),
         }
     }
@@ -226,22 +229,32 @@ impl Store {
         let n = self.tables.len();
         for _ in 0..max_slots.min(n) {
             let i = self.sweep_slot;
-            self.sweep_slot = (self.sweep_slot + 1) % n;
             if self.slot_expires[i] == 0 {
+                self.sweep_slot = (i + 1) % n;
+                self.sweep_pos = 0;
                 continue;
             }
             let table = &mut self.tables[i];
-            examined += table.len() as u64;
             let mut here = 0;
             let effects = &mut self.effects;
-            table.remove_expired(now_ms, &self.hasher, |e| {
-                here += 1;
-                effects.emit(Effect::Del { key: e.key() });
-            });
+            let from = std::mem::take(&mut self.sweep_pos);
+            let (seen, resume) =
+                table.remove_expired(from, now_ms, &self.hasher, &mut deadline, |e| {
+                    here += 1;
+                    effects.emit(Effect::Del { key: e.key() });
+                });
+            examined += seen;
             if here > 0 {
                 table.shrink(&self.hasher);
                 self.slot_expires[i] -= here;
                 reclaimed += u64::from(here);
+            }
+            match resume {
+                Some(pos) => {
+                    self.sweep_pos = pos;
+                    break;
+                }
+                None => self.sweep_slot = (i + 1) % n,
             }
             if deadline() {
                 break;
@@ -298,6 +311,31 @@ mod tests {
             let e = s.get(k, 0).unwrap();
             assert_eq!(e.key(), k);
             assert_eq!(e.value, Value::Int(k.len() as i64));
+        }
+    }
+
+    #[test]
+    fn a_huge_slot_is_swept_over_several_calls() {
+        let mut s = store();
+        for i in 0..10_000u32 {
+            let ttl = if i % 2 == 0 { 10 } else { 1000 };
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(ttl));
+        }
+        // Stop at the first check (after 1024 entries) of every call.
+        let (examined, reclaimed) = s.sweep(11, 16384, || true);
+        assert_eq!(examined, 1023);
+        assert!(reclaimed > 0 && reclaimed < 1023, "{reclaimed}");
+        let mut calls = 1;
+        while s.counts().keys > 5000 {
+            s.sweep(11, 16384, || true);
+            calls += 1;
+            assert!(calls < 100, "the sweep does not move on");
+        }
+        assert!(calls >= 9, "{calls} calls");
+        assert_eq!(s.counts().keys, 5000);
+        assert_eq!(s.counts().expired, 5000);
+        for i in (1..10_000u32).step_by(2) {
+            assert!(s.get(format!("{{t}}k{i}").as_bytes(), 11).is_some(), "k{i}");
         }
     }
 

@@ -240,16 +240,34 @@ impl SlotTable {
         self.entries.swap_remove(i)
     }
 
-    /// Removes every entry past its deadline, handing each to `removed`.
-    pub fn remove_expired(&mut self, now_ms: u64, hasher: &Hasher, mut removed: impl FnMut(Entry)) {
-        let mut i = 0;
+    /// Removes the entries past their deadline from position `from` on,
+    /// handing each to `removed`. Every 1024 entries it asks `stop`; when that
+    /// says yes it returns the position to resume from (a slot made huge by a
+    /// hash tag is swept over several calls, not in one long pause). Returns
+    /// `(entries examined, where to resume)`.
+    pub fn remove_expired(
+        &mut self,
+        from: usize,
+        now_ms: u64,
+        hasher: &Hasher,
+        stop: &mut impl FnMut() -> bool,
+        mut removed: impl FnMut(Entry),
+    ) -> (u64, Option<usize>) {
+        let mut i = from;
+        let mut seen = 0u64;
         while i < self.entries.len() {
+            if seen % 1024 == 1023 && stop() {
+                return (seen, Some(i));
+            }
+            seen += 1;
             if self.entries[i].expired(now_ms) {
+                // The last entry moves into `i`, which is examined next.
                 removed(self.swap_remove(i, hasher));
             } else {
                 i += 1;
             }
         }
+        (seen, None)
     }
 
     /// Gives memory back after removals: all of it when the table is empty,
