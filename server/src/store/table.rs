@@ -154,6 +154,7 @@ pub struct SlotTable {
 
 impl SlotTable {
     /// Keys held (live or past their deadline).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
