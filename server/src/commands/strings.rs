@@ -63,7 +63,7 @@ fn write_string(s: &mut Shard, key: &[u8], value: Value, expire_at: Option<u64>)
             expire_at_ms: expire_at,
         })
     });
-    s.store.set(key, value, expire_at);
+    s.store.set(key, value, expire_at, s.now.unix_ms);
 }
 
 fn bulk_or_nil(v: Option<Bytes>) -> Reply {
@@ -295,7 +295,7 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
         }
     };
     let next = current.checked_add(delta).ok_or(OpError::Overflow)?;
-    let e = s.store.set(key, Value::Int(next), expire_at);
+    let e = s.store.set(key, Value::Int(next), expire_at, now);
     debug_assert_eq!(e.value, Value::Int(next));
     let mut buf = itoa::Buffer::new();
     s.store.effects.emit(Effect::Set {

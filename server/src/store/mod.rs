@@ -127,12 +127,23 @@ impl Store {
     }
 
     /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
-    /// for no TTL), replacing any previous value and deadline.
-    pub fn set(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> &mut Entry {
+    /// for no TTL), replacing any previous value and deadline. A previous value
+    /// already past its deadline at `now_ms` counts as expired (INFO
+    /// `expired_keys`), as Redis counts it when a write meets it.
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expire_at: Option<u64>,
+        now_ms: u64,
+    ) -> &mut Entry {
         let (i, h) = self.locate(key);
         let at = expire_at.unwrap_or(0);
         match self.tables[i].find(h, key) {
             Some(j) => {
+                if self.tables[i].at(j).expired(now_ms) {
+                    self.counts.expired += 1;
+                }
                 let had = self.tables[i].at(j).expire_at != 0;
                 self.ttl_changed(i, had, at != 0);
                 let e = self.tables[i].at_mut(j);
@@ -278,7 +289,7 @@ mod tests {
     #[test]
     fn set_get_and_lazy_expiry() {
         let mut s = store();
-        s.set(b"k", Value::from_bytes(b"v"), Some(1000));
+        s.set(b"k", Value::from_bytes(b"v"), Some(1000), 0);
         assert_eq!(
             s.counts(),
             StoreCounts {
@@ -305,7 +316,7 @@ mod tests {
         let short = vec![b'a'; INLINE_KEY];
         let long = vec![b'b'; INLINE_KEY + 1];
         for k in [&b""[..], &short, &long] {
-            s.set(k, Value::Int(k.len() as i64), None);
+            s.set(k, Value::Int(k.len() as i64), None, 0);
         }
         for k in [&b""[..], &short, &long] {
             let e = s.get(k, 0).unwrap();
@@ -319,7 +330,7 @@ mod tests {
         let mut s = store();
         for i in 0..10_000u32 {
             let ttl = if i % 2 == 0 { 10 } else { 1000 };
-            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(ttl));
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(ttl), 0);
         }
         // Stop at the first check (after 1024 entries) of every call.
         let (examined, reclaimed) = s.sweep(11, 16384, || true);
@@ -340,6 +351,24 @@ mod tests {
     }
 
     #[test]
+    fn overwriting_an_expired_key_counts_it_as_expired() {
+        let mut s = store();
+        s.set(b"zz", Value::Int(1), Some(10), 0);
+        s.set(b"zz", Value::Int(2), None, 9);
+        assert_eq!(s.counts().expired, 0, "still live at 9");
+        s.set(b"zz", Value::Int(3), Some(20), 10);
+        s.set(b"zz", Value::Int(4), None, 30);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 0,
+                expired: 1
+            }
+        );
+    }
+
+    #[test]
     fn sweep_reclaims_without_reads_and_counts() {
         let mut s = store();
         for i in 0..1000u32 {
@@ -348,6 +377,7 @@ mod tests {
                 key.as_bytes(),
                 Value::Int(1),
                 Some(if i % 2 == 0 { 10 } else { 0 }).filter(|&t| t != 0),
+                0,
             );
         }
         assert_eq!(s.counts().expires, 500);
@@ -371,6 +401,7 @@ mod tests {
                 format!("k:{i}").as_bytes(),
                 Value::Int(1),
                 Some(10 + u64::from(i % 7)),
+                0,
             );
         }
         for now in [12, 14, 16, 18] {
@@ -384,7 +415,7 @@ mod tests {
     fn lazy_expiry_gives_memory_back_at_the_next_sweep() {
         let mut s = store();
         for i in 0..10_000u32 {
-            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10), 0);
         }
         for i in 0..10_000u32 {
             assert!(s.get(format!("{{t}}k{i}").as_bytes(), 10).is_none());
@@ -398,7 +429,7 @@ mod tests {
         let mut s = store();
         // One hash tag: every key in one slot table, which grows large.
         for i in 0..10_000u32 {
-            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10));
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), Some(10), 0);
         }
         let full = s.table_bytes();
         assert!(full > 10_000 * std::mem::size_of::<Entry>(), "{full}");
@@ -415,7 +446,7 @@ mod tests {
     fn deleting_gives_table_memory_back() {
         let mut s = store();
         for i in 0..10_000u32 {
-            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), None);
+            s.set(format!("{{t}}k{i}").as_bytes(), Value::Int(1), None, 0);
         }
         for i in 0..10_000u32 {
             s.remove(format!("{{t}}k{i}").as_bytes(), 0);
@@ -480,7 +511,7 @@ mod tests {
             match next() % 10 {
                 0..=3 => {
                     let at = ttl(next());
-                    s.set(&key, Value::Int(step), at);
+                    s.set(&key, Value::Int(step), at, now);
                     model.insert(key, (at.unwrap_or(0), step));
                 }
                 4 | 5 => {

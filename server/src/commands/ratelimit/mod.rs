@@ -116,7 +116,8 @@ fn load<T>(s: &mut Shard, key: &[u8], pick: fn(&Value) -> Option<T>) -> Result<O
 fn save(s: &mut Shard, key: &[u8], state: RateState, expire_mono: u64) {
     let at = unix_of(s.now, expire_mono);
     emit_restore(s, key, &state, at);
-    s.store.set(key, state.into_value(), Some(at));
+    s.store
+        .set(key, state.into_value(), Some(at), s.now.unix_ms);
 }
 
 /// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
@@ -373,7 +374,8 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         s.store.remove(&key, now.unix_ms);
     } else {
         emit_restore(s, &key, &state, expire_at);
-        s.store.set(&key, state.into_value(), Some(expire_at));
+        s.store
+            .set(&key, state.into_value(), Some(expire_at), now.unix_ms);
     }
     Ok(Reply::ok())
 }
