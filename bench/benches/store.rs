@@ -24,7 +24,7 @@ fn keys() -> Vec<Vec<u8>> {
 fn filled(keys: &[Vec<u8>]) -> Store {
     let mut store = Store::new(0, SLOTS, BACKLOG);
     for (i, k) in keys.iter().enumerate() {
-        store.set(k, Value::Int(i as i64), None);
+        store.set(k, Value::Int(i as i64), None, 0);
     }
     store
 }
@@ -40,7 +40,7 @@ fn store_ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("store");
     group.bench_function("get hit", |b| b.iter(|| store.get(next(), 1).is_some()));
     group.bench_function("set overwrite int", |b| {
-        b.iter(|| store.set(next(), Value::Int(7), None).expire_at())
+        b.iter(|| store.set(next(), Value::Int(7), None, 0).expire_at())
     });
     group.bench_function("incr in place", |b| {
         b.iter(|| {

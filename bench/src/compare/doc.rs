@@ -171,6 +171,10 @@ pub fn render(p: &Page<'_>) -> String {
         ));
         s.push_str(&memory::memory_table(p.memory));
         s.push('\n');
+        if let Some(note) = memory::at_scale_note(p.memory) {
+            s.push_str(&note);
+            s.push('\n');
+        }
     }
     if let Some((r, l)) = p.reclaim {
         s.push_str(&format!(

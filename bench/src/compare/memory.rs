@@ -179,6 +179,29 @@ pub fn memory_table(rows: &[MemoryResult]) -> String {
     s
 }
 
+/// The sliding window at the limit against Leasehold's cost at scale: its
+/// state does not grow with hits, so a limited key among `memory_keys` costs
+/// what the 1-hit row measured, while the row at the limit has fewer keys
+/// than slots (each key then pays for a slot vector of its own). `None`
+/// unless both rows succeeded.
+pub fn at_scale_note(rows: &[MemoryResult]) -> Option<String> {
+    let window = |at_limit: bool| {
+        rows.iter()
+            .find(|r| r.name.starts_with("sliding window") && (r.hits > 1) == at_limit)
+    };
+    let redis = window(true)?.redis.as_ref().ok()?;
+    let leasehold = window(false)?.leasehold.as_ref().ok()?;
+    Some(format!(
+        "Leasehold's SLIDINGWINDOW state is the same size whatever the hits, so a key at the limit \
+         among {} keys costs what the 1-hit row shows ({:.1} bytes): against Redis at the limit \
+         ({:.1} bytes), **{:.1}x less memory per key at scale**.\n",
+        thousands(leasehold.keys as f64),
+        leasehold.per_key(),
+        redis.per_key(),
+        redis.per_key() / leasehold.per_key().max(1.0),
+    ))
+}
+
 /// The reclamation table in markdown.
 pub fn reclaim_table(
     redis: &Result<Reclaim, String>,
@@ -256,5 +279,40 @@ mod tests {
             t.contains("| Leasehold | - | - | - | - | failed: boom |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_limit_row_is_set_against_leasehold_at_scale() {
+        let m = |after: u64, keys: u64| Memory {
+            before: 0,
+            after,
+            keys,
+        };
+        let row = |name: &str, hits, redis, leasehold| MemoryResult {
+            name: name.into(),
+            hits,
+            redis: Ok(redis),
+            leasehold: Ok(leasehold),
+        };
+        let rows = [
+            row(
+                "sliding window, 1 hit",
+                1,
+                m(160_000_000, 1_000_000),
+                m(54_000_000, 1_000_000),
+            ),
+            row(
+                "sliding window, at the limit",
+                100,
+                m(21_600_000, 10_000),
+                m(800_000, 10_000),
+            ),
+        ];
+        let note = at_scale_note(&rows).unwrap();
+        assert!(note.contains("among 1 000 000 keys"), "{note}");
+        assert!(note.contains("(54.0 bytes)"), "{note}");
+        assert!(note.contains("(2160.0 bytes)"), "{note}");
+        assert!(note.contains("**40.0x less"), "{note}");
+        assert_eq!(at_scale_note(&rows[..1]), None);
     }
 }
