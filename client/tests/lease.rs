@@ -133,6 +133,15 @@ async fn lease_renew_and_return_on_idle() {
         ),
         4
     );
+    // Idle past evict_after (60 s) holding nothing: forgotten; a new request
+    // for it starts afresh with a lease.
+    assert_eq!(s.manager.tracked_keys(), 1);
+    s.clock.advance(Duration::from_secs(60));
+    s.manager.maintain();
+    assert_eq!(s.manager.tracked_keys(), 0);
+    assert!(s.manager.decide(P, b"k").await.allowed);
+    assert_eq!(s.fake.calls("TOKENLEASE"), 3);
+    assert_eq!(s.manager.tracked_keys(), 1);
 }
 
 #[tokio::test]

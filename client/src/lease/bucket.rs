@@ -1,15 +1,18 @@
 //! One (policy, key)'s local state, all in atomics.
 //!
-//! The request path touches only `hits`, `tokens` and `blocked_until_us`
-//! (plus `in_flight` when the watermark is crossed): no lock, no allocation.
-//! Everything else is written by the one lease task in flight or by the
-//! sweeper.
+//! The request path touches only the bucket's first cache line (`hits`,
+//! `tokens`, the watermark, the ledger's view and `blocked_until_us`; plus
+//! `in_flight` when the watermark is crossed) and, to find the bucket, the key
+//! in its second line: no lock, no allocation. Everything else is written by
+//! the one lease task in flight or by the sweeper, which only reads the first
+//! line (so it does not take the line away from a core that is deciding).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::*};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::map::INLINE_KEY;
 use crate::decision::BypassReason;
 
 /// The result of the last lease call, for decisions that waited on it.
@@ -45,53 +48,114 @@ impl LeaseResult {
     }
 }
 
+/// The caller's key: inline up to [`INLINE_KEY`] bytes, else boxed.
 #[derive(Debug)]
+enum KeyBytes {
+    Inline(u8, [u8; INLINE_KEY]),
+    Boxed(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(key: &[u8]) -> KeyBytes {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key);
+                KeyBytes::Inline(len, bytes)
+            }
+            _ => KeyBytes::Boxed(key.into()),
+        }
+    }
+
+    #[inline]
+    fn get(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            KeyBytes::Boxed(b) => b,
+        }
+    }
+}
+
+/// Laid out by hand (`repr(C)`): line 0 is what a decision reads and writes,
+/// line 1 what a lookup compares, the rest is cold.
+#[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct KeyBucket {
-    /// `{domain}:{policy}:{key}`, built once.
-    pub(crate) ledger_key: Bytes,
+    // Line 0: the request path.
     /// Leased tokens not yet spent.
     tokens: AtomicI64,
-    /// Size of the last grant; the watermark is a fraction of it.
-    last_lease: AtomicU64,
+    /// Decisions ever made (wrapping); the sampler remembers the last value it saw.
+    hits: AtomicU64,
+    /// Renew when the tokens left fall to this: `ceil(last grant x
+    /// low_watermark)`, at least 1.
+    watermark: AtomicU64,
+    /// The ledger's balance and full-again instant at the last lease.
+    ledger_remaining: AtomicU64,
+    reset_at_us: AtomicU64,
+    /// Denied by the ledger: no ledger calls and no admission before this.
+    blocked_until_us: AtomicU64,
     /// A lease call is in flight (never two per key).
     in_flight: AtomicBool,
     last_result: AtomicU8,
-    /// Denied by the ledger: no ledger calls and no admission before this.
-    blocked_until_us: AtomicU64,
-    /// Decisions since the last rate sample.
-    hits: AtomicU64,
+    /// The map's hash of `key` (read only when a shard grows or a key is
+    /// evicted; it fills line 0).
+    pub(crate) hash: u64,
+    // Line 1: the lookup.
+    key: KeyBytes,
+    // Cold: the lease task and the sweeper.
+    /// `{domain}:{policy}:{key}`, built once.
+    pub(crate) ledger_key: Bytes,
+    /// `hits` at the last rate sample.
+    hits_sampled: AtomicU64,
     sampled_at_us: AtomicU64,
     /// Observed decisions per second (f64 bits), a decaying average.
     qps_bits: AtomicU64,
     /// Sweeper bookkeeping: when traffic was last seen at a sample.
     active_at_us: AtomicU64,
-    /// The ledger's balance and full-again instant at the last lease.
-    ledger_remaining: AtomicU64,
-    reset_at_us: AtomicU64,
     /// GCRA theoretical arrival time (ns) of the fail-open static bucket.
     fallback_tat_ns: AtomicU64,
+    /// The manager's low watermark, a fraction of each grant.
+    low_watermark: f64,
     /// Woken when a lease call finishes.
     pub(crate) leased: Notify,
 }
 
 impl KeyBucket {
-    pub(crate) fn new(ledger_key: Bytes, now_us: u64) -> KeyBucket {
+    /// A bucket holding nothing for `key` (whose map hash is `hash`), renewing
+    /// at `low_watermark` (a fraction) of each grant.
+    pub(crate) fn new(
+        key: &[u8],
+        hash: u64,
+        ledger_key: Bytes,
+        now_us: u64,
+        low_watermark: f64,
+    ) -> KeyBucket {
         KeyBucket {
-            ledger_key,
             tokens: AtomicI64::new(0),
-            last_lease: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            watermark: AtomicU64::new(1),
+            ledger_remaining: AtomicU64::new(0),
+            reset_at_us: AtomicU64::new(0),
+            blocked_until_us: AtomicU64::new(0),
             in_flight: AtomicBool::new(false),
             last_result: AtomicU8::new(LeaseResult::Pending as u8),
-            blocked_until_us: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
+            hash,
+            key: KeyBytes::new(key),
+            ledger_key,
+            hits_sampled: AtomicU64::new(0),
             sampled_at_us: AtomicU64::new(now_us),
             qps_bits: AtomicU64::new(0f64.to_bits()),
             active_at_us: AtomicU64::new(now_us),
-            ledger_remaining: AtomicU64::new(0),
-            reset_at_us: AtomicU64::new(0),
             fallback_tat_ns: AtomicU64::new(0),
+            low_watermark,
             leased: Notify::new(),
         }
+    }
+
+    /// The caller's key (without the ledger prefix).
+    #[inline]
+    pub(crate) fn key(&self) -> &[u8] {
+        self.key.get()
     }
 
     pub(crate) fn hit(&self) {
@@ -122,10 +186,9 @@ impl KeyBucket {
         self.tokens.swap(0, AcqRel).max(0) as u64
     }
 
-    /// `tokens_left <= fraction x last lease` (at least the last token).
-    pub(crate) fn below_watermark(&self, tokens_left: u64, fraction: f64) -> bool {
-        let wm = (self.last_lease.load(Relaxed) as f64 * fraction).ceil() as u64;
-        tokens_left <= wm.max(1)
+    /// `tokens_left <= low_watermark x last grant` (at least the last token).
+    pub(crate) fn below_watermark(&self, tokens_left: u64) -> bool {
+        tokens_left <= self.watermark.load(Relaxed)
     }
 
     /// Claims the right to make the one lease call; false if one is in flight.
@@ -146,8 +209,9 @@ impl KeyBucket {
     /// Publishes a lease call's result and wakes decisions waiting on it.
     pub(crate) fn finish_lease(&self, result: LeaseResult, granted: u64) {
         if granted > 0 {
+            let wm = (granted as f64 * self.low_watermark).ceil() as u64;
+            self.watermark.store(wm.max(1), Relaxed);
             self.tokens.fetch_add(granted as i64, AcqRel);
-            self.last_lease.store(granted, Relaxed);
         }
         self.last_result.store(result as u8, Release);
         self.in_flight.store(false, Release);
@@ -199,7 +263,7 @@ impl KeyBucket {
     pub(crate) fn sample(&self, now_us: u64, tau_us: u64, min_us: u64) -> bool {
         let last = self.sampled_at_us.load(Acquire);
         if now_us < last.saturating_add(min_us) {
-            return self.hits.load(Relaxed) > 0;
+            return self.hits.load(Relaxed) != self.hits_sampled.load(Relaxed);
         }
         if self
             .sampled_at_us
@@ -208,7 +272,10 @@ impl KeyBucket {
         {
             return true; // someone else is sampling right now
         }
-        let hits = self.hits.swap(0, AcqRel);
+        // Only the sampler that won the CAS above writes `hits_sampled`, and
+        // `hits` is only read: the deciding cores keep their line.
+        let total = self.hits.load(Relaxed);
+        let hits = total.wrapping_sub(self.hits_sampled.swap(total, Relaxed));
         let dt = (now_us - last) as f64 / 1e6;
         let measured = hits as f64 / dt;
         let old = self.qps();
@@ -258,8 +325,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_request_path_fits_line_0_and_the_key_line_1() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<KeyBucket>(), 64);
+        assert!(offset_of!(KeyBucket, last_result) < 64);
+        assert_eq!(offset_of!(KeyBucket, key), 64);
+        assert!(size_of::<KeyBytes>() <= 64);
+    }
+
+    #[test]
     fn fallback_admits_exactly_its_burst_then_its_rate() {
-        let b = KeyBucket::new(Bytes::from_static(b"k"), 0);
+        let b = KeyBucket::new(b"k", 0, Bytes::from_static(b"p:k"), 0, 0.2);
         // 20 per second, burst 40.
         let admitted = (0..100)
             .filter(|_| b.fallback_take(5_000_000, 50_000_000, 40))
@@ -274,7 +350,7 @@ mod tests {
 
     #[test]
     fn rate_estimate_attacks_fast_and_decays_slowly() {
-        let b = KeyBucket::new(Bytes::from_static(b"k"), 0);
+        let b = KeyBucket::new(b"k", 0, Bytes::from_static(b"p:k"), 0, 0.2);
         for _ in 0..1000 {
             b.hit();
         }
@@ -293,12 +369,12 @@ mod tests {
 
     #[test]
     fn take_never_goes_below_zero_and_watermark_is_a_fraction_of_the_last_lease() {
-        let b = KeyBucket::new(Bytes::from_static(b"k"), 0);
+        let b = KeyBucket::new(b"k", 0, Bytes::from_static(b"p:k"), 0, 0.2);
         assert_eq!(b.take(), None);
         b.finish_lease(LeaseResult::Granted, 10);
         assert_eq!(b.take(), Some(9));
-        assert!(!b.below_watermark(3, 0.2));
-        assert!(b.below_watermark(2, 0.2));
+        assert!(!b.below_watermark(3));
+        assert!(b.below_watermark(2));
         assert_eq!(b.drain(), 9);
         assert_eq!(b.take(), None);
     }
