@@ -84,6 +84,7 @@ impl Shard {
     /// command in it sees one snapshot, and the clock costs nothing per command.
     pub fn tick(&mut self) {
         self.now = self.shared.clock.now();
+        self.store.set_clock(self.now);
     }
 
     /// Runs one shard-side command under the snapshot of the last
@@ -95,7 +96,14 @@ impl Shard {
             Exec::Key(f) | Exec::Keys(f, _) | Exec::AllShards(f, _) | Exec::Cursor(f) => f,
             Exec::Conn(_) => unreachable!("connection commands never reach a shard"),
         };
-        let reply = handler(self, args).unwrap_or_else(|e| e.reply());
+        let reply = match handler(self, args) {
+            Ok(r) => r,
+            Err(e) if e.is_rejection() => {
+                self.stats.rejected_calls[cmd].add(1);
+                return e.reply();
+            }
+            Err(e) => e.reply(),
+        };
         self.stats.calls[cmd].add(1);
         if reply.is_error() {
             self.stats.failed_calls[cmd].add(1);
@@ -123,7 +131,8 @@ impl Shard {
         let start = Instant::now();
         let slots = self.store.slot_range().len();
         let base = slots.div_ceil(100).max(1);
-        let now_ms = self.shared.clock.now().unix_ms;
+        self.tick();
+        let now_ms = self.now.unix_ms;
         let mut reclaimed_total = 0;
         let mut visited = 0;
         loop {
@@ -200,20 +209,26 @@ fn run_batch(worker: &Worker, jobs: Vec<Job>) -> Vec<Reply> {
     replies
 }
 
+/// Runs [`Shard::expiry_cycle`] `hz` times a second; a CONFIG SET of `hz`
+/// (seen through the configuration generation) takes effect at the next cycle.
 async fn expiry_loop(worker: Rc<Worker>) {
-    let (hz, pct) = {
-        let c = worker.shared.config.read();
-        (
-            c.expiry.hz.clamp(1, 500),
-            c.expiry.budget_percent.clamp(1, 100),
-        )
-    };
-    let period = Duration::from_millis(1000 / u64::from(hz));
-    let budget = period * pct / 100;
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    use std::sync::atomic::Ordering;
     loop {
-        tick.tick().await;
-        worker.shard.borrow_mut().expiry_cycle(budget);
+        let gen = worker.shared.config_gen.load(Ordering::Acquire);
+        let (hz, pct) = {
+            let c = worker.shared.config.read();
+            (
+                c.expiry.hz.clamp(1, 500),
+                c.expiry.budget_percent.clamp(1, 100),
+            )
+        };
+        let period = Duration::from_millis(1000 / u64::from(hz));
+        let budget = period * pct / 100;
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while worker.shared.config_gen.load(Ordering::Acquire) == gen {
+            tick.tick().await;
+            worker.shard.borrow_mut().expiry_cycle(budget);
+        }
     }
 }

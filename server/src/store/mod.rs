@@ -21,9 +21,13 @@ use std::hash::BuildHasher;
 
 use crate::effects::{Effect, EffectLog};
 
+mod compact;
 mod table;
 mod value;
 
+use crate::clock::Now;
+use crate::commands::ratelimit::{mono_of, unix_of};
+use compact::{Compact, COMPACT_MAX};
 pub use table::{Entry, INLINE_KEY};
 use table::{Hasher, SlotTable};
 pub use value::{RateState, Value, SMALL_STRING};
@@ -50,6 +54,9 @@ pub struct Store {
     sweep_slot: usize,
     /// Where the sweep resumes inside `sweep_slot` (0: at its start).
     sweep_pos: usize,
+    /// The shard's latest clock reading, which turns compact entries'
+    /// monotonic deadlines into Unix ones ([`Store::set_clock`]).
+    clock: Now,
     /// The replication backlog every change is written to.
     pub effects: EffectLog,
 }
@@ -75,6 +82,7 @@ impl Store {
             counts: StoreCounts::default(),
             sweep_slot: 0,
             sweep_pos: 0,
+            clock: Now::default(),
             effects: EffectLog::new(backlog_bytes),
         }
     }
@@ -99,10 +107,32 @@ impl Store {
         (slot - self.first_slot, self.hasher.hash_one(key))
     }
 
+    /// Records the shard's clock reading for this batch: compact entries'
+    /// deadlines are monotonic, and read as Unix ms under it.
+    pub fn set_clock(&mut self, now: Now) {
+        self.clock = now;
+    }
+
+    /// The position of `key` among table `i`'s general entries, moving it
+    /// there first if it is a compact entry (so that generic readers and
+    /// writers see one kind of entry; the next rate-limit write packs it
+    /// again).
+    fn find_entry(&mut self, i: usize, h: u64, key: &[u8]) -> Option<usize> {
+        let table = &mut self.tables[i];
+        if let Some(j) = table.find(h, key) {
+            return Some(j);
+        }
+        let c = table.compact.find(h, key)?;
+        let c = table.compact.swap_remove(c);
+        let at = unix_of(self.clock, c.deadline_mono());
+        table.push(h, Entry::new(c.key(), at, c.value()), &self.hasher);
+        Some(table.len() - 1)
+    }
+
     /// The live entry for `key`, reclaiming it first when its deadline has passed.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (i, h) = self.locate(key);
-        let j = self.tables[i].find(h, key)?;
+        let j = self.find_entry(i, h, key)?;
         if !self.tables[i].at(j).expired(now_ms) {
             return Some(self.tables[i].at_mut(j));
         }
@@ -139,7 +169,7 @@ impl Store {
     ) -> &mut Entry {
         let (i, h) = self.locate(key);
         let at = expire_at.unwrap_or(0);
-        match self.tables[i].find(h, key) {
+        match self.find_entry(i, h, key) {
             Some(j) => {
                 if self.tables[i].at(j).expired(now_ms) {
                     self.counts.expired += 1;
@@ -164,7 +194,7 @@ impl Store {
     /// liveness with [`Store::get`] under the same time snapshot.
     pub fn set_expire(&mut self, key: &[u8], expire_at: Option<u64>) -> bool {
         let (i, h) = self.locate(key);
-        let Some(j) = self.tables[i].find(h, key) else {
+        let Some(j) = self.find_entry(i, h, key) else {
             return false;
         };
         let at = expire_at.unwrap_or(0);
@@ -176,10 +206,64 @@ impl Store {
     /// Removes `key`; returns its entry if it was live. Emits `DEL` when it existed.
     pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
         let (i, h) = self.locate(key);
-        let j = self.tables[i].find(h, key)?;
+        let j = self.find_entry(i, h, key)?;
         let expired = self.tables[i].at(j).expired(now_ms);
         let e = self.remove_at(i, j, expired);
         (!expired).then_some(e)
+    }
+
+    /// The rate-limit state at `key`: `None` when the key is absent (or just
+    /// reclaimed at its deadline), `Some(None)` when it holds another type.
+    pub fn get_rate(&mut self, key: &[u8], now_ms: u64) -> Option<Option<RateState>> {
+        let (i, h) = self.locate(key);
+        if let Some(j) = self.tables[i].compact.find(h, key) {
+            let c = *self.tables[i].compact.at(j);
+            if unix_of(self.clock, c.deadline_mono()) > now_ms {
+                return Some(Some(c.state()));
+            }
+            self.remove_compact(i, j, true);
+            return None;
+        }
+        self.get(key, now_ms).map(|e| e.value.rate_state())
+    }
+
+    /// Stores a rate-limit state under `key`, expiring at `expire_at` (Unix
+    /// ms) under the clock reading `now`: in a 32-byte compact entry when
+    /// the key, the state and the deadline allow it (store/compact.rs),
+    /// otherwise as [`Store::set`] would.
+    pub fn set_rate(&mut self, key: &[u8], state: RateState, expire_at: u64, now: Now) {
+        let (i, h) = self.locate(key);
+        let compact = Compact::new(key, &state, mono_of(now, expire_at));
+        let table = &mut self.tables[i];
+        match (compact, table.compact.find(h, key)) {
+            (Some(c), Some(j)) => return table.compact.replace(j, c),
+            (Some(c), None) if table.compact.len() < COMPACT_MAX => {
+                if let Some(j) = table.find(h, key) {
+                    let old = table.swap_remove(j, &self.hasher);
+                    table.shrink(&self.hasher);
+                    self.counts.keys -= 1;
+                    self.ttl_changed(i, old.expire_at != 0, false);
+                }
+                self.tables[i].compact.push(h, c);
+                self.counts.keys += 1;
+                self.ttl_changed(i, false, true);
+                return;
+            }
+            _ => {}
+        }
+        self.set(key, state.into_value(), Some(expire_at), now.unix_ms);
+    }
+
+    /// Removes compact entry `j` of table `i`, as [`Store::remove_at`] does.
+    fn remove_compact(&mut self, i: usize, j: usize, expired: bool) {
+        let c = self.tables[i].compact.swap_remove(j);
+        self.tables[i].compact.shrink();
+        self.counts.keys -= 1;
+        if expired {
+            self.counts.expired += 1;
+        }
+        self.ttl_changed(i, true, false);
+        self.effects.emit(Effect::Del { key: c.key() });
     }
 
     /// Removes entry `j` of table `i`, counting it as expired or not, and
@@ -218,9 +302,16 @@ impl Store {
 
     /// Calls `f` for every live key in `slot`.
     pub fn for_each_in_slot(&self, slot: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
-        for e in self.tables[slot - self.first_slot].iter() {
+        let table = &self.tables[slot - self.first_slot];
+        for e in table.iter() {
             if !e.expired(now_ms) {
                 f(e);
+            }
+        }
+        for c in table.compact.iter() {
+            let e = Entry::new(c.key(), unix_of(self.clock, c.deadline_mono()), c.value());
+            if !e.expired(now_ms) {
+                f(&e);
             }
         }
     }
@@ -255,6 +346,13 @@ impl Store {
                     effects.emit(Effect::Del { key: e.key() });
                 });
             examined += seen;
+            if resume.is_none() {
+                let now_mono = mono_of(self.clock, now_ms);
+                examined += table.compact.remove_expired(now_mono, |c| {
+                    here += 1;
+                    effects.emit(Effect::Del { key: c.key() });
+                });
+            }
             if here > 0 {
                 table.shrink(&self.hasher);
                 self.slot_expires[i] -= here;
@@ -366,6 +464,147 @@ mod tests {
                 expired: 1
             }
         );
+    }
+
+    fn window(start: u64, current: u64) -> RateState {
+        RateState::SlidingWindow(crate::commands::ratelimit::sliding_window::Window {
+            window_ms: 1000,
+            start,
+            previous: 1,
+            current,
+        })
+    }
+
+    /// Sliding-window keys live in 32-byte compact entries; generic readers
+    /// see them as ordinary entries, and the next rate-limit write packs them
+    /// again.
+    #[test]
+    fn compact_entries_round_trip_through_generic_access() {
+        let mut s = store();
+        let now = Now {
+            unix_ms: 1_000_000,
+            mono_ms: 5_000,
+        };
+        s.set_clock(now);
+        let state = window(5_000, 2);
+        let at = unix_of(now, 7_000);
+        s.set_rate(b"sw:1", state, at, now);
+        assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
+        assert_eq!(s.table_bytes(), 32 + 2, "one compact entry and its tag");
+        assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 1,
+                expired: 0
+            }
+        );
+        let mut seen = Vec::new();
+        let slot = crate::slot::key_slot(b"sw:1") as usize;
+        s.for_each_in_slot(slot, now.unix_ms, |e| {
+            seen.push((e.key().to_vec(), e.expire_at()))
+        });
+        assert_eq!(seen, [(b"sw:1".to_vec(), Some(at))]);
+        // TTL-style access moves it to the general vector, same deadline.
+        assert_eq!(s.get(b"sw:1", now.unix_ms).unwrap().expire_at(), Some(at));
+        assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
+        assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
+        s.set_rate(b"sw:1", window(5_000, 3), at, now);
+        assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 1,
+                expired: 0
+            }
+        );
+        // A deadline the state does not imply keeps it general.
+        s.set_rate(b"sw:1", window(5_000, 3), at + 1, now);
+        assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
+        assert_eq!(
+            s.get(b"sw:1", now.unix_ms).unwrap().expire_at(),
+            Some(at + 1)
+        );
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 1,
+                expires: 1,
+                expired: 0
+            }
+        );
+    }
+
+    #[test]
+    fn compact_entries_expire_lazily_and_by_the_sweep() {
+        let mut s = store();
+        let now = Now {
+            unix_ms: 50_000,
+            mono_ms: 0,
+        };
+        s.set_clock(now);
+        for i in 0..1000u32 {
+            // Windows starting at 0 and 1000 ms: empty at 1000 (current 0)
+            // and 3000 (current 5).
+            let st = if i % 2 == 0 {
+                window(0, 0)
+            } else {
+                window(1000, 5)
+            };
+            let deadline = st.empties_at().unwrap();
+            s.set_rate(format!("w{i}").as_bytes(), st, unix_of(now, deadline), now);
+        }
+        assert_eq!(s.table_bytes() / 1000, 32 + 2, "{}", s.table_bytes());
+        assert_eq!(s.get_rate(b"w0", 50_999), Some(Some(window(0, 0))));
+        assert_eq!(s.get_rate(b"w0", 51_000), None, "gone at its deadline");
+        let (_, reclaimed) = s.sweep(51_000, 16384, || false);
+        assert_eq!(reclaimed, 499);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 500,
+                expires: 500,
+                expired: 500
+            }
+        );
+        s.sweep(53_000, 16384, || false);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 0,
+                expires: 0,
+                expired: 1000
+            }
+        );
+        assert_eq!(s.table_bytes(), 0);
+    }
+
+    #[test]
+    fn a_slot_past_the_compact_limit_overflows_to_general_entries() {
+        let mut s = store();
+        let now = Now::default();
+        for i in 0..(COMPACT_MAX as u32 + 50) {
+            s.set_rate(
+                format!("{{t}}{i}").as_bytes(),
+                window(0, 1),
+                unix_of(now, 2000),
+                now,
+            );
+        }
+        let slot = s.locate(b"{t}").0;
+        assert_eq!(s.tables[slot].compact.len(), COMPACT_MAX);
+        assert_eq!(s.tables[slot].len(), 50);
+        for i in 0..(COMPACT_MAX as u32 + 50) {
+            assert_eq!(
+                s.get_rate(format!("{{t}}{i}").as_bytes(), 0),
+                Some(Some(window(0, 1)))
+            );
+        }
+        assert_eq!(s.counts().keys, COMPACT_MAX as u64 + 50);
+        assert!(s.remove(b"{t}0", 0).is_some());
+        assert_eq!(s.counts().keys, COMPACT_MAX as u64 + 49);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use super::compact::CompactVec;
 use super::value::Value;
 
 /// The hasher shared by a store's slot tables.
@@ -95,14 +96,14 @@ impl Entry {
     }
 }
 
-fn tag_of(h: u64) -> u16 {
+pub(super) fn tag_of(h: u64) -> u16 {
     (h >> 48) as u16
 }
 
 /// The positions in `tags` equal to `tag`, in order, until `hit` accepts one.
 /// Eight tags are compared at a time into a bit mask (one SIMD compare once
 /// vectorised).
-fn scan(tags: &[u16], tag: u16, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
+pub(super) fn scan(tags: &[u16], tag: u16, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
     let mut chunks = tags.chunks_exact(8);
     let mut base = 0;
     for chunk in &mut chunks {
@@ -139,7 +140,7 @@ fn size_class(bytes: usize) -> usize {
 }
 
 /// The capacity of at least `want` items of `T` that fills its size class.
-fn fitted<T>(want: usize) -> usize {
+pub(super) fn fitted<T>(want: usize) -> usize {
     let size = std::mem::size_of::<T>();
     size_class(want * size) / size
 }
@@ -150,11 +151,12 @@ pub struct SlotTable {
     entries: Vec<Entry>,
     tags: Vec<u16>,
     index: Option<HashTable<u32>>,
+    /// Sliding-window and GCRA keys in 32-byte entries (store/compact.rs).
+    pub compact: CompactVec,
 }
 
 impl SlotTable {
-    /// Keys held (live or past their deadline).
-    #[cfg(test)]
+    /// General entries held (live or past their deadline; compact ones apart).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -276,8 +278,13 @@ impl SlotTable {
     /// slot no longer needs one.
     pub fn shrink(&mut self, hasher: &Hasher) {
         let len = self.entries.len();
+        self.compact.shrink();
         if len == 0 {
-            *self = SlotTable::default();
+            let compact = std::mem::take(&mut self.compact);
+            *self = SlotTable {
+                compact,
+                ..SlotTable::default()
+            };
             return;
         }
         if len < INDEX_UNTIL {
@@ -313,6 +320,7 @@ impl SlotTable {
         self.entries.capacity() * std::mem::size_of::<Entry>()
             + self.tags.capacity() * 2
             + self.index.as_ref().map_or(0, HashTable::allocation_size)
+            + self.compact.allocation_size()
     }
 }
 

@@ -120,6 +120,18 @@ impl RateState {
         })
     }
 
+    /// The monotonic ms at which this state is empty again, when the state
+    /// alone tells (both windows empty; the TAT passed, rounded up to whole
+    /// ms); `None` for a token bucket, whose refill depends on the call's
+    /// parameters.
+    pub fn empties_at(&self) -> Option<u64> {
+        match self {
+            RateState::TokenBucket(_) => None,
+            RateState::SlidingWindow(w) => Some(w.empty_at()),
+            RateState::Gcra(t) => t.ms.checked_add(u64::from(t.frac > 0)),
+        }
+    }
+
     /// The name `TYPE` reports.
     pub fn type_name(&self) -> &'static str {
         use crate::commands::ratelimit::type_names as names;

@@ -26,7 +26,7 @@ use crate::clock::Now;
 use crate::effects::Effect;
 use crate::error::OpError;
 use crate::shard::Shard;
-use crate::store::{RateState, Value};
+use crate::store::RateState;
 
 pub mod gcra;
 #[cfg(test)]
@@ -99,15 +99,19 @@ pub fn mono_of(now: Now, unix: u64) -> u64 {
 
 /// Reads the state at `key` through `pick`: `None` when absent, WRONGTYPE when
 /// the key holds anything `pick` refuses.
-fn load<T>(s: &mut Shard, key: &[u8], pick: fn(&Value) -> Option<T>) -> Result<Option<T>, OpError> {
-    match s.store.get(key, s.now.unix_ms) {
+fn load<T>(
+    s: &mut Shard,
+    key: &[u8],
+    pick: fn(RateState) -> Option<T>,
+) -> Result<Option<T>, OpError> {
+    match s.store.get_rate(key, s.now.unix_ms) {
         None => {
             s.stats.keyspace_misses.add(1);
             Ok(None)
         }
-        Some(e) => {
+        Some(state) => {
             s.stats.keyspace_hits.add(1);
-            pick(&e.value).map(Some).ok_or(OpError::WrongType)
+            state.and_then(pick).map(Some).ok_or(OpError::WrongType)
         }
     }
 }
@@ -116,8 +120,7 @@ fn load<T>(s: &mut Shard, key: &[u8], pick: fn(&Value) -> Option<T>) -> Result<O
 fn save(s: &mut Shard, key: &[u8], state: RateState, expire_mono: u64) {
     let at = unix_of(s.now, expire_mono);
     emit_restore(s, key, &state, at);
-    s.store
-        .set(key, state.into_value(), Some(at), s.now.unix_ms);
+    s.store.set_rate(key, state, at, s.now);
 }
 
 /// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
@@ -166,8 +169,8 @@ fn token_policy(a: &mut Args) -> Result<token_bucket::Policy, OpError> {
     })
 }
 
-fn pick_bucket(v: &Value) -> Option<token_bucket::Bucket> {
-    match v.rate_state()? {
+fn pick_bucket(state: RateState) -> Option<token_bucket::Bucket> {
+    match state {
         RateState::TokenBucket(b) => Some(b),
         _ => None,
     }
@@ -218,7 +221,7 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         window_ms: positive(a, "window_ms")?,
     };
     let n = option(a, "COUNT")?.unwrap_or(1);
-    let prev = load(s, &key, |v| match v.rate_state()? {
+    let prev = load(s, &key, |state| match state {
         RateState::SlidingWindow(w) => Some(w),
         _ => None,
     })?;
@@ -231,7 +234,7 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn throttle(s: &mut Shard, key: &[u8], p: gcra::Policy, quantity: u64) -> Result<Reply, OpError> {
     let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
-    let prev = load(s, key, |v| match v.rate_state()? {
+    let prev = load(s, key, |state| match state {
         RateState::Gcra(t) => Some(t),
         _ => None,
     })?;
@@ -374,8 +377,7 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         s.store.remove(&key, now.unix_ms);
     } else {
         emit_restore(s, &key, &state, expire_at);
-        s.store
-            .set(&key, state.into_value(), Some(expire_at), now.unix_ms);
+        s.store.set_rate(&key, state, expire_at, now);
     }
     Ok(Reply::ok())
 }
@@ -386,7 +388,7 @@ mod tests {
 
     use super::*;
     use crate::commands::table;
-    use crate::store::Entry;
+    use crate::store::{Entry, Value};
 
     #[test]
     fn every_command_has_a_docs_entry() {
