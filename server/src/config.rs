@@ -2,7 +2,7 @@
 //! optional TOML file (`config/leasehold.example.toml` comments every key) and
 //! command-line flags named like redis-server's, which override the file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::Deserialize;
@@ -159,6 +159,10 @@ pub struct Config {
     pub replication: ReplicationConfig,
     /// `[log]`
     pub log: LogConfig,
+    /// The file the configuration was read from, as an absolute path (INFO
+    /// `config_file`, the file CONFIG REWRITE writes); not a key of the file.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 impl Config {
@@ -225,6 +229,94 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, toml::de::Error> {
         toml::from_str(text)
     }
+
+    /// Reads a TOML configuration file and remembers its absolute path in
+    /// [`Config::file`].
+    ///
+    /// # Errors
+    /// A message naming the file and what is wrong with it.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut c = Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(c)
+    }
+
+    /// The settings CONFIG SET can change, as `(section, key, value)` of the
+    /// TOML file: what CONFIG REWRITE writes back.
+    fn runtime_values(&self) -> [(&'static str, &'static str, toml::Value); 6] {
+        let int = |n: usize| toml::Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        [
+            ("net", "maxclients", int(self.net.maxclients)),
+            (
+                "security",
+                "requirepass",
+                toml::Value::String(self.security.requirepass.clone()),
+            ),
+            (
+                "limits",
+                "proto_max_bulk_len",
+                int(self.limits.proto_max_bulk_len),
+            ),
+            (
+                "limits",
+                "client_query_buffer_limit",
+                int(self.limits.client_query_buffer_limit),
+            ),
+            (
+                "expiry",
+                "hz",
+                toml::Value::Integer(i64::from(self.expiry.hz)),
+            ),
+            ("log", "level", toml::Value::String(self.log.level.clone())),
+        ]
+    }
+
+    /// CONFIG REWRITE: rewrites `path` with the current values of the
+    /// settings CONFIG SET can change. Like Redis, a setting is written when
+    /// the file already has it or its value is not the default; every other
+    /// key of the file is kept as it is. Comments are not kept (the file is
+    /// re-serialised). The new text goes to a temporary file in the same
+    /// directory, renamed over the old one, so a crash leaves one or the other.
+    ///
+    /// # Errors
+    /// The I/O or TOML error, as text.
+    pub fn rewrite(&self, path: &Path) -> Result<(), String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let defaults = Config::default().runtime_values();
+        for ((section, key, value), (_, _, default)) in
+            self.runtime_values().into_iter().zip(defaults)
+        {
+            let present = doc
+                .get(section)
+                .and_then(toml::Value::as_table)
+                .is_some_and(|t| t.contains_key(key));
+            if !present && value == default {
+                continue;
+            }
+            let table = doc
+                .entry(section)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let toml::Value::Table(table) = table else {
+                return Err(format!("[{section}] is not a table"));
+            };
+            table.insert(key.to_string(), value);
+        }
+        let out = toml::to_string(&doc).map_err(|e| e.to_string())?;
+        let tmp = path.with_extension(format!("rewrite-{}.tmp", std::process::id()));
+        std::fs::write(&tmp, out)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                e.to_string()
+            })
+    }
 }
 
 /// Command-line flags, named like redis-server's. Each overrides the file.
@@ -274,11 +366,7 @@ impl Flags {
     /// A message naming the file and what is wrong with it.
     pub fn into_config(self) -> Result<Config, String> {
         let mut c = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
-            }
+            Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
         if let Some(v) = self.bind {
@@ -335,6 +423,31 @@ mod tests {
         c.net.maxclients = 10;
         c.limits.proto_max_bulk_len = 0;
         assert!(c.validate().unwrap_err().contains("proto_max_bulk_len"));
+    }
+
+    #[test]
+    fn rewrite_keeps_other_keys_and_writes_changed_settings() {
+        let dir = std::env::temp_dir().join(format!("leasehold-rewrite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("unit.toml");
+        std::fs::write(&path, "# comment\n[net]\nport = 7300\nmaxclients = 5\n").unwrap();
+        let mut c = Config::from_file(&path).unwrap();
+        assert!(c.file.as_ref().unwrap().is_absolute());
+        c.net.maxclients = 77;
+        c.expiry.hz = 20;
+        c.rewrite(&path).unwrap();
+        let back = Config::from_file(&path).unwrap();
+        assert_eq!(
+            (back.net.port, back.net.maxclients, back.expiry.hz),
+            (7300, 77, 20)
+        );
+        // Settings at their default and absent from the file stay absent.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("requirepass") && !text.contains("level"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

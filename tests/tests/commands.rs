@@ -748,3 +748,35 @@ fn info(c: &mut Raw, sections: &str) -> String {
     let body = reply.split_once("\r\n").expect("bulk header").1;
     body.strip_suffix("\r\n").expect("bulk end").to_string()
 }
+
+on_1_and_2_threads! {
+    fn config_rewrite_writes_the_config_file(threads) {
+        let plain = TestServer::start(threads);
+        let mut c = plain.raw();
+        assert_eq!(c.call("CONFIG REWRITE"), "-ERR The server is running without a config file\r\n");
+
+        let dir = std::env::temp_dir().join(format!("leasehold-rewrite-{}-{threads}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.toml");
+        std::fs::write(&path, "[net]\nport = 6399\nmaxclients = 50\n\n[expiry]\nhz = 10\n").unwrap();
+        let mut config = leasehold_server::config::Config::from_file(&path).unwrap();
+        config.shards.threads = threads;
+        let server = TestServer::with_config(config, Arc::new(SystemClock::new()));
+        let mut c = server.raw();
+        let fields = info_fields(&info(&mut c, "server"));
+        assert_eq!(fields["config_file"], path.display().to_string());
+        c.script(&[
+            ("CONFIG SET maxclients 321 hz 25", "+OK\r\n"),
+            ("CONFIG REWRITE", "+OK\r\n"),
+        ]);
+        let back = leasehold_server::config::Config::from_file(&path).unwrap();
+        assert_eq!(back.net.maxclients, 321);
+        assert_eq!(back.expiry.hz, 25);
+        // Not settable: the file keeps its own value, not the port bound (0 picks one).
+        assert_eq!(back.net.port, 6399);
+        // A setting at its default that the file lacked is not added.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("requirepass"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

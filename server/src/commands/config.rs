@@ -4,7 +4,8 @@
 //! change at run time, how to set it. [`FIXED`] lists settings Leasehold does
 //! not have but tools ask for (redis-benchmark reads `save` and `appendonly`):
 //! they answer their one value and CONFIG SET accepts only that value.
-//! Error texts are Redis 7's.
+//! Error texts are Redis 7's. CONFIG REWRITE rewrites the `--config` file
+//! with the current values of the settable parameters ([`Config::rewrite`]).
 
 use std::sync::atomic::Ordering;
 
@@ -174,9 +175,22 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
             *ctx.shared.baseline.lock() = super::server::snapshot(ctx.shared);
             Ok(Reply::ok())
         }
-        "REWRITE" => Err(OpError::Other(
-            "The server is running without a config file".into(),
-        )),
+        "REWRITE" => {
+            a.finish()
+                .map_err(|_| OpError::SubcommandArity("config|rewrite".into()))?;
+            let cfg = ctx.shared.config.read().clone();
+            let Some(path) = &cfg.file else {
+                return Err(OpError::Other(
+                    "The server is running without a config file".into(),
+                ));
+            };
+            cfg.rewrite(path).map_err(|e| {
+                tracing::warn!("CONFIG REWRITE of {} failed: {e}", path.display());
+                OpError::Other(format!("Rewriting config file: {e}").into())
+            })?;
+            tracing::info!("CONFIG REWRITE executed with success.");
+            Ok(Reply::ok())
+        }
         "HELP" => Ok(Reply::Array(
             [
                 "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -186,8 +200,10 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
                 "    Set the configuration <directive> to <value>.",
                 "RESETSTAT",
                 "    Reset statistics reported by the INFO command.",
+                "REWRITE",
+                "    Rewrite the configuration file.",
                 "HELP",
-                "    Print this help.",
+                "    Prints this help.",
             ]
             .iter()
             .map(|l| Reply::simple(l))

@@ -139,7 +139,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                 let uptime = shared.started.elapsed().as_secs();
                 let _ = write!(
                     w,
-                    "# Server\r\nredis_version:{}\r\nleasehold_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nexecutable:leasehold-server\r\nconfig_file:\r\nthreads:{}\r\n",
+                    "# Server\r\nredis_version:{}\r\nleasehold_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nexecutable:leasehold-server\r\nconfig_file:{}\r\nthreads:{}\r\n",
                     super::connection::REDIS_COMPAT_VERSION,
                     env!("CARGO_PKG_VERSION"),
                     std::env::consts::OS,
@@ -150,6 +150,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     uptime,
                     uptime / 86400,
                     cfg.expiry.hz,
+                    cfg.file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
                     shared.shards,
                 );
             }
