@@ -125,6 +125,41 @@ impl Default for ReplicationConfig {
     }
 }
 
+/// Redis's `loglevel` names and the tracing levels, as CONFIG SET loglevel
+/// and `--loglevel` take them; anything else must be a tracing directive
+/// list with `=` or `,` (e.g. `leasehold_server=debug,info`).
+pub const LOG_LEVELS: &[&str] = &[
+    "debug", "verbose", "notice", "warning", "nothing", "trace", "info", "warn", "error", "off",
+];
+
+/// The `tracing` filter for a `loglevel` value: Redis's names map to the
+/// nearest tracing level (`verbose` debug, `notice` info, `warning` warn,
+/// `nothing` off); tracing levels and directives pass through.
+pub fn log_filter(level: &str) -> String {
+    match level.to_ascii_lowercase().as_str() {
+        "verbose" => "debug".into(),
+        "notice" => "info".into(),
+        "warning" => "warn".into(),
+        "nothing" => "off".into(),
+        _ => level.to_string(),
+    }
+}
+
+/// Whether `level` is a `loglevel` the server takes (see [`LOG_LEVELS`]).
+pub fn valid_log_level(level: &str) -> bool {
+    LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str())
+        || (level.contains(['=', ','])
+            && tracing_subscriber::EnvFilter::try_new(log_filter(level)).is_ok())
+}
+
+/// How CONFIG SET loglevel reaches the process's log subscriber: the binary
+/// installs a reloadable filter and sets this; without it (tests, embedding)
+/// CONFIG SET loglevel only records the value.
+pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The installed [`LogReload`], if any.
+pub static LOG_RELOAD: std::sync::OnceLock<LogReload> = std::sync::OnceLock::new();
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -183,7 +218,7 @@ impl Config {
     /// A message naming the setting and its allowed range.
     pub fn validate(&self) -> Result<(), String> {
         const MB: usize = 1024 * 1024;
-        let checks: [(&str, bool, &str); 7] = [
+        let checks: [(&str, bool, &str); 8] = [
             (
                 "maxclients",
                 (1..=u32::MAX as usize).contains(&self.net.maxclients),
@@ -210,6 +245,11 @@ impl Config {
                 "at least 1024",
             ),
             ("hz", (1..=500).contains(&self.expiry.hz), "1..=500"),
+            (
+                "loglevel",
+                valid_log_level(&self.log.level),
+                "one of debug, verbose, notice, warning, nothing, trace, info, warn, error, off, or tracing directives",
+            ),
             (
                 "budget_percent",
                 (1..=100).contains(&self.expiry.budget_percent),

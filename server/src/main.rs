@@ -19,11 +19,29 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Logs to stdout, with colours only when stdout is a terminal (a file or a
+/// pipe gets plain text), through a filter CONFIG SET loglevel can replace.
+fn init_logging(level: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{fmt, reload, EnvFilter};
+    let filter = EnvFilter::try_new(leasehold_server::config::log_filter(level))?;
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_ansi(std::io::stdout().is_terminal()))
+        .init();
+    let reload: leasehold_server::config::LogReload = Box::new(move |level: &str| {
+        let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    });
+    let _ = leasehold_server::config::LOG_RELOAD.set(reload);
+    Ok(())
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Flags::parse().into_config()?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log.level)?)
-        .init();
+    init_logging(&config.log.level)?;
     let addr = format!("{}:{}", config.net.bind, config.net.port);
     let handle = leasehold_server::start(config, Arc::new(SystemClock::new()))
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

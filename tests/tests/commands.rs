@@ -750,6 +750,32 @@ fn info(c: &mut Raw, sections: &str) -> String {
 }
 
 on_1_and_2_threads! {
+    fn config_set_hz_and_loglevel(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("CONFIG SET hz 20", "+OK\r\n"),
+            ("CONFIG GET hz", "*2\r\n$2\r\nhz\r\n$2\r\n20\r\n"),
+            // Redis clamps to 1..=500.
+            ("CONFIG SET hz 1000", "+OK\r\n"),
+            ("CONFIG GET hz", "*2\r\n$2\r\nhz\r\n$3\r\n500\r\n"),
+            ("CONFIG SET hz -1", "-ERR CONFIG SET failed (possibly related to argument 'hz') - argument must be between 0 and 2147483647 inclusive\r\n"),
+            ("CONFIG SET hz x", "-ERR CONFIG SET failed (possibly related to argument 'hz') - argument couldn't be parsed into an integer\r\n"),
+            ("CONFIG SET loglevel warning", "+OK\r\n"),
+            ("CONFIG GET loglevel", "*2\r\n$8\r\nloglevel\r\n$7\r\nwarning\r\n"),
+            ("CONFIG SET loglevel bogus", "-ERR CONFIG SET failed (possibly related to argument 'loglevel') - argument(s) must be one of the following: debug, verbose, notice, warning\r\n"),
+            ("CONFIG SET hz 10", "+OK\r\n"),
+        ]);
+        assert!(info(&mut c, "server").contains("\r\nhz:10\r\n"));
+        // Active expiry still runs after the change.
+        c.script(&[("SET gone 1 PX 10", "+OK\r\n")]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while info_fields(&info(&mut c, "stats"))["expired_keys"] != "1" {
+            assert!(Instant::now() < deadline, "the key was never reclaimed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn config_rewrite_writes_the_config_file(threads) {
         let plain = TestServer::start(threads);
         let mut c = plain.raw();

@@ -71,6 +71,25 @@ fn parse_memory(v: &str) -> Result<usize, &'static str> {
     usize::try_from(bytes).map_err(|_| NOT_MEMORY)
 }
 
+/// `hz` as Redis 7 takes it: an integer in 0..=2147483647, clamped to 1..=500.
+fn parse_hz(v: &str) -> Result<u32, &'static str> {
+    let n = leasehold_protocol::int::parse_i64(v.as_bytes())
+        .ok_or("argument couldn't be parsed into an integer")?;
+    if !(0..=i64::from(i32::MAX)).contains(&n) {
+        return Err("argument must be between 0 and 2147483647 inclusive");
+    }
+    Ok(n.clamp(1, 500) as u32)
+}
+
+/// `loglevel`: Redis's names, tracing's levels, or tracing directives.
+fn parse_loglevel(v: &str) -> Result<String, &'static str> {
+    if crate::config::valid_log_level(v) {
+        Ok(v.to_ascii_lowercase())
+    } else {
+        Err("argument(s) must be one of the following: debug, verbose, notice, warning")
+    }
+}
+
 #[rustfmt::skip]
 const PARAMS: &[Param] = &[
     param("bind", |c| c.net.bind.clone(), None),
@@ -81,9 +100,9 @@ const PARAMS: &[Param] = &[
     param("threads", |c| c.threads().to_string(), None),
     param("proto-max-bulk-len", |c| c.limits.proto_max_bulk_len.to_string(), Some(|c, v| { c.limits.proto_max_bulk_len = parse_memory(v)?; Ok(()) })),
     param("client-query-buffer-limit", |c| c.limits.client_query_buffer_limit.to_string(), Some(|c, v| { c.limits.client_query_buffer_limit = parse_memory(v)?; Ok(()) })),
-    param("hz", |c| c.expiry.hz.to_string(), None),
+    param("hz", |c| c.expiry.hz.to_string(), Some(|c, v| { c.expiry.hz = parse_hz(v)?; Ok(()) })),
     param("repl-backlog-size", |c| c.replication.backlog_bytes.to_string(), None),
-    param("loglevel", |c| c.log.level.clone(), None),
+    param("loglevel", |c| c.log.level.clone(), Some(|c, v| { c.log.level = parse_loglevel(v)?; Ok(()) })),
 ];
 
 /// Settings Leasehold does not have: name, the one value they answer, and
@@ -165,7 +184,16 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
                 let value = String::from_utf8_lossy(&a.next()?).into_owned();
                 set_one(&mut next, &name, &value)?;
             }
+            let level = next.log.level.clone();
+            let level_changed = level != ctx.shared.config.read().log.level;
             *ctx.shared.config.write() = next;
+            if level_changed {
+                if let Some(reload) = crate::config::LOG_RELOAD.get() {
+                    if let Err(e) = reload(&crate::config::log_filter(&level)) {
+                        tracing::warn!("cannot apply loglevel {level}: {e}");
+                    }
+                }
+            }
             ctx.shared.config_gen.fetch_add(1, Ordering::Release);
             Ok(Reply::ok())
         }
