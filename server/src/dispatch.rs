@@ -144,6 +144,9 @@ impl Pipeline {
                     merge_replies(merge, replies, &ordinals, nkeys)
                 }
             };
+            if reply.is_error() {
+                worker.shard.borrow().stats.count_reply(&reply);
+            }
             reply.encode(proto, out);
         }
     }
@@ -181,7 +184,10 @@ pub fn plan(
                 let part = pipe.run_on(worker, shard.unwrap_or(worker.id), idx, args);
                 pipe.push_part(part);
             }
-            Err(reply) => pipe.slots.push(Slot::Ready(reply)),
+            Err(reply) => {
+                count_rejected(worker, idx);
+                pipe.slots.push(Slot::Ready(reply));
+            }
         },
         Exec::Cursor(_) => {
             let slot = args
@@ -211,7 +217,7 @@ pub fn plan(
 
 fn count_rejected(worker: &Worker, idx: usize) {
     let stats = &worker.shard.borrow().stats;
-    stats.failed_calls[idx].add(1);
+    stats.rejected_calls[idx].add(1);
 }
 
 /// The one shard all keys of a request live on (`None`: no keys).
@@ -248,6 +254,7 @@ fn plan_split(
     // A key without its value (`MSET a 1 b`) fails the whole command before
     // any part runs, or the shards holding complete pairs would write them.
     if (all.len() - spec.first_key as usize) % step != 0 {
+        count_rejected(worker, idx);
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return;
     }

@@ -139,6 +139,39 @@ impl From<ArgError> for OpError {
     }
 }
 
+impl OpError {
+    /// Whether the command was refused before it ran (Redis's
+    /// `rejected_calls`: a subcommand's arity, an unknown subcommand), as
+    /// opposed to failing while it ran (`failed_calls`).
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            OpError::SubcommandArity(_) | OpError::UnknownSubcommand { .. }
+        )
+    }
+}
+
+/// Every error code (the first word of an error reply) the server sends, for
+/// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
+pub const ERROR_CODES: [&str; 6] = [
+    "ERR",
+    "WRONGTYPE",
+    "NOAUTH",
+    "WRONGPASS",
+    "NOPROTO",
+    "CROSSSLOT",
+];
+
+/// The index in [`ERROR_CODES`] of an error reply's code, `None` for another
+/// code (not counted in errorstats; `total_error_replies` still counts it).
+pub fn error_code_index(reply: &Reply) -> Option<usize> {
+    let Reply::Error(text) = reply else {
+        return None;
+    };
+    let code = text.split(' ').next().unwrap_or("");
+    ERROR_CODES.iter().position(|c| *c == code)
+}
+
 /// `ERR wrong number of arguments for '<name>' command` (name lower case).
 pub fn wrong_arity(name: &str) -> Reply {
     Reply::err_owned(format!(

@@ -225,7 +225,9 @@ async fn serve(
                 Ok(None) => break,
                 Err(e) => {
                     pipe.flush(worker, conn.proto, &mut out).await;
-                    protocol_error(&e).encode(conn.proto, &mut out);
+                    let reply = protocol_error(&e);
+                    worker.shard.borrow().stats.count_reply(&reply);
+                    reply.encode(conn.proto, &mut out);
                     conn.close = true;
                     break;
                 }
@@ -274,8 +276,19 @@ pub fn run_conn_command(
         conn,
         shared: &worker.shared,
     };
-    let reply = f(&mut ctx, args).unwrap_or_else(|e| e.reply());
+    let reply = match f(&mut ctx, args) {
+        Ok(r) => r,
+        Err(e) if e.is_rejection() => {
+            let reply = e.reply();
+            let stats = &worker.shard.borrow().stats;
+            stats.rejected_calls[idx].add(1);
+            stats.count_reply(&reply);
+            return reply;
+        }
+        Err(e) => e.reply(),
+    };
     let shard = worker.shard.borrow();
+    shard.stats.count_reply(&reply);
     shard.stats.calls[idx].add(1);
     shard.stats.commands_processed.add(1);
     if reply.is_error() {

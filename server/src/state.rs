@@ -58,10 +58,29 @@ pub struct ShardStats {
     pub repl_offset: Counter,
     /// Calls per command, indexed like the command table.
     pub calls: Vec<Counter>,
-    /// Rejected calls (arity, auth, errors) per command.
+    /// Calls that failed while running (an error reply) per command.
     pub failed_calls: Vec<Counter>,
+    /// Calls refused before running (arity, authentication, unknown
+    /// subcommand, CROSSSLOT) per command.
+    pub rejected_calls: Vec<Counter>,
+    /// Error replies sent, per code of [`crate::error::ERROR_CODES`].
+    pub error_replies: [Counter; crate::error::ERROR_CODES.len()],
+    /// Error replies sent, whatever their code.
+    pub total_error_replies: Counter,
     /// Batches received from other threads.
     pub batches_in: Counter,
+}
+
+impl ShardStats {
+    /// Counts a reply about to be sent if it is an error (owner thread only).
+    pub fn count_reply(&self, reply: &leasehold_protocol::Reply) {
+        if reply.is_error() {
+            self.total_error_replies.add(1);
+            if let Some(i) = crate::error::error_code_index(reply) {
+                self.error_replies[i].add(1);
+            }
+        }
+    }
 }
 
 impl ShardStats {
@@ -77,6 +96,9 @@ impl ShardStats {
             repl_offset: Counter::default(),
             calls: (0..commands).map(|_| Counter::default()).collect(),
             failed_calls: (0..commands).map(|_| Counter::default()).collect(),
+            rejected_calls: (0..commands).map(|_| Counter::default()).collect(),
+            error_replies: Default::default(),
+            total_error_replies: Counter::default(),
             batches_in: Counter::default(),
         }
     }

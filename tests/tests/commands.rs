@@ -750,6 +750,34 @@ fn info(c: &mut Raw, sections: &str) -> String {
 }
 
 on_1_and_2_threads! {
+    fn info_cpu_errorstats_and_rejected_calls(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let cpu = info_fields(&info(&mut c, "cpu"));
+        for f in ["used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children"] {
+            assert!(cpu[f].parse::<f64>().is_ok(), "{f}: {:?}", cpu.get(f));
+        }
+        assert_eq!(info(&mut c, "errorstats"), "# Errorstats\r\n");
+        c.script(&[
+            ("SET s x", "+OK\r\n"),
+            ("INCR s", "-ERR value is not an integer or out of range\r\n"),
+            ("GET", "-ERR wrong number of arguments for 'get' command\r\n"),
+            ("CONFIG GET", "-ERR wrong number of arguments for 'config|get' command\r\n"),
+            ("NOSUCH", "-ERR unknown command 'NOSUCH', with args beginning with: \r\n"),
+        ]);
+        c.send_cmd("TOKENLEASE s 10 1 1000 1");
+        assert!(c.read_text().starts_with("-WRONGTYPE "));
+        let errors = info(&mut c, "errorstats");
+        assert_eq!(errors, "# Errorstats\r\nerrorstat_ERR:count=4\r\nerrorstat_WRONGTYPE:count=1\r\n");
+        assert_eq!(info_fields(&info(&mut c, "stats"))["total_error_replies"], "5");
+        let stats = info(&mut c, "commandstats");
+        assert!(stats.contains("cmdstat_incr:calls=1,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=1\r\n"), "{stats}");
+        assert!(stats.contains("cmdstat_get:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n"), "{stats}");
+        assert!(stats.contains("cmdstat_config:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n"), "{stats}");
+        assert_eq!(c.call("CONFIG RESETSTAT"), "+OK\r\n");
+        assert_eq!(info(&mut c, "errorstats"), "# Errorstats\r\n");
+    }
+
     fn config_set_hz_and_loglevel(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();

@@ -36,8 +36,11 @@ pub struct StatBaseline {
     rejected: u64,
     net_in: u64,
     net_out: u64,
+    errors: u64,
     calls: Vec<u64>,
     failed: Vec<u64>,
+    rejected_calls: Vec<u64>,
+    error_codes: Vec<u64>,
 }
 
 pub(super) fn snapshot(shared: &Shared) -> StatBaseline {
@@ -61,8 +64,15 @@ pub(super) fn snapshot(shared: &Shared) -> StatBaseline {
             .total_net_output_bytes
             .load(Ordering::Relaxed),
         calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
+        errors: shared.sum(|s| s.total_error_replies.get()),
         failed: (0..n)
             .map(|i| shared.sum(|s| s.failed_calls[i].get()))
+            .collect(),
+        rejected_calls: (0..n)
+            .map(|i| shared.sum(|s| s.rejected_calls[i].get()))
+            .collect(),
+        error_codes: (0..crate::error::ERROR_CODES.len())
+            .map(|i| shared.sum(|s| s.error_replies[i].get()))
             .collect(),
     }
 }
@@ -86,6 +96,24 @@ fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.2}{}", units[i])
     }
+}
+
+/// CPU time of the process and of its waited-for children, seconds, as
+/// `(sys, user, sys_children, user_children)`: fields 14-17 of
+/// `/proc/self/stat` (Linux), in clock ticks of 1/100 s (USER_HZ, 100 on
+/// every mainstream Linux). Zeros where `/proc` is missing.
+fn cpu_times() -> [f64; 4] {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11) // fields 3..=13
+        .take(4) // utime, stime, cutime, cstime
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let secs = |i: usize| ticks.get(i).copied().unwrap_or(0) as f64 / 100.0;
+    [secs(1), secs(0), secs(3), secs(2)]
 }
 
 /// Every INFO section in output order, and whether plain `INFO` includes it
@@ -176,7 +204,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
             "stats" => {
                 let _ = write!(
                     w,
-                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ncross_shard_batches:{}\r\n",
+                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\ncross_shard_batches:{}\r\n",
                     now.conns - base.conns,
                     now.commands - base.commands,
                     now.net_in - base.net_in,
@@ -185,6 +213,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     now.expired - base.expired,
                     now.hits - base.hits,
                     now.misses - base.misses,
+                    now.errors - base.errors,
                     shared.sum(|s| s.batches_in.get()),
                 );
             }
@@ -199,22 +228,40 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     let _ = write!(w, "shard{i}_repl_offset:{}\r\n", s.repl_offset.get());
                 }
             }
-            "cpu" => w.push_str("# CPU\r\n"),
+            "cpu" => {
+                let [sys, user, sys_children, user_children] = cpu_times();
+                let _ = write!(
+                    w,
+                    "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_children:.6}\r\nused_cpu_user_children:{user_children:.6}\r\n"
+                );
+            }
             "commandstats" => {
                 w.push_str("# Commandstats\r\n");
                 for (i, c) in table().commands.iter().enumerate() {
                     let calls = now.calls[i] - base.calls.get(i).copied().unwrap_or(0);
                     let failed = now.failed[i] - base.failed.get(i).copied().unwrap_or(0);
-                    if calls + failed > 0 {
+                    let rejected =
+                        now.rejected_calls[i] - base.rejected_calls.get(i).copied().unwrap_or(0);
+                    // usec is not measured: timing each command would cost two
+                    // clock reads per command on the hot path (docs/commands.md).
+                    if calls + failed + rejected > 0 {
                         let _ = write!(
                             w,
-                            "cmdstat_{}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls={failed}\r\n",
+                            "cmdstat_{}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls={rejected},failed_calls={failed}\r\n",
                             c.name
                         );
                     }
                 }
             }
-            "errorstats" => w.push_str("# Errorstats\r\n"),
+            "errorstats" => {
+                w.push_str("# Errorstats\r\n");
+                for (i, code) in crate::error::ERROR_CODES.iter().enumerate() {
+                    let n = now.error_codes[i] - base.error_codes.get(i).copied().unwrap_or(0);
+                    if n > 0 {
+                        let _ = write!(w, "errorstat_{code}:count={n}\r\n");
+                    }
+                }
+            }
             "keyspace" => {
                 w.push_str("# Keyspace\r\n");
                 let keys = shared.sum(|s| s.keys.get());
