@@ -2,12 +2,12 @@
 //!
 //! The request path touches only the bucket's first cache line (`hits`,
 //! `tokens`, the watermark, the ledger's view and `blocked_until_us`; plus
-//! `in_flight` when the watermark is crossed) and, to find the bucket, the key
+//! `lease` when the watermark is crossed) and, to find the bucket, the key
 //! in its second line: no lock, no allocation. Everything else is written by
 //! the one lease task in flight or by the sweeper, which only reads the first
 //! line (so it does not take the line away from a core that is deciding).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::*};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -47,6 +47,11 @@ impl LeaseResult {
         }
     }
 }
+
+/// `KeyBucket::lease` states.
+const IDLE: u8 = 0;
+const LEASING: u8 = 1;
+const EVICTED: u8 = 2;
 
 /// The caller's key: inline up to [`INLINE_KEY`] bytes, else boxed.
 #[derive(Debug)]
@@ -94,8 +99,10 @@ pub(crate) struct KeyBucket {
     reset_at_us: AtomicU64,
     /// Denied by the ledger: no ledger calls and no admission before this.
     blocked_until_us: AtomicU64,
-    /// A lease call is in flight (never two per key).
-    in_flight: AtomicBool,
+    /// [`IDLE`], [`LEASING`] (a lease call is in flight: never two per key)
+    /// or [`EVICTED`] (removed from the map: no lease call ever again, so
+    /// no token can land in a bucket nobody will return it from).
+    lease: AtomicU8,
     last_result: AtomicU8,
     /// The map's hash of `key` (read only when a shard grows or a key is
     /// evicted; it fills line 0).
@@ -137,7 +144,7 @@ impl KeyBucket {
             ledger_remaining: AtomicU64::new(0),
             reset_at_us: AtomicU64::new(0),
             blocked_until_us: AtomicU64::new(0),
-            in_flight: AtomicBool::new(false),
+            lease: AtomicU8::new(IDLE),
             last_result: AtomicU8::new(LeaseResult::Pending as u8),
             hash,
             key: KeyBytes::new(key),
@@ -191,15 +198,41 @@ impl KeyBucket {
         tokens_left <= self.watermark.load(Relaxed)
     }
 
-    /// Claims the right to make the one lease call; false if one is in flight.
+    /// Claims the right to make the one lease call; false if one is in flight
+    /// or the bucket was evicted.
     pub(crate) fn claim_lease(&self) -> bool {
-        self.in_flight
-            .compare_exchange(false, true, AcqRel, Relaxed)
+        self.lease
+            .compare_exchange(IDLE, LEASING, AcqRel, Relaxed)
             .is_ok()
     }
 
     pub(crate) fn lease_in_flight(&self) -> bool {
-        self.in_flight.load(Acquire)
+        self.lease.load(Acquire) == LEASING
+    }
+
+    /// Removed from the map: a decision holding it must look the key up again.
+    pub(crate) fn evicted(&self) -> bool {
+        self.lease.load(Acquire) == EVICTED
+    }
+
+    /// Marks the bucket evicted if no lease is in flight and it holds no
+    /// tokens and no block; then no lease can ever be claimed for it, so its
+    /// token count stays 0. The map removes it only if this returns true.
+    pub(crate) fn try_evict(&self, now_us: u64) -> bool {
+        if self
+            .lease
+            .compare_exchange(IDLE, EVICTED, AcqRel, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Tokens only grow under LEASING, and a lease's grant and block are
+        // published before its release (Release/Acquire on `lease`).
+        if self.tokens.load(Acquire) > 0 || self.blocked(now_us).is_some() {
+            self.lease.store(IDLE, Release);
+            return false;
+        }
+        true
     }
 
     pub(crate) fn last_result(&self) -> LeaseResult {
@@ -214,7 +247,7 @@ impl KeyBucket {
             self.tokens.fetch_add(granted as i64, AcqRel);
         }
         self.last_result.store(result as u8, Release);
-        self.in_flight.store(false, Release);
+        self.lease.store(IDLE, Release);
         self.leased.notify_waiters();
     }
 
@@ -377,5 +410,23 @@ mod tests {
         assert!(b.below_watermark(2));
         assert_eq!(b.drain(), 9);
         assert_eq!(b.take(), None);
+    }
+
+    #[test]
+    fn an_evicted_bucket_never_leases_and_a_busy_one_is_not_evicted() {
+        let b = KeyBucket::new(b"k", 0, Bytes::from_static(b"p:k"), 0, 0.2);
+        assert!(b.claim_lease());
+        assert!(!b.try_evict(0), "lease in flight");
+        b.finish_lease(LeaseResult::Granted, 1);
+        assert!(!b.try_evict(0), "holds a token");
+        assert!(!b.evicted());
+        assert_eq!(b.take(), Some(0));
+        b.block_until(10);
+        assert!(!b.try_evict(5), "blocked");
+        assert!(!b.evicted());
+        assert!(b.try_evict(10));
+        assert!(b.evicted());
+        assert!(!b.claim_lease());
+        assert!(!b.lease_in_flight());
     }
 }

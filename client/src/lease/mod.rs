@@ -219,13 +219,22 @@ impl LeaseManager {
     }
 
     /// `decide` for a key with no local tokens: waits for its lease.
-    async fn wait_for_lease(&self, id: PolicyId, bucket: Arc<KeyBucket>) -> Decision {
+    async fn wait_for_lease(&self, id: PolicyId, mut bucket: Arc<KeyBucket>) -> Decision {
         let state = &self.inner.policies[id.0];
         let deadline = tokio::time::Instant::now()
             + self.inner.client.config().lease_deadline
             + Duration::from_millis(1);
         let mut woken = false;
         loop {
+            if bucket.evicted() {
+                // The sweeper removed the key while this decision held its
+                // bucket (no lease can start for it any more): the key's
+                // bucket now is the one in the map, perhaps a new one.
+                bucket = self.with_bucket(state, bucket.key(), Arc::clone);
+                // Its lease results are news to this decision.
+                woken = false;
+                continue;
+            }
             let leased = bucket.leased.notified();
             tokio::pin!(leased);
             leased.as_mut().enable();
@@ -242,6 +251,9 @@ impl LeaseManager {
                 match bucket.last_result().bypass_reason() {
                     Some(reason) if woken => return self.bypass(state, &bucket, Some(reason), now),
                     _ => self.spawn_lease(id, &bucket, now),
+                }
+                if bucket.evicted() {
+                    continue;
                 }
             }
             if tokio::time::timeout_at(deadline, leased).await.is_err() {
@@ -493,12 +505,13 @@ impl LeaseManager {
                     evict.push(bucket.clone());
                 }
             });
-            // Checked again under the shard's write lock: no decision can be
-            // taking a token or claiming a lease for the key meanwhile.
+            // Checked again under the shard's write lock: no decision that
+            // found the bucket in the map can be taking a token or claiming a
+            // lease meanwhile. A decision that holds the bucket from earlier
+            // (waiting for a lease) can: `try_evict` shuts it out of leasing
+            // for good, so no grant lands in a bucket that left the map.
             for bucket in evict {
-                state.map.remove_unless(&bucket, |b| {
-                    b.lease_in_flight() || b.tokens() > 0 || b.blocked(now).is_some()
-                });
+                state.map.remove_unless(&bucket, |b| !b.try_evict(now));
             }
         }
     }
@@ -527,15 +540,34 @@ impl LeaseManager {
     }
 
     /// Stops the sweeper and returns every key's unspent tokens (TOKENRETURN),
-    /// all calls concurrently, each under the lease deadline.
+    /// all calls concurrently, each under the lease deadline. A key whose
+    /// lease is in flight returns what that lease brings, once it lands (at
+    /// most the lease deadline later). Decisions made after `shutdown` may
+    /// lease again; their tokens are not returned.
     pub async fn shutdown(&self) {
-        self.inner.stop.notify_waiters();
+        // A permit, not a wake-up of current waiters: the sweeper may be
+        // between two waits (running a sweep) right now.
+        self.inner.stop.notify_one();
+        let settle = self.inner.client.config().lease_deadline + Duration::from_millis(50);
         let mut calls = tokio::task::JoinSet::new();
         for (i, state) in self.inner.policies.iter().enumerate() {
             state.map.for_each(|bucket| {
-                if bucket.tokens() > 0 {
+                if bucket.tokens() > 0 || bucket.lease_in_flight() {
                     let (me, bucket) = (self.clone(), bucket.clone());
-                    calls.spawn(async move { me.give_back(PolicyId(i), &bucket).await });
+                    calls.spawn(async move {
+                        let deadline = tokio::time::Instant::now() + settle;
+                        loop {
+                            let leased = bucket.leased.notified();
+                            tokio::pin!(leased);
+                            leased.as_mut().enable();
+                            if !bucket.lease_in_flight()
+                                || tokio::time::timeout_at(deadline, leased).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        me.give_back(PolicyId(i), &bucket).await
+                    });
                 }
             });
         }
