@@ -51,6 +51,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => PolicySet::from_yaml(DEFAULT_POLICIES)?,
     };
     let client = Client::new(ClientConfig::new(ledger));
+    // Connect before serving, so that the first request's lease call does
+    // not pay for the connect within its 5 ms deadline. A ledger that is
+    // down is not fatal: the policies' failure modes cover it.
+    if let Err(e) = client.connect().await {
+        eprintln!("ledger at {ledger} not reachable yet ({e}); serving with failure modes");
+    }
     let manager = LeaseManager::new(
         client,
         &policies,

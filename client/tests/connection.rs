@@ -147,3 +147,24 @@ async fn typed_token_calls_read_the_reply_shape() {
     assert_eq!(never.retry_after, None);
     assert_eq!(client.token_return(b"t", p, 4).await.unwrap(), 4);
 }
+
+#[tokio::test]
+async fn connect_opens_the_connection_ahead_of_the_first_call() {
+    let fake = FakeLedger::start().await;
+    let client = Client::new(ClientConfig::new(fake.addr));
+    assert_eq!(fake.connections().await, 0, "connects lazily");
+    client.connect().await.unwrap();
+    assert_eq!(fake.connections().await, 1);
+    client.connect().await.unwrap();
+    client.set(b"k", b"v").await.unwrap();
+    assert_eq!(fake.connections().await, 1, "reused by the next calls");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let err = Client::new(ClientConfig::new(addr))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+}

@@ -71,6 +71,19 @@ impl FakeLedger {
         fake
     }
 
+    /// Connections accepted so far (polls briefly: the accept runs on its
+    /// own task).
+    pub async fn connections(&self) -> usize {
+        for _ in 0..100 {
+            let n = self.tasks.lock().len() - 1;
+            if n > 0 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        0
+    }
+
     pub fn set_mode(&self, mode: Mode) {
         self.mode.store(mode as u8, Ordering::SeqCst);
     }
