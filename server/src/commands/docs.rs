@@ -8,7 +8,9 @@
 //!
 //! Syntax: `UPPER` words are tokens, `key` is a key, other lower-case words
 //! are values, `[...]` is optional, `a | b` chooses one, `...` repeats the
-//! item before it.
+//! item before it. A value's type is `integer` when its name is one of
+//! [`INTEGER_ARGS`], `double` for the fractional ones of [`DOUBLE_ARGS`]
+//! (Redis's types), `string` otherwise.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -130,6 +132,64 @@ fn block(mut items: Vec<Node>) -> Node {
     }
 }
 
+/// Value names that are integers wherever they appear in the reference (the
+/// reference's numeric arguments, named as Redis names its own: `seconds`,
+/// `milliseconds`, `increment`, `cursor`, ...).
+const INTEGER_ARGS: &[&str] = &[
+    // rate limits
+    "capacity",
+    "rate",
+    "period_ms",
+    "requested",
+    "min",
+    "count",
+    "limit",
+    "window_ms",
+    "n",
+    "max_burst",
+    "count_per_period",
+    "period_s",
+    "quantity",
+    "tokens_per_period",
+    "period",
+    "tokens",
+    "fraction",
+    "refilled_at_ms",
+    "window_start_ms",
+    "previous",
+    "current",
+    "tat_ms",
+    "tat_fraction",
+    "units_per_ms",
+    "ms",
+    // Redis commands
+    "s",
+    "seconds",
+    "milliseconds",
+    "unix_seconds",
+    "unix_ms",
+    "increment",
+    "decrement",
+    "cursor",
+    "index",
+    "protover",
+];
+
+/// `(command, value)` pairs that are fractional numbers: GCRA's `period`
+/// (seconds, microsecond accuracy) and INCRBYFLOAT's `increment`.
+const DOUBLE_ARGS: &[(&str, &str)] = &[("gcra", "period"), ("incrbyfloat", "increment")];
+
+/// The COMMAND DOCS type of value `w` of command `cmd`.
+fn value_type(cmd: &str, w: &str) -> &'static str {
+    if DOUBLE_ARGS.contains(&(cmd, w)) {
+        "double"
+    } else if INTEGER_ARGS.contains(&w) {
+        "integer"
+    } else {
+        "string"
+    }
+}
+
 fn is_token(w: &str) -> bool {
     w.chars().any(|c| c.is_ascii_uppercase())
         && w.chars()
@@ -165,15 +225,15 @@ fn entry(
     Reply::Map(m)
 }
 
-fn render(node: &Node, flags: &mut Vec<&'static str>) -> Reply {
+fn render(cmd: &str, node: &Node, flags: &mut Vec<&'static str>) -> Reply {
     match node {
         Node::Optional(inner) => {
             flags.push("optional");
-            render(inner, flags)
+            render(cmd, inner, flags)
         }
         Node::Multiple(inner) => {
             flags.push("multiple");
-            render(inner, flags)
+            render(cmd, inner, flags)
         }
         Node::Word(w) if is_token(w) => entry(
             &w.to_ascii_lowercase(),
@@ -183,7 +243,7 @@ fn render(node: &Node, flags: &mut Vec<&'static str>) -> Reply {
             Vec::new(),
         ),
         Node::Word(w) if w == "key" => entry("key", "key", None, flags, Vec::new()),
-        Node::Word(w) => entry(w, "string", None, flags, Vec::new()),
+        Node::Word(w) => entry(w, value_type(cmd, w), None, flags, Vec::new()),
         // `TOKEN value`: one argument introduced by its token, as Redis writes `EX seconds`.
         Node::Block(items)
             if items.len() == 2 && matches!(&items[0], Node::Word(t) if is_token(t)) =>
@@ -194,24 +254,33 @@ fn render(node: &Node, flags: &mut Vec<&'static str>) -> Reply {
                     "block",
                     None,
                     flags,
-                    items.iter().map(|n| render(n, &mut Vec::new())).collect(),
+                    items
+                        .iter()
+                        .map(|n| render(cmd, n, &mut Vec::new()))
+                        .collect(),
                 );
             };
-            entry(val, "string", Some(tok), flags, Vec::new())
+            entry(val, value_type(cmd, val), Some(tok), flags, Vec::new())
         }
         Node::Block(items) => entry(
             "block",
             "block",
             None,
             flags,
-            items.iter().map(|n| render(n, &mut Vec::new())).collect(),
+            items
+                .iter()
+                .map(|n| render(cmd, n, &mut Vec::new()))
+                .collect(),
         ),
         Node::OneOf(choices) => entry(
             "choice",
             "oneof",
             None,
             flags,
-            choices.iter().map(|n| render(n, &mut Vec::new())).collect(),
+            choices
+                .iter()
+                .map(|n| render(cmd, n, &mut Vec::new()))
+                .collect(),
         ),
     }
 }
@@ -227,7 +296,10 @@ pub fn arguments(name: &str) -> Option<Reply> {
         return None;
     }
     Some(Reply::Array(
-        items.iter().map(|n| render(n, &mut Vec::new())).collect(),
+        items
+            .iter()
+            .map(|n| render(name, n, &mut Vec::new()))
+            .collect(),
     ))
 }
 
@@ -243,7 +315,7 @@ mod tests {
         assert_eq!(pos, t.len());
         assert_eq!(items.len(), 5);
         assert_eq!(items[0], Node::Word("key".into()));
-        let Reply::Map(ex) = render(&items[4], &mut Vec::new()) else {
+        let Reply::Map(ex) = render("set", &items[4], &mut Vec::new()) else {
             panic!()
         };
         assert!(ex.contains(&(Reply::bulk("type"), Reply::bulk("oneof"))));
@@ -251,6 +323,41 @@ mod tests {
             Reply::bulk("flags"),
             Reply::Set(vec![Reply::simple("optional")])
         )));
+    }
+
+    /// The `type` of each top-level argument of `name`, with its name.
+    fn types(name: &str) -> Vec<(String, String)> {
+        let Some(Reply::Array(args)) = arguments(name) else {
+            panic!("{name}: no arguments")
+        };
+        args.iter()
+            .map(|a| {
+                let Reply::Map(m) = a else { panic!() };
+                let get = |k: &str| match m.iter().find(|(key, _)| *key == Reply::bulk(k)) {
+                    Some((_, Reply::Bulk(v))) => String::from_utf8_lossy(v).into_owned(),
+                    other => panic!("{k}: {other:?}"),
+                };
+                (get("name"), get("type"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn numeric_arguments_have_redis_types() {
+        let t = types("tokenlease");
+        let kinds: Vec<&str> = t.iter().map(|(_, k)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["key", "integer", "integer", "integer", "integer", "integer"]
+        );
+        assert_eq!(t[5].0, "min");
+        let gcra = types("gcra");
+        assert_eq!(gcra[3], ("period".to_string(), "double".to_string()));
+        assert_eq!(gcra[4], ("n".to_string(), "integer".to_string()));
+        assert_eq!(types("cl.throttle")[4].1, "integer");
+        assert_eq!(types("incrbyfloat")[1].1, "double");
+        assert_eq!(types("incrby")[1].1, "integer");
+        assert_eq!(types("set")[1].1, "string");
     }
 
     #[test]

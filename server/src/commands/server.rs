@@ -321,12 +321,27 @@ fn command_info(spec: &CommandSpec) -> Reply {
 
 /// A COMMAND DOCS entry: summary, since, group, and the argument tree from
 /// the command reference (see [`super::docs`]), which redis-cli turns into hints.
-fn command_docs(spec: &CommandSpec) -> Reply {
-    let group = if spec.first_key > 0 {
-        "generic"
-    } else {
+/// Redis 7's `group` for a command: its family's (`string`, `generic`,
+/// `connection`, `server`; DBSIZE and FLUSHALL/FLUSHDB are `server` as in
+/// Redis), and `module` for the rate-limit commands, as Redis 7 reports a
+/// module's commands.
+fn command_group(name: &str) -> &'static str {
+    let member = |family: &[CommandSpec]| family.iter().any(|c| c.name == name);
+    if matches!(name, "dbsize" | "flushall" | "flushdb") || member(COMMANDS) {
         "server"
-    };
+    } else if member(super::strings::COMMANDS) {
+        "string"
+    } else if member(super::keys::COMMANDS) {
+        "generic"
+    } else if member(super::connection::COMMANDS) {
+        "connection"
+    } else {
+        "module"
+    }
+}
+
+fn command_docs(spec: &CommandSpec) -> Reply {
+    let group = command_group(spec.name);
     let mut doc = vec![
         (Reply::bulk("summary"), Reply::bulk(spec.summary)),
         (Reply::bulk("since"), Reply::bulk("1.0.0")),
