@@ -358,3 +358,50 @@ fn concurrent_connections_share_one_bucket_exactly() {
     let total: i64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(total, 500);
 }
+
+// Short sliding-window keys live in compact entries: generic commands see
+// them as ordinary keys, and a rate-limit write sets its own deadline again
+// whatever EXPIRE or PERSIST did in between.
+on_1_and_2_threads! {
+    fn compact_keys_behave_as_ordinary_ones(threads) {
+        let mut k = Case::new(threads);
+        k.ints("SLIDINGWINDOW sixteen_bytes_ab 10 1000", &[1, 1, 9, 0]);
+        k.ints("SLIDINGWINDOW seventeen_bytes_ab 10 1000", &[1, 1, 9, 0]);
+        k.c.script(&[
+            ("PTTL sixteen_bytes_ab", ":2000\r\n"),
+            ("PTTL seventeen_bytes_ab", ":2000\r\n"),
+            ("PERSIST sixteen_bytes_ab", ":1\r\n"),
+            ("TTL sixteen_bytes_ab", ":-1\r\n"),
+            ("EXPIRE seventeen_bytes_ab 100", ":1\r\n"),
+        ]);
+        k.at(500).ints("SLIDINGWINDOW sixteen_bytes_ab 10 1000", &[1, 2, 8, 0]);
+        k.ints("SLIDINGWINDOW seventeen_bytes_ab 10 1000", &[1, 2, 8, 0]);
+        k.c.script(&[
+            ("PTTL sixteen_bytes_ab", ":1500\r\n"),
+            ("PTTL seventeen_bytes_ab", ":1500\r\n"),
+            ("DBSIZE", ":2\r\n"),
+            ("DEL sixteen_bytes_ab", ":1\r\n"),
+            ("EXISTS sixteen_bytes_ab", ":0\r\n"),
+            // PXAT the state implies, one it does not, one already past.
+            ("LH.RESTORE r1 SLIDINGWINDOW 1000 1700000000000 0 3 PXAT 1700000002000", "+OK\r\n"),
+            ("LH.RESTORE r2 SLIDINGWINDOW 1000 1700000000000 0 3 PXAT 1700000009000", "+OK\r\n"),
+            ("LH.RESTORE r3 SLIDINGWINDOW 1000 1700000000000 0 3 PXAT 1700000000500", "+OK\r\n"),
+            ("PTTL r1", ":1500\r\n"),
+            ("PTTL r2", ":8500\r\n"),
+            ("EXISTS r3", ":0\r\n"),
+            ("SET s v", "+OK\r\n"),
+            ("SLIDINGWINDOW s 10 1000", "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ("SET r1 v", "+OK\r\n"),
+            ("TTL r1", ":-1\r\n"),
+            ("DBSIZE", ":4\r\n"),
+        ]);
+        k.at(2000).c.script(&[("EXISTS seventeen_bytes_ab", ":0\r\n"), ("PTTL r2", ":7000\r\n")]);
+        // More short keys in one slot than its compact vector holds.
+        for i in 0..300 {
+            k.ints(&format!("SLIDINGWINDOW {{t}}:{i} 10 1000"), &[1, 1, 9, 0]);
+        }
+        k.c.script(&[("DBSIZE", ":303\r\n"), ("PTTL {t}:0", ":2000\r\n"), ("PTTL {t}:299", ":2000\r\n")]);
+        assert_eq!(k.c.call("KEYS {t}:*").matches("\r\n$").count(), 300);
+        k.at(4000).c.script(&[("EXISTS {t}:5 {t}:250", ":0\r\n")]);
+    }
+}

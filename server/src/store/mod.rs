@@ -236,12 +236,23 @@ impl Store {
         let compact = Compact::new(key, &state, mono_of(now, expire_at));
         let table = &mut self.tables[i];
         match (compact, table.compact.find(h, key)) {
-            (Some(c), Some(j)) => return table.compact.replace(j, c),
+            (Some(c), Some(j)) => {
+                // A write meeting a value past its deadline counts it as
+                // expired, as `Store::set` does.
+                let old = table.compact.at(j).deadline_mono();
+                if unix_of(self.clock, old) <= now.unix_ms {
+                    self.counts.expired += 1;
+                }
+                return self.tables[i].compact.replace(j, c);
+            }
             (Some(c), None) if table.compact.len() < COMPACT_MAX => {
                 if let Some(j) = table.find(h, key) {
                     let old = table.swap_remove(j, &self.hasher);
                     table.shrink(&self.hasher);
                     self.counts.keys -= 1;
+                    if old.expired(now.unix_ms) {
+                        self.counts.expired += 1;
+                    }
                     self.ttl_changed(i, old.expire_at != 0, false);
                 }
                 self.tables[i].compact.push(h, c);
@@ -581,6 +592,36 @@ mod tests {
         assert_eq!(s.table_bytes(), 0);
     }
 
+    /// A rate-limit write (LH.RESTORE needs no read first) meeting a key past
+    /// its deadline, compact or general, counts it as expired, as `set` does.
+    #[test]
+    fn a_rate_limit_write_over_an_expired_key_counts_it_as_expired() {
+        let mut s = store();
+        let now = Now {
+            unix_ms: 1_000_000,
+            mono_ms: 0,
+        };
+        s.set_clock(now);
+        s.set_rate(b"c", window(0, 1), unix_of(now, 2000), now);
+        s.set(b"g", Value::Int(1), Some(now.unix_ms + 10), now.unix_ms);
+        let later = Now {
+            unix_ms: now.unix_ms + 3000,
+            mono_ms: 3000,
+        };
+        s.set_clock(later);
+        for k in [&b"c"[..], b"g"] {
+            s.set_rate(k, window(3000, 1), unix_of(later, 5000), later);
+        }
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 2,
+                expires: 2,
+                expired: 2
+            }
+        );
+    }
+
     #[test]
     fn a_slot_past_the_compact_limit_overflows_to_general_entries() {
         let mut s = store();
@@ -777,5 +818,152 @@ mod tests {
             }
         }
         check_against(&s, &model, now);
+    }
+}
+
+#[cfg(test)]
+mod compact_model {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Checks counters against the tables, both kinds of entry counted.
+    fn check(s: &Store) {
+        let (mut keys, mut expires) = (0u64, 0u64);
+        for (i, t) in s.tables.iter().enumerate() {
+            t.check_invariants(&s.hasher);
+            let with_ttl = t.iter().filter(|e| e.expire_at != 0).count() + t.compact.len();
+            assert_eq!(
+                s.slot_expires[i] as usize, with_ttl,
+                "slot_expires of table {i}"
+            );
+            for c in t.compact.iter() {
+                let h = s.hasher.hash_one(c.key());
+                assert!(t.find(h, c.key()).is_none(), "a key in both vectors");
+                assert!(t.compact.len() <= COMPACT_MAX);
+            }
+            keys += (t.len() + t.compact.len()) as u64;
+            expires += with_ttl as u64;
+        }
+        assert_eq!((s.counts.keys, s.counts.expires), (keys, expires));
+    }
+
+    /// Random rate-limit writes (compact or not), reads, generic access
+    /// and sweeps on keys sharing one hash tag, counted against a model.
+    #[test]
+    fn random_compact_operations_keep_counters() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut s = Store::new(0, 16384, 1 << 16);
+        // Key -> deadline (Unix ms, 0 for none).
+        let mut model = HashMap::<Vec<u8>, u64>::new();
+        let (mut created, mut deleted) = (0u64, 0u64);
+        let mut now = Now {
+            unix_ms: 1_000_000,
+            mono_ms: 10_000,
+        };
+        s.set_clock(now);
+        let live = |m: &HashMap<Vec<u8>, u64>, k: &[u8], t: u64| {
+            m.get(k).is_some_and(|&at| at == 0 || at > t)
+        };
+        for step in 0..60_000u64 {
+            let population = [60, 200, 400, 100][(step / 10_000 % 4) as usize];
+            let key = if next() % 4 == 0 {
+                format!("{{t}}:{:0>14}", next() % population)
+            } else {
+                format!("{{t}}:{}", next() % population)
+            }
+            .into_bytes();
+            let is_live = live(&model, &key, now.unix_ms);
+            match next() % 12 {
+                0..=3 => {
+                    let window_ms = 1 + next() % 50;
+                    let start = now.mono_ms / window_ms * window_ms;
+                    let st = RateState::SlidingWindow(
+                        crate::commands::ratelimit::sliding_window::Window {
+                            window_ms,
+                            start,
+                            previous: next() % 3,
+                            current: next() % 3,
+                        },
+                    );
+                    let mut at = unix_of(now, st.empties_at().unwrap());
+                    if next() % 5 == 0 {
+                        at += 1;
+                    }
+                    if !is_live {
+                        created += 1;
+                    }
+                    s.set_rate(&key, st, at, now);
+                    model.insert(key, at);
+                }
+                4 => {
+                    let got = s.get_rate(&key, now.unix_ms);
+                    assert_eq!(got.is_some(), is_live);
+                }
+                5 => {
+                    let at = (next() % 2 == 0).then_some(now.unix_ms + next() % 40 + 1);
+                    if !is_live {
+                        created += 1;
+                    }
+                    s.set(&key, Value::Int(1), at, now.unix_ms);
+                    model.insert(key, at.unwrap_or(0));
+                }
+                6 => {
+                    let got = s.remove(&key, now.unix_ms);
+                    assert_eq!(got.is_some(), is_live);
+                    if is_live {
+                        deleted += 1;
+                    }
+                    model.remove(&key);
+                }
+                7 => {
+                    let got = s.get(&key, now.unix_ms).map(|e| e.expire_at());
+                    assert_eq!(got.is_some(), is_live);
+                    if let Some(at) = got {
+                        assert_eq!(at.unwrap_or(0), model[&key]);
+                    }
+                }
+                8 => {
+                    if s.get(&key, now.unix_ms).is_some() {
+                        let at = (next() % 2 == 0).then_some(now.unix_ms + next() % 40 + 1);
+                        assert!(s.set_expire(&key, at));
+                        model.insert(key, at.unwrap_or(0));
+                    }
+                }
+                9 => {
+                    let d = next() % 5;
+                    now.unix_ms += d;
+                    now.mono_ms += d;
+                    s.set_clock(now);
+                }
+                10 => {
+                    let mut seen = 0;
+                    let slot = crate::slot::key_slot(b"{t}") as usize;
+                    s.for_each_in_slot(slot, now.unix_ms, |e| {
+                        assert_eq!(e.expire_at, model[e.key()]);
+                        seen += 1;
+                    });
+                    let want = model
+                        .keys()
+                        .filter(|k| live(&model, k, now.unix_ms))
+                        .count();
+                    assert_eq!(seen, want);
+                }
+                _ => {
+                    s.sweep(now.unix_ms, (next() % 20_000) as usize, || next() % 4 == 0);
+                }
+            }
+            let c = s.counts();
+            assert_eq!(c.keys + c.expired + deleted, created, "step {step}");
+            if step % 997 == 0 {
+                check(&s);
+            }
+        }
+        check(&s);
     }
 }
