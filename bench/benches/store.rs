@@ -40,7 +40,11 @@ fn store_ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("store");
     group.bench_function("get hit", |b| b.iter(|| store.get(next(), 1).is_some()));
     group.bench_function("set overwrite int", |b| {
-        b.iter(|| store.set(next(), Value::Int(7), None, 0).expire_at())
+        b.iter(|| {
+            store
+                .set(next(), Value::Int(7), None, 0)
+                .expire_at(Default::default())
+        })
     });
     group.bench_function("incr in place", |b| {
         b.iter(|| {

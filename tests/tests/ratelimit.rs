@@ -67,6 +67,33 @@ on_1_and_2_threads! {
         k.at(100).ints("TOKENLEASE k 1 10 1000 1", &[1, 0, 0, 100]);
     }
 
+    // Rate-limit keys expire on the monotonic clock their states run on:
+    // a wall-clock step forward neither resets them (no tokens minted) nor,
+    // stepping back, keeps them; a read-only PTTL changes nothing about it.
+    fn a_wall_clock_step_neither_resets_nor_keeps_rate_limit_keys(threads) {
+        let mut k = Case::new(threads);
+        k.ints("TOKENLEASE tb 1 1 3600000 1", &[1, 0, 0, 3600000]);
+        k.ints("SLIDINGWINDOW a 1 1000", &[1, 1, 0, 0]);
+        k.ints("SLIDINGWINDOW b 1 1000", &[1, 1, 0, 0]);
+        k.ints("CL.THROTTLE g 0 1 60", &[0, 1, 0, -1, 60]);
+        k.c.script(&[("PTTL b", ":2000\r\n"), ("PTTL tb", ":3600000\r\n")]);
+        k.clock.set_unix_ms(T0_MS + 2 * HOUR);
+        k.ints("TOKENLEASE tb 1 1 3600000 1", &[0, 0, 3600000, 3600000]);
+        k.ints("SLIDINGWINDOW a 1 1000", &[0, 1, 0, 2000]);
+        k.ints("SLIDINGWINDOW b 1 1000", &[0, 1, 0, 2000]);
+        k.ints("CL.THROTTLE g 0 1 60", &[1, 1, 0, 60, 60]);
+        k.c.script(&[
+            ("PTTL tb", ":3600000\r\n"),
+            ("PTTL b", ":2000\r\n"),
+            ("DBSIZE", ":4\r\n"),
+        ]);
+        // Back past the start: still there until their monotonic deadlines.
+        k.clock.set_unix_ms(T0_MS - HOUR);
+        k.c.script(&[("PTTL g", ":60000\r\n"), ("DBSIZE", ":4\r\n")]);
+        k.clock.set_mono_ms(2000);
+        k.c.script(&[("EXISTS a b", ":0\r\n"), ("DBSIZE", ":2\r\n")]);
+    }
+
     fn r2_requests_at_and_above_capacity(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE k 10 1 1000 10", &[10, 0, 0, 10000]);

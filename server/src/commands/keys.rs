@@ -122,7 +122,7 @@ fn expire_generic(
     let Some(entry) = s.store.get(&key, now) else {
         return Ok(Reply::Int(0));
     };
-    let current = entry.expire_at();
+    let current = entry.expire_at(s.now);
     let refuse = (flags.nx && current.is_some())
         || (flags.xx && current.is_none())
         || (flags.gt && current.is_none_or(|c| when <= c as i64))
@@ -162,7 +162,7 @@ fn pexpireat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 fn deadline_of(s: &mut Shard, key: &[u8]) -> Result<Option<u64>, i64> {
     match s.store.get(key, s.now.unix_ms) {
         None => Err(-2),
-        Some(e) => Ok(e.expire_at()),
+        Some(e) => Ok(e.expire_at(s.now)),
     }
 }
 

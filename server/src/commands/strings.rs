@@ -150,7 +150,7 @@ fn set(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let now = s.now.unix_ms;
     let expire_at = ttl.map(|t| deadline(now, t, "set")).transpose()?;
     let old = if get { read_string(s, &key)? } else { None };
-    let existing = s.store.get(&key, now).map(|e| e.expire_at());
+    let existing = s.store.get(&key, now).map(|e| e.expire_at(s.now));
     if (nx && existing.is_some()) || (xx && existing.is_none()) {
         return Ok(if get { bulk_or_nil(old) } else { Reply::Nil });
     }
@@ -242,7 +242,12 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
                 at_ms: at,
             });
         }
-    } else if persist && s.store.get(&key, now).and_then(|e| e.expire_at()).is_some() {
+    } else if persist
+        && s.store
+            .get(&key, now)
+            .and_then(|e| e.expire_at(s.now))
+            .is_some()
+    {
         s.store.set_expire(&key, None);
         s.store.effects.emit(Effect::Persist { key: &key });
     }
@@ -291,7 +296,7 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
                     .ok_or(OpError::WrongType)?
                     .ok_or(OpError::NotInteger)?,
             };
-            (v, e.expire_at())
+            (v, e.expire_at(s.now))
         }
     };
     let next = current.checked_add(delta).ok_or(OpError::Overflow)?;
@@ -361,7 +366,7 @@ fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some(e) => {
             let bytes = e.value.as_bytes().ok_or(OpError::WrongType)?;
             let v = leasehold_protocol::int::parse_f64(&bytes).ok_or(OpError::NotFloat)?;
-            (v, e.expire_at())
+            (v, e.expire_at(s.now))
         }
     };
     let next = current + delta;
@@ -379,7 +384,10 @@ fn append(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let now = s.now.unix_ms;
     let (current, expire_at) = match s.store.get(&key, now) {
         None => (Bytes::new(), None),
-        Some(e) => (e.value.as_bytes().ok_or(OpError::WrongType)?, e.expire_at()),
+        Some(e) => (
+            e.value.as_bytes().ok_or(OpError::WrongType)?,
+            e.expire_at(s.now),
+        ),
     };
     let limit = s.shared.config.read().limits.proto_max_bulk_len;
     if current.len() + tail.len() > limit {

@@ -28,7 +28,7 @@ mod value;
 use crate::clock::Now;
 use crate::commands::ratelimit::{mono_of, unix_of};
 use compact::{Compact, COMPACT_MAX};
-pub use table::{Entry, INLINE_KEY};
+pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
 pub use value::{RateState, Value, SMALL_STRING};
 
@@ -124,7 +124,7 @@ impl Store {
         }
         let c = table.compact.find(h, key)?;
         let c = table.compact.swap_remove(c);
-        let at = unix_of(self.clock, c.deadline_mono());
+        let at = MONOTONIC | c.deadline_mono();
         table.push(h, Entry::new(c.key(), at, c.value()), &self.hasher);
         Some(table.len() - 1)
     }
@@ -133,7 +133,7 @@ impl Store {
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (i, h) = self.locate(key);
         let j = self.find_entry(i, h, key)?;
-        if !self.tables[i].at(j).expired(now_ms) {
+        if !self.tables[i].at(j).expired(now_ms, self.clock) {
             return Some(self.tables[i].at_mut(j));
         }
         self.remove_at(i, j, true);
@@ -167,11 +167,16 @@ impl Store {
         expire_at: Option<u64>,
         now_ms: u64,
     ) -> &mut Entry {
+        self.put(key, value, expire_at.unwrap_or(0), now_ms)
+    }
+
+    /// [`Store::set`] with the deadline as stored: Unix ms, [`MONOTONIC`] |
+    /// monotonic ms, or 0.
+    fn put(&mut self, key: &[u8], value: Value, at: u64, now_ms: u64) -> &mut Entry {
         let (i, h) = self.locate(key);
-        let at = expire_at.unwrap_or(0);
         match self.find_entry(i, h, key) {
             Some(j) => {
-                if self.tables[i].at(j).expired(now_ms) {
+                if self.tables[i].at(j).expired(now_ms, self.clock) {
                     self.counts.expired += 1;
                 }
                 let had = self.tables[i].at(j).expire_at != 0;
@@ -207,7 +212,7 @@ impl Store {
     pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
         let (i, h) = self.locate(key);
         let j = self.find_entry(i, h, key)?;
-        let expired = self.tables[i].at(j).expired(now_ms);
+        let expired = self.tables[i].at(j).expired(now_ms, self.clock);
         let e = self.remove_at(i, j, expired);
         (!expired).then_some(e)
     }
@@ -228,12 +233,14 @@ impl Store {
     }
 
     /// Stores a rate-limit state under `key`, expiring at `expire_at` (Unix
-    /// ms) under the clock reading `now`: in a 32-byte compact entry when
-    /// the key, the state and the deadline allow it (store/compact.rs),
-    /// otherwise as [`Store::set`] would.
+    /// ms) under the clock reading `now`, which becomes a monotonic deadline
+    /// (see [`MONOTONIC`]): in a 32-byte compact entry when the key, the
+    /// state and the deadline allow it (store/compact.rs), otherwise as
+    /// [`Store::set`] would.
     pub fn set_rate(&mut self, key: &[u8], state: RateState, expire_at: u64, now: Now) {
         let (i, h) = self.locate(key);
-        let compact = Compact::new(key, &state, mono_of(now, expire_at));
+        let mono = mono_of(now, expire_at).min(i64::MAX as u64);
+        let compact = Compact::new(key, &state, mono);
         let table = &mut self.tables[i];
         match (compact, table.compact.find(h, key)) {
             (Some(c), Some(j)) => {
@@ -250,7 +257,7 @@ impl Store {
                     let old = table.swap_remove(j, &self.hasher);
                     table.shrink(&self.hasher);
                     self.counts.keys -= 1;
-                    if old.expired(now.unix_ms) {
+                    if old.expired(now.unix_ms, self.clock) {
                         self.counts.expired += 1;
                     }
                     self.ttl_changed(i, old.expire_at != 0, false);
@@ -262,7 +269,7 @@ impl Store {
             }
             _ => {}
         }
-        self.set(key, state.into_value(), Some(expire_at), now.unix_ms);
+        self.put(key, state.into_value(), MONOTONIC | mono, now.unix_ms);
     }
 
     /// Removes compact entry `j` of table `i`, as [`Store::remove_at`] does.
@@ -315,13 +322,13 @@ impl Store {
     pub fn for_each_in_slot(&self, slot: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
         let table = &self.tables[slot - self.first_slot];
         for e in table.iter() {
-            if !e.expired(now_ms) {
+            if !e.expired(now_ms, self.clock) {
                 f(e);
             }
         }
         for c in table.compact.iter() {
-            let e = Entry::new(c.key(), unix_of(self.clock, c.deadline_mono()), c.value());
-            if !e.expired(now_ms) {
+            let e = Entry::new(c.key(), MONOTONIC | c.deadline_mono(), c.value());
+            if !e.expired(now_ms, self.clock) {
                 f(&e);
             }
         }
@@ -352,7 +359,7 @@ impl Store {
             let effects = &mut self.effects;
             let from = std::mem::take(&mut self.sweep_pos);
             let (seen, resume) =
-                table.remove_expired(from, now_ms, &self.hasher, &mut deadline, |e| {
+                table.remove_expired(from, now_ms, self.clock, &self.hasher, &mut deadline, |e| {
                     here += 1;
                     effects.emit(Effect::Del { key: e.key() });
                 });
@@ -514,11 +521,14 @@ mod tests {
         let mut seen = Vec::new();
         let slot = crate::slot::key_slot(b"sw:1") as usize;
         s.for_each_in_slot(slot, now.unix_ms, |e| {
-            seen.push((e.key().to_vec(), e.expire_at()))
+            seen.push((e.key().to_vec(), e.expire_at(s.clock)))
         });
         assert_eq!(seen, [(b"sw:1".to_vec(), Some(at))]);
         // TTL-style access moves it to the general vector, same deadline.
-        assert_eq!(s.get(b"sw:1", now.unix_ms).unwrap().expire_at(), Some(at));
+        assert_eq!(
+            s.get(b"sw:1", now.unix_ms).unwrap().expire_at(now),
+            Some(at)
+        );
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
         assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
         s.set_rate(b"sw:1", window(5_000, 3), at, now);
@@ -535,7 +545,7 @@ mod tests {
         s.set_rate(b"sw:1", window(5_000, 3), at + 1, now);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
         assert_eq!(
-            s.get(b"sw:1", now.unix_ms).unwrap().expire_at(),
+            s.get(b"sw:1", now.unix_ms).unwrap().expire_at(now),
             Some(at + 1)
         );
         assert_eq!(
@@ -922,7 +932,7 @@ mod compact_model {
                     model.remove(&key);
                 }
                 7 => {
-                    let got = s.get(&key, now.unix_ms).map(|e| e.expire_at());
+                    let got = s.get(&key, now.unix_ms).map(|e| e.expire_at(now));
                     assert_eq!(got.is_some(), is_live);
                     if let Some(at) = got {
                         assert_eq!(at.unwrap_or(0), model[&key]);
@@ -945,7 +955,7 @@ mod compact_model {
                     let mut seen = 0;
                     let slot = crate::slot::key_slot(b"{t}") as usize;
                     s.for_each_in_slot(slot, now.unix_ms, |e| {
-                        assert_eq!(e.expire_at, model[e.key()]);
+                        assert_eq!(e.expire_at(now).unwrap_or(0), model[e.key()]);
                         seen += 1;
                     });
                     let want = model

@@ -16,6 +16,8 @@ use std::hash::BuildHasher;
 
 use super::compact::CompactVec;
 use super::value::Value;
+use crate::clock::Now;
+use crate::commands::ratelimit::unix_of;
 
 /// The hasher shared by a store's slot tables.
 pub type Hasher = foldhash::fast::RandomState;
@@ -60,6 +62,12 @@ impl KeyBytes {
     }
 }
 
+/// Set in a stored deadline that is monotonic ms (a rate-limit key: its
+/// state runs on the monotonic clock, so it expires on that clock too, and a
+/// wall-clock step neither keeps it nor drops it early); clear in a Unix-ms
+/// deadline, which never reaches it (deadlines are capped at `i64::MAX`).
+pub const MONOTONIC: u64 = 1 << 63;
+
 /// One key and what it holds: 48 bytes.
 #[derive(Debug)]
 pub struct Entry {
@@ -83,16 +91,22 @@ impl Entry {
         self.key.as_slice()
     }
 
-    /// The absolute deadline in Unix ms, or `None` for no TTL.
-    pub fn expire_at(&self) -> Option<u64> {
-        (self.expire_at != 0).then_some(self.expire_at)
+    /// The absolute deadline in Unix ms under the clock reading `now` (a
+    /// monotonic deadline reads as the Unix instant it falls on), or `None`
+    /// for no TTL.
+    pub fn expire_at(&self, now: Now) -> Option<u64> {
+        match self.expire_at {
+            0 => None,
+            d if d & MONOTONIC != 0 => Some(unix_of(now, d & !MONOTONIC)),
+            d => Some(d),
+        }
     }
 
     /// A key is gone from its deadline on. (Redis's `keyIsExpired` keeps it
     /// for that one millisecond, answering PTTL 0; Leasehold does not, so that
     /// a rate-limit key is gone exactly when its bucket is full again.)
-    pub(super) fn expired(&self, now_ms: u64) -> bool {
-        self.expire_at != 0 && self.expire_at <= now_ms
+    pub(super) fn expired(&self, now_ms: u64, clock: Now) -> bool {
+        self.expire_at(clock).is_some_and(|at| at <= now_ms)
     }
 }
 
@@ -252,6 +266,7 @@ impl SlotTable {
         &mut self,
         from: usize,
         now_ms: u64,
+        clock: Now,
         hasher: &Hasher,
         stop: &mut impl FnMut() -> bool,
         mut removed: impl FnMut(Entry),
@@ -263,7 +278,7 @@ impl SlotTable {
                 return (seen, Some(i));
             }
             seen += 1;
-            if self.entries[i].expired(now_ms) {
+            if self.entries[i].expired(now_ms, clock) {
                 // The last entry moves into `i`, which is examined next.
                 removed(self.swap_remove(i, hasher));
             } else {

@@ -287,7 +287,7 @@ fn rlstate(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         return Ok(Reply::Nil);
     };
     let pttl = e
-        .expire_at()
+        .expire_at(now)
         .map_or(-1, |at| at.saturating_sub(now.unix_ms) as i64);
     let state = e.value.rate_state().ok_or(OpError::WrongType)?;
     let field = |k: &'static str, v: u64| {
