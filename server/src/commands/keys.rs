@@ -53,7 +53,7 @@ fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let mut n = 0;
     while a.remaining() > 0 {
         let key = a.key()?;
-        if s.store.get(&key, s.now.unix_ms).is_some() {
+        if s.store.type_of(&key, s.now.unix_ms).is_some() {
             n += 1;
         }
     }
@@ -63,9 +63,7 @@ fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 fn type_(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     Ok(Reply::simple(
-        s.store
-            .get(&key, s.now.unix_ms)
-            .map_or("none", |e| e.value.type_name()),
+        s.store.type_of(&key, s.now.unix_ms).unwrap_or("none"),
     ))
 }
 

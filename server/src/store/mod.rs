@@ -220,16 +220,34 @@ impl Store {
     /// The rate-limit state at `key`: `None` when the key is absent (or just
     /// reclaimed at its deadline), `Some(None)` when it holds another type.
     pub fn get_rate(&mut self, key: &[u8], now_ms: u64) -> Option<Option<RateState>> {
-        let (i, h) = self.locate(key);
-        if let Some(j) = self.tables[i].compact.find(h, key) {
-            let c = *self.tables[i].compact.at(j);
-            if unix_of(self.clock, c.deadline_mono()) > now_ms {
-                return Some(Some(c.state()));
-            }
-            self.remove_compact(i, j, true);
-            return None;
+        match self.compact_lookup(key, now_ms) {
+            Ok(c) => c.map(|c| Some(c.state())),
+            Err(()) => self.get(key, now_ms).map(|e| e.value.rate_state()),
         }
-        self.get(key, now_ms).map(|e| e.value.rate_state())
+    }
+
+    /// The name `TYPE` reports for the live value at `key` (`None` when
+    /// absent). Unlike [`Store::get`] it leaves a compact entry where it is,
+    /// so TYPE and EXISTS do not unpack rate-limit keys.
+    pub fn type_of(&mut self, key: &[u8], now_ms: u64) -> Option<&'static str> {
+        match self.compact_lookup(key, now_ms) {
+            Ok(c) => c.map(|c| c.value().type_name()),
+            Err(()) => self.get(key, now_ms).map(|e| e.value.type_name()),
+        }
+    }
+
+    /// `key` among the compact entries: `Ok(Some)` when live, `Ok(None)` when
+    /// it was there but past its deadline (now reclaimed), `Err` when it is
+    /// not a compact entry.
+    fn compact_lookup(&mut self, key: &[u8], now_ms: u64) -> Result<Option<Compact>, ()> {
+        let (i, h) = self.locate(key);
+        let j = self.tables[i].compact.find(h, key).ok_or(())?;
+        let c = *self.tables[i].compact.at(j);
+        if unix_of(self.clock, c.deadline_mono()) > now_ms {
+            return Ok(Some(c));
+        }
+        self.remove_compact(i, j, true);
+        Ok(None)
     }
 
     /// Stores a rate-limit state under `key`, expiring at `expire_at` (Unix
@@ -554,6 +572,27 @@ mod tests {
                 keys: 1,
                 expires: 1,
                 expired: 0
+            }
+        );
+    }
+
+    #[test]
+    fn type_and_exists_leave_compact_entries_packed() {
+        let mut s = store();
+        let now = Now::default();
+        s.set_rate(b"sw", window(0, 1), unix_of(now, 2000), now);
+        let compact = |s: &Store| s.tables.iter().map(|t| t.compact.len()).sum::<usize>();
+        assert_eq!(s.type_of(b"sw", 1999), Some("slidingwindow"));
+        assert_eq!(s.type_of(b"nope", 1999), None);
+        assert_eq!(compact(&s), 1);
+        assert_eq!(s.type_of(b"sw", 2000), None, "gone at its deadline");
+        assert_eq!(compact(&s), 0);
+        assert_eq!(
+            s.counts(),
+            StoreCounts {
+                keys: 0,
+                expires: 0,
+                expired: 1
             }
         );
     }
