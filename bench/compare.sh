@@ -24,5 +24,6 @@ case "$(redis-server --version)" in
 esac
 
 cargo build --release -p leasehold-server -p leasehold-bench
+cargo build --release -p leasehold-client --example lease_calls
 target="${CARGO_TARGET_DIR:-target}"
 exec "$target/release/leasehold-bench" compare --leasehold-bin "$target/release/leasehold-server" "$@"

@@ -24,6 +24,8 @@ pub struct Page<'a> {
     pub reclaim: Option<&'a ReclaimPair>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
+    /// The lease manager's measurements (empty with `--skip-lease`).
+    pub lease: &'a [super::lease::LeaseRun],
     /// Each load run's exact command line, with a `#` title line.
     pub commands: &'a [String],
     /// `/proc/loadavg` when the comparison started.
@@ -192,12 +194,13 @@ pub fn render(p: &Page<'_>) -> String {
         s.push('\n');
     }
     s.push_str(
-        "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis, so its rows \
-         come from the client crate's own criterion bench and example: \
-         [benchmarks-client.md](benchmarks-client.md) (decision cost in the steady state, \
-         ledger calls saved against a fixed lease of 50) and [client.md](client.md) \
-         (accuracy of 8 managers sharing one key).\n\n",
+        "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \
+         start their own in-process Leasehold server. The accuracy run checks the drift bound of the \
+         source documents (admitted <= expected + 8 x max_lease); the error is over-admission when \
+         positive, under-admission when negative. The decision cost in the steady state comes from \
+         the client crate's criterion bench: [benchmarks-client.md](benchmarks-client.md).\n\n",
     );
+    s.push_str(&super::lease::section(p.lease));
     s.push_str("## Exact commands\n\nPorts are the free ones this run picked.\n\n```sh\n");
     for c in p.commands {
         s.push_str(c);

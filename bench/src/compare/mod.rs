@@ -16,6 +16,7 @@
 
 pub mod crosscheck;
 pub mod doc;
+pub mod lease;
 pub mod memory;
 pub mod servers;
 pub mod table;
@@ -84,6 +85,9 @@ pub struct CompareArgs {
     /// Skip the memory and reclamation rows.
     #[arg(long)]
     pub skip_memory: bool,
+    /// Skip the lease manager's measurements (accuracy, ledger calls).
+    #[arg(long)]
+    pub skip_lease: bool,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -349,6 +353,11 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             &mut commands,
         ));
     }
+    let lease_runs = if args.skip_lease {
+        Vec::new()
+    } else {
+        lease::run_all(args.quick)
+    };
     let page = doc::render(&doc::Page {
         args: &args,
         servers: [&redis, &leasehold],
@@ -356,6 +365,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),
         checks: &checks,
+        lease: &lease_runs,
         load_at_start: &load_at_start,
         commands: &commands,
         elapsed: started.elapsed(),
