@@ -6,15 +6,15 @@
 //!    │ exists; the bucket is borrowed under the lock, not reference-counted)
 //!    │ one clock read
 //!    v
-//!  KeyBucket ── take a local token ──> Allowed; at the low watermark (and
-//!    │          not blocked), claim the one lease slot and spawn
-//!    │          TOKENLEASE(B, MIN 1)
+//!  KeyHot ── take a local token (one CAS, which also counts the decision)
+//!    │        ──> Allowed; at the low watermark (and not blocked), claim the
+//!    │        one lease slot (KeyCold) and spawn TOKENLEASE(B, MIN 1)
 //!    │ empty: blocked? ──> Limited (no ledger call until retry_after)
 //!    │ empty: breaker open ──> fail_open static bucket / fail_closed
 //!    │ empty: wait for the lease (at most the lease deadline + 1 ms)
 //!    v
-//!  sweeper (every sweep_interval): rate samples, TOKENRETURN of idle keys,
-//!  eviction of long-idle empty keys
+//!  sweeper (every sweep_interval): rate samples of quiet keys, TOKENRETURN
+//!  of idle keys, eviction of long-idle empty keys
 //! ```
 //!
 //! Lease size: B = clamp(min_lease, observed_qps x lookahead, max_lease), the
@@ -22,23 +22,33 @@
 //! gateways over-admit at most N x max_lease beyond the ledger's own limit.
 //!
 //! # The map
-//! Decisions vastly outnumber new keys. Per policy, 64 shards of a
-//! `hashbrown::HashTable<Arc<KeyBucket>>` under a `parking_lot::RwLock`
-//! (`map.rs`); the key is stored inline in its bucket. A lookup is one hash,
-//! the shard's read lock, a probe of 8-byte slots and one compare in the
-//! bucket, so with 100 000 keys a decision reads about one slot and one
-//! bucket (two cache lines, fetched together) that may be out of cache,
-//! instead of a chain of misses.
+//! Decisions vastly outnumber new keys. Per policy, 64 shards, each under a
+//! `parking_lot::RwLock`: a `hashbrown::HashTable<u32>` of indices into a
+//! dense array of 48-byte hot records (`KeyHot`, `bucket.rs`: the token word,
+//! the watermark, the ledger's view and the key's first 15 bytes) and a
+//! parallel array of `Arc<KeyCold>` (everything else) (`map.rs`). A
+//! steady-state decision is one hash, the shard's read lock, a probe of
+//! 4-byte slots, the key compare in the hot record and one CAS on its token
+//! word: 100 000 keys touch ~5.3 MB at random (records and index), which
+//! this machine keeps in cache, where the old 128 bytes a key (12.8 MB) came
+//! from DRAM. Keys longer than 15 bytes compare their full bytes in the cold
+//! part (one more line).
+//!
+//! The sweeper does not read a busy key's cold part: it compares the
+//! decision count in the hot record with the one it saw last sweep (an
+//! 8-byte record a key, `map.rs`), and only a quiet key's rate is sampled
+//! there; a busy key's rate is sampled when it leases. (Sampling every key
+//! every 100 ms streamed ~15 MB of cold parts through the cache and cost the
+//! 100k-key decision ~60 ns.)
 //!
 //! papaya (lock-free, epoch-protected) was used before: its reads write
 //! nothing shared, but a lookup went through its entry array, a separately
 //! allocated entry, the boxed key and the `Arc`'d bucket, so at 100 000
 //! keys a decision waited for 4 or 5 cache misses one after the other (500
-//! to 1100 ns; now 330 to 360 ns, see docs/client.md). The price of the read
-//! lock: two locked instructions per decision (one key: ~15 ns more than
-//! papaya's pin), and on one key decided by every core the shard's lock
-//! word bounces between cores along with the bucket's token count, which
-//! bounces anyway.
+//! to 1100 ns; see docs/client.md). The price of the read lock: two locked
+//! instructions per decision (one key: ~15 ns more than papaya's pin), and
+//! on one key decided by every core the shard's lock word bounces between
+//! cores along with the key's token word, which bounces anyway.
 
 mod bucket;
 mod map;
@@ -51,7 +61,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-use self::bucket::{KeyBucket, LeaseResult};
+use self::bucket::{Bucket, KeyCold, LeaseResult, HIT, MAX_LEASE};
 use self::map::KeyMap;
 use self::metrics::{LedgerMetrics, PolicyMetrics};
 use crate::client::Client;
@@ -206,7 +216,8 @@ impl LeaseManager {
         let state = &self.inner.policies[id.0];
         // Only a decision that has to wait takes a reference to the bucket.
         let found = self.with_bucket(state, key, |bucket| {
-            self.local(state, bucket).ok_or_else(|| bucket.clone())
+            self.local(state, bucket)
+                .ok_or_else(|| bucket.cold().clone())
         });
         match found {
             Ok(d) => d,
@@ -219,7 +230,7 @@ impl LeaseManager {
     }
 
     /// `decide` for a key with no local tokens: waits for its lease.
-    async fn wait_for_lease(&self, id: PolicyId, mut bucket: Arc<KeyBucket>) -> Decision {
+    async fn wait_for_lease(&self, id: PolicyId, mut bucket: Arc<KeyCold>) -> Decision {
         let state = &self.inner.policies[id.0];
         let deadline = tokio::time::Instant::now()
             + self.inner.client.config().lease_deadline
@@ -230,7 +241,7 @@ impl LeaseManager {
                 // The sweeper removed the key while this decision held its
                 // bucket (no lease can start for it any more): the key's
                 // bucket now is the one in the map, perhaps a new one.
-                bucket = self.with_bucket(state, bucket.key(), Arc::clone);
+                bucket = self.with_bucket(state, bucket.key(), |b| b.cold().clone());
                 // Its lease results are news to this decision.
                 woken = false;
                 continue;
@@ -239,11 +250,20 @@ impl LeaseManager {
             tokio::pin!(leased);
             leased.as_mut().enable();
             let now = self.inner.clock.now_us();
-            if let Some(left) = bucket.take() {
-                return self.finish(state, self.allowed(state, &bucket, left, now));
-            }
-            if bucket.blocked(now).is_some() {
-                return self.finish(state, self.limited(state, &bucket, now));
+            let local = state.map.with(&bucket, |b| {
+                if let Some(left) = b.hot.take(0) {
+                    return Some(self.finish(state, self.allowed(state, b, left, now)));
+                }
+                if b.cold().blocked(now).is_some() {
+                    return Some(self.finish(state, self.limited(state, b, now)));
+                }
+                None
+            });
+            match local {
+                Some(Some(d)) => return d,
+                Some(None) => {}
+                // Evicted meanwhile: found again at the top of the loop.
+                None => continue,
             }
             if !bucket.lease_in_flight() {
                 // After a lease finished while we waited, its result decides;
@@ -280,7 +300,7 @@ impl LeaseManager {
         &self,
         state: &PolicyState,
         key: &[u8],
-        f: impl FnOnce(&Arc<KeyBucket>) -> R,
+        f: impl FnOnce(Bucket<'_>) -> R,
     ) -> R {
         let hash = state.map.hash(key);
         match state.map.try_with(hash, key, f) {
@@ -289,29 +309,37 @@ impl LeaseManager {
         }
     }
 
-    /// `with_bucket` for a key not in the map (yet): inserts it, runs `f`
-    /// outside the lock.
+    /// `with_bucket` for a key not in the map (yet): inserts it, then runs
+    /// `f` under the read lock. The sweeper may evict the new key in between
+    /// (with `evict_after` zero); then it is looked up, and inserted, again.
     #[cold]
     fn with_new_bucket<R>(
         &self,
         state: &PolicyState,
         hash: u64,
         key: &[u8],
-        f: impl FnOnce(&Arc<KeyBucket>) -> R,
+        mut f: impl FnOnce(Bucket<'_>) -> R,
     ) -> R {
-        let bucket = state.map.get_or_insert(hash, key, || {
-            let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
-            ledger_key.put_slice(&state.prefix);
-            ledger_key.put_slice(key);
-            KeyBucket::new(
-                key,
-                hash,
-                ledger_key.freeze(),
-                self.inner.clock.now_us(),
-                self.inner.config.low_watermark,
-            )
-        });
-        f(&bucket)
+        loop {
+            let now = self.inner.clock.now_us();
+            state.map.get_or_insert(hash, key, now, |index| {
+                let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
+                ledger_key.put_slice(&state.prefix);
+                ledger_key.put_slice(key);
+                KeyCold::new(
+                    key,
+                    hash,
+                    index,
+                    ledger_key.freeze(),
+                    now,
+                    self.inner.config.low_watermark,
+                )
+            });
+            match state.map.try_with(hash, key, f) {
+                Ok(r) => return r,
+                Err(back) => f = back,
+            }
+        }
     }
 
     /// The lock-free part: a local token, else blocked, else (empty) breaker
@@ -320,38 +348,50 @@ impl LeaseManager {
     /// Tokens come first: they were granted by the ledger, so a key whose
     /// renewal was denied spends what it holds, and the block (no ledger
     /// calls, `Limited`) applies once they run out.
-    fn local(&self, state: &PolicyState, bucket: &Arc<KeyBucket>) -> Option<Decision> {
-        bucket.hit();
+    ///
+    /// The steady state (a token taken, above the watermark) reads and writes
+    /// only the key's hot record: one CAS counts the decision and takes the
+    /// token. The rest reads the cold part too.
+    fn local(&self, state: &PolicyState, bucket: Bucket<'_>) -> Option<Decision> {
         let now = self.inner.clock.now_us();
-        if let Some(left) = bucket.take() {
-            if bucket.below_watermark(left) {
-                self.spawn_lease(state.id, bucket, now);
+        if let Some(left) = bucket.hot.take(HIT) {
+            if bucket.hot.below_watermark(left) {
+                self.spawn_lease(state.id, bucket.cold(), now);
             }
             return Some(self.finish(state, self.allowed(state, bucket, left, now)));
         }
-        if bucket.blocked(now).is_some() {
+        self.local_empty(state, bucket, now)
+    }
+
+    /// `local` for a key with no local tokens.
+    #[cold]
+    fn local_empty(&self, state: &PolicyState, bucket: Bucket<'_>, now: u64) -> Option<Decision> {
+        bucket.hot.hit();
+        let cold = bucket.cold();
+        if cold.blocked(now).is_some() {
             return Some(self.finish(state, self.limited(state, bucket, now)));
         }
         if self.inner.client.breaker_would_refuse() {
-            return Some(self.bypass(state, bucket, Some(BypassReason::CircuitOpen), now));
+            return Some(self.bypass(state, cold, Some(BypassReason::CircuitOpen), now));
         }
         // Whatever the last lease's fate, try again: the breaker, not this
         // key, decides when the ledger is left alone.
-        self.spawn_lease(state.id, bucket, now);
+        self.spawn_lease(state.id, cold, now);
         None
     }
 
-    fn reset(&self, bucket: &KeyBucket, now: u64) -> Duration {
-        Duration::from_micros(bucket.reset_at_us().saturating_sub(now))
+    fn reset(&self, bucket: Bucket<'_>, now: u64) -> Duration {
+        Duration::from_micros(bucket.hot.reset_at_us().saturating_sub(now))
     }
 
-    fn allowed(&self, state: &PolicyState, bucket: &KeyBucket, left: u64, now: u64) -> Decision {
+    #[inline]
+    fn allowed(&self, state: &PolicyState, bucket: Bucket<'_>, left: u64, now: u64) -> Decision {
         Decision {
             allowed: true,
             outcome: Outcome::Allowed,
             limit: state.policy.requests_per_unit,
             window: state.policy.unit,
-            remaining: left + bucket.ledger_remaining(),
+            remaining: left + bucket.hot.ledger_remaining(),
             reset: self.reset(bucket, now),
             retry_after: None,
             over_quota: false,
@@ -359,8 +399,8 @@ impl LeaseManager {
     }
 
     /// Over quota, before the policy's mode is applied.
-    fn limited(&self, state: &PolicyState, bucket: &KeyBucket, now: u64) -> Decision {
-        let until = bucket.blocked(now).unwrap_or(now);
+    fn limited(&self, state: &PolicyState, bucket: Bucket<'_>, now: u64) -> Decision {
+        let until = bucket.cold().blocked(now).unwrap_or(now);
         Decision {
             allowed: false,
             outcome: Outcome::Limited,
@@ -394,7 +434,7 @@ impl LeaseManager {
     fn bypass(
         &self,
         state: &PolicyState,
-        bucket: &KeyBucket,
+        bucket: &KeyCold,
         reason: Option<BypassReason>,
         now: u64,
     ) -> Decision {
@@ -423,7 +463,7 @@ impl LeaseManager {
     }
 
     /// Starts the key's one lease call unless one is in flight or the key is blocked.
-    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyBucket>, now: u64) {
+    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyCold>, now: u64) {
         if bucket.blocked(now).is_some() || !bucket.claim_lease() {
             return;
         }
@@ -434,17 +474,22 @@ impl LeaseManager {
             .spawn(async move { me.lease(id, bucket).await });
     }
 
-    /// B = clamp(min_lease, observed_qps x lookahead, max_lease).
-    fn lease_size(&self, bucket: &KeyBucket) -> u64 {
+    /// B = clamp(min_lease, observed_qps x lookahead, max_lease), and at
+    /// most 2^40 tokens (a key's token count has 42 bits).
+    fn lease_size(&self, bucket: &KeyCold) -> u64 {
         let c = &self.inner.config;
         let want = (bucket.qps() * c.lookahead.as_secs_f64()).ceil() as u64;
         want.clamp(c.min_lease, c.max_lease.max(c.min_lease))
+            .clamp(1, MAX_LEASE)
     }
 
-    async fn lease(&self, id: PolicyId, bucket: Arc<KeyBucket>) {
+    async fn lease(&self, id: PolicyId, bucket: Arc<KeyCold>) {
         let state = &self.inner.policies[id.0];
         let c = &self.inner.config;
-        bucket.sample(self.inner.clock.now_us(), us(c.qps_decay), MIN_SAMPLE_US);
+        let now = self.inner.clock.now_us();
+        state
+            .map
+            .with(&bucket, |b| b.sample(now, us(c.qps_decay), MIN_SAMPLE_US));
         let want = self.lease_size(&bucket);
         let started = Instant::now();
         self.inner.ledger.leases.increment(1);
@@ -460,17 +505,20 @@ impl LeaseManager {
                     .ledger
                     .rtt
                     .record(started.elapsed().as_secs_f64());
-                bucket.set_ledger_view(lease.remaining, now + us(lease.reset_after));
-                if lease.granted > 0 {
+                let (result, granted) = if lease.granted > 0 {
                     self.inner.ledger.lease_size.record(lease.granted as f64);
-                    bucket.finish_lease(LeaseResult::Granted, lease.granted);
+                    (LeaseResult::Granted, lease.granted)
                 } else {
                     // `None` (can never succeed) cannot happen with MIN 1 and a
                     // capacity of at least 1; block for a whole unit if it does.
                     let wait = lease.retry_after.unwrap_or(state.policy.unit);
                     bucket.block_until(now + us(wait).max(1));
-                    bucket.finish_lease(LeaseResult::Denied, 0);
-                }
+                    (LeaseResult::Denied, 0)
+                };
+                self.finish_lease(state, &bucket, result, granted, |b| {
+                    b.hot
+                        .set_ledger_view(lease.remaining, now + us(lease.reset_after))
+                });
             }
             Err(e) => {
                 let result = if e.is_timeout() {
@@ -480,9 +528,27 @@ impl LeaseManager {
                 } else {
                     LeaseResult::Error
                 };
-                bucket.finish_lease(result, 0);
+                self.finish_lease(state, &bucket, result, 0, |_| ());
             }
         }
+    }
+
+    /// Lands a lease call's result in the key's hot record and releases the
+    /// key's lease slot. The key cannot have been evicted: eviction needs the
+    /// slot, which this call holds.
+    fn finish_lease(
+        &self,
+        state: &PolicyState,
+        bucket: &Arc<KeyCold>,
+        result: LeaseResult,
+        granted: u64,
+        view: impl FnOnce(Bucket<'_>),
+    ) {
+        let landed = state.map.with(bucket, |b| {
+            view(b);
+            b.finish_lease(result, granted);
+        });
+        debug_assert!(landed.is_some(), "a key with a lease in flight was evicted");
     }
 
     /// One sweep: rate samples, TOKENRETURN for keys idle past `idle_after`,
@@ -493,16 +559,21 @@ impl LeaseManager {
         let now = self.inner.clock.now_us();
         for (i, state) in self.inner.policies.iter().enumerate() {
             let mut evict = Vec::new();
-            state.map.for_each(|bucket| {
+            // Keys that decided since the last sweep are only marked busy:
+            // their rate is sampled when they lease (`lease`), so the sweep
+            // reads nothing of theirs but the hot record the decisions keep
+            // in cache anyway.
+            state.map.sweep(now, |bucket, active_at_us| {
                 bucket.sample(now, us(c.qps_decay), MIN_SAMPLE_US);
-                let idle = now.saturating_sub(bucket.active_at_us());
-                if idle < us(c.idle_after) || bucket.lease_in_flight() {
+                let cold = bucket.cold();
+                let idle = now.saturating_sub(active_at_us);
+                if idle < us(c.idle_after) || cold.lease_in_flight() {
                     return;
                 }
-                if bucket.tokens() > 0 {
-                    self.spawn_return(PolicyId(i), bucket.clone());
-                } else if idle >= us(c.evict_after) && bucket.blocked(now).is_none() {
-                    evict.push(bucket.clone());
+                if bucket.hot.tokens() > 0 {
+                    self.spawn_return(PolicyId(i), cold.clone());
+                } else if idle >= us(c.evict_after) && cold.blocked(now).is_none() {
+                    evict.push(cold.clone());
                 }
             });
             // Checked again under the shard's write lock: no decision that
@@ -516,15 +587,17 @@ impl LeaseManager {
         }
     }
 
-    fn spawn_return(&self, id: PolicyId, bucket: Arc<KeyBucket>) {
+    fn spawn_return(&self, id: PolicyId, bucket: Arc<KeyCold>) {
         let me = self.clone();
         self.inner
             .runtime
             .spawn(async move { me.give_back(id, &bucket).await });
     }
 
-    async fn give_back(&self, id: PolicyId, bucket: &KeyBucket) {
-        let count = bucket.drain();
+    async fn give_back(&self, id: PolicyId, bucket: &Arc<KeyCold>) {
+        // An evicted key held no tokens (and its slot may be another key's).
+        let map = &self.inner.policies[id.0].map;
+        let count = map.with(bucket, |b| b.hot.drain()).unwrap_or(0);
         if count == 0 {
             return;
         }
@@ -552,8 +625,8 @@ impl LeaseManager {
         let mut calls = tokio::task::JoinSet::new();
         for (i, state) in self.inner.policies.iter().enumerate() {
             state.map.for_each(|bucket| {
-                if bucket.tokens() > 0 || bucket.lease_in_flight() {
-                    let (me, bucket) = (self.clone(), bucket.clone());
+                if bucket.hot.tokens() > 0 || bucket.cold().lease_in_flight() {
+                    let (me, bucket) = (self.clone(), bucket.cold().clone());
                     calls.spawn(async move {
                         let deadline = tokio::time::Instant::now() + settle;
                         loop {
@@ -575,24 +648,24 @@ impl LeaseManager {
     }
 
     /// Runs `f` on `key`'s bucket if the key is known.
-    fn peek<R>(&self, id: PolicyId, key: &[u8], f: impl FnOnce(&KeyBucket) -> R) -> Option<R> {
+    fn peek<R>(&self, id: PolicyId, key: &[u8], f: impl FnOnce(Bucket<'_>) -> R) -> Option<R> {
         let map = &self.inner.policies[id.0].map;
-        map.get(map.hash(key), key, |b| f(b))
+        map.get(map.hash(key), key, f)
     }
 
     /// Local tokens held for `key` (for tests and introspection).
     pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
-        self.peek(id, key, |b| b.tokens()).unwrap_or(0)
+        self.peek(id, key, |b| b.hot.tokens()).unwrap_or(0)
     }
 
     /// The observed decisions per second for `key` (0 if unknown).
     pub fn observed_qps(&self, id: PolicyId, key: &[u8]) -> f64 {
-        self.peek(id, key, |b| b.qps()).unwrap_or(0.0)
+        self.peek(id, key, |b| b.cold().qps()).unwrap_or(0.0)
     }
 
     /// The lease size the next renewal for `key` would ask for.
     pub fn next_lease_size(&self, id: PolicyId, key: &[u8]) -> u64 {
-        self.peek(id, key, |b| self.lease_size(b))
+        self.peek(id, key, |b| self.lease_size(b.cold()))
             .unwrap_or(self.inner.config.min_lease)
     }
 
