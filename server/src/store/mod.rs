@@ -132,6 +132,11 @@ impl Store {
     /// The live entry for `key`, reclaiming it first when its deadline has passed.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (i, h) = self.locate(key);
+        self.get_at(i, h, key, now_ms)
+    }
+
+    /// [`Store::get`] for a key already located (table `i`, hash `h`).
+    fn get_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let j = self.find_entry(i, h, key)?;
         if !self.tables[i].at(j).expired(now_ms, self.clock) {
             return Some(self.tables[i].at_mut(j));
@@ -174,6 +179,19 @@ impl Store {
     /// monotonic ms, or 0.
     fn put(&mut self, key: &[u8], value: Value, at: u64, now_ms: u64) -> &mut Entry {
         let (i, h) = self.locate(key);
+        self.put_at(i, h, key, value, at, now_ms)
+    }
+
+    /// [`Store::put`] for a key already located (table `i`, hash `h`).
+    fn put_at(
+        &mut self,
+        i: usize,
+        h: u64,
+        key: &[u8],
+        value: Value,
+        at: u64,
+        now_ms: u64,
+    ) -> &mut Entry {
         match self.find_entry(i, h, key) {
             Some(j) => {
                 if self.tables[i].at(j).expired(now_ms, self.clock) {
@@ -220,9 +238,10 @@ impl Store {
     /// The rate-limit state at `key`: `None` when the key is absent (or just
     /// reclaimed at its deadline), `Some(None)` when it holds another type.
     pub fn get_rate(&mut self, key: &[u8], now_ms: u64) -> Option<Option<RateState>> {
-        match self.compact_lookup(key, now_ms) {
+        let (i, h) = self.locate(key);
+        match self.compact_lookup(i, h, key, now_ms) {
             Ok(c) => c.map(|c| Some(c.state())),
-            Err(()) => self.get(key, now_ms).map(|e| e.value.rate_state()),
+            Err(()) => self.get_at(i, h, key, now_ms).map(|e| e.value.rate_state()),
         }
     }
 
@@ -230,17 +249,23 @@ impl Store {
     /// absent). Unlike [`Store::get`] it leaves a compact entry where it is,
     /// so TYPE and EXISTS do not unpack rate-limit keys.
     pub fn type_of(&mut self, key: &[u8], now_ms: u64) -> Option<&'static str> {
-        match self.compact_lookup(key, now_ms) {
+        let (i, h) = self.locate(key);
+        match self.compact_lookup(i, h, key, now_ms) {
             Ok(c) => c.map(|c| c.value().type_name()),
-            Err(()) => self.get(key, now_ms).map(|e| e.value.type_name()),
+            Err(()) => self.get_at(i, h, key, now_ms).map(|e| e.value.type_name()),
         }
     }
 
     /// `key` among the compact entries: `Ok(Some)` when live, `Ok(None)` when
     /// it was there but past its deadline (now reclaimed), `Err` when it is
     /// not a compact entry.
-    fn compact_lookup(&mut self, key: &[u8], now_ms: u64) -> Result<Option<Compact>, ()> {
-        let (i, h) = self.locate(key);
+    fn compact_lookup(
+        &mut self,
+        i: usize,
+        h: u64,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<Compact>, ()> {
         let j = self.tables[i].compact.find(h, key).ok_or(())?;
         let c = *self.tables[i].compact.at(j);
         if unix_of(self.clock, c.deadline_mono()) > now_ms {
@@ -287,7 +312,7 @@ impl Store {
             }
             _ => {}
         }
-        self.put(key, state.into_value(), MONOTONIC | mono, now.unix_ms);
+        self.put_at(i, h, key, state.into_value(), MONOTONIC | mono, now.unix_ms);
     }
 
     /// Removes compact entry `j` of table `i`, as [`Store::remove_at`] does.
