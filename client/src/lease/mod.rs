@@ -512,12 +512,15 @@ impl LeaseManager {
                     // `None` (can never succeed) cannot happen with MIN 1 and a
                     // capacity of at least 1; block for a whole unit if it does.
                     let wait = lease.retry_after.unwrap_or(state.policy.unit);
-                    bucket.block_until(now + us(wait).max(1));
+                    bucket.block_until(now.saturating_add(us(wait).max(1)));
                     (LeaseResult::Denied, 0)
                 };
+                // Saturating: the ledger's durations are whatever it sends
+                // (up to i64::MAX ms), and a panic here would leave the key's
+                // lease slot claimed for good.
+                let reset_at = now.saturating_add(us(lease.reset_after));
                 self.finish_lease(state, &bucket, result, granted, |b| {
-                    b.hot
-                        .set_ledger_view(lease.remaining, now + us(lease.reset_after))
+                    b.hot.set_ledger_view(lease.remaining, reset_at)
                 });
             }
             Err(e) => {

@@ -1,0 +1,184 @@
+//! Hot-slot reuse under an aggressive sweeper: many keys (the empty key, keys
+//! of exactly 15 and 16 bytes, long keys sharing their first 15 bytes) share
+//! shards, so evicted slots are reused by other keys while lease tasks,
+//! waiting decisions and returns still hold the old keys' cold parts. Every
+//! token the ledger leased must be admitted or returned, per key.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_client::{
+    Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, ManualClock, Mode, Outcome,
+    Policy, PolicyId, PolicySet,
+};
+use support::FakeLedger;
+
+const P: PolicyId = PolicyId::FIRST;
+const CAP: u64 = 1_000_000;
+
+fn policy() -> Policy {
+    Policy {
+        name: "api".into(),
+        requests_per_unit: 1,
+        unit: Duration::from_secs(3600),
+        burst: CAP,
+        failure_mode: FailureMode::FailClosed,
+        mode: Mode::Enforce,
+        fail_open_requests_per_unit: 2,
+    }
+}
+
+fn keys() -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0],
+        vec![0; 15],
+        vec![0; 16],
+        b"abcdefghijklmno".to_vec(),  // 15
+        b"abcdefghijklmnop".to_vec(), // 16
+        b"abcdefghijklmnoq".to_vec(), // 16, same first 15
+    ];
+    for i in 0..24 {
+        keys.push(format!("prefix-{i:012}").into_bytes());
+    }
+    for i in 0..96 {
+        keys.push(format!("k{i}").into_bytes());
+    }
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reused_slots_keep_every_key_s_tokens_apart() {
+    let fake = FakeLedger::start().await;
+    let clock = Arc::new(ManualClock::new());
+    let mut cc = ClientConfig::new(fake.addr);
+    cc.lease_deadline = Duration::from_secs(2);
+    let config = LeaseConfig {
+        idle_after: Duration::ZERO,
+        evict_after: Duration::ZERO,
+        sweep_interval: Duration::from_millis(1),
+        ..LeaseConfig::default()
+    };
+    let m = LeaseManager::new(
+        Client::new(cc),
+        &PolicySet::from_policies("t", vec![policy()]),
+        config,
+        clock.clone(),
+    );
+    let keys = Arc::new(keys());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sweepers = Vec::new();
+    for _ in 0..2 {
+        let (m, stop) = (m.clone(), stop.clone());
+        sweepers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                m.maintain();
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new(keys.iter().map(|_| AtomicU64::new(0)).collect());
+    let mut tasks = Vec::new();
+    for t in 0..24u64 {
+        let (m, keys, admitted, clock) = (m.clone(), keys.clone(), admitted.clone(), clock.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            for i in 0..1500u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = (x % keys.len() as u64) as usize;
+                let d = if i % 3 == 0 {
+                    match m.try_decide(P, &keys[k]) {
+                        Some(d) => d,
+                        None => continue,
+                    }
+                } else {
+                    m.decide(P, &keys[k]).await
+                };
+                match d.outcome {
+                    Outcome::Allowed => {
+                        admitted[k].fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => panic!("the ledger has plenty: {other:?}"),
+                }
+                if i % 97 == 0 {
+                    // Moves rate samples along (and past the 20 ms minimum).
+                    clock.advance(Duration::from_millis(7));
+                }
+                if i % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .expect("decisions finish");
+    stop.store(true, Ordering::Relaxed);
+    for s in sweepers {
+        s.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    m.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut bad = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let mut ledger_key = b"t:api:".to_vec();
+        ledger_key.extend_from_slice(k);
+        let ledger_key = String::from_utf8(ledger_key).unwrap();
+        let leased = CAP - fake.tokens(&ledger_key).unwrap_or(CAP);
+        let admitted = admitted[i].load(Ordering::Relaxed);
+        if leased != admitted {
+            bad.push((ledger_key, leased, admitted, m.local_tokens(P, k)));
+        }
+    }
+    assert!(bad.is_empty(), "(key, leased, admitted, held): {bad:?}");
+}
+
+/// A ledger whose `reset_after` (or `retry_after`) is beyond what a `u64` of
+/// microseconds holds must not panic the lease task: a panicked lease task
+/// never releases the key's lease slot, so the key could never lease again.
+#[tokio::test]
+async fn a_huge_reset_after_from_the_ledger_does_not_wedge_the_key() {
+    let fake = FakeLedger::start().await;
+    let clock = Arc::new(ManualClock::new());
+    clock.advance(Duration::from_secs(1));
+    let mut cc = ClientConfig::new(fake.addr);
+    cc.lease_deadline = Duration::from_millis(500);
+    // 1 token a day, a bucket of 10^13: after a lease of 10^12 the fake says
+    // the bucket is full again in more than i64::MAX ms (saturated).
+    let p = Policy {
+        name: "api".into(),
+        requests_per_unit: 1,
+        unit: Duration::from_secs(86_400),
+        burst: 10_000_000_000_000,
+        failure_mode: FailureMode::FailClosed,
+        mode: Mode::Enforce,
+        fail_open_requests_per_unit: 2,
+    };
+    let config = LeaseConfig {
+        min_lease: 1_000_000_000_000,
+        max_lease: 1_000_000_000_000,
+        ..LeaseConfig::default()
+    };
+    let m = LeaseManager::new(
+        Client::new(cc),
+        &PolicySet::from_policies("t", vec![p]),
+        config,
+        clock.clone(),
+    );
+    let d = tokio::time::timeout(Duration::from_secs(5), m.decide(P, b"k"))
+        .await
+        .expect("bounded");
+    assert_eq!(d.outcome, Outcome::Allowed, "{d:?}");
+    assert_eq!(m.local_tokens(P, b"k"), 1_000_000_000_000 - 1);
+    m.shutdown().await;
+}
