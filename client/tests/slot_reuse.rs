@@ -182,3 +182,47 @@ async fn a_huge_reset_after_from_the_ledger_does_not_wedge_the_key() {
     assert_eq!(m.local_tokens(P, b"k"), 1_000_000_000_000 - 1);
     m.shutdown().await;
 }
+
+/// A blocked key (or one deciding without the ledger) makes decisions but no
+/// leases, so the sweeper sees it busy and never samples it: more than 2^22
+/// decisions before the next sample wrap the hot record's decision count, and
+/// the rate estimate comes out near zero instead of the real rate.
+#[tokio::test]
+async fn a_blocked_key_hammered_past_the_decision_count_wrap_keeps_its_rate() {
+    let fake = FakeLedger::start().await;
+    let clock = Arc::new(ManualClock::new());
+    let mut cc = ClientConfig::new(fake.addr);
+    cc.lease_deadline = Duration::from_millis(500);
+    let p = Policy {
+        burst: 5,
+        ..policy()
+    };
+    let m = LeaseManager::new(
+        Client::new(cc),
+        &PolicySet::from_policies("t", vec![p]),
+        LeaseConfig::default(),
+        clock.clone(),
+    );
+    // Lease the whole bucket (5), spend it; the renewal is denied: blocked
+    // for about an hour.
+    for _ in 0..5 {
+        assert!(m.decide(P, b"k").await.allowed);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(m.try_decide(P, b"k").unwrap().outcome, Outcome::Limited);
+    // 2^22 + 5000 decisions over 4.2 s of the manager's clock: ~1M/s.
+    let n: u64 = (1 << 22) + 5000;
+    for i in 0..n {
+        if i % 1000 == 0 {
+            clock.advance(Duration::from_millis(1));
+        }
+        let d = m.try_decide(P, b"k").unwrap();
+        assert_eq!(d.outcome, Outcome::Limited);
+    }
+    // Quiet now: the next sweep samples the key.
+    clock.advance(Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let qps = m.observed_qps(P, b"k");
+    assert!(qps > 500_000.0, "observed {qps}/s, ~1M/s were decided");
+    m.shutdown().await;
+}

@@ -398,8 +398,9 @@ impl<'a> Bucket<'a> {
     pub(crate) fn sample(&self, now_us: u64, tau_us: u64, min_us: u64) -> bool {
         let cold = self.cold();
         let last = cold.sampled_at_us.load(Acquire);
+        let sampled = cold.hits_sampled.load(Acquire);
         if now_us < last.saturating_add(min_us) {
-            return self.hot.hits() != cold.hits_sampled.load(Relaxed);
+            return self.hot.hits() != sampled;
         }
         if cold
             .sampled_at_us
@@ -408,10 +409,19 @@ impl<'a> Bucket<'a> {
         {
             return true; // someone else is sampling right now
         }
-        // Only the sampler that won the CAS above writes `hits_sampled`, and
-        // the token word is only read: the deciding cores keep their line.
+        // The token word is only read: the deciding cores keep their line.
+        // A sampler that stalled after its CAS above may find a later
+        // sampler has moved `hits_sampled` on: its count would be "behind"
+        // (nearly 2^22 decisions after the wrap), so it gives up.
         let total = self.hot.hits();
-        let hits = total.wrapping_sub(cold.hits_sampled.swap(total, Relaxed)) & HITS_MASK;
+        if cold
+            .hits_sampled
+            .compare_exchange(sampled, total, AcqRel, Relaxed)
+            .is_err()
+        {
+            return true;
+        }
+        let hits = total.wrapping_sub(sampled) & HITS_MASK;
         let dt = (now_us - last) as f64 / 1e6;
         let measured = hits as f64 / dt;
         let old = cold.qps();

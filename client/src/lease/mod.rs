@@ -367,6 +367,11 @@ impl LeaseManager {
     #[cold]
     fn local_empty(&self, state: &PolicyState, bucket: Bucket<'_>, now: u64) -> Option<Decision> {
         bucket.hot.hit();
+        // A key deciding without tokens (blocked, breaker open, waiting) may
+        // not lease for a long time, and the sweeper does not sample a busy
+        // key: sample here (at most every MIN_SAMPLE_US; usually one load),
+        // or more than 2^22 decisions between samples would wrap the count.
+        bucket.sample(now, us(self.inner.config.qps_decay), MIN_SAMPLE_US);
         let cold = bucket.cold();
         if cold.blocked(now).is_some() {
             return Some(self.finish(state, self.limited(state, bucket, now)));
