@@ -286,8 +286,9 @@ impl LeaseManager {
 
     /// Decides without waiting: `None` when the key has no local tokens and a
     /// lease is on its way (the caller may retry, or call [`Self::decide`]).
-    /// The steady-state path: a map lookup, one clock read and two atomic
-    /// read-modify-writes (the rate counter and the token count).
+    /// The steady-state path: a map lookup under the shard's read lock, one
+    /// clock read and one compare-and-swap of the word that holds the token
+    /// count and the decision counter.
     pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
         let state = &self.inner.policies[id.0];
         self.with_bucket(state, key, |bucket| self.local(state, bucket))
