@@ -19,6 +19,7 @@
 //! cold part outside the lock finds its hot record through [`KeyMap::with`],
 //! which checks that the slot still holds that very `Arc`.
 
+use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -52,7 +53,9 @@ struct Slots {
     /// 2^22) at the last sweep, and the millisecond of the last sweep that
     /// saw it change (or of the key's insertion).
     swept: Vec<AtomicU64>,
-    free: Vec<u32>,
+    /// Free slots below the arrays' end, reused lowest first, so live keys
+    /// gather at the front and the tail can be given back.
+    free: BTreeSet<u32>,
 }
 
 impl Slots {
@@ -62,6 +65,32 @@ impl Slots {
         let i = i as usize;
         self.hot[i].tag == tag
             && (key.len() <= INLINE_KEY || self.cold[i].as_ref().is_some_and(|c| c.key() == key))
+    }
+
+    /// Drops the free slots at the end of the arrays and shrinks the arrays
+    /// and the table when they are mostly empty: after a burst of distinct
+    /// keys (say, random client IPs) has been evicted, the memory goes back
+    /// instead of staying at the peak. Code holding a dropped slot's index
+    /// finds it gone ([`KeyMap::with`] checks the bounds).
+    fn give_back_tail(&mut self, hash_of: &impl Fn(&Option<Arc<KeyCold>>) -> u64) {
+        while self.cold.last().is_some_and(Option::is_none) {
+            let last = self.cold.len() - 1;
+            self.free.remove(&(last as u32));
+            self.hot.pop();
+            self.cold.pop();
+            self.swept.pop();
+        }
+        let len = self.hot.len();
+        if self.hot.capacity() > 2 * len + 16 {
+            self.hot.shrink_to(len + len / 4);
+            self.cold.shrink_to(len + len / 4);
+            self.swept.shrink_to(len + len / 4);
+        }
+        if self.table.capacity() > 4 * self.table.len() + 16 {
+            let colds = &self.cold;
+            self.table
+                .shrink_to(self.table.len(), |&i| hash_of(&colds[i as usize]));
+        }
     }
 
     /// Slot `i` (of the table, so it holds a key).
@@ -169,7 +198,7 @@ impl KeyMap {
         {
             return c;
         }
-        let index = match slots.free.pop() {
+        let index = match slots.free.pop_first() {
             Some(i) => i,
             None => {
                 let i = u32::try_from(slots.hot.len()).expect("at most 2^32 keys per shard");
@@ -253,8 +282,14 @@ impl KeyMap {
         }
         slots.hot[i] = KeyHot::new(0);
         slots.cold[i] = None;
-        slots.free.push(index);
+        slots.free.insert(index);
+        slots.give_back_tail(&self.hasher_of_colds());
         true
+    }
+
+    /// The table's rehash function: a key's hash is kept in its cold part.
+    fn hasher_of_colds(&self) -> impl Fn(&Option<Arc<KeyCold>>) -> u64 {
+        |c| c.as_ref().map_or(0, |c| c.hash)
     }
 
     /// How many keys the map holds.
@@ -308,6 +343,8 @@ mod tests {
                 assert!(map.with(&a, |b| Arc::ptr_eq(b.cold(), &a)).unwrap());
             }
             assert_eq!(map.len(), keys.len());
+            let slots: usize = map.shards.iter().map(|s| s.0.read().hot.len()).sum();
+            assert_eq!(slots, keys.len(), "slots reused, none leaked");
             let mut seen = 0;
             map.for_each(|_| seen += 1);
             assert_eq!(seen, keys.len());
@@ -322,9 +359,51 @@ mod tests {
             }
             assert_eq!(map.len(), 0);
         }
-        // The second round reused the first round's slots.
-        let slots: usize = map.shards.iter().map(|s| s.0.read().hot.len()).sum();
-        assert_eq!(slots, keys.len());
+        // Everything evicted: every shard gave its arrays back.
+        for s in map.shards.iter() {
+            let s = s.0.read();
+            assert_eq!((s.hot.len(), s.free.len()), (0, 0));
+            assert!(s.hot.capacity() <= 16, "{}", s.hot.capacity());
+        }
+    }
+
+    #[test]
+    fn evicting_a_burst_gives_the_memory_back_and_reuse_is_lowest_first() {
+        let map = KeyMap::new();
+        let keys: Vec<Vec<u8>> = (0..20_000u32)
+            .map(|i| format!("ip:{i}").into_bytes())
+            .collect();
+        let colds: Vec<Arc<KeyCold>> = keys
+            .iter()
+            .map(|k| map.get_or_insert(map.hash(k), k, 0, |i| fresh(&map, k, i)))
+            .collect();
+        let capacity =
+            |map: &KeyMap| -> usize { map.shards.iter().map(|s| s.0.read().hot.capacity()).sum() };
+        let before = capacity(&map);
+        assert!(before >= 20_000);
+        // The burst goes idle and is evicted; the first 1000 keys stay.
+        for c in &colds[1000..] {
+            assert!(map.remove_unless(c, |_| false));
+        }
+        assert_eq!(map.len(), 1000);
+        assert!(
+            capacity(&map) < before / 4,
+            "{} of {before}",
+            capacity(&map)
+        );
+        for (k, c) in keys.iter().zip(&colds).take(1000) {
+            assert!(map.with(c, |b| b.cold().key() == &k[..]).unwrap());
+        }
+        // A freed slot in the middle is the next one reused.
+        let mid = &colds[500];
+        assert!(map.remove_unless(mid, |_| false));
+        let shard_of = |h: u64| (h >> 32) as usize & (SHARDS - 1);
+        let k = (0..)
+            .map(|i: u32| format!("new{i}").into_bytes())
+            .find(|k| shard_of(map.hash(k)) == shard_of(mid.hash))
+            .unwrap();
+        let c = map.get_or_insert(map.hash(&k), &k, 0, |i| fresh(&map, &k, i));
+        assert_eq!(c.index, mid.index);
     }
 
     #[test]
