@@ -14,23 +14,10 @@ use leasehold_client::{
     Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, ManualClock, Mode, Outcome,
     Policy, PolicyId, PolicySet,
 };
+use support::conservation::{leased, manager, policy};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
-const CAP: u64 = 1_000_000;
-
-fn policy() -> Policy {
-    Policy {
-        name: "api".into(),
-        requests_per_unit: 1,
-        unit: Duration::from_secs(3600),
-        burst: CAP,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 2,
-    }
-}
-
 fn keys() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = vec![
         vec![],
@@ -53,21 +40,13 @@ fn keys() -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reused_slots_keep_every_key_s_tokens_apart() {
     let fake = FakeLedger::start().await;
-    let clock = Arc::new(ManualClock::new());
-    let mut cc = ClientConfig::new(fake.addr);
-    cc.lease_deadline = Duration::from_secs(2);
     let config = LeaseConfig {
         idle_after: Duration::ZERO,
         evict_after: Duration::ZERO,
         sweep_interval: Duration::from_millis(1),
         ..LeaseConfig::default()
     };
-    let m = LeaseManager::new(
-        Client::new(cc),
-        &PolicySet::from_policies("t", vec![policy()]),
-        config,
-        clock.clone(),
-    );
+    let (m, clock) = manager(&fake, config).await;
     let keys = Arc::new(keys());
     let stop = Arc::new(AtomicBool::new(false));
     let mut sweepers = Vec::new();
@@ -134,7 +113,7 @@ async fn reused_slots_keep_every_key_s_tokens_apart() {
         let mut ledger_key = b"t:api:".to_vec();
         ledger_key.extend_from_slice(k);
         let ledger_key = String::from_utf8(ledger_key).unwrap();
-        let leased = CAP - fake.tokens(&ledger_key).unwrap_or(CAP);
+        let leased = leased(&fake, &ledger_key);
         let admitted = admitted[i].load(Ordering::Relaxed);
         if leased != admitted {
             bad.push((ledger_key, leased, admitted, m.local_tokens(P, k)));

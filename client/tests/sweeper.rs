@@ -8,48 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_client::{
-    Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, ManualClock, Mode, Outcome,
-    Policy, PolicyId, PolicySet,
-};
+use leasehold_client::{LeaseConfig, Outcome, PolicyId};
+use support::conservation::{leased, manager};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
-/// The ledger bucket's size; it refills 1 token per hour, so never in a test.
-const CAP: u64 = 1_000_000;
-
-fn policy() -> Policy {
-    Policy {
-        name: "api".into(),
-        requests_per_unit: 1,
-        unit: Duration::from_secs(3600),
-        burst: CAP,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 2,
-    }
-}
-
-async fn manager(fake: &FakeLedger, config: LeaseConfig) -> (LeaseManager, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new());
-    let mut cc = ClientConfig::new(fake.addr);
-    // A lease that times out may still have been granted: keep timeouts out
-    // of a conservation test.
-    cc.lease_deadline = Duration::from_secs(2);
-    let m = LeaseManager::new(
-        Client::new(cc),
-        &PolicySet::from_policies("t", vec![policy()]),
-        config,
-        clock.clone(),
-    );
-    (m, clock)
-}
-
-/// Tokens the ledger has handed out and not had back.
-fn leased(fake: &FakeLedger, key: &str) -> u64 {
-    CAP - fake.tokens(key).unwrap_or(CAP)
-}
-
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }

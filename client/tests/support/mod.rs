@@ -4,6 +4,8 @@
 //! receives, so tests can assert what reached "the ledger".
 #![allow(dead_code)]
 
+pub mod conservation;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
