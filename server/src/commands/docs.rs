@@ -244,34 +244,23 @@ fn render(cmd: &str, node: &Node, flags: &mut Vec<&'static str>) -> Reply {
         ),
         Node::Word(w) if w == "key" => entry("key", "key", None, flags, Vec::new()),
         Node::Word(w) => entry(w, value_type(cmd, w), None, flags, Vec::new()),
-        // `TOKEN value`: one argument introduced by its token, as Redis writes `EX seconds`.
-        Node::Block(items)
-            if items.len() == 2 && matches!(&items[0], Node::Word(t) if is_token(t)) =>
-        {
-            let (Node::Word(tok), Node::Word(val)) = (&items[0], &items[1]) else {
-                return entry(
-                    "block",
-                    "block",
-                    None,
-                    flags,
-                    items
-                        .iter()
-                        .map(|n| render(cmd, n, &mut Vec::new()))
-                        .collect(),
-                );
-            };
-            entry(val, value_type(cmd, val), Some(tok), flags, Vec::new())
-        }
-        Node::Block(items) => entry(
-            "block",
-            "block",
-            None,
-            flags,
-            items
-                .iter()
-                .map(|n| render(cmd, n, &mut Vec::new()))
-                .collect(),
-        ),
+        Node::Block(items) => match items.as_slice() {
+            // `TOKEN value`: one argument introduced by its token, as Redis
+            // writes `EX seconds`.
+            [Node::Word(tok), Node::Word(val)] if is_token(tok) => {
+                entry(val, value_type(cmd, val), Some(tok), flags, Vec::new())
+            }
+            _ => entry(
+                "block",
+                "block",
+                None,
+                flags,
+                items
+                    .iter()
+                    .map(|n| render(cmd, n, &mut Vec::new()))
+                    .collect(),
+            ),
+        },
         Node::OneOf(choices) => entry(
             "choice",
             "oneof",
