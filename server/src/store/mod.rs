@@ -276,11 +276,12 @@ impl Store {
     }
 
     /// Stores a rate-limit state under `key`, expiring at `expire_at` (Unix
-    /// ms) under the clock reading `now`, which becomes a monotonic deadline
+    /// ms) under the shard's clock reading ([`Store::set_clock`]), which becomes a monotonic deadline
     /// (see [`MONOTONIC`]): in a 32-byte compact entry when the key, the
     /// state and the deadline allow it (store/compact.rs), otherwise as
     /// [`Store::set`] would.
-    pub fn set_rate(&mut self, key: &[u8], state: RateState, expire_at: u64, now: Now) {
+    pub fn set_rate(&mut self, key: &[u8], state: RateState, expire_at: u64) {
+        let now = self.clock;
         let (i, h) = self.locate(key);
         let mono = mono_of(now, expire_at).min(i64::MAX as u64);
         let compact = Compact::new(key, &state, mono);
@@ -549,7 +550,7 @@ mod tests {
         s.set_clock(now);
         let state = window(5_000, 2);
         let at = unix_of(now, 7_000);
-        s.set_rate(b"sw:1", state, at, now);
+        s.set_rate(b"sw:1", state, at);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
         assert_eq!(s.table_bytes(), 32 + 2, "one compact entry and its tag");
         assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
@@ -574,7 +575,7 @@ mod tests {
         );
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
         assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
-        s.set_rate(b"sw:1", window(5_000, 3), at, now);
+        s.set_rate(b"sw:1", window(5_000, 3), at);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
         assert_eq!(
             s.counts(),
@@ -585,7 +586,7 @@ mod tests {
             }
         );
         // A deadline the state does not imply keeps it general.
-        s.set_rate(b"sw:1", window(5_000, 3), at + 1, now);
+        s.set_rate(b"sw:1", window(5_000, 3), at + 1);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
         assert_eq!(
             s.get(b"sw:1", now.unix_ms).unwrap().expire_at(now),
@@ -605,7 +606,7 @@ mod tests {
     fn type_and_exists_leave_compact_entries_packed() {
         let mut s = store();
         let now = Now::default();
-        s.set_rate(b"sw", window(0, 1), unix_of(now, 2000), now);
+        s.set_rate(b"sw", window(0, 1), unix_of(now, 2000));
         let compact = |s: &Store| s.tables.iter().map(|t| t.compact.len()).sum::<usize>();
         assert_eq!(s.type_of(b"sw", 1999), Some("slidingwindow"));
         assert_eq!(s.type_of(b"nope", 1999), None);
@@ -639,7 +640,7 @@ mod tests {
                 window(1000, 5)
             };
             let deadline = st.empties_at().unwrap();
-            s.set_rate(format!("w{i}").as_bytes(), st, unix_of(now, deadline), now);
+            s.set_rate(format!("w{i}").as_bytes(), st, unix_of(now, deadline));
         }
         assert_eq!(s.table_bytes() / 1000, 32 + 2, "{}", s.table_bytes());
         assert_eq!(s.get_rate(b"w0", 50_999), Some(Some(window(0, 0))));
@@ -676,7 +677,7 @@ mod tests {
             mono_ms: 0,
         };
         s.set_clock(now);
-        s.set_rate(b"c", window(0, 1), unix_of(now, 2000), now);
+        s.set_rate(b"c", window(0, 1), unix_of(now, 2000));
         s.set(b"g", Value::Int(1), Some(now.unix_ms + 10), now.unix_ms);
         let later = Now {
             unix_ms: now.unix_ms + 3000,
@@ -684,7 +685,7 @@ mod tests {
         };
         s.set_clock(later);
         for k in [&b"c"[..], b"g"] {
-            s.set_rate(k, window(3000, 1), unix_of(later, 5000), later);
+            s.set_rate(k, window(3000, 1), unix_of(later, 5000));
         }
         assert_eq!(
             s.counts(),
@@ -705,7 +706,6 @@ mod tests {
                 format!("{{t}}{i}").as_bytes(),
                 window(0, 1),
                 unix_of(now, 2000),
-                now,
             );
         }
         let slot = s.locate(b"{t}").0;
@@ -972,7 +972,7 @@ mod compact_model {
                     if !is_live {
                         created += 1;
                     }
-                    s.set_rate(&key, st, at, now);
+                    s.set_rate(&key, st, at);
                     model.insert(key, at);
                 }
                 4 => {

@@ -120,7 +120,7 @@ fn load<T>(
 fn save(s: &mut Shard, key: &[u8], state: RateState, expire_mono: u64) {
     let at = unix_of(s.now, expire_mono);
     emit_restore(s, key, &state, at);
-    s.store.set_rate(key, state, at, s.now);
+    s.store.set_rate(key, state, at);
 }
 
 /// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
@@ -377,7 +377,7 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         s.store.remove(&key, now.unix_ms);
     } else {
         emit_restore(s, &key, &state, expire_at);
-        s.store.set_rate(&key, state, expire_at, now);
+        s.store.set_rate(&key, state, expire_at);
     }
     Ok(Reply::ok())
 }
