@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use leasehold_client::{
     Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, ManualClock, Mode, Outcome,
     Policy, PolicyId, PolicySet,
 };
-use support::conservation::{leased, manager, policy};
+use support::conservation::{evict_always, join_all, leased, manager, policy, Sweepers};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
@@ -40,25 +40,9 @@ fn keys() -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reused_slots_keep_every_key_s_tokens_apart() {
     let fake = FakeLedger::start().await;
-    let config = LeaseConfig {
-        idle_after: Duration::ZERO,
-        evict_after: Duration::ZERO,
-        sweep_interval: Duration::from_millis(1),
-        ..LeaseConfig::default()
-    };
-    let (m, clock) = manager(&fake, config).await;
+    let (m, clock) = manager(&fake, evict_always()).await;
     let keys = Arc::new(keys());
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut sweepers = Vec::new();
-    for _ in 0..2 {
-        let (m, stop) = (m.clone(), stop.clone());
-        sweepers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                m.maintain();
-                tokio::task::yield_now().await;
-            }
-        }));
-    }
+    let sweepers = Sweepers::spawn(&m, 2);
     let admitted: Arc<Vec<AtomicU64>> = Arc::new(keys.iter().map(|_| AtomicU64::new(0)).collect());
     let mut tasks = Vec::new();
     for t in 0..24u64 {
@@ -94,17 +78,8 @@ async fn reused_slots_keep_every_key_s_tokens_apart() {
             }
         }));
     }
-    tokio::time::timeout(Duration::from_secs(60), async {
-        for t in tasks {
-            t.await.unwrap();
-        }
-    })
-    .await
-    .expect("decisions finish");
-    stop.store(true, Ordering::Relaxed);
-    for s in sweepers {
-        s.await.unwrap();
-    }
+    join_all(tasks).await;
+    sweepers.stop().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     m.shutdown().await;
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -4,12 +4,12 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_client::{LeaseConfig, Outcome, PolicyId};
-use support::conservation::{leased, manager};
+use support::conservation::{evict_always, join_all, leased, manager, Sweepers};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
@@ -22,24 +22,9 @@ async fn eviction_racing_decisions_loses_no_tokens() {
     let fake = FakeLedger::start().await;
     // Every sweep may evict every key that holds nothing (and returns what an
     // idle key holds): the manual clock never moves, so every key is "idle".
-    let config = LeaseConfig {
-        idle_after: Duration::ZERO,
-        evict_after: Duration::ZERO,
-        sweep_interval: Duration::from_millis(1),
-        ..LeaseConfig::default()
-    };
-    let (m, _clock) = manager(&fake, config).await;
+    let (m, _clock) = manager(&fake, evict_always()).await;
     let keys: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), vec![b'L'; 60], vec![]];
-    let stop = Arc::new(AtomicBool::new(false));
-    let sweeper = {
-        let (m, stop) = (m.clone(), stop.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                m.maintain();
-                tokio::task::yield_now().await;
-            }
-        })
-    };
+    let sweepers = Sweepers::spawn(&m, 1);
     let admitted: Arc<Vec<AtomicU64>> = Arc::new(keys.iter().map(|_| AtomicU64::new(0)).collect());
     let mut tasks = Vec::new();
     for t in 0..16usize {
@@ -60,15 +45,8 @@ async fn eviction_racing_decisions_loses_no_tokens() {
             }
         }));
     }
-    tokio::time::timeout(Duration::from_secs(60), async {
-        for t in tasks {
-            t.await.unwrap();
-        }
-    })
-    .await
-    .expect("decisions finish");
-    stop.store(true, Ordering::Relaxed);
-    sweeper.await.unwrap();
+    join_all(tasks).await;
+    sweepers.stop().await;
     settle().await;
     // Every lease and return has landed; give back what is held locally.
     let held: Vec<u64> = keys.iter().map(|k| m.local_tokens(P, k)).collect();
