@@ -439,6 +439,18 @@ impl Store {
 }
 
 #[cfg(test)]
+impl StoreCounts {
+    /// A value to compare with, in field order.
+    fn of(keys: u64, expires: u64, expired: u64) -> StoreCounts {
+        StoreCounts {
+            keys,
+            expires,
+            expired,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -450,24 +462,10 @@ mod tests {
     fn set_get_and_lazy_expiry() {
         let mut s = store();
         s.set(b"k", Value::from_bytes(b"v"), Some(1000), 0);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 1,
-                expires: 1,
-                expired: 0
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(1, 1, 0));
         assert!(s.get(b"k", 999).is_some());
         assert!(s.get(b"k", 1000).is_none());
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 0,
-                expires: 0,
-                expired: 1
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(0, 0, 1));
     }
 
     #[test]
@@ -518,14 +516,7 @@ mod tests {
         assert_eq!(s.counts().expired, 0, "still live at 9");
         s.set(b"zz", Value::Int(3), Some(20), 10);
         s.set(b"zz", Value::Int(4), None, 30);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 1,
-                expires: 0,
-                expired: 1
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(1, 0, 1));
     }
 
     fn window(start: u64, current: u64) -> RateState {
@@ -554,14 +545,7 @@ mod tests {
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
         assert_eq!(s.table_bytes(), 32 + 2, "one compact entry and its tag");
         assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 1,
-                expires: 1,
-                expired: 0
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(1, 1, 0));
         let mut seen = Vec::new();
         let slot = crate::slot::key_slot(b"sw:1") as usize;
         s.for_each_in_slot(slot, now.unix_ms, |e| {
@@ -577,14 +561,7 @@ mod tests {
         assert_eq!(s.get_rate(b"sw:1", now.unix_ms), Some(Some(state)));
         s.set_rate(b"sw:1", window(5_000, 3), at);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 1);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 1,
-                expires: 1,
-                expired: 0
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(1, 1, 0));
         // A deadline the state does not imply keeps it general.
         s.set_rate(b"sw:1", window(5_000, 3), at + 1);
         assert_eq!(s.tables.iter().map(|t| t.compact.len()).sum::<usize>(), 0);
@@ -592,14 +569,7 @@ mod tests {
             s.get(b"sw:1", now.unix_ms).unwrap().expire_at(now),
             Some(at + 1)
         );
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 1,
-                expires: 1,
-                expired: 0
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(1, 1, 0));
     }
 
     #[test]
@@ -613,14 +583,7 @@ mod tests {
         assert_eq!(compact(&s), 1);
         assert_eq!(s.type_of(b"sw", 2000), None, "gone at its deadline");
         assert_eq!(compact(&s), 0);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 0,
-                expires: 0,
-                expired: 1
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(0, 0, 1));
     }
 
     #[test]
@@ -647,23 +610,9 @@ mod tests {
         assert_eq!(s.get_rate(b"w0", 51_000), None, "gone at its deadline");
         let (_, reclaimed) = s.sweep(51_000, 16384, || false);
         assert_eq!(reclaimed, 499);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 500,
-                expires: 500,
-                expired: 500
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(500, 500, 500));
         s.sweep(53_000, 16384, || false);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 0,
-                expires: 0,
-                expired: 1000
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(0, 0, 1000));
         assert_eq!(s.table_bytes(), 0);
     }
 
@@ -687,14 +636,7 @@ mod tests {
         for k in [&b"c"[..], b"g"] {
             s.set_rate(k, window(3000, 1), unix_of(later, 5000));
         }
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 2,
-                expires: 2,
-                expired: 2
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(2, 2, 2));
     }
 
     #[test]
@@ -737,14 +679,7 @@ mod tests {
         assert_eq!(s.counts().expires, 500);
         let (_, reclaimed) = s.sweep(11, 16384, || false);
         assert_eq!(reclaimed, 500);
-        assert_eq!(
-            s.counts(),
-            StoreCounts {
-                keys: 500,
-                expires: 0,
-                expired: 500
-            }
-        );
+        assert_eq!(s.counts(), StoreCounts::of(500, 0, 500));
     }
 
     #[test]
