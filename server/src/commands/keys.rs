@@ -42,7 +42,7 @@ fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let mut n = 0;
     while a.remaining() > 0 {
         let key = a.key()?;
-        if s.store.remove(&key, s.now.unix_ms).is_some() {
+        if s.store.remove(&key, s.now.unix_ms) {
             n += 1;
         }
     }

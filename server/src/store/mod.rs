@@ -226,13 +226,26 @@ impl Store {
         true
     }
 
-    /// Removes `key`; returns its entry if it was live. Emits `DEL` when it existed.
-    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
+    /// Removes `key`; returns whether it was live. Emits `DEL` when it existed.
+    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> bool {
         let (i, h) = self.locate(key);
-        let j = self.find_entry(i, h, key)?;
+        if let Some(j) = self.tables[i].compact.find(h, key) {
+            let expired = self.compact_expired(self.tables[i].compact.at(j), now_ms);
+            self.remove_compact(i, j, expired);
+            return !expired;
+        }
+        let Some(j) = self.tables[i].find(h, key) else {
+            return false;
+        };
         let expired = self.tables[i].at(j).expired(now_ms, self.clock);
-        let e = self.remove_at(i, j, expired);
-        (!expired).then_some(e)
+        self.remove_at(i, j, expired);
+        !expired
+    }
+
+    /// Whether compact entry `c` is past its deadline at `now_ms`, its
+    /// monotonic deadline read under the shard's clock reading.
+    fn compact_expired(&self, c: &Compact, now_ms: u64) -> bool {
+        unix_of(self.clock, c.deadline_mono()) <= now_ms
     }
 
     /// The rate-limit state at `key`: `None` when the key is absent (or just
@@ -268,7 +281,7 @@ impl Store {
     ) -> Result<Option<Compact>, ()> {
         let j = self.tables[i].compact.find(h, key).ok_or(())?;
         let c = *self.tables[i].compact.at(j);
-        if unix_of(self.clock, c.deadline_mono()) > now_ms {
+        if !self.compact_expired(&c, now_ms) {
             return Ok(Some(c));
         }
         self.remove_compact(i, j, true);
@@ -290,8 +303,7 @@ impl Store {
             (Some(c), Some(j)) => {
                 // A write meeting a value past its deadline counts it as
                 // expired, as `Store::set` does.
-                let old = table.compact.at(j).deadline_mono();
-                if unix_of(self.clock, old) <= now.unix_ms {
+                if self.compact_expired(self.tables[i].compact.at(j), now.unix_ms) {
                     self.counts.expired += 1;
                 }
                 return self.tables[i].compact.replace(j, c);
@@ -330,7 +342,7 @@ impl Store {
 
     /// Removes entry `j` of table `i`, counting it as expired or not, and
     /// emits `DEL` for it.
-    fn remove_at(&mut self, i: usize, j: usize, expired: bool) -> Entry {
+    fn remove_at(&mut self, i: usize, j: usize, expired: bool) {
         let table = &mut self.tables[i];
         let entry = table.swap_remove(j, &self.hasher);
         table.shrink(&self.hasher);
@@ -340,7 +352,6 @@ impl Store {
         }
         self.ttl_changed(i, entry.expire_at != 0, false);
         self.effects.emit(Effect::Del { key: entry.key() });
-        entry
     }
 
     /// Bytes held by the slot tables (not counting boxed keys and large
@@ -660,7 +671,7 @@ mod tests {
             );
         }
         assert_eq!(s.counts().keys, COMPACT_MAX as u64 + 50);
-        assert!(s.remove(b"{t}0", 0).is_some());
+        assert!(s.remove(b"{t}0", 0));
         assert_eq!(s.counts().keys, COMPACT_MAX as u64 + 49);
     }
 
@@ -804,7 +815,7 @@ mod tests {
                     model.insert(key, (at.unwrap_or(0), step));
                 }
                 4 | 5 => {
-                    assert_eq!(s.remove(&key, now).is_some(), live(&model, &key, now));
+                    assert_eq!(s.remove(&key, now), live(&model, &key, now));
                     model.remove(&key);
                 }
                 6 => {
@@ -923,8 +934,7 @@ mod compact_model {
                     model.insert(key, at.unwrap_or(0));
                 }
                 6 => {
-                    let got = s.remove(&key, now.unix_ms);
-                    assert_eq!(got.is_some(), is_live);
+                    assert_eq!(s.remove(&key, now.unix_ms), is_live);
                     if is_live {
                         deleted += 1;
                     }
