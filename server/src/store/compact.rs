@@ -14,7 +14,7 @@
 //! the clock that drives the state, and reads as the Unix deadline of that
 //! instant under the shard's latest clock reading.
 
-use super::table::{fitted, scan, tag_of};
+use super::table::Tagged;
 use super::value::{Packed, RateState, Value};
 
 /// Longest key a compact entry holds.
@@ -87,86 +87,32 @@ impl Compact {
 }
 
 /// A slot's compact entries and their 16-bit hash tags.
-#[derive(Debug, Default)]
-pub struct CompactVec {
-    entries: Vec<Compact>,
-    tags: Vec<u16>,
-}
+pub type CompactVec = Tagged<Compact>;
 
-impl CompactVec {
-    /// Entries held.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// The entries, in no particular order.
-    pub fn iter(&self) -> std::slice::Iter<'_, Compact> {
-        self.entries.iter()
-    }
-
+impl Tagged<Compact> {
     /// The position of `key`, whose hash is `h`.
     pub fn find(&self, h: u64, key: &[u8]) -> Option<usize> {
-        scan(&self.tags, tag_of(h), |i| self.entries[i].key() == key)
-    }
-
-    /// The entry at `i`.
-    pub fn at(&self, i: usize) -> &Compact {
-        &self.entries[i]
+        self.scan(h, |c| c.key() == key)
     }
 
     /// Replaces the entry at `i` (same key).
     pub fn replace(&mut self, i: usize, c: Compact) {
-        self.entries[i] = c;
-    }
-
-    /// Adds `c`, whose key is absent and hashes to `h`.
-    pub fn push(&mut self, h: u64, c: Compact) {
-        let len = self.entries.len();
-        if len == self.entries.capacity() {
-            let cap = fitted::<Compact>(len + 1);
-            self.entries.reserve_exact(cap - len);
-            self.tags.reserve_exact(cap - len);
-        }
-        self.entries.push(c);
-        self.tags.push(tag_of(h));
-    }
-
-    /// Removes the entry at `i`, moving the last into its place.
-    pub fn swap_remove(&mut self, i: usize) -> Compact {
-        self.tags.swap_remove(i);
-        self.entries.swap_remove(i)
+        *self.at_mut(i) = c;
     }
 
     /// Removes every entry whose deadline is at or before `now_mono`, handing
     /// each to `removed`. Returns the number examined.
     pub fn remove_expired(&mut self, now_mono: u64, mut removed: impl FnMut(Compact)) -> u64 {
-        let seen = self.entries.len() as u64;
+        let seen = self.len() as u64;
         let mut i = 0;
-        while i < self.entries.len() {
-            if self.entries[i].deadline_mono() <= now_mono {
+        while i < self.len() {
+            if self.at(i).deadline_mono() <= now_mono {
                 removed(self.swap_remove(i));
             } else {
                 i += 1;
             }
         }
         seen
-    }
-
-    /// Gives memory back: all of it when empty, half when less than half full.
-    pub fn shrink(&mut self) {
-        let len = self.entries.len();
-        if len == 0 {
-            *self = CompactVec::default();
-        } else if len * 2 < self.entries.capacity() {
-            let cap = fitted::<Compact>(len + len / 4);
-            self.entries.shrink_to(cap);
-            self.tags.shrink_to(cap);
-        }
-    }
-
-    /// Bytes allocated.
-    pub fn allocation_size(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Compact>() + self.tags.capacity() * 2
     }
 }
 

@@ -5,7 +5,7 @@
 //! Why not a hash table of entries: at 1M keys a slot holds about 61, and a
 //! power-of-two table with hashbrown's 7/8 load limit then sits at 128
 //! buckets, half empty, doubling the memory per key. Here the vector grows
-//! one allocator size class at a time (12-25%), so it is about 90% full,
+//! one allocator size class at a time (12-25%, see [`Tagged`]), so it is about 90% full,
 //! and the tags cost 2 bytes a key. A scan of 61 tags reads two cache
 //! lines, and a false match (probability `n / 65536`) costs one key
 //! comparison. Slots made large by hash tags (`{user}:...`) get the
@@ -110,14 +110,14 @@ impl Entry {
     }
 }
 
-pub(super) fn tag_of(h: u64) -> u16 {
+fn tag_of(h: u64) -> u16 {
     (h >> 48) as u16
 }
 
 /// The positions in `tags` equal to `tag`, in order, until `hit` accepts one.
 /// Eight tags are compared at a time into a bit mask (one SIMD compare once
 /// vectorised).
-pub(super) fn scan(tags: &[u16], tag: u16, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
+fn scan(tags: &[u16], tag: u16, mut hit: impl FnMut(usize) -> bool) -> Option<usize> {
     let mut chunks = tags.chunks_exact(8);
     let mut base = 0;
     for chunk in &mut chunks {
@@ -154,16 +154,108 @@ fn size_class(bytes: usize) -> usize {
 }
 
 /// The capacity of at least `want` items of `T` that fills its size class.
-pub(super) fn fitted<T>(want: usize) -> usize {
+fn fitted<T>(want: usize) -> usize {
     let size = std::mem::size_of::<T>();
     size_class(want * size) / size
+}
+
+/// Items and their 16-bit hash tags in two parallel vectors, grown one
+/// allocator size class at a time (12-25%), so they stay about 90% full (a
+/// simulation of 1M keys over 16384 slots gives 54 bytes a key this way, 59.5
+/// when growing by a quarter). Removal moves the last item into the gap.
+#[derive(Debug)]
+pub struct Tagged<T> {
+    items: Vec<T>,
+    tags: Vec<u16>,
+}
+
+impl<T> Default for Tagged<T> {
+    fn default() -> Self {
+        Tagged {
+            items: Vec::new(),
+            tags: Vec::new(),
+        }
+    }
+}
+
+impl<T> Tagged<T> {
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The items, in no particular order.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+
+    /// The item at `i`.
+    pub fn at(&self, i: usize) -> &T {
+        &self.items[i]
+    }
+
+    /// The item at `i`, to change in place.
+    pub fn at_mut(&mut self, i: usize) -> &mut T {
+        &mut self.items[i]
+    }
+
+    /// The position of the first item tagged like hash `h` that `is` accepts.
+    pub fn scan(&self, h: u64, is: impl Fn(&T) -> bool) -> Option<usize> {
+        scan(&self.tags, tag_of(h), |i| is(&self.items[i]))
+    }
+
+    /// Adds `item`, whose key hashes to `h`; returns its position.
+    pub fn push(&mut self, h: u64, item: T) -> usize {
+        let len = self.items.len();
+        if len == self.items.capacity() {
+            let cap = fitted::<T>(len + 1);
+            self.items.reserve_exact(cap - len);
+            self.tags.reserve_exact(cap - len);
+        }
+        self.items.push(item);
+        self.tags.push(tag_of(h));
+        len
+    }
+
+    /// Removes the item at `i`, moving the last one into its place.
+    pub fn swap_remove(&mut self, i: usize) -> T {
+        self.tags.swap_remove(i);
+        self.items.swap_remove(i)
+    }
+
+    /// Gives memory back: all of it when empty, down to about a quarter
+    /// above the length when less than half full. Returns whether it did.
+    pub fn shrink(&mut self) -> bool {
+        let len = self.items.len();
+        if len == 0 {
+            let had = self.items.capacity() > 0;
+            *self = Tagged::default();
+            return had;
+        }
+        if len * 2 >= self.items.capacity() {
+            return false;
+        }
+        let cap = fitted::<T>(len + len / 4);
+        self.items.shrink_to(cap);
+        self.tags.shrink_to(cap);
+        true
+    }
+
+    /// Bytes allocated.
+    pub fn allocation_size(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<T>() + self.tags.capacity() * 2
+    }
+
+    #[cfg(test)]
+    fn tag(&self, i: usize) -> u16 {
+        self.tags[i]
+    }
 }
 
 /// One slot's keys. See the module docs.
 #[derive(Default)]
 pub struct SlotTable {
-    entries: Vec<Entry>,
-    tags: Vec<u16>,
+    entries: Tagged<Entry>,
     index: Option<HashTable<u32>>,
     /// Sliding-window and GCRA keys in 32-byte entries (store/compact.rs).
     pub compact: CompactVec,
@@ -185,51 +277,41 @@ impl SlotTable {
         let entries = &self.entries;
         match &self.index {
             Some(index) => index
-                .find(h, |&i| entries[i as usize].key() == key)
+                .find(h, |&i| entries.at(i as usize).key() == key)
                 .map(|&i| i as usize),
-            None => scan(&self.tags, tag_of(h), |i| entries[i].key() == key),
+            None => entries.scan(h, |e| e.key() == key),
         }
     }
 
     /// The entry at `i` (from [`SlotTable::find`]).
     pub fn at(&self, i: usize) -> &Entry {
-        &self.entries[i]
+        self.entries.at(i)
     }
 
     /// The entry at `i`, to change in place.
     pub fn at_mut(&mut self, i: usize) -> &mut Entry {
-        &mut self.entries[i]
+        self.entries.at_mut(i)
     }
 
     /// Adds `entry`, whose key is not present and hashes to `h`.
     pub fn push(&mut self, h: u64, entry: Entry, hasher: &Hasher) -> &mut Entry {
-        let len = self.entries.len();
-        if len == self.entries.capacity() {
-            // The next size class up: 12-25% more, so the vector stays
-            // about 90% full (a simulation of 1M keys over 16384 slots gives
-            // 54 bytes a key this way, 59.5 when growing by a quarter).
-            let cap = fitted::<Entry>(len + 1);
-            self.entries.reserve_exact(cap - len);
-            self.tags.reserve_exact(cap - len);
-        }
-        self.entries.push(entry);
-        self.tags.push(tag_of(h));
+        let i = self.entries.push(h, entry);
         let entries = &self.entries;
         match &mut self.index {
             Some(index) => {
-                index.insert_unique(h, len as u32, |&i| {
-                    hasher.hash_one(entries[i as usize].key())
+                index.insert_unique(h, i as u32, |&j| {
+                    hasher.hash_one(entries.at(j as usize).key())
                 });
             }
-            None if len + 1 > INDEX_FROM => self.build_index(hasher),
+            None if i + 1 > INDEX_FROM => self.build_index(hasher),
             None => {}
         }
-        &mut self.entries[len]
+        self.entries.at_mut(i)
     }
 
     fn build_index(&mut self, hasher: &Hasher) {
         let entries = &self.entries;
-        let hash = |&i: &u32| hasher.hash_one(entries[i as usize].key());
+        let hash = |&i: &u32| hasher.hash_one(entries.at(i as usize).key());
         let mut index = HashTable::with_capacity(entries.len());
         for i in 0..entries.len() as u32 {
             index.insert_unique(hash(&i), i, hash);
@@ -242,18 +324,17 @@ impl SlotTable {
     pub fn swap_remove(&mut self, i: usize, hasher: &Hasher) -> Entry {
         let last = self.entries.len() - 1;
         if let Some(index) = &mut self.index {
-            let h = hasher.hash_one(self.entries[i].key());
+            let h = hasher.hash_one(self.entries.at(i).key());
             if let Ok(found) = index.find_entry(h, |&j| j as usize == i) {
                 found.remove();
             }
             if i != last {
-                let h = hasher.hash_one(self.entries[last].key());
+                let h = hasher.hash_one(self.entries.at(last).key());
                 if let Some(moved) = index.find_mut(h, |&j| j as usize == last) {
                     *moved = i as u32;
                 }
             }
         }
-        self.tags.swap_remove(i);
         self.entries.swap_remove(i)
     }
 
@@ -278,7 +359,7 @@ impl SlotTable {
                 return (seen, Some(i));
             }
             seen += 1;
-            if self.entries[i].expired(now_ms, clock) {
+            if self.entries.at(i).expired(now_ms, clock) {
                 // The last entry moves into `i`, which is examined next.
                 removed(self.swap_remove(i, hasher));
             } else {
@@ -292,36 +373,24 @@ impl SlotTable {
     /// half or more when it is less than half full, and the index when the
     /// slot no longer needs one.
     pub fn shrink(&mut self, hasher: &Hasher) {
-        let len = self.entries.len();
         self.compact.shrink();
-        if len == 0 {
-            let compact = std::mem::take(&mut self.compact);
-            *self = SlotTable {
-                compact,
-                ..SlotTable::default()
-            };
-            return;
-        }
+        let len = self.entries.len();
         if len < INDEX_UNTIL {
             self.index = None;
         }
-        if len * 2 < self.entries.capacity() {
-            let cap = fitted::<Entry>(len + len / 4);
-            self.entries.shrink_to(cap);
-            self.tags.shrink_to(cap);
+        if self.entries.shrink() {
             if let Some(index) = &mut self.index {
                 let entries = &self.entries;
-                index.shrink_to(len, |&i| hasher.hash_one(entries[i as usize].key()));
+                index.shrink_to(len, |&i| hasher.hash_one(entries.at(i as usize).key()));
             }
         }
     }
 
     #[cfg(test)]
     pub(super) fn check_invariants(&self, hasher: &Hasher) {
-        assert_eq!(self.tags.len(), self.entries.len());
         for (i, e) in self.entries.iter().enumerate() {
             let h = hasher.hash_one(e.key());
-            assert_eq!(self.tags[i], tag_of(h));
+            assert_eq!(self.entries.tag(i), tag_of(h));
             assert_eq!(self.find(h, e.key()), Some(i));
         }
         if let Some(index) = &self.index {
@@ -332,8 +401,7 @@ impl SlotTable {
 
     /// Bytes allocated for this table (not counting boxed keys and values).
     pub fn allocation_size(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Entry>()
-            + self.tags.capacity() * 2
+        self.entries.allocation_size()
             + self.index.as_ref().map_or(0, HashTable::allocation_size)
             + self.compact.allocation_size()
     }
