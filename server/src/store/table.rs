@@ -5,10 +5,10 @@
 //! Why not a hash table of entries: at 1M keys a slot holds about 61, and a
 //! power-of-two table with hashbrown's 7/8 load limit then sits at 128
 //! buckets, half empty, doubling the memory per key. Here the vector grows
-//! one allocator size class at a time (12-25%, see [`Tagged`]), so it is about 90% full,
-//! and the tags cost 2 bytes a key. A scan of 61 tags reads two cache
-//! lines, and a false match (probability `n / 65536`) costs one key
-//! comparison. Slots made large by hash tags (`{user}:...`) get the
+//! one allocator size class at a time (12-25%, see [`Tagged`]), so it is
+//! about 90% full, and the tags cost 2 bytes a key. A scan of 61 tags reads
+//! two cache lines, and a false match (probability `n / 65536`) costs one
+//! key comparison. Slots made large by hash tags (`{user}:...`) get the
 //! index, so a lookup never scans more than [`INDEX_FROM`] tags.
 
 use hashbrown::HashTable;
