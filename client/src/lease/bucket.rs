@@ -33,10 +33,46 @@ use crate::decision::BypassReason;
 pub(crate) const INLINE_KEY: usize = 15;
 
 /// The hot record's 16 key bytes for `key`: byte 0 is the length (or 16 for
-/// a longer key), then the key's first 15 bytes, zero-padded. Equal tags mean
+/// a longer key), then the key's first 15 bytes, zero-padded, read as a
+/// little-endian `u128` (the layout of [`key_tag_bytes`]). Equal tags mean
 /// equal keys when the length is at most [`INLINE_KEY`].
+///
+/// Built from two overlapping unaligned loads of the key and shifts: a
+/// byte-wise copy into a stack buffer read back as one `u128` stalls store
+/// forwarding (~20% of a one-key decision).
 #[inline]
 pub(crate) fn key_tag(key: &[u8]) -> u128 {
+    let len = key.len();
+    let (body, marker) = if len > INLINE_KEY {
+        (le_bytes(&key[..INLINE_KEY]), INLINE_KEY as u128 + 1)
+    } else {
+        (le_bytes(key), len as u128)
+    };
+    (body << 8) | marker
+}
+
+/// Up to 15 bytes as a little-endian integer (byte 0 lowest).
+#[inline]
+fn le_bytes(b: &[u8]) -> u128 {
+    let n = b.len();
+    debug_assert!(n <= INLINE_KEY);
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    if n >= 8 {
+        // The second load ends at the last byte; drop its overlap with the first.
+        let high = u64_at(n - 8).checked_shr(8 * (16 - n) as u32).unwrap_or(0);
+        u128::from(u64_at(0)) | (u128::from(high) << 64)
+    } else if n >= 4 {
+        let high = u32_at(n - 4).checked_shr(8 * (8 - n) as u32).unwrap_or(0);
+        u128::from(u32_at(0)) | (u128::from(high) << 32)
+    } else {
+        b.iter().rev().fold(0, |acc, &x| (acc << 8) | u128::from(x))
+    }
+}
+
+/// [`key_tag`]'s layout spelled out (for its tests).
+#[cfg(test)]
+fn key_tag_bytes(key: &[u8]) -> u128 {
     let mut b = [0u8; 16];
     let n = key.len().min(INLINE_KEY);
     b[0] = if key.len() <= INLINE_KEY {
@@ -45,7 +81,7 @@ pub(crate) fn key_tag(key: &[u8]) -> u128 {
         INLINE_KEY as u8 + 1
     };
     b[1..1 + n].copy_from_slice(&key[..n]);
-    u128::from_ne_bytes(b)
+    u128::from_le_bytes(b)
 }
 
 /// The token word: tokens in the low [`TOKEN_BITS`] bits, a wrapping count
@@ -100,34 +136,93 @@ const IDLE: u8 = 0;
 const LEASING: u8 = 1;
 const EVICTED: u8 = 2;
 
-/// The request path's part of a key: 48 bytes, 16-aligned, in the map's
-/// per-shard array.
+/// The request path's part of a key: 32 bytes, 32-aligned (one cache line
+/// never holds part of two records), in the map's per-shard array.
 #[derive(Debug)]
-#[repr(C, align(16))]
+#[repr(C, align(32))]
 pub(crate) struct KeyHot {
+    /// [`key_tag`] of the key; written only under the shard's write lock.
+    pub(crate) tag: u128,
     /// Leased tokens not yet spent (low 42 bits) and decisions made
     /// (wrapping, high 22 bits): a decision that takes a token updates both
     /// with one CAS.
     word: AtomicU64,
-    /// Renew when the tokens left fall to this: `ceil(last grant x
-    /// low_watermark)`, at least 1.
-    watermark: AtomicU64,
-    /// The ledger's balance and full-again instant at the last lease.
-    ledger_remaining: AtomicU64,
-    reset_at_us: AtomicU64,
-    /// [`key_tag`] of the key; written only under the shard's write lock.
-    pub(crate) tag: u128,
+    /// The renewal watermark, the ledger's balance at the last lease and the
+    /// index of the key's cold part, in one word ([`View`]). Written only by
+    /// the key's one lease call (and at insertion, under the write lock).
+    view: AtomicU64,
+}
+
+/// [`KeyHot::view`], from the top: the low watermark (a [`SMALL_FLOAT`]
+/// rounded up: a renewal starts at most 1/32 768 of it early), the ledger's
+/// balance at the last lease (rounded down: it is shown as `remaining`, and
+/// it is already a past reading) and the cold part's index in its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct View(u64);
+
+/// The two counts' format: `mantissa << exponent`, a 15-bit mantissa and a
+/// 5-bit exponent, so exact up to 32 767 and within 1/32 768 above, up to
+/// about 7 x 10^13.
+const SMALL_FLOAT: u32 = 20;
+const MANTISSA: u32 = 15;
+const SMALL_FLOAT_MAX: u64 = ((1 << MANTISSA) - 1) << ((1 << (SMALL_FLOAT - MANTISSA)) - 1);
+/// Bits of the cold part's index: 16 777 216 keys per shard.
+const INDEX_BITS: u32 = 64 - 2 * SMALL_FLOAT;
+pub(crate) const MAX_INDEX: u32 = (1 << INDEX_BITS) - 1;
+
+impl View {
+    fn new(watermark: u64, ledger_remaining: u64, index: u32) -> View {
+        debug_assert!(index <= MAX_INDEX);
+        let wm = encode(watermark, true);
+        let rem = encode(ledger_remaining, false);
+        View((wm << (SMALL_FLOAT + INDEX_BITS)) | (rem << INDEX_BITS) | u64::from(index))
+    }
+
+    fn watermark(self) -> u64 {
+        decode(self.0 >> (SMALL_FLOAT + INDEX_BITS))
+    }
+
+    fn ledger_remaining(self) -> u64 {
+        decode((self.0 >> INDEX_BITS) & ((1 << SMALL_FLOAT) - 1))
+    }
+
+    fn index(self) -> u32 {
+        (self.0 & u64::from(MAX_INDEX)) as u32
+    }
+}
+
+fn decode(f: u64) -> u64 {
+    (f & ((1 << MANTISSA) - 1)) << (f >> MANTISSA)
+}
+
+/// `v` (saturated at [`SMALL_FLOAT_MAX`]) as a [`SMALL_FLOAT`], rounded up or down.
+fn encode(v: u64, up: bool) -> u64 {
+    let v = v.min(SMALL_FLOAT_MAX);
+    let shift = (64 - v.leading_zeros()).saturating_sub(MANTISSA);
+    let (mut m, mut e) = (v >> shift, u64::from(shift));
+    if up && m << shift != v {
+        m += 1;
+        if m >> MANTISSA != 0 {
+            (m, e) = (m >> 1, e + 1);
+        }
+    }
+    (e << MANTISSA) | m
 }
 
 impl KeyHot {
-    pub(crate) fn new(tag: u128) -> KeyHot {
+    /// A key holding nothing whose cold part is at `index` of its shard.
+    pub(crate) fn new(tag: u128, index: u32) -> KeyHot {
         KeyHot {
-            word: AtomicU64::new(0),
-            watermark: AtomicU64::new(1),
-            ledger_remaining: AtomicU64::new(0),
-            reset_at_us: AtomicU64::new(0),
             tag,
+            word: AtomicU64::new(0),
+            view: AtomicU64::new(View::new(1, 0, index).0),
         }
+    }
+
+    /// Where the key's cold part is in its shard.
+    #[inline]
+    pub(crate) fn cold_index(&self) -> u32 {
+        View(self.view.load(Relaxed)).index()
     }
 
     /// Counts a decision that took no token.
@@ -173,20 +268,14 @@ impl KeyHot {
     /// `tokens_left <= low_watermark x last grant` (at least the last token).
     #[inline]
     pub(crate) fn below_watermark(&self, tokens_left: u64) -> bool {
-        tokens_left <= self.watermark.load(Relaxed)
+        tokens_left <= View(self.view.load(Relaxed)).watermark()
     }
 
-    pub(crate) fn set_ledger_view(&self, remaining: u64, reset_at_us: u64) {
-        self.ledger_remaining.store(remaining, Relaxed);
-        self.reset_at_us.store(reset_at_us, Relaxed);
-    }
-
+    /// The ledger's balance at the last lease (tokens, rounded down to 15
+    /// significant bits).
+    #[inline]
     pub(crate) fn ledger_remaining(&self) -> u64 {
-        self.ledger_remaining.load(Relaxed)
-    }
-
-    pub(crate) fn reset_at_us(&self) -> u64 {
-        self.reset_at_us.load(Relaxed)
+        View(self.view.load(Relaxed)).ledger_remaining()
     }
 }
 
@@ -377,13 +466,28 @@ impl<'a> Bucket<'a> {
         true
     }
 
-    /// Adds a lease call's grant, publishes its result and wakes decisions
-    /// waiting on it.
-    pub(crate) fn finish_lease(&self, result: LeaseResult, granted: u64) {
-        if granted > 0 {
+    /// Lands a lease call's result: the ledger's balance (`None` when the
+    /// call failed), the grant (and the watermark it sets), then publishes
+    /// the result and wakes decisions waiting on it. Only the key's one lease
+    /// call writes the view, so it is read and rewritten without a CAS.
+    pub(crate) fn finish_lease(
+        &self,
+        result: LeaseResult,
+        granted: u64,
+        ledger_remaining: Option<u64>,
+    ) {
+        let old = View(self.hot.view.load(Relaxed));
+        let watermark = if granted > 0 {
             debug_assert!(granted <= MAX_LEASE, "asked for at most MAX_LEASE");
-            let wm = (granted as f64 * self.cold().low_watermark).ceil() as u64;
-            self.hot.watermark.store(wm.max(1), Relaxed);
+            ((granted as f64 * self.cold().low_watermark).ceil() as u64).max(1)
+        } else {
+            old.watermark()
+        };
+        let remaining = ledger_remaining.unwrap_or(old.ledger_remaining());
+        self.hot
+            .view
+            .store(View::new(watermark, remaining, old.index()).0, Relaxed);
+        if granted > 0 {
             self.hot.word.fetch_add(granted.min(MAX_LEASE), AcqRel);
         }
         self.cold().release_lease(result);
@@ -442,13 +546,13 @@ mod tests {
 
     fn parts(key: &[u8]) -> (KeyHot, Option<Arc<KeyCold>>) {
         let cold = KeyCold::new(key, 0, 0, Bytes::copy_from_slice(key), 0, 0.2);
-        (KeyHot::new(key_tag(key)), Some(Arc::new(cold)))
+        (KeyHot::new(key_tag(key), 0), Some(Arc::new(cold)))
     }
 
     #[test]
     fn the_hot_record_is_48_bytes_and_tags_are_exact_for_short_keys() {
-        assert_eq!(std::mem::size_of::<KeyHot>(), 48);
-        assert_eq!(std::mem::align_of::<KeyHot>(), 16);
+        assert_eq!(std::mem::size_of::<KeyHot>(), 32);
+        assert_eq!(std::mem::align_of::<KeyHot>(), 32);
         assert_ne!(key_tag(b""), key_tag(b"\0"));
         assert_ne!(key_tag(b"a"), key_tag(b"a\0"));
         assert_eq!(key_tag(b"user:000001"), key_tag(b"user:000001"));
@@ -501,7 +605,7 @@ mod tests {
         let (hot, cold) = parts(b"k");
         let b = Bucket::new(&hot, &cold);
         let cold = b.cold();
-        b.finish_lease(LeaseResult::Granted, MAX_LEASE);
+        b.finish_lease(LeaseResult::Granted, MAX_LEASE, None);
         // Just below the wrap of the 22-bit count.
         for _ in 0..HITS_MASK - 5 {
             hot.hit();
@@ -523,14 +627,66 @@ mod tests {
     }
 
     #[test]
+    fn key_tag_matches_its_byte_layout_for_every_length() {
+        let bytes: Vec<u8> = (0..40u32).map(|i| (i * 37 + 11) as u8 | 1).collect();
+        for n in 0..=bytes.len() {
+            assert_eq!(
+                key_tag(&bytes[..n]),
+                key_tag_bytes(&bytes[..n]),
+                "length {n}"
+            );
+            // A zero byte and a 0xff byte at each position: no shift loses or smears one.
+            for i in 0..n {
+                for v in [0u8, 0xff] {
+                    let mut k = bytes[..n].to_vec();
+                    k[i] = v;
+                    assert_eq!(key_tag(&k), key_tag_bytes(&k), "length {n}, byte {i} = {v}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_view_keeps_small_counts_exact_rounds_big_ones_safely_and_keeps_the_index() {
+        let big = [
+            1 << 15,
+            (1 << 15) + 1,
+            1 << 20,
+            123_456_789,
+            MAX_LEASE,
+            2 * MAX_LEASE + 1,
+        ];
+        for v in [0, 1, 2, 100, 32_767].into_iter().chain(big) {
+            let view = View::new(v.max(1), v, MAX_INDEX - 1);
+            let (wm, rem) = (view.watermark(), view.ledger_remaining());
+            assert_eq!(view.index(), MAX_INDEX - 1);
+            if v < 1 << 15 {
+                assert_eq!((wm, rem), (v.max(1), v));
+            } else {
+                // The watermark rounds up (renew early), the balance down.
+                assert!(wm >= v && wm - v <= v >> 14, "{v} -> {wm}");
+                assert!(rem <= v && v - rem <= v >> 14, "{v} -> {rem}");
+            }
+        }
+        let huge = View::new(1, u64::MAX, 0);
+        assert_eq!(huge.ledger_remaining(), SMALL_FLOAT_MAX);
+        assert_eq!((huge.watermark(), huge.index()), (1, 0));
+        assert_eq!(
+            View::new(SMALL_FLOAT_MAX, 0, 7).watermark(),
+            SMALL_FLOAT_MAX
+        );
+    }
+
+    #[test]
     fn take_never_goes_below_zero_and_watermark_is_a_fraction_of_the_last_lease() {
         let (hot, cold) = parts(b"k");
         let b = Bucket::new(&hot, &cold);
         assert_eq!(hot.take(HIT), None);
-        b.finish_lease(LeaseResult::Granted, 10);
+        b.finish_lease(LeaseResult::Granted, 10, Some(7));
         assert_eq!(hot.take(HIT), Some(9));
         assert!(!hot.below_watermark(3));
         assert!(hot.below_watermark(2));
+        assert_eq!(hot.ledger_remaining(), 7);
         assert_eq!(hot.drain(), 9);
         assert_eq!(hot.take(HIT), None);
         assert_eq!(hot.hits(), 1, "a failed take counts nothing");
@@ -543,7 +699,7 @@ mod tests {
         let cold = b.cold();
         assert!(cold.claim_lease());
         assert!(!b.try_evict(0), "lease in flight");
-        b.finish_lease(LeaseResult::Granted, 1);
+        b.finish_lease(LeaseResult::Granted, 1, None);
         assert!(!b.try_evict(0), "holds a token");
         assert!(!cold.evicted());
         assert_eq!(hot.take(0), Some(0));

@@ -1,23 +1,26 @@
 //! One policy's keys: `SHARDS` shards, each under a `parking_lot::RwLock`
-//! holding a `hashbrown::HashTable` of `u32` indices into two parallel
-//! arrays: the keys' hot records ([`KeyHot`], 48 bytes each, densely packed)
-//! and their cold parts (`Arc<KeyCold>`).
+//! holding a `hashbrown::HashTable` whose buckets are the keys' hot records
+//! ([`KeyHot`], 32 bytes each) and a slab of their cold parts
+//! (`Arc<KeyCold>`), which a hot record finds by the index it carries.
 //!
 //! A lookup hashes the caller's bytes once (foldhash), takes its shard's read
 //! lock (two atomic read-modify-writes on a word in the shard's own cache
-//! line, usually already in L1), probes the control bytes and a 4-byte slot,
-//! and compares the key in the hot record (exact for keys up to
-//! [`INLINE_KEY`] bytes; longer keys compare their first bytes there and the
-//! rest in the cold part). The decision then works on that same record. With
-//! 100 000 keys the records take 4.8 MB and the tables ~0.7 MB, which this
-//! machine keeps in cache (~40 to 50 ns a dependent load); the old layout's
-//! 12.8 MB of bucket lines came from DRAM (~150 to 190 ns).
+//! line, usually already in L1), probes the control bytes (1 byte a bucket,
+//! which stay in L2) and compares the key in the hot record itself (exact
+//! for keys up to [`INLINE_KEY`] bytes; longer keys compare their first
+//! bytes there and the rest in the cold part). The decision then works on
+//! that same record: one cache line from outside L2 per decision. With 100
+//! 000 keys the table is ~4.3 MB. A dense record array behind a `u32` index
+//! (the layout before) made that two dependent loads, and 48-byte records
+//! straddled lines half of the time.
 //!
-//! Writers (a new key, an eviction) take the shard's write lock; the sweeper
-//! walks a shard under its read lock. An evicted key's index goes on the
-//! shard's free list and is reused by the next new key, so code holding a
-//! cold part outside the lock finds its hot record through [`KeyMap::with`],
-//! which checks that the slot still holds that very `Arc`.
+//! Writers (a new key, an eviction) take the shard's write lock; a rehash
+//! moves records, which is why nothing outside the lock keeps a pointer or a
+//! position into the table. The sweeper walks a shard under its read lock.
+//! An evicted key's cold index goes on the shard's free list and is reused
+//! by the next new key, so code holding a cold part outside the lock finds
+//! its hot record through [`KeyMap::with`], which checks that the slab's
+//! entry at that index is still that very `Arc`.
 
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
@@ -27,7 +30,7 @@ use std::sync::Arc;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::RwLock;
 
-use super::bucket::{key_tag, Bucket, KeyCold, KeyHot, HITS_MASK, INLINE_KEY};
+use super::bucket::{key_tag, Bucket, KeyCold, KeyHot, HITS_MASK, INLINE_KEY, MAX_INDEX};
 
 /// `Slots::swept` holds the decision count in its low bits and a millisecond
 /// above them.
@@ -43,62 +46,67 @@ const SHARDS: usize = 64;
 
 #[derive(Default)]
 struct Slots {
-    table: HashTable<u32>,
-    /// Indexed by the table's values; a free slot's hot record is all zero
-    /// and its cold part `None`.
-    hot: Vec<KeyHot>,
+    /// The keys' hot records, hashed by their key.
+    table: HashTable<KeyHot>,
+    /// Indexed by a record's [`KeyHot::cold_index`]; `None` for a free index.
     cold: Vec<Option<Arc<KeyCold>>>,
     /// For the sweeper (8 bytes a key, so a sweep over busy keys reads
-    /// nothing else but their hot records): the key's decision count (mod
-    /// 2^22) at the last sweep, and the millisecond of the last sweep that
-    /// saw it change (or of the key's insertion).
+    /// nothing else but their hot records), indexed like `cold`: the key's
+    /// decision count (mod 2^22) at the last sweep, and the millisecond of
+    /// the last sweep that saw it change (or of the key's insertion).
     swept: Vec<AtomicU64>,
-    /// Free slots below the arrays' end, reused lowest first, so live keys
+    /// Free indices below the slab's end, reused lowest first, so live keys
     /// gather at the front and the tail can be given back.
     free: BTreeSet<u32>,
 }
 
 impl Slots {
-    /// Whether slot `i` holds `key` (whose [`key_tag`] is `tag`).
+    /// Whether `hot` is `key`'s record (`tag` being its [`key_tag`]).
     #[inline]
-    fn holds(&self, i: u32, tag: u128, key: &[u8]) -> bool {
-        let i = i as usize;
-        self.hot[i].tag == tag
-            && (key.len() <= INLINE_KEY || self.cold[i].as_ref().is_some_and(|c| c.key() == key))
+    fn holds(&self, hot: &KeyHot, tag: u128, key: &[u8]) -> bool {
+        hot.tag == tag
+            && (key.len() <= INLINE_KEY
+                || self.cold_of(hot).as_ref().is_some_and(|c| c.key() == key))
     }
 
-    /// Drops the free slots at the end of the arrays and shrinks the arrays
+    fn cold_of(&self, hot: &KeyHot) -> &Option<Arc<KeyCold>> {
+        &self.cold[hot.cold_index() as usize]
+    }
+
+    /// Drops the free indices at the end of the slab and shrinks the slab
     /// and the table when they are mostly empty: after a burst of distinct
     /// keys (say, random client IPs) has been evicted, the memory goes back
-    /// instead of staying at the peak. Code holding a dropped slot's index
-    /// finds it gone ([`KeyMap::with`] checks the bounds).
-    fn give_back_tail(&mut self, hash_of: &impl Fn(&Option<Arc<KeyCold>>) -> u64) {
+    /// instead of staying at the peak.
+    fn give_back_tail(&mut self) {
         while self.cold.last().is_some_and(Option::is_none) {
             let last = self.cold.len() - 1;
             self.free.remove(&(last as u32));
-            self.hot.pop();
             self.cold.pop();
             self.swept.pop();
         }
-        let len = self.hot.len();
-        if self.hot.capacity() > 2 * len + 16 {
-            self.hot.shrink_to(len + len / 4);
+        let len = self.cold.len();
+        if self.cold.capacity() > 2 * len + 16 {
             self.cold.shrink_to(len + len / 4);
             self.swept.shrink_to(len + len / 4);
         }
         if self.table.capacity() > 4 * self.table.len() + 16 {
-            let colds = &self.cold;
-            self.table
-                .shrink_to(self.table.len(), |&i| hash_of(&colds[i as usize]));
+            let Slots { table, cold, .. } = self;
+            table.shrink_to(table.len(), |h| cold_hash(cold, h));
         }
     }
 
-    /// Slot `i` (of the table, so it holds a key).
+    /// The bucket of `hot`, a record of the table.
     #[inline]
-    fn bucket(&self, i: u32) -> Bucket<'_> {
-        let i = i as usize;
-        Bucket::new(&self.hot[i], &self.cold[i])
+    fn bucket<'a>(&'a self, hot: &'a KeyHot) -> Bucket<'a> {
+        Bucket::new(hot, self.cold_of(hot))
     }
+}
+
+/// The table's rehash function: a key's hash is kept in its cold part.
+fn cold_hash(cold: &[Option<Arc<KeyCold>>], hot: &KeyHot) -> u64 {
+    cold[hot.cold_index() as usize]
+        .as_ref()
+        .map_or(0, |c| c.hash)
 }
 
 /// One shard, alone in its cache lines (the lock word is written by every
@@ -154,8 +162,8 @@ impl KeyMap {
     ) -> Result<R, F> {
         let tag = key_tag(key);
         let slots = self.shard(hash).read();
-        match slots.table.find(hash, |&i| slots.holds(i, tag, key)) {
-            Some(&i) => Ok(f(slots.bucket(i))),
+        match slots.table.find(hash, |h| slots.holds(h, tag, key)) {
+            Some(hot) => Ok(f(slots.bucket(hot))),
             None => Err(f),
         }
     }
@@ -169,11 +177,15 @@ impl KeyMap {
         f: impl FnOnce(Bucket<'_>) -> R,
     ) -> Option<R> {
         let slots = self.shard(cold.hash).read();
-        let i = cold.index as usize;
-        match slots.cold.get(i) {
-            Some(Some(c)) if Arc::ptr_eq(c, cold) => Some(f(slots.bucket(cold.index))),
-            _ => None,
+        match slots.cold.get(cold.index as usize) {
+            Some(Some(c)) if Arc::ptr_eq(c, cold) => {}
+            _ => return None,
         }
+        let hot = slots
+            .table
+            .find(cold.hash, |h| h.cold_index() == cold.index)
+            .expect("a key in the slab has a record");
+        Some(f(slots.bucket(hot)))
     }
 
     /// `key`'s cold part, inserting a fresh key if it is unknown (under the
@@ -193,16 +205,18 @@ impl KeyMap {
         let slots = &mut *guard;
         if let Some(c) = slots
             .table
-            .find(hash, |&i| slots.holds(i, tag, key))
-            .and_then(|&i| slots.cold[i as usize].clone())
+            .find(hash, |h| slots.holds(h, tag, key))
+            .and_then(|h| slots.cold_of(h).clone())
         {
             return c;
         }
         let index = match slots.free.pop_first() {
             Some(i) => i,
             None => {
-                let i = u32::try_from(slots.hot.len()).expect("at most 2^32 keys per shard");
-                slots.hot.push(KeyHot::new(0));
+                let i = u32::try_from(slots.cold.len())
+                    .ok()
+                    .filter(|&i| i <= MAX_INDEX)
+                    .expect("at most 2^24 keys per shard");
                 slots.cold.push(None);
                 slots.swept.push(AtomicU64::new(0));
                 i
@@ -210,15 +224,12 @@ impl KeyMap {
         };
         let cold = Arc::new(fresh(index));
         debug_assert_eq!((cold.hash, cold.index), (hash, index));
-        slots.hot[index as usize] = KeyHot::new(tag);
         slots.cold[index as usize] = Some(cold.clone());
         slots.swept[index as usize].store(swept(now_us, 0), Relaxed);
         let Slots {
             table, cold: colds, ..
         } = slots;
-        table.insert_unique(hash, index, |&i| {
-            colds[i as usize].as_ref().map_or(0, |c| c.hash)
-        });
+        table.insert_unique(hash, KeyHot::new(tag, index), |h| cold_hash(colds, h));
         cold
     }
 
@@ -227,13 +238,13 @@ impl KeyMap {
     pub(crate) fn for_each(&self, mut f: impl FnMut(Bucket<'_>)) {
         for shard in self.shards.iter() {
             let slots = shard.0.read();
-            for &i in slots.table.iter() {
-                f(slots.bucket(i));
+            for hot in slots.table.iter() {
+                f(slots.bucket(hot));
             }
         }
     }
 
-    /// The sweeper's walk, one shard at a time under its read lock, in slot
+    /// The sweeper's walk, one shard at a time under its read lock, in table
     /// order: calls `quiet(bucket, active_at_us)` for every key that has made
     /// no decision since the last sweep, `active_at_us` being the last sweep
     /// that saw it decide (or its insertion); a busy key's cold part is not
@@ -241,17 +252,14 @@ impl KeyMap {
     pub(crate) fn sweep(&self, now_us: u64, mut quiet: impl FnMut(Bucket<'_>, u64)) {
         for shard in self.shards.iter() {
             let slots = shard.0.read();
-            for (i, cold) in slots.cold.iter().enumerate() {
-                if cold.is_none() {
-                    continue;
-                }
-                let bucket = Bucket::new(&slots.hot[i], cold);
-                let hits = bucket.hot.hits();
-                let seen = slots.swept[i].load(Relaxed);
+            for hot in slots.table.iter() {
+                let swept_at = &slots.swept[hot.cold_index() as usize];
+                let hits = hot.hits();
+                let seen = swept_at.load(Relaxed);
                 if seen & HITS_MASK != hits {
-                    slots.swept[i].store(swept(now_us, hits), Relaxed);
+                    swept_at.store(swept(now_us, hits), Relaxed);
                 } else {
-                    quiet(bucket, (seen >> SWEPT_MS_SHIFT) * 1000);
+                    quiet(slots.bucket(hot), (seen >> SWEPT_MS_SHIFT) * 1000);
                 }
             }
         }
@@ -269,27 +277,24 @@ impl KeyMap {
         let mut guard = self.shard(cold.hash).write();
         let slots = &mut *guard;
         let index = cold.index;
-        let i = index as usize;
-        match slots.cold.get(i) {
+        match slots.cold.get(index as usize) {
             Some(Some(c)) if Arc::ptr_eq(c, cold) => {}
             _ => return false,
         }
-        if keep(slots.bucket(index)) {
+        let Slots {
+            table, cold: colds, ..
+        } = slots;
+        let Ok(entry) = table.find_entry(cold.hash, |h| h.cold_index() == index) else {
+            unreachable!("a key in the slab has a record");
+        };
+        if keep(Bucket::new(entry.get(), &colds[index as usize])) {
             return false;
         }
-        if let Ok(e) = slots.table.find_entry(cold.hash, |&j| j == index) {
-            e.remove();
-        }
-        slots.hot[i] = KeyHot::new(0);
-        slots.cold[i] = None;
+        entry.remove();
+        slots.cold[index as usize] = None;
         slots.free.insert(index);
-        slots.give_back_tail(&self.hasher_of_colds());
+        slots.give_back_tail();
         true
-    }
-
-    /// The table's rehash function: a key's hash is kept in its cold part.
-    fn hasher_of_colds(&self) -> impl Fn(&Option<Arc<KeyCold>>) -> u64 {
-        |c| c.as_ref().map_or(0, |c| c.hash)
     }
 
     /// How many keys the map holds.
@@ -343,7 +348,7 @@ mod tests {
                 assert!(map.with(&a, |b| Arc::ptr_eq(b.cold(), &a)).unwrap());
             }
             assert_eq!(map.len(), keys.len());
-            let slots: usize = map.shards.iter().map(|s| s.0.read().hot.len()).sum();
+            let slots: usize = map.shards.iter().map(|s| s.0.read().cold.len()).sum();
             assert_eq!(slots, keys.len(), "slots reused, none leaked");
             let mut seen = 0;
             map.for_each(|_| seen += 1);
@@ -362,8 +367,9 @@ mod tests {
         // Everything evicted: every shard gave its arrays back.
         for s in map.shards.iter() {
             let s = s.0.read();
-            assert_eq!((s.hot.len(), s.free.len()), (0, 0));
-            assert!(s.hot.capacity() <= 16, "{}", s.hot.capacity());
+            assert_eq!((s.cold.len(), s.free.len()), (0, 0));
+            assert!(s.cold.capacity() <= 16, "{}", s.cold.capacity());
+            assert!(s.table.capacity() <= 16, "{}", s.table.capacity());
         }
     }
 
@@ -377,8 +383,12 @@ mod tests {
             .iter()
             .map(|k| map.get_or_insert(map.hash(k), k, 0, |i| fresh(&map, k, i)))
             .collect();
-        let capacity =
-            |map: &KeyMap| -> usize { map.shards.iter().map(|s| s.0.read().hot.capacity()).sum() };
+        let capacity = |map: &KeyMap| -> usize {
+            map.shards
+                .iter()
+                .map(|s| s.0.read().table.capacity() + s.0.read().cold.capacity())
+                .sum()
+        };
         let before = capacity(&map);
         assert!(before >= 20_000);
         // The burst goes idle and is evicted; the first 1000 keys stay.

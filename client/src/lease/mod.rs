@@ -117,6 +117,8 @@ struct PolicyState {
     /// Fail-open static bucket: ns between tokens, and its burst.
     fallback_interval_ns: u64,
     fallback_burst: u64,
+    /// Nanoseconds the ledger takes to refill one token (`unit / rate`).
+    refill_ns: f64,
     map: KeyMap,
     metrics: PolicyMetrics,
 }
@@ -171,6 +173,7 @@ impl LeaseManager {
                     id: PolicyId(i),
                     fallback_interval_ns: (unit_ns / p.fail_open_requests_per_unit).max(1),
                     fallback_burst: p.burst.saturating_mul(2),
+                    refill_ns: unit_ns as f64 / p.requests_per_unit as f64,
                     prefix: prefix.freeze(),
                     map: KeyMap::new(),
                     metrics: PolicyMetrics::new(&p.name),
@@ -252,7 +255,7 @@ impl LeaseManager {
             let now = self.inner.clock.now_us();
             let local = state.map.with(&bucket, |b| {
                 if let Some(left) = b.hot.take(0) {
-                    return Some(self.finish(state, self.allowed(state, b, left, now)));
+                    return Some(self.finish(state, self.allowed(state, b, left)));
                 }
                 if b.cold().blocked(now).is_some() {
                     return Some(self.finish(state, self.limited(state, b, now)));
@@ -359,7 +362,7 @@ impl LeaseManager {
             if bucket.hot.below_watermark(left) {
                 self.spawn_lease(state.id, bucket.cold(), now);
             }
-            return Some(self.finish(state, self.allowed(state, bucket, left, now)));
+            return Some(self.finish(state, self.allowed(state, bucket, left)));
         }
         self.local_empty(state, bucket, now)
     }
@@ -386,19 +389,31 @@ impl LeaseManager {
         None
     }
 
-    fn reset(&self, bucket: Bucket<'_>, now: u64) -> Duration {
-        Duration::from_micros(bucket.hot.reset_at_us().saturating_sub(now))
+    /// Time until the policy's bucket is full again from `balance` tokens:
+    /// the missing tokens times the refill interval (the ledger's
+    /// `reset_after` for the same balance). A gateway's balance is its local
+    /// tokens plus the ledger's at the last lease, so `reset` and `remaining`
+    /// describe one state (rounded up to the next nanosecond).
+    #[inline]
+    fn reset(state: &PolicyState, balance: u64) -> Duration {
+        let missing = state.policy.burst.saturating_sub(balance);
+        let ns = missing as f64 * state.refill_ns;
+        // `as u64` saturates (a refill beyond 584 years reads as that). Not
+        // `ceil`: without SSE4.1 it is a libm call on the request path.
+        let whole = ns as u64;
+        Duration::from_nanos(whole.saturating_add(u64::from((whole as f64) < ns)))
     }
 
     #[inline]
-    fn allowed(&self, state: &PolicyState, bucket: Bucket<'_>, left: u64, now: u64) -> Decision {
+    fn allowed(&self, state: &PolicyState, bucket: Bucket<'_>, left: u64) -> Decision {
+        let remaining = left.saturating_add(bucket.hot.ledger_remaining());
         Decision {
             allowed: true,
             outcome: Outcome::Allowed,
             limit: state.policy.requests_per_unit,
             window: state.policy.unit,
-            remaining: left + bucket.hot.ledger_remaining(),
-            reset: self.reset(bucket, now),
+            remaining,
+            reset: Self::reset(state, remaining),
             retry_after: None,
             over_quota: false,
         }
@@ -413,7 +428,7 @@ impl LeaseManager {
             limit: state.policy.requests_per_unit,
             window: state.policy.unit,
             remaining: 0,
-            reset: self.reset(bucket, now),
+            reset: Self::reset(state, bucket.hot.ledger_remaining()),
             retry_after: Some(Duration::from_micros(until - now)),
             over_quota: true,
         }
@@ -521,13 +536,7 @@ impl LeaseManager {
                     bucket.block_until(now.saturating_add(us(wait).max(1)));
                     (LeaseResult::Denied, 0)
                 };
-                // Saturating: the ledger's durations are whatever it sends
-                // (up to i64::MAX ms), and a panic here would leave the key's
-                // lease slot claimed for good.
-                let reset_at = now.saturating_add(us(lease.reset_after));
-                self.finish_lease(state, &bucket, result, granted, |b| {
-                    b.hot.set_ledger_view(lease.remaining, reset_at)
-                });
+                self.finish_lease(state, &bucket, result, granted, Some(lease.remaining));
             }
             Err(e) => {
                 let result = if e.is_timeout() {
@@ -537,7 +546,7 @@ impl LeaseManager {
                 } else {
                     LeaseResult::Error
                 };
-                self.finish_lease(state, &bucket, result, 0, |_| ());
+                self.finish_lease(state, &bucket, result, 0, None);
             }
         }
     }
@@ -551,11 +560,10 @@ impl LeaseManager {
         bucket: &Arc<KeyCold>,
         result: LeaseResult,
         granted: u64,
-        view: impl FnOnce(Bucket<'_>),
+        ledger_remaining: Option<u64>,
     ) {
         let landed = state.map.with(bucket, |b| {
-            view(b);
-            b.finish_lease(result, granted);
+            b.finish_lease(result, granted, ledger_remaining)
         });
         debug_assert!(landed.is_some(), "a key with a lease in flight was evicted");
     }
