@@ -12,7 +12,8 @@
 //! Does not measure (any of the groups): the ledger round trip; the renewal
 //! spawn a real key pays once per ~400 decisions at max_lease 500; a metrics
 //! recorder (none is installed, so the counters are no-ops); several cores
-//! deciding on the same key; HTTP. The sweeper does run (every 100 ms).
+//! deciding on the same key; HTTP. The sweeper does run (every 100 ms). One
+//! group runs two threads at once (on different keys at any moment).
 //!
 //! The manager's clock is a [`CoarseClock`] (what a gateway deploys: one
 //! atomic load per read, refreshed every millisecond by its thread). The
@@ -214,6 +215,42 @@ fn steady_state(c: &mut Criterion, label: &str, n: usize, system_clock: bool) {
             t
         })
     });
+    if n > 1 && !system_clock {
+        // Both cores deciding at once, each on every key in its own order
+        // (the second thread starts half way round): per-decision time as
+        // each thread sees it. Shows what the map's shared writes cost when
+        // cores meet on its shards.
+        group.bench_function("try_decide, 2 threads", |b| {
+            b.iter_custom(|iters| {
+                let run = |start: usize| {
+                    let mut i = start;
+                    let mut refused = 0u64;
+                    for _ in 0..iters {
+                        i += step;
+                        if i >= n {
+                            i -= n;
+                        }
+                        if s.manager
+                            .try_decide(P, &std::hint::black_box(key(i)))
+                            .is_none()
+                        {
+                            refused += 1;
+                        }
+                    }
+                    refused
+                };
+                let start = Instant::now();
+                let refused = std::thread::scope(|scope| {
+                    let other = scope.spawn(|| run(n / 2));
+                    run(0) + other.join().expect("second decider")
+                });
+                let t = start.elapsed();
+                assert_eq!(refused, 0, "try_decide found an empty bucket");
+                decided += 2 * iters;
+                t
+            })
+        });
+    }
     group.finish();
     let spent = tokens_before - tokens(&s, n);
     let calls = ledger_calls(&s) - calls_before;

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::RwLock;
 
 use super::bucket::{key_tag, Bucket, KeyCold, KeyHot, HITS_MASK, INLINE_KEY, MAX_INDEX};
+use super::shard_lock::ShardLock;
 
 /// `Slots::swept` holds the decision count in its low bits and a millisecond
 /// above them.
@@ -112,7 +112,7 @@ fn cold_hash(cold: &[Option<Arc<KeyCold>>], hot: &KeyHot) -> u64 {
 /// One shard, alone in its cache lines (the lock word is written by every
 /// read lock, so it must not share a line with a neighbour's).
 #[repr(align(128))]
-struct Shard(RwLock<Slots>);
+struct Shard(ShardLock<Slots>);
 
 pub(crate) struct KeyMap {
     hasher: DefaultHashBuilder,
@@ -123,9 +123,7 @@ impl KeyMap {
     pub(crate) fn new() -> KeyMap {
         KeyMap {
             hasher: DefaultHashBuilder::default(),
-            shards: (0..SHARDS)
-                .map(|_| Shard(RwLock::new(Slots::default())))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Shard(ShardLock::default())).collect(),
         }
     }
 
@@ -134,7 +132,7 @@ impl KeyMap {
         self.hasher.hash_one(key)
     }
 
-    fn shard(&self, hash: u64) -> &RwLock<Slots> {
+    fn shard(&self, hash: u64) -> &ShardLock<Slots> {
         // Middle bits: hashbrown uses the low bits for the slot and the top 7
         // for the control byte, so neither loses entropy within a shard.
         &self.shards[(hash >> 32) as usize & (SHARDS - 1)].0
@@ -386,7 +384,10 @@ mod tests {
         let capacity = |map: &KeyMap| -> usize {
             map.shards
                 .iter()
-                .map(|s| s.0.read().table.capacity() + s.0.read().cold.capacity())
+                .map(|s| {
+                    let s = s.0.read();
+                    s.table.capacity() + s.cold.capacity()
+                })
                 .sum()
         };
         let before = capacity(&map);

@@ -53,6 +53,7 @@
 mod bucket;
 mod map;
 mod metrics;
+mod shard_lock;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
