@@ -128,6 +128,7 @@ impl KeyMap {
     }
 
     /// The hash a key's cold part stores (its table slot and shard follow from it).
+    #[inline]
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }

@@ -32,6 +32,7 @@ impl PolicyMetrics {
         }
     }
 
+    #[inline]
     pub(crate) fn record(&self, outcome: Outcome) {
         self.decisions[outcome.index()].increment(1);
         if let Outcome::Bypassed(reason) = outcome {

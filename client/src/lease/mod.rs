@@ -357,15 +357,26 @@ impl LeaseManager {
     /// The steady state (a token taken, above the watermark) reads and writes
     /// only the key's hot record: one CAS counts the decision and takes the
     /// token. The rest reads the cold part too.
+    ///
+    /// The steady state reads no clock: an allowed decision's fields come
+    /// from the record and the policy.
     fn local(&self, state: &PolicyState, bucket: Bucket<'_>) -> Option<Decision> {
-        let now = self.inner.clock.now_us();
         if let Some(left) = bucket.hot.take(HIT) {
             if bucket.hot.below_watermark(left) {
-                self.spawn_lease(state.id, bucket.cold(), now);
+                self.renew(state, bucket);
             }
-            return Some(self.finish(state, self.allowed(state, bucket, left)));
+            state.metrics.record(Outcome::Allowed);
+            return Some(self.allowed(state, bucket, left));
         }
-        self.local_empty(state, bucket, now)
+        self.local_empty(state, bucket, self.inner.clock.now_us())
+    }
+
+    /// `local` at the low watermark: starts the key's renewal.
+    #[cold]
+    #[inline(never)]
+    fn renew(&self, state: &PolicyState, bucket: Bucket<'_>) {
+        let now = self.inner.clock.now_us();
+        self.spawn_lease(state.id, bucket.cold(), now);
     }
 
     /// `local` for a key with no local tokens.
