@@ -106,16 +106,32 @@ async fn lease_renew_and_return_on_idle() {
     assert_eq!(s.fake.calls("TOKENLEASE"), 1);
     assert_eq!(s.manager.local_tokens(P, b"k"), 4, "min_lease 5, one spent");
     assert_eq!(s.fake.tokens("t:api:k"), Some(995));
+    // remaining: the local tokens plus the ledger's balance; reset: the time
+    // the ledger needs to refill the rest of the burst at 1 token an hour.
+    assert_eq!((d.remaining, d.reset), (4 + 995, Duration::from_secs(3600)));
+    assert_eq!(d.ratelimit_header("api"), r#""api";r=999;t=3600"#);
     // Down to the watermark (20% of 5 = 1 token): one background renewal.
-    for _ in 0..3 {
-        assert!(s.manager.try_decide(P, b"k").unwrap().allowed);
+    for left in (1..4).rev() {
+        let d = s.manager.try_decide(P, b"k").unwrap();
+        assert!(d.allowed);
+        let missing = 1000 - (left + 995);
+        assert_eq!(
+            (d.remaining, d.reset),
+            (left + 995, Duration::from_secs(3600 * missing))
+        );
     }
     settle().await;
     assert_eq!(s.fake.calls("TOKENLEASE"), 2);
     assert_eq!(s.manager.local_tokens(P, b"k"), 6);
     assert_eq!(s.fake.tokens("t:api:k"), Some(990));
-    // The sweeper sees the traffic, then the key idles past idle_after:
-    // the 6 unspent tokens go back.
+    let d = s.manager.try_decide(P, b"k").unwrap();
+    assert_eq!(
+        (d.remaining, d.reset),
+        (5 + 990, Duration::from_secs(5 * 3600))
+    );
+    assert!(s.manager.try_decide(P, b"k").unwrap().allowed); // back to 4 local
+                                                             // The sweeper sees the traffic, then the key idles past idle_after:
+                                                             // the 4 unspent tokens go back.
     s.clock.advance(Duration::from_millis(100));
     s.manager.maintain();
     assert_eq!(s.fake.calls("TOKENRETURN"), 0);
@@ -124,14 +140,14 @@ async fn lease_renew_and_return_on_idle() {
     settle().await;
     assert_eq!(s.fake.calls("TOKENRETURN"), 1);
     assert_eq!(s.manager.local_tokens(P, b"k"), 0);
-    assert_eq!(s.fake.tokens("t:api:k"), Some(996));
+    assert_eq!(s.fake.tokens("t:api:k"), Some(994));
     assert_eq!(
         counter(
             &s.snapshotter,
             "rate_limit_decisions_total",
             ("outcome", "allowed")
         ),
-        4
+        6
     );
     // Idle past evict_after (60 s) holding nothing: forgotten; a new request
     // for it starts afresh with a lease.
