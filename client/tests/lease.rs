@@ -160,6 +160,31 @@ async fn lease_renew_and_return_on_idle() {
     assert_eq!(s.manager.tracked_keys(), 1);
 }
 
+/// A return the sweeper started (the key went idle) is still on the wire
+/// when `shutdown` is called: `shutdown` waits for it.
+#[tokio::test]
+async fn shutdown_waits_for_returns_the_sweeper_started() {
+    let s = setup(policy("api", 1000, FailureMode::FailOpen, Mode::Enforce)).await;
+    assert!(s.manager.decide(P, b"k").await.allowed);
+    assert_eq!(s.manager.local_tokens(P, b"k"), 4);
+    // The ledger takes 15 ms to answer for this key (the deadline is 20 ms).
+    s.fake.delay_key("t:api:k", Duration::from_millis(15));
+    s.clock.advance(Duration::from_millis(100));
+    s.manager.maintain();
+    s.clock.advance(Duration::from_secs(3));
+    s.manager.maintain(); // idle: the sweeper starts the return
+    let started = std::time::Instant::now();
+    s.manager.shutdown().await;
+    let waited = started.elapsed();
+    assert_eq!(s.manager.local_tokens(P, b"k"), 0);
+    assert_eq!(s.fake.calls("TOKENRETURN"), 1);
+    assert_eq!(s.fake.tokens("t:api:k"), Some(999));
+    assert!(
+        waited >= Duration::from_millis(10),
+        "returned after {waited:?}"
+    );
+}
+
 #[tokio::test]
 async fn never_two_leases_in_flight_for_one_key() {
     let s = setup(policy("api", 1000, FailureMode::FailOpen, Mode::Enforce)).await;

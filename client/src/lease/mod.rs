@@ -55,6 +55,7 @@ mod map;
 mod metrics;
 mod shard_lock;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -107,6 +108,40 @@ impl Default for LeaseConfig {
     }
 }
 
+impl LeaseConfig {
+    /// Checks the settings a manager cannot work with: `min_lease` of at
+    /// least 1 token and at most `max_lease`, `max_lease` at most 2^40 tokens
+    /// (a key's local count has 42 bits), `low_watermark` in [0, 1), and a
+    /// non-zero `sweep_interval`. The error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min_lease == 0 {
+            return Err("min_lease: must be at least 1 token".into());
+        }
+        if self.min_lease > self.max_lease {
+            return Err(format!(
+                "min_lease: {} is above max_lease {}",
+                self.min_lease, self.max_lease
+            ));
+        }
+        if self.max_lease > MAX_LEASE {
+            return Err(format!(
+                "max_lease: {} is above the largest lease, 2^40 tokens",
+                self.max_lease
+            ));
+        }
+        if !(0.0..1.0).contains(&self.low_watermark) {
+            return Err(format!(
+                "low_watermark: {} is not a fraction in [0, 1)",
+                self.low_watermark
+            ));
+        }
+        if self.sweep_interval.is_zero() {
+            return Err("sweep_interval: must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
 /// Rate samples shorter than this are too noisy to use.
 const MIN_SAMPLE_US: u64 = 20_000;
 
@@ -131,7 +166,24 @@ struct Inner {
     policies: Vec<PolicyState>,
     runtime: Handle,
     ledger: LedgerMetrics,
-    stop: Notify,
+    /// Set by `shutdown`: the sweeper stops at its next tick.
+    stopped: AtomicBool,
+    /// Token returns in flight (the sweeper's and `shutdown`'s), and the
+    /// notification `shutdown` waits on until there are none.
+    returns: AtomicUsize,
+    returns_done: Notify,
+}
+
+/// One return in `Inner::returns`; ends it when dropped (also if its task
+/// is dropped with the runtime).
+struct ReturnInFlight(Arc<Inner>);
+
+impl Drop for ReturnInFlight {
+    fn drop(&mut self) {
+        if self.0.returns.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.returns_done.notify_waiters();
+        }
+    }
 }
 
 /// The lease manager; cheap to clone (all clones share state).
@@ -150,15 +202,22 @@ impl std::fmt::Debug for LeaseManager {
 
 impl LeaseManager {
     /// Builds a manager and starts its sweeper on the current tokio runtime.
+    /// The sweeper holds only a weak reference: it stops when the last clone
+    /// of the manager is dropped (call [`Self::shutdown`] first to return
+    /// unspent tokens).
     ///
     /// # Panics
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime, or when `config` fails
+    /// [`LeaseConfig::validate`] (the message names the setting).
     pub fn new(
         client: Client,
         policies: &PolicySet,
         config: LeaseConfig,
         clock: Arc<dyn Clock>,
     ) -> LeaseManager {
+        if let Err(e) = config.validate() {
+            panic!("invalid LeaseConfig: {e}");
+        }
         let states = policies
             .policies()
             .iter()
@@ -190,17 +249,24 @@ impl LeaseManager {
                 policies: states,
                 runtime: Handle::current(),
                 ledger: LedgerMetrics::new(),
-                stop: Notify::new(),
+                stopped: AtomicBool::new(false),
+                returns: AtomicUsize::new(0),
+                returns_done: Notify::new(),
             }),
         };
-        let sweeper = manager.clone();
+        let sweeper = Arc::downgrade(&manager.inner);
+        let every = manager.inner.config.sweep_interval;
         manager.inner.runtime.spawn(async move {
-            let every = sweeper.inner.config.sweep_interval;
             loop {
-                tokio::select! {
-                    _ = sweeper.inner.stop.notified() => return,
-                    _ = tokio::time::sleep(every) => sweeper.maintain(),
+                tokio::time::sleep(every).await;
+                // Gone once every clone of the manager is dropped.
+                let Some(inner) = sweeper.upgrade() else {
+                    return;
+                };
+                if inner.stopped.load(Ordering::Acquire) {
+                    return;
                 }
+                LeaseManager { inner }.maintain();
             }
         });
         manager
@@ -274,10 +340,13 @@ impl LeaseManager {
                 // before that, an old failure does not: try the ledger.
                 match bucket.last_result().bypass_reason() {
                     Some(reason) if woken => return self.bypass(state, &bucket, Some(reason), now),
-                    _ => self.spawn_lease(id, &bucket, now),
-                }
-                if bucket.evicted() {
-                    continue;
+                    // Refused with none in flight: a block (or an eviction)
+                    // came after the check above; look again rather than
+                    // wait for a lease that is not coming.
+                    _ if !self.spawn_lease(id, &bucket, now) && !bucket.lease_in_flight() => {
+                        continue
+                    }
+                    _ => {}
                 }
             }
             if tokio::time::timeout_at(deadline, leased).await.is_err() {
@@ -496,15 +565,18 @@ impl LeaseManager {
     }
 
     /// Starts the key's one lease call unless one is in flight or the key is blocked.
-    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyCold>, now: u64) {
+    /// Returns false when it started none because the key is blocked (or
+    /// evicted) or another call holds the slot.
+    fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyCold>, now: u64) -> bool {
         if bucket.blocked(now).is_some() || !bucket.claim_lease() {
-            return;
+            return false;
         }
         let me = self.clone();
         let bucket = bucket.clone();
         self.inner
             .runtime
             .spawn(async move { me.lease(id, bucket).await });
+        true
     }
 
     /// B = clamp(min_lease, observed_qps x lookahead, max_lease), and at
@@ -616,11 +688,16 @@ impl LeaseManager {
         }
     }
 
+    /// Starts a TOKENRETURN of the key's tokens, counted in `returns` from
+    /// now until it is done, so `shutdown` can wait for it.
     fn spawn_return(&self, id: PolicyId, bucket: Arc<KeyCold>) {
+        self.inner.returns.fetch_add(1, Ordering::AcqRel);
+        let in_flight = ReturnInFlight(self.inner.clone());
         let me = self.clone();
-        self.inner
-            .runtime
-            .spawn(async move { me.give_back(id, &bucket).await });
+        self.inner.runtime.spawn(async move {
+            me.give_back(id, &bucket).await;
+            drop(in_flight);
+        });
     }
 
     async fn give_back(&self, id: PolicyId, bucket: &Arc<KeyCold>) {
@@ -646,10 +723,10 @@ impl LeaseManager {
     /// lease is in flight returns what that lease brings, once it lands (at
     /// most the lease deadline later). Decisions made after `shutdown` may
     /// lease again; their tokens are not returned.
+    /// Returns the sweeper started before (idle keys' returns) are waited
+    /// for too, up to the same deadline.
     pub async fn shutdown(&self) {
-        // A permit, not a wake-up of current waiters: the sweeper may be
-        // between two waits (running a sweep) right now.
-        self.inner.stop.notify_one();
+        self.inner.stopped.store(true, Ordering::Release);
         let settle = self.inner.client.config().lease_deadline + Duration::from_millis(50);
         let mut calls = tokio::task::JoinSet::new();
         for (i, state) in self.inner.policies.iter().enumerate() {
@@ -674,6 +751,17 @@ impl LeaseManager {
             });
         }
         while calls.join_next().await.is_some() {}
+        let deadline = tokio::time::Instant::now() + settle;
+        loop {
+            let done = self.inner.returns_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.inner.returns.load(Ordering::Acquire) == 0
+                || tokio::time::timeout_at(deadline, done).await.is_err()
+            {
+                break;
+            }
+        }
     }
 
     /// Runs `f` on `key`'s bucket if the key is known.
@@ -701,5 +789,54 @@ impl LeaseManager {
     /// How many keys the manager tracks.
     pub fn tracked_keys(&self) -> usize {
         self.inner.policies.iter().map(|s| s.map.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ClientConfig;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn invalid_lease_settings_are_refused_by_name() {
+        assert_eq!(LeaseConfig::default().validate(), Ok(()));
+        let bad = |f: fn(&mut LeaseConfig)| {
+            let mut c = LeaseConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(bad(|c| c.min_lease = 0).starts_with("min_lease"));
+        assert!(bad(|c| c.min_lease = 501).starts_with("min_lease: 501 is above max_lease 500"));
+        assert!(bad(|c| c.max_lease = MAX_LEASE + 1).starts_with("max_lease"));
+        assert!(bad(|c| c.low_watermark = 1.0).starts_with("low_watermark"));
+        assert!(bad(|c| c.low_watermark = -0.1).starts_with("low_watermark"));
+        assert!(bad(|c| c.low_watermark = f64::NAN).starts_with("low_watermark"));
+        assert!(bad(|c| c.sweep_interval = Duration::ZERO).starts_with("sweep_interval"));
+    }
+
+    /// A manager dropped without `shutdown` is freed: its sweeper holds only
+    /// a weak reference and ends at its next tick.
+    #[tokio::test]
+    async fn a_dropped_manager_is_freed_and_its_sweeper_ends() {
+        let config = LeaseConfig {
+            sweep_interval: Duration::from_millis(5),
+            ..LeaseConfig::default()
+        };
+        let addr = "127.0.0.1:9".parse().unwrap(); // never dialled
+        let m = LeaseManager::new(
+            Client::new(ClientConfig::new(addr)),
+            &PolicySet::from_policies("t", vec![]),
+            config,
+            Arc::new(ManualClock::new()),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await; // a few sweeps ran
+        let inner = Arc::downgrade(&m.inner);
+        drop(m);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            inner.upgrade().is_none(),
+            "the sweeper kept the manager alive"
+        );
     }
 }
