@@ -101,10 +101,15 @@ pub struct Decision {
     pub limit: u64,
     /// The policy's window (its `unit`).
     pub window: Duration,
-    /// Requests left, as far as this gateway knows (its local tokens plus the
-    /// ledger's balance at the last lease).
+    /// Requests left, as far as this gateway knows: its local tokens plus the
+    /// ledger's balance at the last lease (that balance kept to 15
+    /// significant bits, rounded down: exact below 32 768).
     pub remaining: u64,
-    /// Time until the quota is whole again.
+    /// Time until the quota is whole again from `remaining`: the tokens
+    /// missing from the policy's burst times its refill interval (`unit /
+    /// requests_per_unit`), rounded up to the nanosecond; what the ledger's
+    /// TOKENLEASE `reset_after` says for the same balance. `remaining` 0 with
+    /// a burst of 100 at 100 a minute: 60 s.
     pub reset: Duration,
     /// When denied: how long to wait before retrying.
     pub retry_after: Option<Duration>,

@@ -1,13 +1,12 @@
 //! One (policy, key)'s local state, split in two.
 //!
-//! - [`KeyHot`] (48 bytes, in a dense per-shard array of the map, reached
-//!   through a `u32` index): what a steady-state decision reads and writes.
-//!   The token count and the decision counter share one atomic word, so a
-//!   decision is one CAS; the renewal watermark and the ledger's view (for
-//!   the decision's `remaining` and `reset`) sit beside it, and so does the
-//!   key itself (up to [`INLINE_KEY`] bytes) or its first bytes, for the
-//!   lookup's exact compare. 100 000 keys' hot records are 4.8 MB, which
-//!   stays in this machine's caches; the old 128 bytes a key did not.
+//! - [`KeyHot`] (32 bytes, inline in the map's per-shard hash table):
+//!   what a steady-state decision reads and writes. The token count and the
+//!   decision counter share one atomic word, so a decision is one CAS; the
+//!   renewal watermark, the ledger's balance (for the decision's
+//!   `remaining`) and the index of the key's cold part share another (see
+//!   [`View`] for their precision); the key itself (up to [`INLINE_KEY`]
+//!   bytes) or its first bytes fill the rest, for the lookup's exact compare.
 //! - [`KeyCold`] (`Arc`'d, one per key): lease bookkeeping, the block, the
 //!   rate sampler, the fail-open bucket, the full key, the ledger key and the
 //!   notification of waiting decisions. A decision reads it only off the
@@ -17,8 +16,9 @@
 //! A [`Bucket`] borrows both under the shard's lock. Code outside the lock
 //! (a lease task, a waiting decision, a token return) holds the `Arc<KeyCold>`
 //! and reaches the hot record again through `KeyMap::with`, which finds it by
-//! the index the cold part records and checks that the slot still belongs to
-//! this key (an evicted key's slot may hold another key by then).
+//! the key's hash and the cold index the cold part records, and checks that
+//! the slab's entry is still this `Arc` (an evicted key's index may belong to
+//! another key by then).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;

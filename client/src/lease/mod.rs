@@ -2,37 +2,38 @@
 //!
 //! ```text
 //!  decide(policy, key)
-//!    │ map lookup (one hash, a shard read lock, no allocation once the key
-//!    │ exists; the bucket is borrowed under the lock, not reference-counted)
-//!    │ one clock read
+//!    │ map lookup (one hash, the shard's reader slot, a probe of control
+//!    │ bytes, no allocation once the key exists; the bucket is borrowed,
+//!    │ not reference-counted)
 //!    v
 //!  KeyHot ── take a local token (one CAS, which also counts the decision)
 //!    │        ──> Allowed; at the low watermark (and not blocked), claim the
 //!    │        one lease slot (KeyCold) and spawn TOKENLEASE(B, MIN 1)
-//!    │ empty: blocked? ──> Limited (no ledger call until retry_after)
+//!    │ empty (reads the clock): blocked? ──> Limited (no ledger call until
+//!    │        retry_after)
 //!    │ empty: breaker open ──> fail_open static bucket / fail_closed
 //!    │ empty: wait for the lease (at most the lease deadline + 1 ms)
 //!    v
 //!  sweeper (every sweep_interval): rate samples of quiet keys, TOKENRETURN
 //!  of idle keys, eviction of long-idle empty keys
-//! ```
+//!  ```
 //!
 //! Lease size: B = clamp(min_lease, observed_qps x lookahead, max_lease), the
 //! seeds' traffic-proportional leasing. The drift bound that follows: N
 //! gateways over-admit at most N x max_lease beyond the ledger's own limit.
 //!
 //! # The map
-//! Decisions vastly outnumber new keys. Per policy, 64 shards, each under a
-//! `parking_lot::RwLock`: a `hashbrown::HashTable<u32>` of indices into a
-//! dense array of 48-byte hot records (`KeyHot`, `bucket.rs`: the token word,
-//! the watermark, the ledger's view and the key's first 15 bytes) and a
-//! parallel array of `Arc<KeyCold>` (everything else) (`map.rs`). A
-//! steady-state decision is one hash, the shard's read lock, a probe of
-//! 4-byte slots, the key compare in the hot record and one CAS on its token
-//! word: 100 000 keys touch ~5.3 MB at random (records and index), which
-//! this machine keeps in cache, where the old 128 bytes a key (12.8 MB) came
-//! from DRAM. Keys longer than 15 bytes compare their full bytes in the cold
-//! part (one more line).
+//! Decisions vastly outnumber new keys. Per policy, 64 shards (`map.rs`),
+//! each a `hashbrown::HashTable` whose buckets are the keys' 32-byte hot
+//! records (`KeyHot`, `bucket.rs`: the key's first 15 bytes, the token word,
+//! and one word packing the watermark, the ledger's balance and the index of
+//! the key's `Arc<KeyCold>` in the shard's slab). A steady-state decision
+//! is one hash, the shard's reader slot (`shard_lock.rs`: one swap on this
+//! thread's own line; no shared lock word), a probe of the control bytes
+//! (which stay in L2), the key compare in the record and one CAS on its
+//! token word: one cache line from outside L2 a decision. 100 000 keys take
+//! ~4.3 MB of records. Keys longer than 15 bytes compare their full bytes
+//! in the cold part (one more line).
 //!
 //! The sweeper does not read a busy key's cold part: it compares the
 //! decision count in the hot record with the one it saw last sweep (an
@@ -41,14 +42,11 @@
 //! every 100 ms streamed ~15 MB of cold parts through the cache and cost the
 //! 100k-key decision ~60 ns.)
 //!
-//! papaya (lock-free, epoch-protected) was used before: its reads write
-//! nothing shared, but a lookup went through its entry array, a separately
-//! allocated entry, the boxed key and the `Arc`'d bucket, so at 100 000
-//! keys a decision waited for 4 or 5 cache misses one after the other (500
-//! to 1100 ns; see docs/client.md). The price of the read lock: two locked
-//! instructions per decision (one key: ~15 ns more than papaya's pin), and
-//! on one key decided by every core the shard's lock word bounces between
-//! cores along with the key's token word, which bounces anyway.
+//! Earlier layouts, measured in docs/client.md: `papaya` (lock-free, but a
+//! chain of four or five dependent loads a lookup), one 320-byte bucket a
+//! key under `parking_lot` read locks, then 48-byte records in a dense array
+//! behind a `u32` index (two dependent loads, half the records straddling
+//! two lines, and two locked instructions on the shard's shared lock word).
 
 mod bucket;
 mod map;
