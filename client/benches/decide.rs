@@ -16,10 +16,8 @@
 //! group runs two threads at once (on different keys at any moment).
 //!
 //! The manager's clock is a [`CoarseClock`] (what a gateway deploys: one
-//! atomic load per read, refreshed every millisecond by its thread). The
-//! `SystemClock` groups run `try_decide` with the precise clock instead, to
-//! show what the one OS clock read a decision makes costs (39 to 108 ns per
-//! read on the 2-core KVM guest measured in docs/client.md).
+//! atomic load per read, refreshed every millisecond by its thread), though
+//! an allowed decision in the steady state reads no clock at all.
 
 use std::future::Future;
 use std::pin::pin;
@@ -30,7 +28,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use leasehold_client::{
     Client, ClientConfig, Clock, CoarseClock, Decision, FailureMode, LeaseConfig, LeaseManager,
-    Mode, Outcome, Policy, PolicyId, PolicySet, SystemClock,
+    Mode, Outcome, Policy, PolicyId, PolicySet,
 };
 use leasehold_server::config::Config;
 use leasehold_server::ServerHandle;
@@ -155,21 +153,13 @@ fn check(d: &Decision) {
     assert!(d.allowed, "{:?}", d.outcome);
 }
 
-fn steady_state(c: &mut Criterion, label: &str, n: usize, system_clock: bool) {
-    let s = if system_clock {
-        setup(Arc::new(SystemClock::new()))
-    } else {
-        setup(CoarseClock::start())
-    };
+fn steady_state(c: &mut Criterion, label: &str, n: usize) {
+    let s = setup(CoarseClock::start());
     prime(&s, n);
     let (calls_before, tokens_before) = (ledger_calls(&s), tokens(&s, n));
     let mut decided = 0u64;
     let step = STRIDE % n; // no division on the measured path
-    let mut group = c.benchmark_group(if system_clock {
-        format!("decide {label}, SystemClock")
-    } else {
-        format!("decide {label}")
-    });
+    let mut group = c.benchmark_group(format!("decide {label}"));
     let decide_polled = |b: &mut criterion::Bencher<'_>| {
         b.iter_custom(|iters| {
             let mut i = 0usize;
@@ -189,9 +179,7 @@ fn steady_state(c: &mut Criterion, label: &str, n: usize, system_clock: bool) {
             t
         })
     };
-    if !system_clock {
-        group.bench_function("decide (polled once)", decide_polled);
-    }
+    group.bench_function("decide (polled once)", decide_polled);
     group.bench_function("try_decide", |b| {
         b.iter_custom(|iters| {
             let mut i = 0usize;
@@ -215,7 +203,7 @@ fn steady_state(c: &mut Criterion, label: &str, n: usize, system_clock: bool) {
             t
         })
     });
-    if n > 1 && !system_clock {
+    if n > 1 {
         // Both cores deciding at once, each on every key in its own order
         // (the second thread starts half way round): per-decision time as
         // each thread sees it. Shows what the map's shared writes cost when
@@ -256,20 +244,18 @@ fn steady_state(c: &mut Criterion, label: &str, n: usize, system_clock: bool) {
     let calls = ledger_calls(&s) - calls_before;
     assert_eq!(spent, decided, "a lease or a return changed the buckets");
     assert_eq!(calls, 0, "the measured path reached the ledger");
-    eprintln!("{label} (SystemClock: {system_clock}): {decided} decisions, {calls} ledger calls, {spent} tokens spent");
+    eprintln!("{label}: {decided} decisions, {calls} ledger calls, {spent} tokens spent");
     s.rt.block_on(s.manager.shutdown());
     drop(s.rt);
     s.server.shutdown();
 }
 
 fn one_key(c: &mut Criterion) {
-    steady_state(c, "1 key", 1, false);
-    steady_state(c, "1 key", 1, true);
+    steady_state(c, "1 key", 1);
 }
 
 fn many_keys(c: &mut Criterion) {
-    steady_state(c, "100k keys", KEYS, false);
-    steady_state(c, "100k keys", KEYS, true);
+    steady_state(c, "100k keys", KEYS);
 }
 
 criterion_group!(benches, one_key, many_keys);

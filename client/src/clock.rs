@@ -4,8 +4,10 @@
 //! inject [`ManualClock`] so that decay, cool-down and blocking are
 //! deterministic; network deadlines always use tokio's timer.
 //!
-//! The lease manager reads its clock on every decision, so a gateway gives it
-//! a [`CoarseClock`]: one atomic load per read, millisecond resolution.
+//! The lease manager reads its clock on decisions that find no local token,
+//! at each renewal and in its sweeper (an allowed decision in the steady
+//! state reads none), so a gateway gives it a [`CoarseClock`]: one atomic
+//! load per read, millisecond resolution.
 //! [`SystemClock`] reads the OS clock each time (39 to 108 ns per read on the
 //! KVM guest measured in docs/client.md).
 
