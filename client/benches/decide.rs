@@ -39,15 +39,19 @@ const KEYS: usize = 100_000;
 /// Visits the 100k keys in a scattered order (7919 is coprime with 100 000).
 const STRIDE: usize = 7919;
 
-/// Key `i` as `user:NNNNNN`, built on the stack: a gateway's key bytes are in
-/// the request it just read, so the bench must not add a cache miss of its
-/// own by fetching keys from a 100k-entry table.
+/// Key `i` as `user:` and 6 hex digits, built on the stack: a gateway's key
+/// bytes are in the request it just read, so the bench must not add a cache
+/// miss of its own by fetching keys from a 100k-entry table. Hex rather than
+/// decimal digits: no chain of divisions (~5 ns) in the measured loop.
 fn key(i: usize) -> [u8; 11] {
     let mut k = *b"user:000000";
-    let mut n = i;
-    for d in k[5..].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
+    for (j, d) in k[5..].iter_mut().enumerate() {
+        let nibble = (i >> (4 * (5 - j))) as u8 & 0xf;
+        *d = if nibble < 10 {
+            b'0' + nibble
+        } else {
+            b'a' - 10 + nibble
+        };
     }
     k
 }

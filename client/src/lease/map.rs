@@ -23,7 +23,7 @@
 //! entry at that index is still that very `Arc`.
 
 use std::collections::BTreeSet;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -130,7 +130,12 @@ impl KeyMap {
     /// The hash a key's cold part stores (its table slot and shard follow from it).
     #[inline]
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
+        // The bytes alone: `hash_one(key)` would also hash a length prefix
+        // (one more multiply in the chain), and foldhash's `write` already
+        // mixes the length in.
+        let mut h = self.hasher.build_hasher();
+        h.write(key);
+        h.finish()
     }
 
     fn shard(&self, hash: u64) -> &ShardLock<Slots> {
