@@ -102,14 +102,16 @@ pub struct Decision {
     /// The policy's window (its `unit`).
     pub window: Duration,
     /// Requests left, as far as this gateway knows: its local tokens plus the
-    /// ledger's balance at the last lease (that balance kept to 15
-    /// significant bits, rounded down: exact below 32 768).
+    /// ledger's balance at the last lease (kept as the ledger's deficit from
+    /// a full bucket, to 15 significant bits rounded up: exact while fewer
+    /// than 32 768 tokens are missing, else low by at most 1/32 768 of them).
     pub remaining: u64,
     /// Time until the quota is whole again from `remaining`: the tokens
     /// missing from the policy's burst times its refill interval (`unit /
     /// requests_per_unit`), rounded up to the nanosecond; what the ledger's
     /// TOKENLEASE `reset_after` says for the same balance. `remaining` 0 with
-    /// a burst of 100 at 100 a minute: 60 s.
+    /// a burst of 100 at 100 a minute: 60 s. A `Limited` decision counts it
+    /// down from the ledger's reading (an allowed one reads no clock).
     pub reset: Duration,
     /// When denied: how long to wait before retrying.
     pub retry_after: Option<Duration>,

@@ -153,10 +153,12 @@ pub(crate) struct KeyHot {
     view: AtomicU64,
 }
 
-/// [`KeyHot::view`], from the top: the low watermark (a [`SMALL_FLOAT`]
-/// rounded up: a renewal starts at most 1/32 768 of it early), the ledger's
-/// balance at the last lease (rounded down: it is shown as `remaining`, and
-/// it is already a past reading) and the cold part's index in its shard.
+/// [`KeyHot::view`], from the top: the low watermark and the ledger's
+/// deficit at the last lease (tokens missing from a full bucket), both
+/// [`SMALL_FLOAT`]s rounded up (a renewal starts at most 1/32 768 of the
+/// watermark early; `remaining` is low by at most 1/32 768 of the deficit,
+/// and exact near full, where a header's `r` and `t` are read most), and
+/// the cold part's index in its shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct View(u64);
 
@@ -171,18 +173,18 @@ const INDEX_BITS: u32 = 64 - 2 * SMALL_FLOAT;
 pub(crate) const MAX_INDEX: u32 = (1 << INDEX_BITS) - 1;
 
 impl View {
-    fn new(watermark: u64, ledger_remaining: u64, index: u32) -> View {
+    fn new(watermark: u64, deficit: u64, index: u32) -> View {
         debug_assert!(index <= MAX_INDEX);
         let wm = encode(watermark, true);
-        let rem = encode(ledger_remaining, false);
-        View((wm << (SMALL_FLOAT + INDEX_BITS)) | (rem << INDEX_BITS) | u64::from(index))
+        let deficit = encode(deficit, true);
+        View((wm << (SMALL_FLOAT + INDEX_BITS)) | (deficit << INDEX_BITS) | u64::from(index))
     }
 
     fn watermark(self) -> u64 {
         decode(self.0 >> (SMALL_FLOAT + INDEX_BITS))
     }
 
-    fn ledger_remaining(self) -> u64 {
+    fn deficit(self) -> u64 {
         decode((self.0 >> INDEX_BITS) & ((1 << SMALL_FLOAT) - 1))
     }
 
@@ -195,7 +197,8 @@ fn decode(f: u64) -> u64 {
     (f & ((1 << MANTISSA) - 1)) << (f >> MANTISSA)
 }
 
-/// `v` (saturated at [`SMALL_FLOAT_MAX`]) as a [`SMALL_FLOAT`], rounded up or down.
+/// `v` (saturated at [`SMALL_FLOAT_MAX`]) as a [`SMALL_FLOAT`], rounded up
+/// or down.
 fn encode(v: u64, up: bool) -> u64 {
     let v = v.min(SMALL_FLOAT_MAX);
     let shift = (64 - v.leading_zeros()).saturating_sub(MANTISSA);
@@ -215,7 +218,8 @@ impl KeyHot {
         KeyHot {
             tag,
             word: AtomicU64::new(0),
-            view: AtomicU64::new(View::new(1, 0, index).0),
+            // No lease yet: the ledger's bucket counts as empty.
+            view: AtomicU64::new(View::new(1, SMALL_FLOAT_MAX, index).0),
         }
     }
 
@@ -271,11 +275,12 @@ impl KeyHot {
         tokens_left <= View(self.view.load(Relaxed)).watermark()
     }
 
-    /// The ledger's balance at the last lease (tokens, rounded down to 15
-    /// significant bits).
+    /// Tokens the ledger's bucket lacked at the last lease (its burst minus
+    /// its balance, rounded up to 15 significant bits; the largest
+    /// [`SMALL_FLOAT`] before any lease).
     #[inline]
-    pub(crate) fn ledger_remaining(&self) -> u64 {
-        View(self.view.load(Relaxed)).ledger_remaining()
+    pub(crate) fn ledger_deficit(&self) -> u64 {
+        View(self.view.load(Relaxed)).deficit()
     }
 }
 
@@ -306,6 +311,8 @@ pub(crate) struct KeyCold {
     qps_bits: AtomicU64,
     /// GCRA theoretical arrival time (ns) of the fail-open static bucket.
     fallback_tat_ns: AtomicU64,
+    /// When the ledger's deficit in the hot record was read (us).
+    ledger_at_us: AtomicU64,
     /// The manager's low watermark, a fraction of each grant.
     low_watermark: f64,
     /// Woken when a lease call finishes.
@@ -335,6 +342,7 @@ impl KeyCold {
             sampled_at_us: AtomicU64::new(now_us),
             qps_bits: AtomicU64::new(0f64.to_bits()),
             fallback_tat_ns: AtomicU64::new(0),
+            ledger_at_us: AtomicU64::new(now_us),
             low_watermark,
             leased: Notify::new(),
         }
@@ -392,6 +400,12 @@ impl KeyCold {
 
     pub(crate) fn block_until(&self, until_us: u64) {
         self.blocked_until_us.store(until_us.max(1), Release);
+    }
+
+    /// When the ledger's deficit in the hot record was read (us; the key's
+    /// creation before any lease).
+    pub(crate) fn ledger_at_us(&self) -> u64 {
+        self.ledger_at_us.load(Relaxed)
     }
 
     pub(crate) fn qps(&self) -> f64 {
@@ -466,15 +480,16 @@ impl<'a> Bucket<'a> {
         true
     }
 
-    /// Lands a lease call's result: the ledger's balance (`None` when the
-    /// call failed), the grant (and the watermark it sets), then publishes
-    /// the result and wakes decisions waiting on it. Only the key's one lease
-    /// call writes the view, so it is read and rewritten without a CAS.
+    /// Lands a lease call's result: the ledger's deficit and the time it was
+    /// read (`None` when the call failed), the grant (and the watermark it
+    /// sets), then publishes the result and wakes decisions waiting on it.
+    /// Only the key's one lease call writes the view, so it is read and
+    /// rewritten without a CAS.
     pub(crate) fn finish_lease(
         &self,
         result: LeaseResult,
         granted: u64,
-        ledger_remaining: Option<u64>,
+        ledger: Option<(u64, u64)>,
     ) {
         let old = View(self.hot.view.load(Relaxed));
         let watermark = if granted > 0 {
@@ -483,10 +498,16 @@ impl<'a> Bucket<'a> {
         } else {
             old.watermark()
         };
-        let remaining = ledger_remaining.unwrap_or(old.ledger_remaining());
+        let deficit = match ledger {
+            Some((deficit, at_us)) => {
+                self.cold().ledger_at_us.store(at_us, Relaxed);
+                deficit
+            }
+            None => old.deficit(),
+        };
         self.hot
             .view
-            .store(View::new(watermark, remaining, old.index()).0, Relaxed);
+            .store(View::new(watermark, deficit, old.index()).0, Relaxed);
         if granted > 0 {
             self.hot.word.fetch_add(granted.min(MAX_LEASE), AcqRel);
         }
@@ -647,7 +668,7 @@ mod tests {
     }
 
     #[test]
-    fn the_view_keeps_small_counts_exact_rounds_big_ones_safely_and_keeps_the_index() {
+    fn the_view_keeps_small_counts_exact_rounds_big_ones_up_and_keeps_the_index() {
         let big = [
             1 << 15,
             (1 << 15) + 1,
@@ -658,18 +679,18 @@ mod tests {
         ];
         for v in [0, 1, 2, 100, 32_767].into_iter().chain(big) {
             let view = View::new(v.max(1), v, MAX_INDEX - 1);
-            let (wm, rem) = (view.watermark(), view.ledger_remaining());
+            let (wm, deficit) = (view.watermark(), view.deficit());
             assert_eq!(view.index(), MAX_INDEX - 1);
             if v < 1 << 15 {
-                assert_eq!((wm, rem), (v.max(1), v));
+                assert_eq!((wm, deficit), (v.max(1), v));
             } else {
-                // The watermark rounds up (renew early), the balance down.
+                // Both round up: renew early, report a little less remaining.
                 assert!(wm >= v && wm - v <= v >> 14, "{v} -> {wm}");
-                assert!(rem <= v && v - rem <= v >> 14, "{v} -> {rem}");
+                assert!(deficit >= v && deficit - v <= v >> 14, "{v} -> {deficit}");
             }
         }
         let huge = View::new(1, u64::MAX, 0);
-        assert_eq!(huge.ledger_remaining(), SMALL_FLOAT_MAX);
+        assert_eq!(huge.deficit(), SMALL_FLOAT_MAX);
         assert_eq!((huge.watermark(), huge.index()), (1, 0));
         assert_eq!(
             View::new(SMALL_FLOAT_MAX, 0, 7).watermark(),
@@ -682,11 +703,11 @@ mod tests {
         let (hot, cold) = parts(b"k");
         let b = Bucket::new(&hot, &cold);
         assert_eq!(hot.take(HIT), None);
-        b.finish_lease(LeaseResult::Granted, 10, Some(7));
+        b.finish_lease(LeaseResult::Granted, 10, Some((7, 0)));
         assert_eq!(hot.take(HIT), Some(9));
         assert!(!hot.below_watermark(3));
         assert!(hot.below_watermark(2));
-        assert_eq!(hot.ledger_remaining(), 7);
+        assert_eq!(hot.ledger_deficit(), 7);
         assert_eq!(hot.drain(), 9);
         assert_eq!(hot.take(HIT), None);
         assert_eq!(hot.hits(), 1, "a failed take counts nothing");

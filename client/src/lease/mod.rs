@@ -109,8 +109,8 @@ impl Default for LeaseConfig {
 impl LeaseConfig {
     /// Checks the settings a manager cannot work with: `min_lease` of at
     /// least 1 token and at most `max_lease`, `max_lease` at most 2^40 tokens
-    /// (a key's local count has 42 bits), `low_watermark` in [0, 1), and a
-    /// non-zero `sweep_interval`. The error names the setting.
+    /// (a key's local count has 42 bits) and `low_watermark` in [0, 1). The
+    /// error names the setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.min_lease == 0 {
             return Err("min_lease: must be at least 1 token".into());
@@ -132,9 +132,6 @@ impl LeaseConfig {
                 "low_watermark: {} is not a fraction in [0, 1)",
                 self.low_watermark
             ));
-        }
-        if self.sweep_interval.is_zero() {
-            return Err("sweep_interval: must be above zero".into());
         }
         Ok(())
     }
@@ -468,6 +465,15 @@ impl LeaseManager {
         None
     }
 
+    /// The ledger's balance at the last lease: the burst minus its deficit.
+    #[inline]
+    fn ledger_balance(state: &PolicyState, bucket: Bucket<'_>) -> u64 {
+        state
+            .policy
+            .burst
+            .saturating_sub(bucket.hot.ledger_deficit())
+    }
+
     /// Time until the policy's bucket is full again from `balance` tokens:
     /// the missing tokens times the refill interval (the ledger's
     /// `reset_after` for the same balance). A gateway's balance is its local
@@ -485,7 +491,7 @@ impl LeaseManager {
 
     #[inline]
     fn allowed(&self, state: &PolicyState, bucket: Bucket<'_>, left: u64) -> Decision {
-        let remaining = left.saturating_add(bucket.hot.ledger_remaining());
+        let remaining = left.saturating_add(Self::ledger_balance(state, bucket));
         Decision {
             allowed: true,
             outcome: Outcome::Allowed,
@@ -507,7 +513,11 @@ impl LeaseManager {
             limit: state.policy.requests_per_unit,
             window: state.policy.unit,
             remaining: 0,
-            reset: Self::reset(state, bucket.hot.ledger_remaining()),
+            // This path reads the clock anyway: count the time since the
+            // ledger's reading down (the ledger refills meanwhile).
+            reset: Self::reset(state, Self::ledger_balance(state, bucket)).saturating_sub(
+                Duration::from_micros(now.saturating_sub(bucket.cold().ledger_at_us())),
+            ),
             retry_after: Some(Duration::from_micros(until - now)),
             over_quota: true,
         }
@@ -618,7 +628,8 @@ impl LeaseManager {
                     bucket.block_until(now.saturating_add(us(wait).max(1)));
                     (LeaseResult::Denied, 0)
                 };
-                self.finish_lease(state, &bucket, result, granted, Some(lease.remaining));
+                let deficit = state.policy.burst.saturating_sub(lease.remaining);
+                self.finish_lease(state, &bucket, result, granted, Some((deficit, now)));
             }
             Err(e) => {
                 let result = if e.is_timeout() {
@@ -642,11 +653,11 @@ impl LeaseManager {
         bucket: &Arc<KeyCold>,
         result: LeaseResult,
         granted: u64,
-        ledger_remaining: Option<u64>,
+        ledger: Option<(u64, u64)>,
     ) {
-        let landed = state.map.with(bucket, |b| {
-            b.finish_lease(result, granted, ledger_remaining)
-        });
+        let landed = state
+            .map
+            .with(bucket, |b| b.finish_lease(result, granted, ledger));
         debug_assert!(landed.is_some(), "a key with a lease in flight was evicted");
     }
 
@@ -810,7 +821,6 @@ mod tests {
         assert!(bad(|c| c.low_watermark = 1.0).starts_with("low_watermark"));
         assert!(bad(|c| c.low_watermark = -0.1).starts_with("low_watermark"));
         assert!(bad(|c| c.low_watermark = f64::NAN).starts_with("low_watermark"));
-        assert!(bad(|c| c.sweep_interval = Duration::ZERO).starts_with("sweep_interval"));
     }
 
     /// A manager dropped without `shutdown` is freed: its sweeper holds only

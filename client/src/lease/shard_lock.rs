@@ -17,10 +17,12 @@
 //! writing until it is done.
 //!
 //! Readers wait only for a writer already at work on the same shard; the
-//! writer waits for the readers already inside (a decision: well under a
-//! microsecond, unless its thread is descheduled; it spins briefly, then
-//! yields). Slots are per thread, kept in one process-wide registry, and
-//! reused once their thread exits.
+//! writer waits for the readers already inside that shard (a decision: well
+//! under a microsecond, unless its thread is descheduled; it spins briefly,
+//! yields, then sleeps 50 us at a time). Slots are per thread, kept in one
+//! process-wide registry, and reused once their thread exits; a write reads
+//! every slot (one per thread alive at the peak), from a copy of the
+//! registry, so a waiting writer holds up no other shard and no new thread.
 //!
 //! A read may not nest another read or a write of any shard on the same
 //! thread (a thread has one slot; a write would wait for itself). The map
@@ -156,18 +158,26 @@ impl<T> ShardLock<T> {
         // This thread's slot, looked up before `SLOTS` is locked (a first
         // lookup registers the thread, which locks `SLOTS`).
         let mine = SLOT.try_with(|s| s.0 as *const ReaderSlot).ok();
-        for slot in SLOTS.lock().iter() {
+        // A copy, so the registry is not held while waiting: a thread that
+        // registers after this sees `writing` raised (it was raised before
+        // the registry was locked here) and takes the inner lock.
+        let slots: Vec<&'static ReaderSlot> = SLOTS.lock().clone();
+        for slot in slots {
             let mut spins = 0u32;
             while slot.reading.load(SeqCst) == id {
                 debug_assert!(
-                    mine != Some(*slot as *const ReaderSlot),
+                    mine != Some(slot as *const ReaderSlot),
                     "a ShardLock write inside a read of the same shard"
                 );
                 spins += 1;
                 if spins < 64 {
                     std::hint::spin_loop();
-                } else {
+                } else if spins < 128 {
                     std::thread::yield_now();
+                } else {
+                    // The reader's thread is descheduled (or blocked inside
+                    // its read): stop competing with it for a core.
+                    std::thread::sleep(std::time::Duration::from_micros(50));
                 }
             }
         }
