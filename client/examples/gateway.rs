@@ -43,7 +43,16 @@ fn env(name: &str, default: &str) -> String {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
+    // Errors as their messages (a policy file's names the place), not as
+    // `main`'s Debug dump.
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let ledger: SocketAddr = env("LEASEHOLD_ADDR", "127.0.0.1:6379").parse()?;
     let listen: SocketAddr = env("GATEWAY_ADDR", "127.0.0.1:8080").parse()?;
     let policies = match std::env::var("POLICY_FILE") {

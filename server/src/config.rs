@@ -385,11 +385,13 @@ pub struct Flags {
     /// Threads (one shard each) [default: number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Largest bulk string in bytes [default: 536870912].
-    #[arg(long = "proto-max-bulk-len")]
+    /// Largest bulk string: bytes, or with a unit as in redis.conf (512mb,
+    /// 1gb; at least 1mb) [default: 536870912].
+    #[arg(long = "proto-max-bulk-len", value_parser = crate::commands::config::memory_arg)]
     pub proto_max_bulk_len: Option<usize>,
-    /// Largest pending input per connection in bytes [default: 1073741824].
-    #[arg(long = "client-query-buffer-limit")]
+    /// Largest pending input per connection: bytes, or with a unit as in
+    /// redis.conf (at least 1mb) [default: 1073741824].
+    #[arg(long = "client-query-buffer-limit", value_parser = crate::commands::config::memory_arg)]
     pub client_query_buffer_limit: Option<usize>,
     /// Active-expiry cycles per second [default: 10].
     #[arg(long)]
@@ -488,6 +490,27 @@ mod tests {
             "{text}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn memory_flags_take_redis_units() {
+        use clap::Parser;
+        let f = Flags::try_parse_from([
+            "leasehold-server",
+            "--proto-max-bulk-len",
+            "1mb",
+            "--client-query-buffer-limit",
+            "2GB",
+        ])
+        .unwrap();
+        assert_eq!(f.proto_max_bulk_len, Some(1 << 20));
+        assert_eq!(f.client_query_buffer_limit, Some(2 << 30));
+        let f = Flags::try_parse_from(["leasehold-server", "--proto-max-bulk-len", "1048576"]);
+        assert_eq!(f.unwrap().proto_max_bulk_len, Some(1 << 20));
+        for bad in ["1kb", "lots"] {
+            let e = Flags::try_parse_from(["leasehold-server", "--proto-max-bulk-len", bad]);
+            assert!(e.is_err(), "{bad}");
+        }
     }
 
     #[test]

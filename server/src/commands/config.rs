@@ -44,6 +44,11 @@ fn parse_maxclients(v: &str) -> Result<usize, &'static str> {
 /// 1mb..=i64::MAX as `proto-max-bulk-len` and `client-query-buffer-limit`
 /// have): digits with an optional unit b, k, kb, m, mb, g, gb in any case.
 /// Below 1 MB every request, or every partial one, would be refused.
+/// [`parse_memory`] for a command-line flag (clap's value parser).
+pub fn memory_arg(v: &str) -> Result<usize, String> {
+    parse_memory(v).map_err(str::to_owned)
+}
+
 fn parse_memory(v: &str) -> Result<usize, &'static str> {
     const NOT_MEMORY: &str = "argument must be a memory value";
     let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
