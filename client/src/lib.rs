@@ -33,5 +33,5 @@ pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
-pub use lease::{LeaseConfig, LeaseManager};
+pub use lease::{Decide, LeaseConfig, LeaseManager};
 pub use policy::{FailureMode, Mode, Policy, PolicyError, PolicyId, PolicySet};
