@@ -198,7 +198,9 @@ pub struct LeaseManager {
 /// ~50 ns.)
 #[must_use = "futures do nothing unless polled"]
 pub struct Decide<'a> {
-    manager: &'a LeaseManager,
+    /// `None` once the decision is out (a poll after that panics, rather
+    /// than take another token).
+    manager: Option<&'a LeaseManager>,
     id: PolicyId,
     key: &'a [u8],
     waiting: Option<Pin<Box<dyn Future<Output = Decision> + Send + 'a>>>,
@@ -218,20 +220,28 @@ impl Future for Decide<'_> {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Decision> {
+        let Some(m) = self.manager else {
+            panic!("Decide polled after it returned its decision");
+        };
         if self.waiting.is_none() {
-            let (m, id) = (self.manager, self.id);
+            let id = self.id;
             let state = &m.inner.policies[id.0];
             // Only a decision that has to wait takes a reference to the bucket.
             let found = m.with_bucket(state, self.key, |bucket| {
                 m.local(state, bucket).ok_or_else(|| bucket.cold().clone())
             });
             match found {
-                Ok(d) => return Poll::Ready(d),
+                Ok(d) => {
+                    self.manager = None;
+                    return Poll::Ready(d);
+                }
                 Err(bucket) => self.waiting = Some(Box::pin(m.wait_for_lease(id, bucket))),
             }
         }
         let waiting = self.waiting.as_mut().expect("set above");
-        waiting.as_mut().poll(cx)
+        let d = std::task::ready!(waiting.as_mut().poll(cx));
+        (self.manager, self.waiting) = (None, None);
+        Poll::Ready(d)
     }
 }
 
@@ -328,7 +338,7 @@ impl LeaseManager {
     /// polled.
     pub fn decide<'a>(&'a self, id: PolicyId, key: &'a [u8]) -> Decide<'a> {
         Decide {
-            manager: self,
+            manager: Some(self),
             id,
             key,
             waiting: None,
@@ -851,6 +861,36 @@ mod tests {
     #[test]
     fn the_decide_future_is_small() {
         assert_eq!(std::mem::size_of::<Decide<'_>>(), 48);
+    }
+
+    /// Polling a finished `Decide` again panics instead of deciding (and
+    /// taking a token) a second time.
+    #[tokio::test]
+    #[should_panic(expected = "polled after it returned")]
+    async fn a_finished_decide_is_not_polled_twice() {
+        let addr = "127.0.0.1:9".parse().unwrap(); // refused: the breaker path
+        let p = crate::policy::Policy {
+            name: "p".into(),
+            requests_per_unit: 10,
+            unit: Duration::from_secs(1),
+            burst: 10,
+            failure_mode: FailureMode::FailClosed,
+            mode: Mode::Enforce,
+            fail_open_requests_per_unit: 20,
+        };
+        let m = LeaseManager::new(
+            Client::new(ClientConfig::new(addr)),
+            &PolicySet::from_policies("t", vec![p]),
+            LeaseConfig::default(),
+            Arc::new(ManualClock::new()),
+        );
+        let mut f = m.decide(PolicyId::FIRST, b"k");
+        let d = (&mut f).await;
+        assert!(!d.allowed, "{d:?}");
+        let mut f = std::pin::pin!(f);
+        let _ = f
+            .as_mut()
+            .poll(&mut Context::from_waker(std::task::Waker::noop()));
     }
 
     #[test]
