@@ -5,55 +5,26 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_client::{
-    Client, ClientConfig, Clock, FailureMode, LeaseConfig, LeaseManager, Mode, Policy, PolicyId,
-    PolicySet, SystemClock,
-};
+use leasehold_client::{LeaseConfig, PolicyId};
+use support::managers::{api_policy, manager_of, TrapClock};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
 
-struct PanicClock {
-    inner: SystemClock,
-    calls: AtomicU32,
-}
-
-impl Clock for PanicClock {
-    fn now_us(&self) -> u64 {
-        // The second read from "panicky": the one under the read lock.
-        if std::thread::current().name() == Some("panicky")
-            && self.calls.fetch_add(1, Ordering::SeqCst) == 1
-        {
-            panic!("clock failure inside a read");
-        }
-        self.inner.now_us()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_inside_a_read_releases_the_reader_slot() {
     let fake = FakeLedger::start().await;
-    let p = Policy {
-        name: "api".into(),
-        requests_per_unit: 1000,
-        unit: Duration::from_secs(1),
-        burst: 1000,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 2,
-    };
-    let m = LeaseManager::new(
-        Client::new(ClientConfig::new(fake.addr)),
-        &PolicySet::from_policies("t", vec![p]),
+    // The clock panics on the read under the shard's read lock.
+    let clock = TrapClock::new("panicky", || panic!("clock failure inside a read"));
+    let policy = api_policy(1000, Duration::from_secs(1), 1000);
+    let m = manager_of(
+        fake.addr,
+        policy,
         LeaseConfig::default(),
-        Arc::new(PanicClock {
-            inner: SystemClock::new(),
-            calls: AtomicU32::new(0),
-        }),
+        Duration::from_millis(5),
+        clock,
     );
     let m2 = m.clone();
     let t = std::thread::Builder::new()

@@ -7,52 +7,23 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_client::{
-    Client, ClientConfig, Clock, FailureMode, LeaseConfig, LeaseManager, Mode, Policy, PolicyId,
-    PolicySet, SystemClock,
-};
+use leasehold_client::{Clock, LeaseConfig, LeaseManager, PolicyId, SystemClock};
+use support::managers::{api_policy, manager_of, TrapClock};
 use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
 
-/// The system clock, except that the second read from the thread named
-/// "stall" (the one under the shard's read lock) sleeps 1.5 s.
-struct StallClock {
-    inner: SystemClock,
-    calls: AtomicU32,
-    stalled: AtomicBool,
-}
-
-impl Clock for StallClock {
-    fn now_us(&self) -> u64 {
-        if std::thread::current().name() == Some("stall")
-            && self.calls.fetch_add(1, Ordering::SeqCst) == 1
-        {
-            self.stalled.store(true, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(1500));
-        }
-        self.inner.now_us()
-    }
-}
-
 fn manager(fake: &FakeLedger, clock: Arc<dyn Clock>) -> LeaseManager {
-    let p = Policy {
-        name: "api".into(),
-        requests_per_unit: 1000,
-        unit: Duration::from_secs(1),
-        burst: 1000,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 2,
-    };
-    LeaseManager::new(
-        Client::new(ClientConfig::new(fake.addr)),
-        &PolicySet::from_policies("t", vec![p]),
+    let policy = api_policy(1000, Duration::from_secs(1), 1000);
+    manager_of(
+        fake.addr,
+        policy,
         LeaseConfig::default(),
+        Duration::from_millis(5),
         clock,
     )
 }
@@ -74,11 +45,8 @@ fn thread_cpu_ticks() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_reader_of_one_map_does_not_stall_writers_of_another() {
     let fake = FakeLedger::start().await;
-    let clock = Arc::new(StallClock {
-        inner: SystemClock::new(),
-        calls: AtomicU32::new(0),
-        stalled: AtomicBool::new(false),
-    });
+    // The read under "a"'s shard lock sleeps 1.5 s (a preempted thread).
+    let clock = TrapClock::new("stall", || std::thread::sleep(Duration::from_millis(1500)));
     let m1 = manager(&fake, clock.clone());
     // An unrelated manager (its own map), on an ordinary clock.
     let m2 = manager(&fake, Arc::new(SystemClock::new()));
@@ -94,7 +62,7 @@ async fn a_stalled_reader_of_one_map_does_not_stall_writers_of_another() {
             })
             .unwrap()
     };
-    while !clock.stalled.load(Ordering::SeqCst) {
+    while !clock.sprung.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(1));
     }
     // New keys on m1: one of them lands in "a"'s shard; its insert waits

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod conservation;
+pub mod managers;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
