@@ -175,8 +175,8 @@ pub(crate) const MAX_INDEX: u32 = (1 << INDEX_BITS) - 1;
 impl View {
     fn new(watermark: u64, deficit: u64, index: u32) -> View {
         debug_assert!(index <= MAX_INDEX);
-        let wm = encode(watermark, true);
-        let deficit = encode(deficit, true);
+        let wm = encode_up(watermark);
+        let deficit = encode_up(deficit);
         View((wm << (SMALL_FLOAT + INDEX_BITS)) | (deficit << INDEX_BITS) | u64::from(index))
     }
 
@@ -197,13 +197,12 @@ fn decode(f: u64) -> u64 {
     (f & ((1 << MANTISSA) - 1)) << (f >> MANTISSA)
 }
 
-/// `v` (saturated at [`SMALL_FLOAT_MAX`]) as a [`SMALL_FLOAT`], rounded up
-/// or down.
-fn encode(v: u64, up: bool) -> u64 {
+/// `v` (saturated at [`SMALL_FLOAT_MAX`]) as a [`SMALL_FLOAT`], rounded up.
+fn encode_up(v: u64) -> u64 {
     let v = v.min(SMALL_FLOAT_MAX);
     let shift = (64 - v.leading_zeros()).saturating_sub(MANTISSA);
     let (mut m, mut e) = (v >> shift, u64::from(shift));
-    if up && m << shift != v {
+    if m << shift != v {
         m += 1;
         if m >> MANTISSA != 0 {
             (m, e) = (m >> 1, e + 1);

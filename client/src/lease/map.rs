@@ -1,11 +1,11 @@
-//! One policy's keys: `SHARDS` shards, each under a `parking_lot::RwLock`
-//! holding a `hashbrown::HashTable` whose buckets are the keys' hot records
+//! One policy's keys: `SHARDS` shards, each under a [`ShardLock`] holding a
+//! `hashbrown::HashTable` whose buckets are the keys' hot records
 //! ([`KeyHot`], 32 bytes each) and a slab of their cold parts
 //! (`Arc<KeyCold>`), which a hot record finds by the index it carries.
 //!
 //! A lookup hashes the caller's bytes once (foldhash), takes its shard's read
-//! lock (two atomic read-modify-writes on a word in the shard's own cache
-//! line, usually already in L1), probes the control bytes (1 byte a bucket,
+//! side (a swap on the thread's own slot, then a load of the shard's writer
+//! flag), probes the control bytes (1 byte a bucket,
 //! which stay in L2) and compares the key in the hot record itself (exact
 //! for keys up to [`INLINE_KEY`] bytes; longer keys compare their first
 //! bytes there and the rest in the cold part). The decision then works on
@@ -109,8 +109,8 @@ fn cold_hash(cold: &[Option<Arc<KeyCold>>], hot: &KeyHot) -> u64 {
         .map_or(0, |c| c.hash)
 }
 
-/// One shard, alone in its cache lines (the lock word is written by every
-/// read lock, so it must not share a line with a neighbour's).
+/// One shard, alone in its cache lines (every reader loads its writer flag:
+/// a neighbour's writes must not invalidate that line).
 #[repr(align(128))]
 struct Shard(ShardLock<Slots>);
 

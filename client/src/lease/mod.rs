@@ -172,6 +172,21 @@ struct Inner {
     returns_done: Notify,
 }
 
+/// Waits until `done()` holds, re-checking each time `notify` wakes its
+/// waiters, for at most `limit`.
+async fn wait_until(notify: &Notify, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        // Registered before the check, so a wake-up in between is not lost.
+        let woken = notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if done() || tokio::time::timeout_at(deadline, woken).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// One return in `Inner::returns`; ends it when dropped (also if its task
 /// is dropped with the runtime).
 struct ReturnInFlight(Arc<Inner>);
@@ -794,34 +809,18 @@ impl LeaseManager {
                 if bucket.hot.tokens() > 0 || bucket.cold().lease_in_flight() {
                     let (me, bucket) = (self.clone(), bucket.cold().clone());
                     calls.spawn(async move {
-                        let deadline = tokio::time::Instant::now() + settle;
-                        loop {
-                            let leased = bucket.leased.notified();
-                            tokio::pin!(leased);
-                            leased.as_mut().enable();
-                            if !bucket.lease_in_flight()
-                                || tokio::time::timeout_at(deadline, leased).await.is_err()
-                            {
-                                break;
-                            }
-                        }
+                        wait_until(&bucket.leased, settle, || !bucket.lease_in_flight()).await;
                         me.give_back(PolicyId(i), &bucket).await
                     });
                 }
             });
         }
         while calls.join_next().await.is_some() {}
-        let deadline = tokio::time::Instant::now() + settle;
-        loop {
-            let done = self.inner.returns_done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            if self.inner.returns.load(Ordering::Acquire) == 0
-                || tokio::time::timeout_at(deadline, done).await.is_err()
-            {
-                break;
-            }
-        }
+        let inner = &self.inner;
+        wait_until(&inner.returns_done, settle, || {
+            inner.returns.load(Ordering::Acquire) == 0
+        })
+        .await;
     }
 
     /// Runs `f` on `key`'s bucket if the key is known.
