@@ -8,7 +8,7 @@
 //! desktop CPU, unlike a server holding millions).
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use leasehold_server::commands::ratelimit::token_bucket::{lease, Change, Policy};
+use leasehold_server::ratelimit::token_bucket::{lease, Change, Policy};
 use leasehold_server::store::{Store, Value};
 
 const KEYS: usize = 100_000;

@@ -16,6 +16,19 @@ pub struct Now {
     pub mono_ms: u64,
 }
 
+/// A monotonic instant as Unix ms under the snapshot `now` (at least 1, since
+/// a deadline of 0 means "no TTL" to the store; at most `i64::MAX`, the
+/// largest deadline Redis, PEXPIRETIME and a replica's PXAT can express).
+pub fn unix_of(now: Now, mono: u64) -> u64 {
+    (now.unix_ms as i128 + mono as i128 - now.mono_ms as i128).clamp(1, i64::MAX as i128) as u64
+}
+
+/// A Unix-ms instant as monotonic ms under the snapshot `now` (0 at the least:
+/// an instant before the monotonic origin is taken as the origin).
+pub fn mono_of(now: Now, unix: u64) -> u64 {
+    (now.mono_ms as i128 + unix as i128 - now.unix_ms as i128).clamp(0, u64::MAX as i128) as u64
+}
+
 /// A source of [`Now`].
 pub trait Clock: Send + Sync + 'static {
     /// Reads both clocks.
@@ -95,5 +108,38 @@ impl Clock for ManualClock {
             unix_ms: self.unix_ms.load(Ordering::SeqCst),
             mono_ms: self.mono_ms.load(Ordering::SeqCst),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_and_unix_instants_convert_both_ways() {
+        let now = Now {
+            unix_ms: 1_700_000_000_000,
+            mono_ms: 5_000,
+        };
+        assert_eq!(unix_of(now, 6_000), 1_700_000_001_000);
+        assert_eq!(unix_of(now, 0), 1_699_999_995_000);
+        assert_eq!(mono_of(now, unix_of(now, 123)), 123);
+        assert_eq!(mono_of(now, 1), 0, "before the monotonic origin");
+        assert_eq!(
+            unix_of(
+                Now {
+                    unix_ms: 0,
+                    mono_ms: 10
+                },
+                0
+            ),
+            1,
+            "never 0 (no TTL)"
+        );
+        assert_eq!(
+            unix_of(now, u64::MAX),
+            i64::MAX as u64,
+            "a deadline PEXPIRETIME and PXAT can express"
+        );
     }
 }

@@ -109,6 +109,9 @@ impl Default for ExpiryConfig {
     }
 }
 
+/// Default effect backlog per shard: 1 MB, Redis's `repl-backlog-size` default.
+pub const DEFAULT_BACKLOG_BYTES: usize = 1024 * 1024;
+
 /// `[replication]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -120,7 +123,7 @@ pub struct ReplicationConfig {
 impl Default for ReplicationConfig {
     fn default() -> Self {
         ReplicationConfig {
-            backlog_bytes: crate::effects::DEFAULT_BACKLOG_BYTES,
+            backlog_bytes: DEFAULT_BACKLOG_BYTES,
         }
     }
 }

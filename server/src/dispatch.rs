@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 
 use crate::commands::{flags, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
-use crate::net::ConnState;
-use crate::shard::{Job, Msg, Worker};
+use crate::session::{ConnCtx, ConnState};
+use crate::shard::{Job, Msg, ShardFn, Worker};
 use crate::slot::{key_slot, slot_shard, SLOTS};
 
 /// What [`plan`] did with a request.
@@ -28,7 +28,7 @@ pub enum Planned {
     /// Its reply has a slot in the pipeline.
     Queued,
     /// A connection command: flush the pipeline, then run it with
-    /// [`crate::net::run_conn_command`].
+    /// [`run_conn_command`].
     Conn(usize, Args),
 }
 
@@ -64,23 +64,23 @@ impl Pipeline {
         self.slots.is_empty()
     }
 
-    fn remote(&mut self, shard: usize, cmd: usize, args: Args) -> Part {
+    fn remote(&mut self, shard: usize, cmd: usize, run: ShardFn, args: Args) -> Part {
         if self.batches.len() <= shard {
             self.batches.resize_with(shard + 1, Vec::new);
         }
         let batch = &mut self.batches[shard];
-        batch.push(Job { cmd, args });
+        batch.push(Job { cmd, run, args });
         Part::Remote {
             shard,
             idx: batch.len() - 1,
         }
     }
 
-    fn run_on(&mut self, worker: &Worker, shard: usize, cmd: usize, mut args: Args) -> Part {
+    fn run_on(&mut self, worker: &Worker, shard: usize, cmd: Cmd, mut args: Args) -> Part {
         if shard == worker.id {
-            Part::Ready(worker.shard.borrow_mut().run(cmd, &mut args))
+            Part::Ready(worker.shard.borrow_mut().run(cmd.idx, cmd.run, &mut args))
         } else {
-            self.remote(shard, cmd, args)
+            self.remote(shard, cmd.idx, cmd.run, args)
         }
     }
 
@@ -97,7 +97,7 @@ impl Pipeline {
             return;
         }
         // What ran inline becomes visible to INFO and DBSIZE readers now.
-        worker.shard.borrow().publish();
+        worker.shard.borrow_mut().publish();
         let mut waiting: Vec<(usize, oneshot::Receiver<Vec<Reply>>)> = Vec::new();
         for (shard, batch) in self.batches.iter_mut().enumerate() {
             if batch.is_empty() {
@@ -122,7 +122,7 @@ impl Pipeline {
                 .get_mut(shard)
                 .and_then(|r| r.get_mut(idx))
                 .and_then(Option::take)
-                .unwrap_or_else(|| Reply::err("ERR shard unavailable (shutting down)"))
+                .unwrap_or_else(|| OpError::ShardUnavailable.reply())
         };
         for slot in self.slots.drain(..) {
             let reply = match slot {
@@ -152,6 +152,25 @@ impl Pipeline {
     }
 }
 
+/// A shard-side command as routed: its table index and handler.
+#[derive(Clone, Copy)]
+struct Cmd {
+    idx: usize,
+    run: ShardFn,
+}
+
+/// The state checks every command passes before it runs or is routed,
+/// decided from its table row and the connection's state alone: today
+/// authentication (`NOAUTH` unless the row has `NO_AUTH`). A read-only
+/// replica's `-READONLY` for `WRITE` rows and cluster redirections belong
+/// here, beside it, so that no shard ever sees a command they refuse.
+fn check_state(conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
+    if !conn.authenticated && !spec.has(flags::NO_AUTH) {
+        return Err(OpError::NoAuth);
+    }
+    Ok(())
+}
+
 /// Plans one request: checks it, runs it locally or queues it for its shards.
 pub fn plan(
     worker: &Worker,
@@ -170,38 +189,39 @@ pub fn plan(
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return Planned::Queued;
     }
-    if !conn.authenticated && !spec.has(flags::NO_AUTH) {
+    if let Err(e) = check_state(conn, spec) {
         count_rejected(worker, idx);
-        pipe.slots.push(Slot::Ready(OpError::NoAuth.reply()));
+        pipe.slots.push(Slot::Ready(e.reply()));
         return Planned::Queued;
     }
     let shards = worker.shared.shards;
     let args = Args::new(items);
     match spec.exec {
         Exec::Conn(_) => return Planned::Conn(idx, args),
-        Exec::Key(_) => match single_shard(spec, &args, shards) {
+        Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
-                let part = pipe.run_on(worker, shard.unwrap_or(worker.id), idx, args);
+                let part = pipe.run_on(worker, shard.unwrap_or(worker.id), Cmd { idx, run }, args);
                 pipe.push_part(part);
             }
-            Err(reply) => {
+            Err(e) => {
                 count_rejected(worker, idx);
-                pipe.slots.push(Slot::Ready(reply));
+                pipe.slots.push(Slot::Ready(e.reply()));
             }
         },
-        Exec::Cursor(_) => {
+        Exec::Cursor(run) => {
             let slot = args
                 .all()
                 .get(1)
                 .and_then(|c| leasehold_protocol::int::parse_u64(c))
                 .unwrap_or(0)
                 .min(SLOTS as u64 - 1);
-            let part = pipe.run_on(worker, slot_shard(slot as u16, shards), idx, args);
+            let shard = slot_shard(slot as u16, shards);
+            let part = pipe.run_on(worker, shard, Cmd { idx, run }, args);
             pipe.push_part(part);
         }
-        Exec::AllShards(_, merge) => {
+        Exec::AllShards(run, merge) => {
             let parts = (0..shards)
-                .map(|s| pipe.run_on(worker, s, idx, args.clone()))
+                .map(|s| pipe.run_on(worker, s, Cmd { idx, run }, args.clone()))
                 .collect();
             pipe.slots.push(Slot::Split {
                 parts,
@@ -210,7 +230,7 @@ pub fn plan(
                 nkeys: 0,
             });
         }
-        Exec::Keys(_, merge) => plan_split(worker, pipe, spec, idx, args, merge),
+        Exec::Keys(run, merge) => plan_split(worker, pipe, spec, Cmd { idx, run }, args, merge),
     }
     Planned::Queued
 }
@@ -221,18 +241,14 @@ fn count_rejected(worker: &Worker, idx: usize) {
 }
 
 /// The one shard all keys of a request live on (`None`: no keys).
-fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option<usize>, Reply> {
+fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option<usize>, OpError> {
     let all = args.all();
     let mut found = None;
     for p in spec.key_positions(all.len()) {
         let s = slot_shard(key_slot(&all[p]), shards);
         match found {
             None => found = Some(s),
-            Some(f) if f != s => {
-                return Err(Reply::err(
-                    "CROSSSLOT Keys in request don't hash to the same slot",
-                ))
-            }
+            Some(f) if f != s => return Err(OpError::CrossSlot),
             _ => {}
         }
     }
@@ -244,7 +260,7 @@ fn plan_split(
     worker: &Worker,
     pipe: &mut Pipeline,
     spec: &CommandSpec,
-    idx: usize,
+    cmd: Cmd,
     args: Args,
     merge: Merge,
 ) {
@@ -254,7 +270,7 @@ fn plan_split(
     // A key without its value (`MSET a 1 b`) fails the whole command before
     // any part runs, or the shards holding complete pairs would write them.
     if (all.len() - spec.first_key as usize) % step != 0 {
-        count_rejected(worker, idx);
+        count_rejected(worker, cmd.idx);
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return;
     }
@@ -265,7 +281,7 @@ fn plan_split(
         .collect();
     if owner.windows(2).all(|w| w[0] == w[1]) {
         let shard = owner.first().copied().unwrap_or(worker.id);
-        let part = pipe.run_on(worker, shard, idx, args);
+        let part = pipe.run_on(worker, shard, cmd, args);
         pipe.push_part(part);
         return;
     }
@@ -284,7 +300,7 @@ fn plan_split(
         if sub.is_empty() {
             continue;
         }
-        parts.push(pipe.run_on(worker, s, idx, Args::new(sub)));
+        parts.push(pipe.run_on(worker, s, cmd, Args::new(sub)));
         ordinals.push(ords);
     }
     pipe.slots.push(Slot::Split {
@@ -337,6 +353,27 @@ fn merge_replies(
             Reply::Array(out)
         }
     }
+}
+
+/// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).
+pub fn run_conn_command(
+    worker: &Worker,
+    conn: &mut ConnState,
+    idx: usize,
+    args: &mut Args,
+) -> Reply {
+    let Exec::Conn(f) = table().commands[idx].exec else {
+        unreachable!("only connection commands are planned as Conn");
+    };
+    let mut ctx = ConnCtx {
+        conn,
+        shared: &worker.shared,
+    };
+    let result = f(&mut ctx, args);
+    let stats = &worker.shard.borrow().stats;
+    let reply = stats.count_call(idx, result);
+    stats.count_reply(&reply);
+    reply
 }
 
 #[cfg(test)]

@@ -1,21 +1,31 @@
-//! The effect stream (DESIGN.md, decision 4): every write appends its outcome,
-//! as a deterministic RESP command with absolute values and absolute Unix-ms
-//! expiry times, to the shard's replication backlog.
+//! The effect stream, the one owner of replication's raw material: every
+//! change to a shard's keyspace appends its outcome, as a deterministic RESP
+//! command with absolute values and absolute Unix-ms expiry times, to the
+//! shard's backlog. The store is the only writer (every mutation of
+//! `store::Store` emits here); command handlers never emit.
 //!
 //! A replica applies the stream without a clock: `SET key value [PXAT ms]`,
-//! `DEL key`, `PEXPIREAT key ms`, `PERSIST key`, `FLUSHALL`, and for rate-limit
-//! state the state itself (never the command that produced it). The backlog is a
-//! fixed-size ring, like Redis's `repl-backlog-size`; the replication offset
-//! counts every byte ever appended, so a replica that falls behind the ring
-//! knows it must resynchronise.
+//! `DEL key`, `PEXPIREAT key ms`, `PERSIST key`, `LH.FLUSHSLOTS first last`
+//! (a shard's keyspace was emptied: only the slots that shard owns), and for
+//! rate-limit state the state itself, never the command that produced it:
+//! `LH.RESTORE key KIND fields... PXAT ms` with Unix-ms instants. The same
+//! encoding serves a full sync: [`Effect`] of a stored entry recreates it.
+//!
+//! The backlog is a fixed-size ring, like Redis's `repl-backlog-size`; the
+//! offset counts every byte ever appended, so a reader that falls behind the
+//! ring knows it must resynchronise. A reader is told of new bytes by the
+//! wake hook ([`EffectLog::set_wake`]), fired at most once per batch.
+//! docs/replication.md describes how the per-shard streams become one.
+
+use std::sync::Arc;
 
 use leasehold_protocol::encode_request;
 
+use crate::clock::{unix_of, Now};
+use crate::ratelimit::RateState;
+
 /// Largest encoding buffer kept between records, bytes.
 const MAX_KEPT_SCRATCH: usize = 64 * 1024;
-
-/// Default backlog per shard: 1 MB, Redis's `repl-backlog-size` default.
-pub const DEFAULT_BACKLOG_BYTES: usize = 1024 * 1024;
 
 /// One write's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,20 +57,49 @@ pub enum Effect<'a> {
         /// Key bytes.
         key: &'a [u8],
     },
-    /// The shard's keyspace was emptied.
-    Flush,
-    /// A command-specific state record: the arguments of a restore command
-    /// that recreates the state absolutely (used by the rate-limit family).
-    Raw(&'a [&'a [u8]]),
+    /// The key now holds a rate-limit state, expiring at `expire_at_ms`
+    /// (Unix ms). Its monotonic instants are written as Unix ms under `now`.
+    Rate {
+        /// Key bytes.
+        key: &'a [u8],
+        /// The state as stored.
+        state: &'a RateState,
+        /// Absolute expiry, Unix ms.
+        expire_at_ms: u64,
+        /// The clock reading that converts the state's instants.
+        now: Now,
+    },
+    /// Every key in hash slots `first..=last` is gone (FLUSHALL on the shard
+    /// owning them).
+    FlushSlots {
+        /// First slot, inclusive.
+        first: u16,
+        /// Last slot, inclusive.
+        last: u16,
+    },
 }
 
+/// Called when a batch appended effects; see [`EffectLog::set_wake`].
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
 /// A shard's replication backlog.
-#[derive(Debug)]
 pub struct EffectLog {
     ring: Vec<u8>,
     capacity: usize,
     offset: u64,
     scratch: bytes::BytesMut,
+    /// Whether bytes were appended since the last [`EffectLog::announce`].
+    unannounced: bool,
+    wake: Option<Wake>,
+}
+
+impl std::fmt::Debug for EffectLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EffectLog")
+            .field("capacity", &self.capacity)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EffectLog {
@@ -72,6 +111,8 @@ impl EffectLog {
             capacity: capacity.max(1),
             offset: 0,
             scratch: bytes::BytesMut::new(),
+            unannounced: false,
+            wake: None,
         }
     }
 
@@ -83,42 +124,27 @@ impl EffectLog {
     /// Appends one effect.
     pub fn emit(&mut self, effect: Effect<'_>) {
         self.scratch.clear();
-        let mut num = itoa::Buffer::new();
-        match effect {
-            Effect::Set {
-                key,
-                value,
-                expire_at_ms: None,
-            } => encode_request(&[b"SET".as_slice(), key, value], &mut self.scratch),
-            Effect::Set {
-                key,
-                value,
-                expire_at_ms: Some(at),
-            } => encode_request(
-                &[
-                    b"SET".as_slice(),
-                    key,
-                    value,
-                    b"PXAT",
-                    num.format(at).as_bytes(),
-                ],
-                &mut self.scratch,
-            ),
-            Effect::Del { key } => encode_request(&[b"DEL".as_slice(), key], &mut self.scratch),
-            Effect::ExpireAt { key, at_ms } => encode_request(
-                &[b"PEXPIREAT".as_slice(), key, num.format(at_ms).as_bytes()],
-                &mut self.scratch,
-            ),
-            Effect::Persist { key } => {
-                encode_request(&[b"PERSIST".as_slice(), key], &mut self.scratch)
-            }
-            Effect::Flush => encode_request(&[b"FLUSHALL".as_slice()], &mut self.scratch),
-            Effect::Raw(args) => encode_request(args, &mut self.scratch),
-        }
+        effect.encode(&mut self.scratch);
         self.append();
+        self.unannounced = true;
         // A huge record (a 500 MB APPEND result) must not pin its buffer forever.
         if self.scratch.capacity() > MAX_KEPT_SCRATCH {
             self.scratch = bytes::BytesMut::new();
+        }
+    }
+
+    /// Sets the hook [`EffectLog::announce`] calls: a replica sender's waker.
+    pub fn set_wake(&mut self, wake: Wake) {
+        self.wake = Some(wake);
+    }
+
+    /// Calls the wake hook if anything was appended since the last call. The
+    /// shard calls it once per batch, so the hook costs nothing per command.
+    pub fn announce(&mut self) {
+        if std::mem::take(&mut self.unannounced) {
+            if let Some(wake) = &self.wake {
+                wake();
+            }
         }
     }
 
@@ -137,23 +163,124 @@ impl EffectLog {
         }
     }
 
-    /// The bytes from `from` (a replication offset) to the end, if still in the ring.
-    pub fn since(&self, from: u64) -> Option<Vec<u8>> {
+    /// The bytes from `from` (a replication offset) to the end, if still in
+    /// the ring: two borrowed slices (the second is empty unless the ring
+    /// wraps), read in order. `from` must be a record boundary (an offset
+    /// [`EffectLog::offset`] returned) for the bytes to start with a whole
+    /// record; they always end with one.
+    pub fn since(&self, from: u64) -> Option<[&[u8]; 2]> {
         let kept = self.offset.min(self.capacity as u64);
         if from > self.offset || self.offset - from > kept {
             return None;
         }
-        Some(
-            (from..self.offset)
-                .map(|o| self.ring[(o % self.capacity as u64) as usize])
-                .collect(),
-        )
+        let cap = self.capacity as u64;
+        let start = (from % cap) as usize;
+        let len = (self.offset - from) as usize;
+        let first = len.min(self.capacity - start);
+        Some([&self.ring[start..start + first], &self.ring[..len - first]])
     }
+}
+
+impl Effect<'_> {
+    /// Appends this effect's RESP encoding (one command) to `out`.
+    pub fn encode(&self, out: &mut bytes::BytesMut) {
+        let mut num = itoa::Buffer::new();
+        match *self {
+            Effect::Set {
+                key,
+                value,
+                expire_at_ms: None,
+            } => encode_request(&[b"SET".as_slice(), key, value], out),
+            Effect::Set {
+                key,
+                value,
+                expire_at_ms: Some(at),
+            } => encode_request(
+                &[
+                    b"SET".as_slice(),
+                    key,
+                    value,
+                    b"PXAT",
+                    num.format(at).as_bytes(),
+                ],
+                out,
+            ),
+            Effect::Del { key } => encode_request(&[b"DEL".as_slice(), key], out),
+            Effect::ExpireAt { key, at_ms } => encode_request(
+                &[b"PEXPIREAT".as_slice(), key, num.format(at_ms).as_bytes()],
+                out,
+            ),
+            Effect::Persist { key } => encode_request(&[b"PERSIST".as_slice(), key], out),
+            Effect::Rate {
+                key,
+                state,
+                expire_at_ms,
+                now,
+            } => encode_restore(key, state, expire_at_ms, now, out),
+            Effect::FlushSlots { first, last } => {
+                let mut num2 = itoa::Buffer::new();
+                encode_request(
+                    &[
+                        b"LH.FLUSHSLOTS".as_slice(),
+                        num.format(first).as_bytes(),
+                        num2.format(last).as_bytes(),
+                    ],
+                    out,
+                )
+            }
+        }
+    }
+}
+
+/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
+/// (unused trailing fields are 0; `len` says how many count).
+fn restore_fields(now: Now, state: &RateState) -> (&'static [u8], [u64; 4], usize) {
+    match state {
+        RateState::TokenBucket(b) => (
+            b"TOKENBUCKET",
+            [b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
+            4,
+        ),
+        RateState::SlidingWindow(w) => (
+            b"SLIDINGWINDOW",
+            [w.window_ms, unix_of(now, w.start), w.previous, w.current],
+            4,
+        ),
+        RateState::Gcra(t) => (b"GCRA", [unix_of(now, t.ms), t.frac, t.units_per_ms, 0], 3),
+    }
+}
+
+/// `LH.RESTORE key KIND fields... PXAT ms`. Built on the stack: this runs on
+/// every granted rate-limit call.
+fn encode_restore(
+    key: &[u8],
+    state: &RateState,
+    expire_at: u64,
+    now: Now,
+    out: &mut bytes::BytesMut,
+) {
+    let (kind, fields, len) = restore_fields(now, state);
+    let mut bufs = [(); 5].map(|_| itoa::Buffer::new());
+    let (last, nums) = bufs.split_last_mut().expect("five buffers");
+    let mut args: [&[u8]; 9] = [b""; 9];
+    args[..3].copy_from_slice(&[b"LH.RESTORE".as_slice(), key, kind]);
+    for (i, (b, n)) in nums.iter_mut().zip(&fields[..len]).enumerate() {
+        args[3 + i] = b.format(*n).as_bytes();
+    }
+    args[3 + len] = b"PXAT";
+    args[4 + len] = last.format(expire_at).as_bytes();
+    encode_request(&args[..5 + len], out);
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    fn bytes_since(log: &EffectLog, from: u64) -> Option<Vec<u8>> {
+        log.since(from).map(|[a, b]| [a, b].concat())
+    }
 
     #[test]
     fn effects_are_resp_commands_with_absolute_times() {
@@ -166,25 +293,99 @@ mod tests {
         let expected =
             b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$4\r\nPXAT\r\n$13\r\n1700000000000\r\n";
         assert_eq!(log.offset(), expected.len() as u64);
-        assert_eq!(log.since(0).unwrap(), expected.to_vec());
+        assert_eq!(bytes_since(&log, 0).unwrap(), expected.to_vec());
         log.emit(Effect::Del { key: b"k" });
         assert_eq!(
-            log.since(expected.len() as u64).unwrap(),
+            bytes_since(&log, expected.len() as u64).unwrap(),
             b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n".to_vec()
         );
     }
 
     #[test]
-    fn ring_keeps_only_the_tail() {
-        let mut log = EffectLog::new(40);
-        for _ in 0..10 {
-            log.emit(Effect::Flush);
-        }
-        assert_eq!(log.offset(), 10 * 18);
-        assert!(log.since(0).is_none());
+    fn a_flush_names_only_its_slots() {
+        let mut log = EffectLog::new(1024);
+        log.emit(Effect::FlushSlots {
+            first: 8192,
+            last: 16383,
+        });
         assert_eq!(
-            log.since(log.offset() - 18).unwrap(),
-            b"*1\r\n$8\r\nFLUSHALL\r\n".to_vec()
+            bytes_since(&log, 0).unwrap(),
+            b"*3\r\n$13\r\nLH.FLUSHSLOTS\r\n$4\r\n8192\r\n$5\r\n16383\r\n".to_vec()
         );
+    }
+
+    #[test]
+    fn a_rate_state_is_written_with_unix_instants() {
+        let now = Now {
+            unix_ms: 1_000_000,
+            mono_ms: 500,
+        };
+        let state = RateState::Gcra(crate::ratelimit::gcra::Tat {
+            ms: 700,
+            frac: 1,
+            units_per_ms: 3,
+        });
+        let mut log = EffectLog::new(1024);
+        log.emit(Effect::Rate {
+            key: b"g",
+            state: &state,
+            expire_at_ms: 1_000_300,
+            now,
+        });
+        let got = String::from_utf8(bytes_since(&log, 0).unwrap()).unwrap();
+        assert_eq!(
+            got.split("\r\n")
+                .filter(|l| !l.starts_with(['*', '$']))
+                .collect::<Vec<_>>(),
+            [
+                "LH.RESTORE",
+                "g",
+                "GCRA",
+                "1000200",
+                "1",
+                "3",
+                "PXAT",
+                "1000300",
+                ""
+            ]
+        );
+    }
+
+    #[test]
+    fn ring_keeps_only_the_tail_and_hands_it_out_in_two_slices() {
+        let record = b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n";
+        assert_eq!(record.len(), 20);
+        let mut log = EffectLog::new(45);
+        for _ in 0..10 {
+            log.emit(Effect::Del { key: b"k" });
+        }
+        assert_eq!(log.offset(), 10 * record.len() as u64);
+        assert!(log.since(0).is_none());
+        let last = log.offset() - record.len() as u64;
+        assert_eq!(bytes_since(&log, last).unwrap(), record.to_vec());
+        // 200 bytes through a 45-byte ring: the last two records start at
+        // 160 % 45 = 25, so 20 bytes lie before the ring's end and 20 after.
+        let [a, b] = log.since(last - record.len() as u64).unwrap();
+        assert_eq!((a.len(), b.len()), (20, 20));
+        assert_eq!([a, b].concat(), record.repeat(2));
+        assert_eq!(bytes_since(&log, log.offset()).unwrap(), Vec::<u8>::new());
+        assert!(log.since(log.offset() + 1).is_none());
+    }
+
+    #[test]
+    fn the_wake_hook_fires_once_per_announce_and_only_after_appends() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let mut log = EffectLog::new(1024);
+        let w = woken.clone();
+        log.set_wake(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        log.announce();
+        assert_eq!(woken.load(Ordering::SeqCst), 0, "nothing appended");
+        log.emit(Effect::Del { key: b"a" });
+        log.emit(Effect::Del { key: b"b" });
+        log.announce();
+        log.announce();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
     }
 }

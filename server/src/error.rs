@@ -67,6 +67,14 @@ pub enum OpError {
     RateLimitOverflow,
     /// `ERR invalid rate limit state` (LH.RESTORE).
     BadRateLimitState,
+    /// `ERR invalid slot range` (LH.FLUSHSLOTS: first above last, or a slot
+    /// past 16383).
+    InvalidSlotRange,
+    /// `CROSSSLOT Keys in request don't hash to the same slot`
+    CrossSlot,
+    /// `ERR shard unavailable (shutting down)`: a shard's thread stopped
+    /// before it answered.
+    ShardUnavailable,
     /// Any other `ERR ...` text; the string excludes the `ERR ` prefix.
     Other(Cow<'static, str>),
     /// A complete error text with its own code (e.g. `NOAUTH ...`).
@@ -123,6 +131,11 @@ impl OpError {
                 Reply::err("ERR rate limit parameters exceed the supported time range")
             }
             OpError::BadRateLimitState => Reply::err("ERR invalid rate limit state"),
+            OpError::InvalidSlotRange => Reply::err("ERR invalid slot range"),
+            OpError::CrossSlot => {
+                Reply::err("CROSSSLOT Keys in request don't hash to the same slot")
+            }
+            OpError::ShardUnavailable => Reply::err("ERR shard unavailable (shutting down)"),
             OpError::Other(text) => err_echoing_input(format!("ERR {text}")),
             OpError::Raw(text) => Reply::err(text),
         }

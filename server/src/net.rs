@@ -14,79 +14,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use leasehold_protocol::{decode_request, Args, Limits, Protocol};
+use leasehold_protocol::decode_request;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use crate::commands::{table, Exec};
-use crate::dispatch::{plan, Pipeline, Planned};
+use crate::dispatch::{plan, run_conn_command, Pipeline, Planned};
 use crate::error::{protocol_error, MAX_CLIENTS};
+use crate::session::ConnState;
 use crate::shard::{Msg, Worker};
-use crate::state::{ClientHandle, Shared};
+use crate::state::ClientHandle;
 
 /// Read buffer growth step, bytes.
 const READ_CHUNK: usize = 16 * 1024;
 /// Output buffers above this are released after a write instead of kept.
 const KEEP_OUTPUT_CAPACITY: usize = 1024 * 1024;
-
-/// One connection's protocol state.
-#[derive(Debug)]
-pub struct ConnState {
-    /// What CLIENT LIST and CLIENT KILL see.
-    pub handle: Arc<ClientHandle>,
-    /// RESP version chosen with HELLO.
-    pub proto: Protocol,
-    /// Whether AUTH succeeded (or no password is configured).
-    pub authenticated: bool,
-    /// Close after the replies so far are written (QUIT, protocol error).
-    pub close: bool,
-    /// Send no reply for the current command (SHUTDOWN closes instead).
-    pub no_reply: bool,
-    /// Decoder limits, refreshed when the configuration changes.
-    pub limits: Limits,
-    config_gen: u64,
-    query_buffer_limit: usize,
-}
-
-impl ConnState {
-    /// Records the command about to run, for CLIENT LIST.
-    pub fn note_command(&self, idx: usize) {
-        self.handle.last_cmd.store(idx, Ordering::Relaxed);
-    }
-
-    fn refresh(&mut self, shared: &Shared) {
-        let gen = shared.config_gen.load(Ordering::Acquire);
-        if gen == self.config_gen {
-            return;
-        }
-        let c = shared.config.read();
-        self.limits.max_bulk_len = c.limits.proto_max_bulk_len;
-        self.limits.max_multibulk_len = c.limits.max_multibulk_len;
-        self.limits.max_inline_len = c.limits.max_inline_len;
-        self.query_buffer_limit = c.limits.client_query_buffer_limit;
-        if c.security.requirepass.is_empty() {
-            self.authenticated = true;
-        }
-        self.limits.authenticated = self.authenticated;
-        self.config_gen = gen;
-    }
-
-    /// Sets the authentication state (AUTH, HELLO AUTH, RESET).
-    pub fn set_authenticated(&mut self, yes: bool) {
-        self.authenticated = yes;
-        self.limits.authenticated = yes;
-    }
-}
-
-/// What a connection command sees.
-pub struct ConnCtx<'a> {
-    /// The connection's state.
-    pub conn: &'a mut ConnState,
-    /// Server-wide state.
-    pub shared: &'a Arc<Shared>,
-}
 
 /// Accepts connections and hands them to threads round-robin.
 pub(crate) async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
@@ -168,20 +111,7 @@ async fn serve(
     handle: Arc<ClientHandle>,
 ) -> std::io::Result<()> {
     let shared = worker.shared.clone();
-    let mut conn = ConnState {
-        handle: handle.clone(),
-        proto: Protocol::Resp2,
-        authenticated: false,
-        close: false,
-        no_reply: false,
-        limits: Limits {
-            authenticated: false,
-            ..Limits::default()
-        },
-        config_gen: u64::MAX,
-        query_buffer_limit: usize::MAX,
-    };
-    conn.refresh(&shared);
+    let mut conn = ConnState::new(handle.clone(), &shared);
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = BytesMut::with_capacity(READ_CHUNK);
     let mut pipe = Pipeline::default();
@@ -260,39 +190,4 @@ async fn serve(
             return Ok(());
         }
     }
-}
-
-/// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).
-pub fn run_conn_command(
-    worker: &Worker,
-    conn: &mut ConnState,
-    idx: usize,
-    args: &mut Args,
-) -> leasehold_protocol::Reply {
-    let Exec::Conn(f) = table().commands[idx].exec else {
-        unreachable!("only connection commands are planned as Conn");
-    };
-    let mut ctx = ConnCtx {
-        conn,
-        shared: &worker.shared,
-    };
-    let reply = match f(&mut ctx, args) {
-        Ok(r) => r,
-        Err(e) if e.is_rejection() => {
-            let reply = e.reply();
-            let stats = &worker.shard.borrow().stats;
-            stats.rejected_calls[idx].add(1);
-            stats.count_reply(&reply);
-            return reply;
-        }
-        Err(e) => e.reply(),
-    };
-    let shard = worker.shard.borrow();
-    shard.stats.count_reply(&reply);
-    shard.stats.calls[idx].add(1);
-    shard.stats.commands_processed.add(1);
-    if reply.is_error() {
-        shard.stats.failed_calls[idx].add(1);
-    }
-    reply
 }

@@ -1,18 +1,18 @@
-//! A shard and the thread that owns it.
+//! A shard: one thread's part of the keyspace, what its command handlers
+//! see, and the mailbox other threads reach it through.
 //!
-//! Each thread runs one single-threaded tokio runtime (its event loop) and owns
-//! one [`Shard`] in a `RefCell`: only that thread ever touches the keyspace, so
-//! no lock guards it (DESIGN.md, decision 1). The thread serves its share of
-//! the connections and drains its mailbox, where other threads send
-//! [`Msg::Batch`]es of commands for keys this shard owns; each batch holds all
-//! the commands for this shard from one read of one connection (decision 2),
-//! and its replies go back in one message.
+//! Each thread owns one [`Shard`] in a `RefCell` (inside its [`Worker`]):
+//! only that thread ever touches the keyspace, so no lock guards it. Other
+//! threads send it [`Msg::Batch`]es of commands for keys it owns; each batch
+//! holds all the commands for this shard from one read of one connection
+//! (handing commands over one at a time costs more than not sharding at all),
+//! and its replies go back in one message. The thread's loop that drains the
+//! mailbox lives in `runtime`.
 //!
 //! The `RefCell` is borrowed only inside synchronous code (one command or one
 //! batch at a time), never across an `.await`, so a borrow can never fail.
 
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,22 +20,40 @@ use leasehold_protocol::{Args, Reply};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Now;
-use crate::commands::{table, Exec};
+use crate::error::OpError;
 use crate::state::{ShardStats, Shared};
 use crate::store::Store;
 
-/// One shard: its keyspace plus what its handlers need.
+/// A handler that runs on the shard owning its keys.
+pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
+
+/// The configuration a shard-side handler may read, refreshed from the live
+/// configuration at each [`Shard::tick`] after a CONFIG SET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardConf {
+    /// `proto-max-bulk-len`: the longest string a write may build, bytes.
+    pub proto_max_bulk_len: usize,
+}
+
+/// One shard: its keyspace plus what its handlers need. Handlers see this
+/// and nothing server-wide.
 pub struct Shard {
     /// This shard's index.
     pub id: usize,
+    /// Number of shards in the server (to map slots to shards).
+    pub shards: usize,
     /// The keyspace.
     pub store: Store,
     /// The clock reading for the command being run (one snapshot per command).
     pub now: Now,
-    /// Server-wide state.
-    pub shared: Arc<Shared>,
+    /// The configuration handlers read.
+    pub conf: ShardConf,
     /// This thread's statistics.
     pub stats: Arc<ShardStats>,
+    /// Server-wide state: the clock and the configuration `conf` comes from.
+    shared: Arc<Shared>,
+    /// The configuration generation `conf` was read at.
+    config_gen: u64,
 }
 
 impl std::fmt::Debug for Shard {
@@ -47,11 +65,14 @@ impl std::fmt::Debug for Shard {
     }
 }
 
-/// One command bound for a shard: its table index and its arguments.
+/// One command bound for a shard: its table index, its handler and its
+/// arguments.
 #[derive(Debug)]
 pub struct Job {
-    /// Index in the command table.
+    /// Index in the command table (for statistics).
     pub cmd: usize,
+    /// The handler, looked up once by the dispatcher.
+    pub run: ShardFn,
     /// The arguments, name included.
     pub args: Args,
 }
@@ -59,7 +80,8 @@ pub struct Job {
 /// A message to a thread's mailbox.
 #[derive(Debug)]
 pub enum Msg {
-    /// A newly accepted connection for this thread to serve.
+    /// A newly accepted connection for this thread to serve (the runtime
+    /// hands it to `net`).
     Conn(std::net::TcpStream),
     /// Commands for this shard; the replies go back in order.
     Batch(Vec<Job>, oneshot::Sender<Vec<Reply>>),
@@ -70,55 +92,70 @@ impl Shard {
     pub fn new(id: usize, store: Store, shared: Arc<Shared>) -> Shard {
         let stats = shared.shard_stats[id].clone();
         let now = shared.clock.now();
-        Shard {
+        let mut shard = Shard {
             id,
+            shards: shared.shards,
             store,
             now,
-            shared,
+            conf: ShardConf {
+                proto_max_bulk_len: 0,
+            },
             stats,
-        }
+            shared,
+            config_gen: u64::MAX,
+        };
+        shard.tick();
+        shard
     }
 
-    /// Reads the clocks into [`Shard::now`]. Called once per read (inline
-    /// commands) and once per batch (commands from other threads): every
-    /// command in it sees one snapshot, and the clock costs nothing per command.
+    /// Reads the clocks into [`Shard::now`] (and the configuration into
+    /// [`Shard::conf`] if CONFIG SET changed it). Called once per read
+    /// (inline commands) and once per batch (commands from other threads):
+    /// every command in it sees one snapshot, and the clock costs nothing
+    /// per command.
     pub fn tick(&mut self) {
         self.now = self.shared.clock.now();
         self.store.set_clock(self.now);
+        let gen = self
+            .shared
+            .config_gen
+            .load(std::sync::atomic::Ordering::Acquire);
+        if gen != self.config_gen {
+            let c = self.shared.config.read();
+            self.conf.proto_max_bulk_len = c.limits.proto_max_bulk_len;
+            self.config_gen = gen;
+        }
     }
 
     /// Runs one shard-side command under the snapshot of the last
     /// [`Shard::tick`]: calls the handler and counts the call. The keyspace
     /// counters are published once per batch and per flush, not per command.
-    pub fn run(&mut self, cmd: usize, args: &mut Args) -> Reply {
-        let spec = &table().commands[cmd];
-        let handler = match spec.exec {
-            Exec::Key(f) | Exec::Keys(f, _) | Exec::AllShards(f, _) | Exec::Cursor(f) => f,
-            Exec::Conn(_) => unreachable!("connection commands never reach a shard"),
-        };
-        let reply = match handler(self, args) {
-            Ok(r) => r,
-            Err(e) if e.is_rejection() => {
-                self.stats.rejected_calls[cmd].add(1);
-                return e.reply();
-            }
-            Err(e) => e.reply(),
-        };
-        self.stats.calls[cmd].add(1);
-        if reply.is_error() {
-            self.stats.failed_calls[cmd].add(1);
-        }
-        self.stats.commands_processed.add(1);
-        reply
+    pub fn run(&mut self, cmd: usize, run: ShardFn, args: &mut Args) -> Reply {
+        let result = run(self, args);
+        self.stats.count_call(cmd, result)
     }
 
-    /// Copies the store's counters into the shared statistics.
-    pub fn publish(&self) {
+    /// Runs a batch from another thread in order, under one clock reading.
+    pub fn run_batch(&mut self, jobs: Vec<Job>) -> Vec<Reply> {
+        self.tick();
+        self.stats.batches_in.add(1);
+        let replies = jobs
+            .into_iter()
+            .map(|mut j| self.run(j.cmd, j.run, &mut j.args))
+            .collect();
+        self.publish();
+        replies
+    }
+
+    /// Copies the store's counters into the shared statistics and wakes
+    /// the effect stream's reader if this batch appended effects.
+    pub fn publish(&mut self) {
         let c = self.store.counts();
         self.stats.keys.set(c.keys);
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
-        self.stats.repl_offset.set(self.store.effects.offset());
+        self.stats.repl_offset.set(self.store.effects().offset());
+        self.store.announce_effects();
     }
 
     /// One active-expiry cycle. Visits a hundredth of the slots (so every key
@@ -160,75 +197,4 @@ pub struct Worker {
     pub mailboxes: Arc<Vec<mpsc::UnboundedSender<Msg>>>,
     /// Server-wide state.
     pub shared: Arc<Shared>,
-}
-
-/// The body of one thread: serve connections and the mailbox until shutdown.
-pub(crate) async fn run_worker(
-    worker: Rc<Worker>,
-    mut mailbox: mpsc::UnboundedReceiver<Msg>,
-    listener: Option<tokio::net::TcpListener>,
-) {
-    if let Some(listener) = listener {
-        tokio::task::spawn_local(crate::net::accept_loop(worker.clone(), listener));
-    }
-    tokio::task::spawn_local(expiry_loop(worker.clone()));
-    let shutdown = worker.shared.shutdown.notified();
-    tokio::pin!(shutdown);
-    loop {
-        if worker
-            .shared
-            .shutting_down
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            break;
-        }
-        tokio::select! {
-            _ = &mut shutdown => break,
-            msg = mailbox.recv() => match msg {
-                None => break,
-                Some(Msg::Conn(stream)) => crate::net::spawn_connection(worker.clone(), stream),
-                Some(Msg::Batch(jobs, reply_to)) => {
-                    let replies = run_batch(&worker, jobs);
-                    let _ = reply_to.send(replies);
-                }
-            },
-        }
-    }
-}
-
-/// Runs a batch from another thread on this shard, in order.
-fn run_batch(worker: &Worker, jobs: Vec<Job>) -> Vec<Reply> {
-    let mut shard = worker.shard.borrow_mut();
-    shard.tick();
-    shard.stats.batches_in.add(1);
-    let replies = jobs
-        .into_iter()
-        .map(|mut j| shard.run(j.cmd, &mut j.args))
-        .collect();
-    shard.publish();
-    replies
-}
-
-/// Runs [`Shard::expiry_cycle`] `hz` times a second; a CONFIG SET of `hz`
-/// (seen through the configuration generation) takes effect at the next cycle.
-async fn expiry_loop(worker: Rc<Worker>) {
-    use std::sync::atomic::Ordering;
-    loop {
-        let gen = worker.shared.config_gen.load(Ordering::Acquire);
-        let (hz, pct) = {
-            let c = worker.shared.config.read();
-            (
-                c.expiry.hz.clamp(1, 500),
-                c.expiry.budget_percent.clamp(1, 100),
-            )
-        };
-        let period = Duration::from_millis(1000 / u64::from(hz));
-        let budget = period * pct / 100;
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        while worker.shared.config_gen.load(Ordering::Acquire) == gen {
-            tick.tick().await;
-            worker.shard.borrow_mut().expiry_cycle(budget);
-        }
-    }
 }

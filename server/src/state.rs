@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use leasehold_protocol::Reply;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::error::OpError;
 
 /// A counter written by one thread only and read by any. `incr` is a plain
 /// load and store (no read-modify-write), which is enough with one writer.
@@ -72,8 +74,29 @@ pub struct ShardStats {
 }
 
 impl ShardStats {
+    /// Counts one call's outcome (owner thread only) and turns it into its
+    /// reply: a rejection (refused before it ran, Redis's `rejected_calls`)
+    /// counts only as rejected; anything else counts as a call, and as a
+    /// failed call when the reply is an error.
+    pub fn count_call(&self, cmd: usize, result: Result<Reply, OpError>) -> Reply {
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) if e.is_rejection() => {
+                self.rejected_calls[cmd].add(1);
+                return e.reply();
+            }
+            Err(e) => e.reply(),
+        };
+        self.calls[cmd].add(1);
+        if reply.is_error() {
+            self.failed_calls[cmd].add(1);
+        }
+        self.commands_processed.add(1);
+        reply
+    }
+
     /// Counts a reply about to be sent if it is an error (owner thread only).
-    pub fn count_reply(&self, reply: &leasehold_protocol::Reply) {
+    pub fn count_reply(&self, reply: &Reply) {
         if reply.is_error() {
             self.total_error_replies.add(1);
             if let Some(i) = crate::error::error_code_index(reply) {
@@ -179,7 +202,7 @@ pub struct Shared {
     /// 40 hex characters identifying this run (INFO `run_id`).
     pub run_id: String,
     /// Counters at the last CONFIG RESETSTAT.
-    pub baseline: Mutex<crate::commands::server::StatBaseline>,
+    pub baseline: Mutex<StatBaseline>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -204,5 +227,75 @@ impl Shared {
     /// Sums a per-shard counter.
     pub fn sum(&self, f: impl Fn(&ShardStats) -> u64) -> u64 {
         self.shard_stats.iter().map(|s| f(s)).sum()
+    }
+}
+
+/// Counter values at the last CONFIG RESETSTAT; INFO reports the difference.
+#[derive(Debug, Default, Clone)]
+pub struct StatBaseline {
+    /// Commands processed.
+    pub commands: u64,
+    /// Keyspace hits.
+    pub hits: u64,
+    /// Keyspace misses.
+    pub misses: u64,
+    /// Keys expired.
+    pub expired: u64,
+    /// Connections received.
+    pub conns: u64,
+    /// Connections rejected (maxclients).
+    pub rejected: u64,
+    /// Bytes read from clients.
+    pub net_in: u64,
+    /// Bytes written to clients.
+    pub net_out: u64,
+    /// Error replies sent.
+    pub errors: u64,
+    /// Calls per command, indexed like the command table.
+    pub calls: Vec<u64>,
+    /// Failed calls per command.
+    pub failed: Vec<u64>,
+    /// Rejected calls per command.
+    pub rejected_calls: Vec<u64>,
+    /// Error replies per code of `ERROR_CODES`.
+    pub error_codes: Vec<u64>,
+}
+
+impl Shared {
+    /// Every statistics counter, summed over shards now (CONFIG RESETSTAT
+    /// keeps one as the baseline INFO subtracts).
+    pub fn stat_snapshot(&self) -> StatBaseline {
+        let shared = self;
+        let n = self.shard_stats.first().map_or(0, |s| s.calls.len());
+        StatBaseline {
+            commands: shared.sum(|s| s.commands_processed.get()),
+            hits: shared.sum(|s| s.keyspace_hits.get()),
+            misses: shared.sum(|s| s.keyspace_misses.get()),
+            expired: shared.sum(|s| s.expired_keys.get()),
+            conns: shared
+                .counters
+                .total_connections_received
+                .load(Ordering::Relaxed),
+            rejected: shared.counters.rejected_connections.load(Ordering::Relaxed),
+            net_in: shared
+                .counters
+                .total_net_input_bytes
+                .load(Ordering::Relaxed),
+            net_out: shared
+                .counters
+                .total_net_output_bytes
+                .load(Ordering::Relaxed),
+            calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
+            errors: shared.sum(|s| s.total_error_replies.get()),
+            failed: (0..n)
+                .map(|i| shared.sum(|s| s.failed_calls[i].get()))
+                .collect(),
+            rejected_calls: (0..n)
+                .map(|i| shared.sum(|s| s.rejected_calls[i].get()))
+                .collect(),
+            error_codes: (0..crate::error::ERROR_CODES.len())
+                .map(|i| shared.sum(|s| s.error_replies[i].get()))
+                .collect(),
+        }
     }
 }

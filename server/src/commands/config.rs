@@ -13,7 +13,7 @@ use leasehold_protocol::{Args, Reply};
 
 use crate::config::Config;
 use crate::error::OpError;
-use crate::net::ConnCtx;
+use crate::session::ConnCtx;
 
 type Setter = fn(&mut Config, &str) -> Result<(), &'static str>;
 
@@ -205,7 +205,7 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
         "RESETSTAT" => {
             a.finish()
                 .map_err(|_| OpError::SubcommandArity("config|resetstat".into()))?;
-            *ctx.shared.baseline.lock() = super::server::snapshot(ctx.shared);
+            *ctx.shared.baseline.lock() = ctx.shared.stat_snapshot();
             Ok(Reply::ok())
         }
         "REWRITE" => {

@@ -12,7 +12,7 @@ use leasehold_protocol::{Args, Protocol, Reply};
 use super::flags::{FAST, LOADING, NO_AUTH, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
-use crate::net::ConnCtx;
+use crate::session::ConnCtx;
 use crate::shard::Shard;
 use crate::state::{ClientHandle, Shared};
 

@@ -8,9 +8,8 @@
 use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
-use super::flags::{FAST, READONLY, WRITE};
+use super::flags::{ADMIN, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
-use crate::effects::Effect;
 use crate::error::OpError;
 use crate::shard::Shard;
 use crate::slot::{slot_shard, SLOTS};
@@ -36,6 +35,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("dbsize", 1, READONLY | FAST, NO_KEYS, Exec::AllShards(dbsize, Merge::Sum), "Returns the number of keys in the database."),
     cmd("flushall", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Removes all keys from all databases."),
     cmd("flushdb", -1, WRITE, NO_KEYS, Exec::AllShards(flushall, Merge::AllOk), "Remove all keys from the current database."),
+    cmd("lh.flushslots", 3, WRITE | ADMIN, NO_KEYS, Exec::AllShards(flushslots, Merge::AllOk), "Removes every key in a range of hash slots (the replication effect of FLUSHALL)."),
 ];
 
 fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
@@ -132,10 +132,6 @@ fn expire_generic(
         s.store.remove(&key, now);
     } else {
         s.store.set_expire(&key, Some(when as u64));
-        s.store.effects.emit(Effect::ExpireAt {
-            key: &key,
-            at_ms: when as u64,
-        });
     }
     Ok(Reply::Int(1))
 }
@@ -201,7 +197,6 @@ fn persist(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     if let Ok(Some(_)) = deadline_of(s, &key) {
         s.store.set_expire(&key, None);
-        s.store.effects.emit(Effect::Persist { key: &key });
         return Ok(Reply::Int(1));
     }
     Ok(Reply::Int(0))
@@ -250,7 +245,7 @@ fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         ]));
     }
     let range = s.store.slot_range();
-    debug_assert_eq!(slot_shard(cursor as u16, s.shared.shards), s.id);
+    debug_assert_eq!(slot_shard(cursor as u16, s.shards), s.id);
     let now = s.now.unix_ms;
     let mut out = Vec::new();
     let mut slot = (cursor as usize).max(range.start);
@@ -285,6 +280,18 @@ fn flushall(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
     }
     s.store.clear();
+    Ok(Reply::ok())
+}
+
+/// `LH.FLUSHSLOTS first last`: removes the keys in hash slots
+/// `first..=last` that this shard owns.
+fn flushslots(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let first = a.u64()?;
+    let last = a.u64()?;
+    if first > last || last >= SLOTS as u64 {
+        return Err(OpError::InvalidSlotRange);
+    }
+    s.store.clear_slots(first as usize..last as usize + 1);
     Ok(Reply::ok())
 }
 

@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 use leasehold_protocol::{Args, Reply};
 
 use crate::error::OpError;
-use crate::net::ConnCtx;
-use crate::shard::Shard;
+use crate::session::ConnCtx;
+pub use crate::shard::ShardFn;
 
 pub mod config;
 pub mod connection;
@@ -52,8 +52,6 @@ pub mod flags {
     ];
 }
 
-/// A handler that runs on the shard owning its keys.
-pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
 /// A handler that runs on the connection's own thread with its state.
 pub type ConnFn = fn(&mut ConnCtx<'_>, &mut Args) -> Result<Reply, OpError>;
 

@@ -4,7 +4,6 @@
 //! (redis-cli, redis-benchmark, exporters).
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
@@ -12,7 +11,7 @@ use leasehold_protocol::{Args, Reply};
 use super::flags::{self, ADMIN, FAST, LOADING, NO_AUTH, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
-use crate::net::ConnCtx;
+use crate::session::ConnCtx;
 use crate::state::Shared;
 
 /// The family's rows.
@@ -24,58 +23,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
     cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
-
-/// Counter values at the last CONFIG RESETSTAT; INFO reports the difference.
-#[derive(Debug, Default, Clone)]
-pub struct StatBaseline {
-    commands: u64,
-    hits: u64,
-    misses: u64,
-    expired: u64,
-    conns: u64,
-    rejected: u64,
-    net_in: u64,
-    net_out: u64,
-    errors: u64,
-    calls: Vec<u64>,
-    failed: Vec<u64>,
-    rejected_calls: Vec<u64>,
-    error_codes: Vec<u64>,
-}
-
-pub(super) fn snapshot(shared: &Shared) -> StatBaseline {
-    let n = table().commands.len();
-    StatBaseline {
-        commands: shared.sum(|s| s.commands_processed.get()),
-        hits: shared.sum(|s| s.keyspace_hits.get()),
-        misses: shared.sum(|s| s.keyspace_misses.get()),
-        expired: shared.sum(|s| s.expired_keys.get()),
-        conns: shared
-            .counters
-            .total_connections_received
-            .load(Ordering::Relaxed),
-        rejected: shared.counters.rejected_connections.load(Ordering::Relaxed),
-        net_in: shared
-            .counters
-            .total_net_input_bytes
-            .load(Ordering::Relaxed),
-        net_out: shared
-            .counters
-            .total_net_output_bytes
-            .load(Ordering::Relaxed),
-        calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
-        errors: shared.sum(|s| s.total_error_replies.get()),
-        failed: (0..n)
-            .map(|i| shared.sum(|s| s.failed_calls[i].get()))
-            .collect(),
-        rejected_calls: (0..n)
-            .map(|i| shared.sum(|s| s.rejected_calls[i].get()))
-            .collect(),
-        error_codes: (0..crate::error::ERROR_CODES.len())
-            .map(|i| shared.sum(|s| s.error_replies[i].get()))
-            .collect(),
-    }
-}
 
 /// Bytes allocated by the process, from jemalloc when it is the allocator.
 fn used_memory() -> u64 {
@@ -153,7 +100,7 @@ fn info(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
 /// Renders INFO text for the given sections, in Redis's `# Section` format.
 pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
     let base = shared.baseline.lock().clone();
-    let now = snapshot(shared);
+    let now = shared.stat_snapshot();
     let cfg = shared.config.read().clone();
     let mut out = String::new();
     for (i, section) in sections.iter().enumerate() {

@@ -10,7 +10,6 @@ use leasehold_protocol::{Args, Reply};
 
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1};
-use crate::effects::Effect;
 use crate::error::OpError;
 use crate::shard::Shard;
 use crate::store::Value;
@@ -53,16 +52,8 @@ pub fn read_string(s: &mut Shard, key: &[u8]) -> Result<Option<Bytes>, OpError> 
     }
 }
 
-/// Stores a string value and emits its effect.
+/// Stores a string value (the store emits its effect).
 fn write_string(s: &mut Shard, key: &[u8], value: Value, expire_at: Option<u64>) {
-    let effects = &mut s.store.effects;
-    value.with_string(|bytes| {
-        effects.emit(Effect::Set {
-            key,
-            value: bytes,
-            expire_at_ms: expire_at,
-        })
-    });
     s.store.set(key, value, expire_at, s.now.unix_ms);
 }
 
@@ -237,10 +228,6 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             s.store.remove(&key, now);
         } else {
             s.store.set_expire(&key, Some(at));
-            s.store.effects.emit(Effect::ExpireAt {
-                key: &key,
-                at_ms: at,
-            });
         }
     } else if persist
         && s.store
@@ -249,7 +236,6 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             .is_some()
     {
         s.store.set_expire(&key, None);
-        s.store.effects.emit(Effect::Persist { key: &key });
     }
     Ok(Reply::Bulk(value))
 }
@@ -300,14 +286,7 @@ pub fn op_incr_by(s: &mut Shard, key: &[u8], delta: i64) -> Result<i64, OpError>
         }
     };
     let next = current.checked_add(delta).ok_or(OpError::Overflow)?;
-    let e = s.store.set(key, Value::Int(next), expire_at, now);
-    debug_assert_eq!(e.value, Value::Int(next));
-    let mut buf = itoa::Buffer::new();
-    s.store.effects.emit(Effect::Set {
-        key,
-        value: buf.format(next).as_bytes(),
-        expire_at_ms: expire_at,
-    });
+    s.store.set(key, Value::Int(next), expire_at, now);
     Ok(next)
 }
 
@@ -389,7 +368,7 @@ fn append(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             e.expire_at(s.now),
         ),
     };
-    let limit = s.shared.config.read().limits.proto_max_bulk_len;
+    let limit = s.conf.proto_max_bulk_len;
     if current.len() + tail.len() > limit {
         return Err(OpError::StringTooLong);
     }

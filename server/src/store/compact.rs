@@ -119,7 +119,7 @@ impl Tagged<Compact> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::ratelimit::{gcra::Tat, sliding_window::Window};
+    use crate::ratelimit::{gcra::Tat, sliding_window::Window};
 
     #[test]
     fn a_compact_entry_is_32_bytes() {

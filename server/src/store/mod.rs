@@ -19,14 +19,12 @@
 
 use std::hash::BuildHasher;
 
-use crate::effects::{Effect, EffectLog};
-
 mod compact;
 mod table;
 mod value;
 
-use crate::clock::Now;
-use crate::commands::ratelimit::{mono_of, unix_of};
+use crate::clock::{mono_of, unix_of, Now};
+use crate::effects::{Effect, EffectLog, Wake};
 use compact::{Compact, COMPACT_MAX};
 pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
@@ -57,8 +55,9 @@ pub struct Store {
     /// The shard's latest clock reading, which turns compact entries'
     /// monotonic deadlines into Unix ones ([`Store::set_clock`]).
     clock: Now,
-    /// The replication backlog every change is written to.
-    pub effects: EffectLog,
+    /// The replication backlog every change is written to; only the store
+    /// writes it, one effect per mutation.
+    effects: EffectLog,
 }
 
 impl std::fmt::Debug for Store {
@@ -84,6 +83,48 @@ impl Store {
             sweep_pos: 0,
             clock: Now::default(),
             effects: EffectLog::new(backlog_bytes),
+        }
+    }
+
+    /// The effect stream this store writes (read side: offset, `since`).
+    pub fn effects(&self) -> &EffectLog {
+        &self.effects
+    }
+
+    /// Sets the hook called when effects were appended ([`EffectLog::set_wake`]).
+    pub fn set_effects_wake(&mut self, wake: Wake) {
+        self.effects.set_wake(wake);
+    }
+
+    /// Fires the effects' wake hook if this batch appended any.
+    pub fn announce_effects(&mut self) {
+        self.effects.announce();
+    }
+
+    /// The effect that recreates `value` at `key` expiring at `expire_at`
+    /// (Unix ms, `None` for no TTL): `SET` for strings, `LH.RESTORE` for
+    /// rate-limit states (whose deadline is always set).
+    fn emit_value(&mut self, key: &[u8], value: &Value, expire_at: Option<u64>) {
+        let effects = &mut self.effects;
+        if value
+            .with_string(|bytes| {
+                effects.emit(Effect::Set {
+                    key,
+                    value: bytes,
+                    expire_at_ms: expire_at,
+                })
+            })
+            .is_some()
+        {
+            return;
+        }
+        if let Some(state) = value.rate_state() {
+            effects.emit(Effect::Rate {
+                key,
+                state: &state,
+                expire_at_ms: expire_at.unwrap_or(i64::MAX as u64),
+                now: self.clock,
+            });
         }
     }
 
@@ -164,7 +205,8 @@ impl Store {
     /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
     /// for no TTL), replacing any previous value and deadline. A previous value
     /// already past its deadline at `now_ms` counts as expired (INFO
-    /// `expired_keys`), as Redis counts it when a write meets it.
+    /// `expired_keys`), as Redis counts it when a write meets it. Emits the
+    /// effect that recreates the key.
     pub fn set(
         &mut self,
         key: &[u8],
@@ -172,6 +214,7 @@ impl Store {
         expire_at: Option<u64>,
         now_ms: u64,
     ) -> &mut Entry {
+        self.emit_value(key, &value, expire_at);
         self.put(key, value, expire_at.unwrap_or(0), now_ms)
     }
 
@@ -212,9 +255,10 @@ impl Store {
         }
     }
 
-    /// Changes the deadline of an existing key (`None` removes the TTL).
-    /// Returns false when the key is absent. The caller has already checked
-    /// liveness with [`Store::get`] under the same time snapshot.
+    /// Changes the deadline of an existing key (`None` removes the TTL) and
+    /// emits `PEXPIREAT` or `PERSIST`. Returns false when the key is absent.
+    /// The caller has already checked liveness with [`Store::get`] under the
+    /// same time snapshot.
     pub fn set_expire(&mut self, key: &[u8], expire_at: Option<u64>) -> bool {
         let (i, h) = self.locate(key);
         let Some(j) = self.find_entry(i, h, key) else {
@@ -223,6 +267,10 @@ impl Store {
         let at = expire_at.unwrap_or(0);
         let had = std::mem::replace(&mut self.tables[i].at_mut(j).expire_at, at) != 0;
         self.ttl_changed(i, had, at != 0);
+        self.effects.emit(match expire_at {
+            Some(at_ms) => Effect::ExpireAt { key, at_ms },
+            None => Effect::Persist { key },
+        });
         true
     }
 
@@ -292,9 +340,16 @@ impl Store {
     /// ms) under the shard's clock reading ([`Store::set_clock`]), which becomes a monotonic deadline
     /// (see [`MONOTONIC`]): in a 32-byte compact entry when the key, the
     /// state and the deadline allow it (store/compact.rs), otherwise as
-    /// [`Store::set`] would.
+    /// [`Store::set`] would. Emits `LH.RESTORE` with the state's instants as
+    /// Unix ms.
     pub fn set_rate(&mut self, key: &[u8], state: RateState, expire_at: u64) {
         let now = self.clock;
+        self.effects.emit(Effect::Rate {
+            key,
+            state: &state,
+            expire_at_ms: expire_at,
+            now,
+        });
         let (i, h) = self.locate(key);
         let mono = mono_of(now, expire_at).min(i64::MAX as u64);
         let compact = Compact::new(key, &state, mono);
@@ -362,15 +417,30 @@ impl Store {
 
     /// Removes every key. Returns how many there were.
     pub fn clear(&mut self) -> u64 {
-        let n = self.counts.keys;
-        self.tables
-            .iter_mut()
-            .for_each(|t| *t = SlotTable::default());
-        self.counts.keys = 0;
-        self.counts.expires = 0;
-        self.slot_expires.iter_mut().for_each(|n| *n = 0);
-        self.effects.emit(Effect::Flush);
-        n
+        self.clear_slots(self.slot_range())
+    }
+
+    /// Removes every key in the hash slots `slots` that this store owns (the
+    /// rest of the range is ignored) and emits `LH.FLUSHSLOTS` for the slots
+    /// it owned. Returns how many keys went.
+    pub fn clear_slots(&mut self, slots: std::ops::Range<usize>) -> u64 {
+        let own = self.slot_range();
+        let (lo, hi) = (slots.start.max(own.start), slots.end.min(own.end));
+        if lo >= hi {
+            return 0;
+        }
+        let mut gone = 0u64;
+        for i in lo - self.first_slot..hi - self.first_slot {
+            let table = std::mem::take(&mut self.tables[i]);
+            gone += (table.len() + table.compact.len()) as u64;
+            self.counts.expires -= u64::from(std::mem::take(&mut self.slot_expires[i]));
+        }
+        self.counts.keys -= gone;
+        self.effects.emit(Effect::FlushSlots {
+            first: lo as u16,
+            last: (hi - 1) as u16,
+        });
+        gone
     }
 
     /// Calls `f` for every live key in `slot`.
@@ -531,7 +601,7 @@ mod tests {
     }
 
     fn window(start: u64, current: u64) -> RateState {
-        RateState::SlidingWindow(crate::commands::ratelimit::sliding_window::Window {
+        RateState::SlidingWindow(crate::ratelimit::sliding_window::Window {
             window_ms: 1000,
             start,
             previous: 1,
@@ -903,14 +973,12 @@ mod compact_model {
                 0..=3 => {
                     let window_ms = 1 + next() % 50;
                     let start = now.mono_ms / window_ms * window_ms;
-                    let st = RateState::SlidingWindow(
-                        crate::commands::ratelimit::sliding_window::Window {
-                            window_ms,
-                            start,
-                            previous: next() % 3,
-                            current: next() % 3,
-                        },
-                    );
+                    let st = RateState::SlidingWindow(crate::ratelimit::sliding_window::Window {
+                        window_ms,
+                        start,
+                        previous: next() % 3,
+                        current: next() % 3,
+                    });
                     let mut at = unix_of(now, st.empties_at().unwrap());
                     if next() % 5 == 0 {
                         at += 1;

@@ -16,8 +16,8 @@ use std::hash::BuildHasher;
 
 use super::compact::CompactVec;
 use super::value::Value;
+use crate::clock::unix_of;
 use crate::clock::Now;
-use crate::commands::ratelimit::unix_of;
 
 /// The hasher shared by a store's slot tables.
 pub type Hasher = foldhash::fast::RandomState;

@@ -2,7 +2,7 @@
 //!
 //! An entry is a 24-byte key, an 8-byte deadline and this 16-byte value: 48
 //! bytes, so that a token-bucket key of up to 16 bytes costs at most 64
-//! bytes with its share of the table (issue 3's target; Redis 7 spends about
+//! bytes with its share of the table (Redis 7 spends about
 //! 186). The rate-limit states are packed into the 15 bytes after the tag
 //! when their fields fit the usual ranges (see [`RateState::pack`]); any state
 //! outside them is kept whole in a boxed [`Value::Wide`], so no range is
@@ -10,7 +10,8 @@
 
 use bytes::Bytes;
 
-use crate::commands::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
+pub use crate::ratelimit::RateState;
+use crate::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
 
 /// Longest string kept inside its value rather than in an allocation.
 pub const SMALL_STRING: usize = 14;
@@ -43,17 +44,6 @@ pub enum Value {
     Gcra(Packed),
     /// A rate-limit state whose fields do not fit the packed form.
     Wide(Box<RateState>),
-}
-
-/// The state of a rate-limit key, unpacked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateState {
-    /// TOKENLEASE / TOKENRETURN.
-    TokenBucket(Bucket),
-    /// SLIDINGWINDOW.
-    SlidingWindow(Window),
-    /// CL.THROTTLE / GCRA.
-    Gcra(Tat),
 }
 
 /// The 15 bytes after a [`Value`]'s tag, little-endian fields of the widths
@@ -118,28 +108,6 @@ impl RateState {
             RateState::Gcra(t) => Value::Gcra(pack(GCRA, [t.ms, t.frac, t.units_per_ms])?),
             RateState::TokenBucket(_) => return None,
         })
-    }
-
-    /// The monotonic ms at which this state is empty again, when the state
-    /// alone tells (both windows empty; the TAT passed, rounded up to whole
-    /// ms); `None` for a token bucket, whose refill depends on the call's
-    /// parameters.
-    pub fn empties_at(&self) -> Option<u64> {
-        match self {
-            RateState::TokenBucket(_) => None,
-            RateState::SlidingWindow(w) => Some(w.empty_at()),
-            RateState::Gcra(t) => t.ms.checked_add(u64::from(t.frac > 0)),
-        }
-    }
-
-    /// The name `TYPE` reports.
-    pub fn type_name(&self) -> &'static str {
-        use crate::commands::ratelimit::type_names as names;
-        match self {
-            RateState::TokenBucket(_) => names::TOKEN_BUCKET,
-            RateState::SlidingWindow(_) => names::SLIDING_WINDOW,
-            RateState::Gcra(_) => names::GCRA,
-        }
     }
 }
 
@@ -338,7 +306,7 @@ mod tests {
         assert!(matches!(round_trip(RateState::Gcra(fine)), Value::Wide(_)));
         assert_eq!(
             RateState::Gcra(fine).into_value().type_name(),
-            crate::commands::ratelimit::type_names::GCRA
+            crate::ratelimit::type_names::GCRA
         );
     }
 }

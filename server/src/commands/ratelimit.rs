@@ -22,19 +22,13 @@ use leasehold_protocol::{Args, Reply};
 
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, KEY1};
-use crate::clock::Now;
-use crate::effects::Effect;
+use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;
+use crate::ratelimit::RateState;
 use crate::shard::Shard;
-use crate::store::RateState;
 
-pub mod gcra;
-#[cfg(test)]
-mod model;
-pub mod sliding_window;
-pub mod token_bucket;
-
-use token_bucket::Change;
+use crate::ratelimit::token_bucket::Change;
+use crate::ratelimit::{gcra, sliding_window, token_bucket};
 
 /// The family's rows.
 #[rustfmt::skip]
@@ -47,16 +41,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("rlstate", 2, READONLY | FAST, KEY1, Exec::Key(rlstate), "Shows the stored state of a rate-limit key."),
     cmd("lh.restore", -8, WRITE | DENYOOM, KEY1, Exec::Key(restore), "Recreates a rate-limit state with absolute times (the replication effect)."),
 ];
-
-/// TYPE names of the state kinds.
-pub mod type_names {
-    /// A TOKENLEASE / TOKENRETURN bucket.
-    pub const TOKEN_BUCKET: &str = "tokenbucket";
-    /// A SLIDINGWINDOW counter.
-    pub const SLIDING_WINDOW: &str = "slidingwindow";
-    /// A CL.THROTTLE / GCRA theoretical arrival time.
-    pub const GCRA: &str = "gcra";
-}
 
 /// An integer argument that must be at least 1 (`ERR <name> must be positive`).
 fn positive(a: &mut Args, name: &'static str) -> Result<u64, OpError> {
@@ -84,19 +68,6 @@ fn option(a: &mut Args, word: &str) -> Result<Option<u64>, OpError> {
     Ok(Some(n))
 }
 
-/// A monotonic instant as Unix ms under the snapshot `now` (at least 1, since
-/// a deadline of 0 means "no TTL" to the store; at most `i64::MAX`, the
-/// largest deadline Redis, PEXPIRETIME and a replica's PXAT can express).
-pub fn unix_of(now: Now, mono: u64) -> u64 {
-    (now.unix_ms as i128 + mono as i128 - now.mono_ms as i128).clamp(1, i64::MAX as i128) as u64
-}
-
-/// A Unix-ms instant as monotonic ms under the snapshot `now` (0 at the least:
-/// an instant before the monotonic origin is taken as the origin).
-pub fn mono_of(now: Now, unix: u64) -> u64 {
-    (now.mono_ms as i128 + unix as i128 - now.unix_ms as i128).clamp(0, u64::MAX as i128) as u64
-}
-
 /// Reads the state at `key` through `pick`: `None` when absent, WRONGTYPE when
 /// the key holds anything `pick` refuses.
 fn load<T>(
@@ -116,45 +87,11 @@ fn load<T>(
     }
 }
 
-/// Stores a state whose key expires at monotonic `expire_mono` and emits it.
+/// Stores a state whose key expires at monotonic `expire_mono` (the store
+/// emits it as `LH.RESTORE`).
 fn save(s: &mut Shard, key: &[u8], state: RateState, expire_mono: u64) {
     let at = unix_of(s.now, expire_mono);
-    emit_restore(s, key, &state, at);
     s.store.set_rate(key, state, at);
-}
-
-/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
-/// (unused trailing fields are 0; `len` says how many count).
-fn restore_fields(now: Now, state: &RateState) -> (&'static [u8], [u64; 4], usize) {
-    match state {
-        RateState::TokenBucket(b) => (
-            b"TOKENBUCKET",
-            [b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
-            4,
-        ),
-        RateState::SlidingWindow(w) => (
-            b"SLIDINGWINDOW",
-            [w.window_ms, unix_of(now, w.start), w.previous, w.current],
-            4,
-        ),
-        RateState::Gcra(t) => (b"GCRA", [unix_of(now, t.ms), t.frac, t.units_per_ms, 0], 3),
-    }
-}
-
-/// Appends `LH.RESTORE key KIND fields... PXAT ms` to the effect stream. Built
-/// on the stack: this runs on every granted call.
-fn emit_restore(s: &mut Shard, key: &[u8], state: &RateState, expire_at: u64) {
-    let (kind, fields, len) = restore_fields(s.now, state);
-    let mut bufs = [(); 5].map(|_| itoa::Buffer::new());
-    let (last, nums) = bufs.split_last_mut().expect("five buffers");
-    let mut args: [&[u8]; 9] = [b""; 9];
-    args[..3].copy_from_slice(&[b"LH.RESTORE".as_slice(), key, kind]);
-    for (i, (b, n)) in nums.iter_mut().zip(&fields[..len]).enumerate() {
-        args[3 + i] = b.format(*n).as_bytes();
-    }
-    args[3 + len] = b"PXAT";
-    args[4 + len] = last.format(expire_at).as_bytes();
-    s.store.effects.emit(Effect::Raw(&args[..5 + len]));
 }
 
 fn int_array<const N: usize>(v: [i64; N]) -> Reply {
@@ -376,7 +313,6 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if expire_at <= now.unix_ms {
         s.store.remove(&key, now.unix_ms);
     } else {
-        emit_restore(s, &key, &state, expire_at);
         s.store.set_rate(&key, state, expire_at);
     }
     Ok(Reply::ok())
@@ -392,7 +328,7 @@ mod tests {
 
     #[test]
     fn every_command_has_a_docs_entry() {
-        let docs = include_str!("../../../../docs/commands.md");
+        let docs = include_str!("../../../docs/commands.md");
         let headings: std::collections::HashSet<&str> = docs
             .lines()
             .filter_map(|l| l.strip_prefix("## "))
@@ -418,33 +354,5 @@ mod tests {
         // Stored packed into the value (store/value.rs), not as these structs.
         assert_eq!(size_of::<Value>(), 16);
         assert_eq!(size_of::<Entry>(), 48);
-    }
-
-    #[test]
-    fn monotonic_and_unix_instants_convert_both_ways() {
-        let now = Now {
-            unix_ms: 1_700_000_000_000,
-            mono_ms: 5_000,
-        };
-        assert_eq!(unix_of(now, 6_000), 1_700_000_001_000);
-        assert_eq!(unix_of(now, 0), 1_699_999_995_000);
-        assert_eq!(mono_of(now, unix_of(now, 123)), 123);
-        assert_eq!(mono_of(now, 1), 0, "before the monotonic origin");
-        assert_eq!(
-            unix_of(
-                Now {
-                    unix_ms: 0,
-                    mono_ms: 10
-                },
-                0
-            ),
-            1,
-            "never 0 (no TTL)"
-        );
-        assert_eq!(
-            unix_of(now, u64::MAX),
-            i64::MAX as u64,
-            "a deadline PEXPIRETIME and PXAT can express"
-        );
     }
 }

@@ -1,0 +1,93 @@
+//! Per-connection state: the RESP version, authentication, the decoder
+//! limits, and what a connection command (HELLO, AUTH, CLIENT, CONFIG, ...)
+//! sees. One [`ConnState`] lives in each connection's task; nothing here
+//! touches a socket.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use leasehold_protocol::{Limits, Protocol};
+
+use crate::state::{ClientHandle, Shared};
+
+/// One connection's protocol state.
+#[derive(Debug)]
+pub struct ConnState {
+    /// What CLIENT LIST and CLIENT KILL see.
+    pub handle: Arc<ClientHandle>,
+    /// RESP version chosen with HELLO.
+    pub proto: Protocol,
+    /// Whether AUTH succeeded (or no password is configured).
+    pub authenticated: bool,
+    /// Close after the replies so far are written (QUIT, protocol error).
+    pub close: bool,
+    /// Send no reply for the current command (SHUTDOWN closes instead).
+    pub no_reply: bool,
+    /// Decoder limits, refreshed when the configuration changes.
+    pub limits: Limits,
+    config_gen: u64,
+    /// `client-query-buffer-limit`, bytes, refreshed with `limits`.
+    pub query_buffer_limit: usize,
+}
+
+impl ConnState {
+    /// Records the command about to run, for CLIENT LIST.
+    pub fn note_command(&self, idx: usize) {
+        self.handle.last_cmd.store(idx, Ordering::Relaxed);
+    }
+
+    /// Re-reads the limits and the password state when CONFIG SET changed
+    /// them (one atomic load when it did not).
+    pub fn refresh(&mut self, shared: &Shared) {
+        let gen = shared.config_gen.load(Ordering::Acquire);
+        if gen == self.config_gen {
+            return;
+        }
+        let c = shared.config.read();
+        self.limits.max_bulk_len = c.limits.proto_max_bulk_len;
+        self.limits.max_multibulk_len = c.limits.max_multibulk_len;
+        self.limits.max_inline_len = c.limits.max_inline_len;
+        self.query_buffer_limit = c.limits.client_query_buffer_limit;
+        if c.security.requirepass.is_empty() {
+            self.authenticated = true;
+        }
+        self.limits.authenticated = self.authenticated;
+        self.config_gen = gen;
+    }
+
+    /// Sets the authentication state (AUTH, HELLO AUTH, RESET).
+    pub fn set_authenticated(&mut self, yes: bool) {
+        self.authenticated = yes;
+        self.limits.authenticated = yes;
+    }
+}
+
+/// What a connection command sees.
+pub struct ConnCtx<'a> {
+    /// The connection's state.
+    pub conn: &'a mut ConnState,
+    /// Server-wide state.
+    pub shared: &'a Arc<Shared>,
+}
+
+impl ConnState {
+    /// The state of a connection just accepted: RESP2, authenticated only
+    /// when no password is configured, limits from the live configuration.
+    pub fn new(handle: Arc<ClientHandle>, shared: &Shared) -> ConnState {
+        let mut conn = ConnState {
+            handle,
+            proto: Protocol::Resp2,
+            authenticated: false,
+            close: false,
+            no_reply: false,
+            limits: Limits {
+                authenticated: false,
+                ..Limits::default()
+            },
+            config_gen: u64::MAX,
+            query_buffer_limit: usize::MAX,
+        };
+        conn.refresh(shared);
+        conn
+    }
+}
