@@ -3,23 +3,13 @@
 //!
 //! The integer and expiry cases run on a [`ManualClock`] so that TTLs are exact.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_server::clock::ManualClock;
 use leasehold_server::commands::table;
-use leasehold_tests::{cmd, on_1_and_2_threads, resp, Raw, TestServer};
+use leasehold_tests::{cmd, manual_server, on_1_and_2_threads, resp, Raw, TestServer, T0_MS};
 
 /// How long a closing connection may take to close.
 const CLOSE: Duration = Duration::from_secs(5);
-/// A fixed wall clock for the expiry cases: 2023-11-14T22:13:20Z.
-const T0_MS: u64 = 1_700_000_000_000;
-
-fn manual_server(threads: usize) -> (TestServer, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(T0_MS, 0));
-    (TestServer::with_clock(threads, clock.clone()), clock)
-}
-
 /// Sends `input` on a fresh connection and checks that exactly `reply`
 /// comes back before the server closes it; `bystander` must still answer.
 fn rejects_and_closes(server: &TestServer, bystander: &mut Raw, input: &[u8], reply: &str) {

@@ -8,22 +8,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_server::clock::{ManualClock, SystemClock};
+use leasehold_server::clock::SystemClock;
 use leasehold_server::commands::table;
-use leasehold_server::slot::{key_slot, SLOTS};
-use leasehold_tests::{block_on, on_1_and_2_threads, Closed, Raw, TestServer};
+use leasehold_server::slot::key_slot;
+use leasehold_tests::{
+    block_on, int_of, keys_in_both_halves, manual_server, on_1_and_2_threads, Closed, Raw,
+    TestServer, T0_MS,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Value};
 
-/// A fixed wall clock: 2023-11-14T22:13:20Z.
-const T0_MS: u64 = 1_700_000_000_000;
 /// Time limit of one async test body.
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn manual_server(threads: usize) -> (TestServer, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(T0_MS, 0));
-    (TestServer::with_clock(threads, clock.clone()), clock)
-}
 
 /// Runs one command given as words; panics with the error text on failure.
 async fn q<T: FromRedisValue>(con: &mut MultiplexedConnection, args: &[&str]) -> T {
@@ -45,44 +41,12 @@ async fn q_err(con: &mut MultiplexedConnection, args: &[&str]) -> String {
     }
 }
 
-/// `n` keys whose slots lie in the lower half of 0..16384 and `n` in the upper
-/// half: on two shards they live on different shards.
-fn keys_in_both_halves(prefix: &str, n: usize) -> Vec<String> {
-    let (mut low, mut high) = (Vec::new(), Vec::new());
-    for i in 0.. {
-        let k = format!("{prefix}{i}");
-        let half = if (key_slot(k.as_bytes()) as usize) < SLOTS / 2 {
-            &mut low
-        } else {
-            &mut high
-        };
-        if half.len() < n {
-            half.push(k);
-        }
-        if low.len() == n && high.len() == n {
-            break;
-        }
-    }
-    // Interleave so every request mixes the shards.
-    low.into_iter()
-        .zip(high)
-        .flat_map(|(a, b)| [a, b])
-        .collect()
-}
-
 /// INFO text as `field -> value`.
 fn info_fields(text: &str) -> HashMap<String, String> {
     text.lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.trim_end().to_string()))
         .collect()
-}
-
-fn int_of(reply: &str) -> i64 {
-    reply
-        .strip_prefix(':')
-        .and_then(|r| r.trim_end().parse().ok())
-        .unwrap_or_else(|| panic!("not an integer: {reply:?}"))
 }
 
 on_1_and_2_threads! {

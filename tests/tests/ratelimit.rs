@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_server::clock::ManualClock;
-use leasehold_tests::{block_on, on_1_and_2_threads, Raw, TestServer};
+use leasehold_tests::{block_on, manual_server, on_1_and_2_threads, Raw, TestServer, T0_MS};
 
-/// The wall clock at t=0: 2023-11-14T22:13:20Z.
-const T0_MS: u64 = 1_700_000_000_000;
 const HOUR: u64 = 3_600_000;
 /// 100 years of 365.25 days.
 const CENTURY: u64 = 36_525 * 24 * HOUR;
@@ -26,8 +24,7 @@ struct Case {
 
 impl Case {
     fn new(threads: usize) -> Case {
-        let clock = Arc::new(ManualClock::new(T0_MS, 0));
-        let server = TestServer::with_clock(threads, clock.clone());
+        let (server, clock) = manual_server(threads);
         let c = server.raw();
         Case {
             _server: server,
