@@ -2,7 +2,7 @@
 //! exact error texts and reply shapes through raw connections.
 //!
 //! Arity errors for every command of the table are checked in
-//! `cases_resp_and_keys.rs` (case F2).
+//! `protocol.rs` (case F2).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
