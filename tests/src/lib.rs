@@ -14,6 +14,9 @@
 //!   tests, on a server with 1 and with 2 threads (shards).
 //! - [`T0_MS`] and [`manual_server`] (module [`clock`]): a server on a
 //!   hand-set clock that starts at a fixed instant.
+//! - [`q`], [`q_err`], [`LIMIT`] (module [`redis_rs`]): one command through
+//!   redis-rs, its value or its error text.
+//! - [`info()`], [`info_fields`] (module [`mod@info`]): INFO's text and its fields.
 //! - [`int_of`], [`text`]: replies as values or text, for assertions.
 //! - [`keys_in_both_halves`]: key names that land on different shards.
 
@@ -31,8 +34,12 @@ use leasehold_server::slot::{key_slot, SLOTS};
 use leasehold_server::ServerHandle;
 
 pub mod clock;
+pub mod info;
+pub mod redis_rs;
 
 pub use clock::{manual_server, T0_MS};
+pub use info::{info, info_fields};
+pub use redis_rs::{q, q_err, LIMIT};
 
 /// How long a read waits by default before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);

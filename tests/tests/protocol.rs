@@ -2,8 +2,9 @@
 //! headers close the connection with the error Redis sends, arity errors
 //! (every command of the table) consume the whole request, bulks are read by
 //! length however the input is split, requests are flat arrays, RESP3 only
-//! after HELLO 3, replies to a long pipeline come in order, and a flooding
-//! client delays no one.
+//! after HELLO 3, replies to a long pipeline come in order, a flooding
+//! client delays no one, and an error that quotes the request (however
+//! hostile its bytes) stays one line.
 
 use std::time::{Duration, Instant};
 
@@ -177,6 +178,27 @@ on_1_and_2_threads! {
         writing.join().unwrap().expect("flood written");
         assert_eq!(flooder.call("PING"), "+PONG\r\n");
         eprintln!("flood of {PINGS} PINGs: other client's worst PING {worst:?}");
+    }
+
+    fn errors_echoing_input_keep_the_framing(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let nasty: &[u8] = b"x\r\n+OK\r\ny";
+        for args in [
+            &[nasty][..],
+            &[b"FOO", nasty],
+            &[b"CLIENT", nasty],
+            &[b"CONFIG", nasty],
+            &[b"COMMAND", nasty],
+            &[b"CONFIG", b"SET", nasty, b"1"],
+            &[b"HELLO", b"3", nasty],
+            &[b"EXPIRE", b"k", b"10", nasty],
+        ] {
+            c.send(&[leasehold_tests::resp(args), leasehold_tests::cmd("PING")].concat());
+            let err = c.read_text();
+            assert!(err.starts_with('-') && err.find("\r\n") == Some(err.len() - 2), "{args:?}: {err:?}");
+            assert_eq!(c.read_text(), "+PONG\r\n", "{args:?}");
+        }
     }
 }
 
