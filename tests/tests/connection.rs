@@ -17,8 +17,9 @@ on_1_and_2_threads! {
         let (reply, _) = { c.send_cmd("HELLO 3 SETNAME me"); c.read_reply_raw() };
         let leasehold_tests::Reply::Map(pairs) = reply else { panic!("HELLO 3 is not a map: {reply:?}") };
         let fields: Vec<String> = pairs.iter().map(|(k, _)| leasehold_tests::text(k)).collect();
-        // The decoder keeps a map's pairs in no particular order (F5 checks
-        // the order on the raw bytes); look fields up by name.
+        // The decoder keeps a map's pairs in no particular order
+        // (`resp3_only_after_hello_3` in protocol.rs checks the raw bytes);
+        // look fields up by name.
         let field = |name: &str| {
             let i = fields.iter().position(|f| f.rsplit("\r\n").nth(1) == Some(name));
             &pairs[i.unwrap_or_else(|| panic!("HELLO lacks {name}"))].1

@@ -338,7 +338,8 @@ on_1_and_2_threads! {
         p.same_then_closed(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$\r\n1\r\n");
         p.same_then_closed(b"*2\r\n$4\r\nECHO\r\n$536870913\r\n");
         // `*1048577` differs on purpose: Redis waits for up to INT_MAX
-        // elements, Leasehold refuses more than 1M (case F1).
+        // elements, Leasehold refuses more than 1M (`length_headers`
+        // in protocol.rs).
         p.same_then_closed(b"*1\r\n*1\r\n$4\r\nPING\r\n");
         p.same_then_closed(b"*x\r\n");
         p.same_then_closed(b"*1\r\n$x\r\n");

@@ -59,7 +59,7 @@ on_1_and_2_threads! {
         });
     }
 
-    fn e1_overflowing_deadlines(threads) {
+    fn overflowing_deadlines(threads) {
         let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         assert_eq!(c.call("SET k v"), "+OK\r\n");
@@ -85,7 +85,7 @@ on_1_and_2_threads! {
         assert_eq!(c.call("GET k"), "$1\r\nv\r\n");
     }
 
-    fn e2_zero_and_negative(threads) {
+    fn zero_and_negative_expiry(threads) {
         let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let bad = "-ERR invalid expire time in 'set' command\r\n";
@@ -104,7 +104,7 @@ on_1_and_2_threads! {
         ]);
     }
 
-    fn e3_nx_xx_gt_lt_without_ttl(threads) {
+    fn expire_nx_xx_gt_lt_without_ttl(threads) {
         let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         c.script(&[
@@ -124,7 +124,7 @@ on_1_and_2_threads! {
         ]);
     }
 
-    fn e4_ttl_replies_and_keeping_the_ttl(threads) {
+    fn ttl_replies_and_keeping_the_ttl(threads) {
         let (server, clock) = manual_server(threads);
         let mut c = server.raw();
         c.script(&[

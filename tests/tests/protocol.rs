@@ -29,7 +29,7 @@ fn rejects_and_closes(server: &TestServer, bystander: &mut Raw, input: &[u8], re
 }
 
 on_1_and_2_threads! {
-    fn f1_length_headers(threads) {
+    fn length_headers(threads) {
         let server = TestServer::start(threads);
         let mut bystander = server.raw();
         let bulk = "-ERR Protocol error: invalid bulk length\r\n";
@@ -53,7 +53,7 @@ on_1_and_2_threads! {
         assert_eq!(bystander.call("PING"), "+PONG\r\n");
     }
 
-    fn f2_arity_errors_consume_the_frame(threads) {
+    fn arity_errors_consume_the_frame(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();
         c.send(&[cmd("GET a b"), cmd("PING")].concat());
@@ -82,7 +82,7 @@ on_1_and_2_threads! {
         assert!(checked >= table().commands.len() / 2, "checked only {checked}");
     }
 
-    fn f3_lengths_not_line_scanning(threads) {
+    fn lengths_not_line_scanning(threads) {
         let server = TestServer::start(threads);
         let cases: [(&[u8], &str); 3] = [
             (b"*2\r\n$4\r\nECHO\r\n$3\r\n*a*\r\n", "$3\r\n*a*\r\n"),
@@ -113,7 +113,7 @@ on_1_and_2_threads! {
         assert_eq!(c.read_raw_for(Duration::from_millis(100)), "", "nothing extra");
     }
 
-    fn f4_requests_are_flat(threads) {
+    fn requests_are_flat(threads) {
         let server = TestServer::start(threads);
         let mut bystander = server.raw();
         rejects_and_closes(
@@ -124,7 +124,7 @@ on_1_and_2_threads! {
         );
     }
 
-    fn f5_resp3_only_after_hello_3(threads) {
+    fn resp3_only_after_hello_3(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();
         assert_eq!(c.call("GET nokey"), "$-1\r\n");
@@ -139,7 +139,7 @@ on_1_and_2_threads! {
         assert_eq!(c.call("GET nokey"), "$-1\r\n");
     }
 
-    fn f6_ten_thousand_incr_in_one_write(threads) {
+    fn ten_thousand_incr_in_one_write(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();
         let one = cmd("INCR c");
@@ -150,7 +150,7 @@ on_1_and_2_threads! {
         assert_eq!(c.read_raw_for(Duration::from_millis(100)), "");
     }
 
-    fn f6_a_flooding_client_delays_no_one(threads) {
+    fn a_flooding_client_delays_no_one(threads) {
         const PINGS: usize = 1_000_000;
         let server = TestServer::start(threads);
         let mut flooder = server.raw();

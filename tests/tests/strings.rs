@@ -146,7 +146,7 @@ on_1_and_2_threads! {
         });
     }
 
-    fn i1_strict_integers(threads) {
+    fn strict_integers(threads) {
         let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let not_int = "-ERR value is not an integer or out of range\r\n";
@@ -166,7 +166,7 @@ on_1_and_2_threads! {
         assert_eq!(c.call("INCRBYFLOAT k 1"), "-ERR value is not a valid float\r\n");
     }
 
-    fn i2_edges_of_i64(threads) {
+    fn incr_at_the_edges_of_i64(threads) {
         let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let overflow = "-ERR increment or decrement would overflow\r\n";
