@@ -12,6 +12,13 @@
 //! - [`block_on`]: runs an async test body (redis-rs) under a time limit.
 //! - [`on_1_and_2_threads!`]: declares a test body once and runs it as two
 //!   tests, on a server with 1 and with 2 threads (shards).
+//! - [`T0_MS`] and [`manual_server`] (module [`clock`]): a server on a
+//!   hand-set clock that starts at a fixed instant.
+//! - [`q`], [`q_err`], [`LIMIT`] (module [`redis_rs`]): one command through
+//!   redis-rs, its value or its error text.
+//! - [`info()`], [`info_fields`] (module [`mod@info`]): INFO's text and its fields.
+//! - [`int_of`], [`text`]: replies as values or text, for assertions.
+//! - [`keys_in_both_halves`]: key names that land on different shards.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,7 +30,16 @@ pub use leasehold_protocol::Reply;
 use leasehold_protocol::{decode_reply, Protocol};
 use leasehold_server::clock::{Clock, ManualClock, SystemClock};
 use leasehold_server::config::Config;
+use leasehold_server::slot::{key_slot, SLOTS};
 use leasehold_server::ServerHandle;
+
+pub mod clock;
+pub mod info;
+pub mod redis_rs;
+
+pub use clock::{manual_server, T0_MS};
+pub use info::{info, info_fields};
+pub use redis_rs::{q, q_err, LIMIT};
 
 /// How long a read waits by default before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -345,6 +361,43 @@ pub fn text(r: &Reply) -> String {
     String::from_utf8_lossy(&r.to_bytes(Protocol::Resp2)).into_owned()
 }
 
+/// The value of an integer reply given as its bytes (`:42\r\n` is 42).
+///
+/// # Panics
+/// When `reply` is not an integer reply.
+pub fn int_of(reply: &str) -> i64 {
+    reply
+        .strip_prefix(':')
+        .and_then(|r| r.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("not an integer: {reply:?}"))
+}
+
+/// `2 * n` key names `{prefix}0`, `{prefix}1`, ...: the first `n` whose hash
+/// slots lie in the lower half of `0..SLOTS` and the first `n` in the upper
+/// half, interleaved (low, high, low, ...). On two shards the halves live on
+/// different shards, so every request naming consecutive keys spans both.
+pub fn keys_in_both_halves(prefix: &str, n: usize) -> Vec<String> {
+    let (mut low, mut high) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        if low.len() == n && high.len() == n {
+            break;
+        }
+        let k = format!("{prefix}{i}");
+        let half = if (key_slot(k.as_bytes()) as usize) < SLOTS / 2 {
+            &mut low
+        } else {
+            &mut high
+        };
+        if half.len() < n {
+            half.push(k);
+        }
+    }
+    low.into_iter()
+        .zip(high)
+        .flat_map(|(a, b)| [a, b])
+        .collect()
+}
+
 /// Runs an async test body on a fresh current-thread runtime.
 ///
 /// # Panics
@@ -406,6 +459,18 @@ mod tests {
             cmd("SET  k v"),
             b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
         );
+    }
+
+    #[test]
+    fn keys_in_both_halves_alternate_halves() {
+        let keys = keys_in_both_halves("k", 3);
+        assert_eq!(keys.len(), 6);
+        for (i, k) in keys.iter().enumerate() {
+            let low = (key_slot(k.as_bytes()) as usize) < SLOTS / 2;
+            assert_eq!(low, i % 2 == 0, "{k} at {i}");
+        }
+        let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), 6);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_server::slot::{key_slot, SLOTS};
-use leasehold_tests::{cmd, on_1_and_2_threads, resp, Closed, Raw, Reply, TestServer};
+use leasehold_tests::{
+    cmd, int_of, keys_in_both_halves, on_1_and_2_threads, resp, Closed, Raw, Reply, TestServer,
+};
 
 /// A `redis-server` child process on a free loopback port, killed on drop.
 struct RedisServer {
@@ -204,33 +205,6 @@ impl Pair {
     }
 }
 
-fn int_of(reply: &str) -> i64 {
-    reply
-        .strip_prefix(':')
-        .and_then(|r| r.trim_end().parse().ok())
-        .unwrap_or_else(|| panic!("not an integer: {reply:?}"))
-}
-
-/// Keys on both halves of the slot range, interleaved (different shards on 2 threads).
-fn spread_keys(n: usize) -> Vec<String> {
-    let (mut low, mut high) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while low.len() < n || high.len() < n {
-        let k = format!("d{i}");
-        if (key_slot(k.as_bytes()) as usize) < SLOTS / 2 {
-            low.push(k);
-        } else {
-            high.push(k);
-        }
-        i += 1;
-    }
-    low.into_iter()
-        .take(n)
-        .zip(high)
-        .flat_map(|(a, b)| [a, b])
-        .collect()
-}
-
 on_1_and_2_threads! {
     fn strings(threads) {
         let Some(mut p) = Pair::start(threads) else { return };
@@ -313,7 +287,7 @@ on_1_and_2_threads! {
 
     fn multi_key_commands(threads) {
         let Some(mut p) = Pair::start(threads) else { return };
-        let keys = spread_keys(4);
+        let keys = keys_in_both_halves("d", 4);
         let mut mset = String::from("MSET");
         for (i, k) in keys.iter().enumerate() {
             mset.push_str(&format!(" {k} v{i}"));
@@ -364,7 +338,8 @@ on_1_and_2_threads! {
         p.same_then_closed(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$\r\n1\r\n");
         p.same_then_closed(b"*2\r\n$4\r\nECHO\r\n$536870913\r\n");
         // `*1048577` differs on purpose: Redis waits for up to INT_MAX
-        // elements, Leasehold refuses more than 1M (case F1).
+        // elements, Leasehold refuses more than 1M (`length_headers`
+        // in protocol.rs).
         p.same_then_closed(b"*1\r\n*1\r\n$4\r\nPING\r\n");
         p.same_then_closed(b"*x\r\n");
         p.same_then_closed(b"*1\r\n$x\r\n");

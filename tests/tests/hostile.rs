@@ -3,19 +3,12 @@
 
 use std::sync::Arc;
 
-use leasehold_server::clock::{ManualClock, SystemClock};
-use leasehold_tests::{on_1_and_2_threads, TestServer};
-
-/// A fixed wall clock: 2023-11-14T22:13:20Z.
-const T0_MS: u64 = 1_700_000_000_000;
-
-fn manual_server(threads: usize) -> TestServer {
-    TestServer::with_clock(threads, Arc::new(ManualClock::new(T0_MS, 0)))
-}
+use leasehold_server::clock::SystemClock;
+use leasehold_tests::{manual_server, on_1_and_2_threads, TestServer, T0_MS};
 
 on_1_and_2_threads! {
     fn set_and_getex_repeat_an_expiry_option(threads) {
-        let server = manual_server(threads);
+        let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         c.script(&[
             // Redis 7: the same unit may repeat (the last wins); units never mix.
@@ -35,7 +28,7 @@ on_1_and_2_threads! {
     }
 
     fn expiretime_rounds_to_the_nearest_second(threads) {
-        let server = manual_server(threads);
+        let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         c.script(&[
             ("SET k v PXAT 1700000005600", "+OK\r\n"),
@@ -46,7 +39,7 @@ on_1_and_2_threads! {
     }
 
     fn pathological_keys_pattern_does_not_freeze_the_shard(threads) {
-        let server = manual_server(threads);
+        let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let key = vec![b'a'; 5000];
         assert_eq!(c.call_args(&[b"SET", &key, b"v"]), "+OK\r\n");
@@ -61,7 +54,7 @@ on_1_and_2_threads! {
     }
 
     fn rate_limit_deadlines_stay_within_i64(threads) {
-        let server = manual_server(threads);
+        let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let max = i64::MAX;
         let pttl = format!(":{}\r\n", max - T0_MS as i64);
@@ -96,7 +89,7 @@ on_1_and_2_threads! {
     }
 
     fn config_set_refuses_limits_that_lock_everyone_out(threads) {
-        let server = manual_server(threads);
+        let (server, _clock) = manual_server(threads);
         let mut c = server.raw();
         let failed = |name: &str, why: &str| {
             format!("-ERR CONFIG SET failed (possibly related to argument '{name}') - {why}\r\n")

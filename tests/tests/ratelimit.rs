@@ -1,21 +1,22 @@
-//! The rate-limit commands end to end over TCP: every case of
-//! `shared/cases/ratelimit.md` (R1..R6, W1..W3, G1) with its exact reply bytes
-//! on a [`ManualClock`], expiry, errors, inspection and restore, on 1 and 2
-//! threads; and redis-rs (a real client) against the real clock.
+//! The rate-limit commands (TOKENLEASE, TOKENRETURN, SLIDINGWINDOW,
+//! CL.THROTTLE, GCRA, RLSTATE, LH.RESTORE) end to end over TCP, on 1 and 2
+//! threads, with their exact reply bytes on a [`ManualClock`]: retry-after,
+//! denials, refill after long idle, the clock going back, policy changes,
+//! window weighting, redis-cell compatibility, expiry, errors, inspection and
+//! restore; and redis-rs (a real client) against the real clock.
 //!
-//! `t=` in the cases is the monotonic clock; the wall clock moves with it from
-//! [`T0_MS`], so TTLs are exact.
+//! [`Case::at`] sets the monotonic clock to `t` ms after the start and the
+//! wall clock to [`T0_MS`] + `t`, so TTLs are exact.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_server::clock::ManualClock;
-use leasehold_tests::{block_on, on_1_and_2_threads, Raw, TestServer};
+use leasehold_tests::{block_on, manual_server, on_1_and_2_threads, Raw, TestServer, T0_MS};
 
-/// The wall clock at t=0: 2023-11-14T22:13:20Z.
-const T0_MS: u64 = 1_700_000_000_000;
+/// One hour, in milliseconds.
 const HOUR: u64 = 3_600_000;
-/// 100 years of 365.25 days.
+/// 100 years of 365.25 days, in milliseconds.
 const CENTURY: u64 = 36_525 * 24 * HOUR;
 
 struct Case {
@@ -26,8 +27,7 @@ struct Case {
 
 impl Case {
     fn new(threads: usize) -> Case {
-        let clock = Arc::new(ManualClock::new(T0_MS, 0));
-        let server = TestServer::with_clock(threads, clock.clone());
+        let (server, clock) = manual_server(threads);
         let c = server.raw();
         Case {
             _server: server,
@@ -59,7 +59,8 @@ fn ints(v: &[i64]) -> String {
 }
 
 on_1_and_2_threads! {
-    fn r1_retry_after_rounds_up_and_is_honest(threads) {
+    // Retry-after rounds up, and a caller who waits exactly that long succeeds.
+    fn retry_after_rounds_up_and_is_honest(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE k 1 10 1000 1", &[1, 0, 0, 100]);
         k.ints("TOKENLEASE k 1 10 1000 1", &[0, 0, 100, 100]);
@@ -94,7 +95,7 @@ on_1_and_2_threads! {
         k.c.script(&[("EXISTS a b", ":0\r\n"), ("DBSIZE", ":2\r\n")]);
     }
 
-    fn r2_requests_at_and_above_capacity(threads) {
+    fn requests_at_and_above_capacity(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE k 10 1 1000 10", &[10, 0, 0, 10000]);
         k.ints("TOKENLEASE k 10 1 1000 11", &[0, 0, -1, 10000]);
@@ -104,7 +105,7 @@ on_1_and_2_threads! {
         k.c.script(&[("EXISTS missing", ":0\r\n"), ("PTTL k", ":10000\r\n"), ("TYPE k", "+tokenbucket\r\n")]);
     }
 
-    fn r3_a_denial_consumes_nothing(threads) {
+    fn a_denial_consumes_nothing(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE k 10 1 1000 8", &[8, 2, 0, 8000]);
         k.ints("TOKENLEASE k 10 1 1000 5", &[0, 2, 3000, 8000]);
@@ -113,7 +114,7 @@ on_1_and_2_threads! {
         k.at(1000).ints("TOKENLEASE k 10 1 1000 1", &[1, 0, 0, 10000]);
     }
 
-    fn r4_long_idle_and_fractions(threads) {
+    fn long_idle_and_fractions(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE big 1000000 1000000 1000 1000000", &[1000000, 0, 0, 1000]);
         k.at(12 * HOUR).ints("TOKENLEASE big 1000000 1000000 1000 1", &[1, 999999, 0, 1]);
@@ -132,14 +133,14 @@ on_1_and_2_threads! {
         assert_eq!(grants, vec![1200, 2000, 3200, 4000, 5200, 6000, 7200, 8000, 9200, 10000]);
     }
 
-    fn r5_the_clock_going_back_mints_nothing(threads) {
+    fn the_clock_going_back_mints_nothing(threads) {
         let mut k = Case::new(threads);
         k.at(1_000_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 4, 0, 1000]);
         k.at(989_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 3, 0, 2000]);
         k.at(1_001_000).ints("TOKENLEASE k 5 1 1000 1", &[1, 3, 0, 2000]);
     }
 
-    fn r6_changing_the_policy(threads) {
+    fn changing_the_policy(threads) {
         let mut k = Case::new(threads);
         k.ints("TOKENLEASE k 1000 1000 1000 1000", &[1000, 0, 0, 1000]);
         k.ints("TOKENLEASE k 10 10 1000 1", &[0, 0, 100, 1000]);
@@ -147,7 +148,7 @@ on_1_and_2_threads! {
         k.ints("TOKENLEASE j 10 10 1000 0", &[0, 10, 0, 0]);
     }
 
-    fn w1_no_double_burst_at_a_boundary(threads) {
+    fn sliding_window_no_double_burst_at_a_boundary(threads) {
         let mut k = Case::new(threads);
         k.at(59_900);
         for _ in 0..10 {
@@ -159,7 +160,7 @@ on_1_and_2_threads! {
         }
     }
 
-    fn w2_weighting(threads) {
+    fn sliding_window_weighting(threads) {
         let mut k = Case::new(threads);
         for i in 0..50 {
             k.at(i * 200).ints("SLIDINGWINDOW k 100 10000", &[1, i as i64 + 1, 99 - i as i64, 0]);
@@ -171,7 +172,7 @@ on_1_and_2_threads! {
         k.ints("SLIDINGWINDOW k 100 10000 COUNT 0", &[0, 55, 45, 0]);
     }
 
-    fn w3_small_limits_and_expiry(threads) {
+    fn sliding_window_small_limits_and_expiry(threads) {
         let mut k = Case::new(threads);
         k.at(500).ints("SLIDINGWINDOW k 1 1000", &[1, 1, 0, 0]);
         k.c.script(&[("TYPE k", "+slidingwindow\r\n"), ("PTTL k", ":1500\r\n")]);
@@ -179,7 +180,7 @@ on_1_and_2_threads! {
         k.at(2000).c.script(&[("EXISTS k", ":0\r\n")]);
     }
 
-    fn g1_redis_cell_compatibility(threads) {
+    fn gcra_redis_cell_compatibility(threads) {
         let mut k = Case::new(threads);
         k.ints("CL.THROTTLE user123 15 30 60", &[0, 16, 15, -1, 2]);
         k.ints("CL.THROTTLE k 0 1 2", &[0, 1, 0, -1, 2]);

@@ -1,0 +1,147 @@
+//! The connection commands (HELLO, AUTH, SELECT, QUIT, RESET, CLIENT) over
+//! raw connections, on 1 and 2 threads: HELLO's reply in RESP2 and RESP3, a
+//! password and the smaller request limits before AUTH, what RESET forgets,
+//! QUIT closing, and CLIENT's subcommands (names, ids, lists, kills).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_server::clock::SystemClock;
+use leasehold_tests::{block_on, int_of, on_1_and_2_threads, q, Closed, TestServer, LIMIT};
+
+on_1_and_2_threads! {
+    fn hello_shapes(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let id = int_of(&c.call("CLIENT ID"));
+        let (reply, _) = { c.send_cmd("HELLO 3 SETNAME me"); c.read_reply_raw() };
+        let leasehold_tests::Reply::Map(pairs) = reply else { panic!("HELLO 3 is not a map: {reply:?}") };
+        let fields: Vec<String> = pairs.iter().map(|(k, _)| leasehold_tests::text(k)).collect();
+        // The decoder keeps a map's pairs in no particular order
+        // (`resp3_only_after_hello_3` in protocol.rs checks the raw bytes);
+        // look fields up by name.
+        let field = |name: &str| {
+            let i = fields.iter().position(|f| f.rsplit("\r\n").nth(1) == Some(name));
+            &pairs[i.unwrap_or_else(|| panic!("HELLO lacks {name}"))].1
+        };
+        for name in ["server", "version", "mode", "role", "modules"] {
+            field(name);
+        }
+        assert_eq!(pairs.len(), 7);
+        assert_eq!(field("proto"), &leasehold_tests::Reply::Int(3));
+        assert_eq!(field("id"), &leasehold_tests::Reply::Int(id));
+        assert_eq!(field("mode"), &leasehold_tests::Reply::bulk("standalone"));
+        assert_eq!(c.call("CLIENT GETNAME"), "$2\r\nme\r\n");
+        // HELLO without a version answers in the current protocol.
+        assert!(c.call("HELLO").starts_with("%7\r\n"));
+        assert!(c.call("HELLO 2").starts_with("*14\r\n"));
+        assert_eq!(c.call("HELLO 4"), "-NOPROTO unsupported protocol version\r\n");
+        assert_eq!(c.call("HELLO x"), "-ERR Protocol version is not an integer or out of range\r\n");
+        assert_eq!(c.call("HELLO 3 BOGUS"), "-ERR Syntax error in HELLO option 'BOGUS'\r\n");
+        assert_eq!(c.call("GET nokey"), "$-1\r\n", "a failed HELLO keeps RESP2");
+    }
+
+    fn auth_and_requirepass(threads) {
+        let mut config = TestServer::config(threads);
+        config.security.requirepass = "secret".into();
+        let server = TestServer::with_config(config, Arc::new(SystemClock::new()));
+        let noauth = "-NOAUTH Authentication required.\r\n";
+        let wrongpass = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+        let mut c = server.raw();
+        c.script(&[
+            ("GET k", noauth),
+            ("SET k v", noauth),
+            ("AUTH wrong", wrongpass),
+            ("AUTH bob secret", wrongpass),
+            ("GET k", noauth),
+        ]);
+        assert!(c.call("HELLO 3").starts_with("-NOAUTH HELLO must be called with the client already authenticated"));
+        assert_eq!(c.call("HELLO 3 AUTH default wrong"), wrongpass);
+        // Pre-auth limits: 10 arguments, 16 KB bulks.
+        let mut big = server.raw();
+        big.send(b"*11\r\n");
+        big.expect_closed_after("-ERR Protocol error: unauthenticated multibulk length\r\n", Duration::from_secs(5));
+        let mut big = server.raw();
+        big.send(b"*2\r\n$4\r\nECHO\r\n$16385\r\n");
+        big.expect_closed_after("-ERR Protocol error: unauthenticated bulk length\r\n", Duration::from_secs(5));
+
+        c.script(&[("AUTH secret", "+OK\r\n"), ("GET k", "$-1\r\n"), ("AUTH default secret", "+OK\r\n")]);
+        // After AUTH the normal limits apply.
+        let long = "x".repeat(20_000);
+        assert_eq!(c.call_args(&[b"ECHO", long.as_bytes()]).len(), 20_000 + 10);
+        assert_eq!(c.call("RESET"), "+RESET\r\n");
+        assert_eq!(c.call("GET k"), noauth, "RESET forgets the authentication");
+        assert!(c.call("HELLO 3 AUTH default secret").starts_with("%7\r\n"));
+        assert_eq!(c.call("GET k"), "_\r\n");
+
+        block_on(LIMIT, async {
+            let client = redis::Client::open(format!("redis://:secret@{}/", server.addr)).unwrap();
+            let mut r = client.get_multiplexed_async_connection().await.expect("connect with password");
+            assert_eq!(q::<String>(&mut r, &["PING"]).await, "PONG");
+        });
+
+        let open = TestServer::start(threads);
+        assert_eq!(
+            open.raw().call("AUTH x"),
+            "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n"
+        );
+    }
+
+    fn select_quit_reset(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("SELECT 0", "+OK\r\n"),
+            ("SELECT 1", "-ERR DB index is out of range\r\n"),
+            ("SELECT x", "-ERR value is not an integer or out of range\r\n"),
+            ("CLIENT SETNAME n1", "+OK\r\n"),
+        ]);
+        assert!(c.call("HELLO 3").starts_with('%'));
+        assert_eq!(c.call("GET nokey"), "_\r\n");
+        assert_eq!(c.call("RESET"), "+RESET\r\n");
+        assert_eq!(c.call("GET nokey"), "$-1\r\n", "RESET goes back to RESP2");
+        assert_eq!(c.call("CLIENT GETNAME"), "$-1\r\n", "RESET clears the name");
+        // QUIT answers OK, then closes; requests after it in the same write are ignored.
+        c.send(&[leasehold_tests::cmd("QUIT"), leasehold_tests::cmd("PING")].concat());
+        c.expect_closed_after("+OK\r\n", Duration::from_secs(5));
+    }
+
+    fn client_subcommands(threads) {
+        let server = TestServer::start(threads);
+        let mut me = server.raw();
+        let mut other = server.raw();
+        let my_id = int_of(&me.call("CLIENT ID"));
+        let other_id = int_of(&other.call("CLIENT ID"));
+        assert_ne!(my_id, other_id);
+        me.script(&[
+            ("CLIENT GETNAME", "$-1\r\n"),
+            ("CLIENT SETNAME worker-1", "+OK\r\n"),
+            ("CLIENT GETNAME", "$8\r\nworker-1\r\n"),
+            ("CLIENT SETINFO LIB-NAME redis-rs", "+OK\r\n"),
+            ("CLIENT SETINFO LIB-VER 0.32.7", "+OK\r\n"),
+            ("CLIENT FOO", "-ERR unknown subcommand 'FOO'. Try CLIENT HELP.\r\n"),
+        ]);
+        assert_eq!(
+            me.call_args(&[b"CLIENT", b"SETNAME", b"a b"]),
+            "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+        );
+        let info = me.call("CLIENT INFO");
+        assert!(info.contains(&format!("id={my_id} ")) && info.contains("name=worker-1 "), "{info}");
+        let list = me.call("CLIENT LIST");
+        assert!(list.contains(&format!("id={my_id} ")) && list.contains(&format!("id={other_id} ")), "{list}");
+        let only = me.call(&format!("CLIENT LIST ID {other_id}"));
+        assert!(only.contains(&format!("id={other_id} ")) && !only.contains(&format!("id={my_id} ")), "{only}");
+
+        assert_eq!(me.call(&format!("CLIENT KILL ID {other_id}")), ":1\r\n");
+        assert!(matches!(other.read_until_closed(Duration::from_secs(5)), Closed::Yes(_)), "killed client still open");
+        assert_eq!(me.call(&format!("CLIENT KILL ID {other_id}")), ":0\r\n");
+        assert_eq!(me.call("CLIENT KILL 127.0.0.1:1"), "-ERR No such client\r\n");
+        // The old form by address.
+        let mut third = server.raw();
+        let addr = third.stream().local_addr().unwrap().to_string();
+        assert_eq!(third.call("PING"), "+PONG\r\n");
+        assert_eq!(me.call(&format!("CLIENT KILL {addr}")), "+OK\r\n");
+        assert!(matches!(third.read_until_closed(Duration::from_secs(5)), Closed::Yes(_)));
+        assert_eq!(me.call("PING"), "+PONG\r\n");
+    }
+}
