@@ -75,10 +75,42 @@ pub enum OpError {
     /// `ERR shard unavailable (shutting down)`: a shard's thread stopped
     /// before it answered.
     ShardUnavailable,
+    /// `ERR wrong number of arguments for '<command>' command`, found while
+    /// the command ran (MSET with a key and no value): a failed call, not a
+    /// rejected one.
+    Arity(&'static str),
+    /// `ERR Invalid command specified` (COMMAND GETKEYS).
+    InvalidCommandSpecified,
+    /// `ERR Invalid number of arguments specified for command` (COMMAND GETKEYS).
+    InvalidCommandArguments,
+    /// `ERR The command has no key arguments` (COMMAND GETKEYS).
+    NoKeyArguments,
+    /// `ERR No shutdown in progress.` (SHUTDOWN ABORT).
+    NoShutdownInProgress,
+    /// `ERR Unsupported option <option>` (EXPIRE and its siblings).
+    UnsupportedOption(String),
+    /// `ERR Protocol version is not an integer or out of range` (HELLO).
+    ProtocolVersionNotInteger,
+    /// `ERR Syntax error in HELLO option '<option>'`.
+    HelloSyntax(String),
+    /// `ERR Client names cannot contain spaces, newlines or special characters.`
+    BadClientName,
+    /// `ERR Unrecognized option '<option>'` (CLIENT SETINFO).
+    UnrecognizedOption(String),
+    /// `ERR Unknown client type '<type>'` (CLIENT LIST / KILL TYPE), lower case.
+    UnknownClientType(String),
+    /// `ERR Invalid client ID` (CLIENT LIST ID).
+    InvalidClientId,
+    /// `ERR No such client` (CLIENT KILL addr).
+    NoSuchClient,
+    /// `ERR client-id should be greater than 0` (CLIENT KILL ID).
+    ClientIdNotPositive,
     /// Any other `ERR ...` text; the string excludes the `ERR ` prefix.
     Other(Cow<'static, str>),
-    /// A complete error text with its own code (e.g. `NOAUTH ...`).
-    Raw(&'static str),
+    /// `NOAUTH HELLO must be called with the client already authenticated,
+    /// ...` (HELLO without AUTH on a server with a password; Redis 7.0's
+    /// wording: 7.2 added `<proto>` after HELLO).
+    HelloNoAuth,
 }
 
 impl OpError {
@@ -136,8 +168,36 @@ impl OpError {
                 Reply::err("CROSSSLOT Keys in request don't hash to the same slot")
             }
             OpError::ShardUnavailable => Reply::err("ERR shard unavailable (shutting down)"),
+            OpError::Arity(name) => wrong_arity(name),
+            OpError::InvalidCommandSpecified => Reply::err("ERR Invalid command specified"),
+            OpError::InvalidCommandArguments => {
+                Reply::err("ERR Invalid number of arguments specified for command")
+            }
+            OpError::NoKeyArguments => Reply::err("ERR The command has no key arguments"),
+            OpError::NoShutdownInProgress => Reply::err("ERR No shutdown in progress."),
+            OpError::UnsupportedOption(o) => err_echoing_input(format!("ERR Unsupported option {o}")),
+            OpError::ProtocolVersionNotInteger => {
+                Reply::err("ERR Protocol version is not an integer or out of range")
+            }
+            OpError::HelloSyntax(o) => {
+                err_echoing_input(format!("ERR Syntax error in HELLO option '{o}'"))
+            }
+            OpError::BadClientName => Reply::err(
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            ),
+            OpError::UnrecognizedOption(o) => {
+                err_echoing_input(format!("ERR Unrecognized option '{o}'"))
+            }
+            OpError::UnknownClientType(t) => {
+                err_echoing_input(format!("ERR Unknown client type '{t}'"))
+            }
+            OpError::InvalidClientId => Reply::err("ERR Invalid client ID"),
+            OpError::NoSuchClient => Reply::err("ERR No such client"),
+            OpError::ClientIdNotPositive => Reply::err("ERR client-id should be greater than 0"),
             OpError::Other(text) => err_echoing_input(format!("ERR {text}")),
-            OpError::Raw(text) => Reply::err(text),
+            OpError::HelloNoAuth => Reply::err(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+            ),
         }
     }
 }

@@ -37,9 +37,7 @@ fn ping(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     match a.remaining() {
         0 => Ok(Reply::simple("PONG")),
         1 => Ok(Reply::Bulk(a.next()?)),
-        _ => Err(OpError::Other(
-            "wrong number of arguments for 'ping' command".into(),
-        )),
+        _ => Err(OpError::Arity("ping")),
     }
 }
 
@@ -83,9 +81,7 @@ fn auth(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
 fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let mut proto = None;
     if a.remaining() > 0 {
-        let v = a.i64().map_err(|_| {
-            OpError::Other("Protocol version is not an integer or out of range".into())
-        })?;
+        let v = a.i64().map_err(|_| OpError::ProtocolVersionNotInteger)?;
         if !(2..=3).contains(&v) {
             return Err(OpError::NoProto);
         }
@@ -110,18 +106,11 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 ctx.conn.set_authenticated(true);
             }
             "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),
-            _ => {
-                return Err(OpError::Other(
-                    format!("Syntax error in HELLO option '{sent}'").into(),
-                ))
-            }
+            _ => return Err(OpError::HelloSyntax(sent)),
         }
     }
     if !ctx.conn.authenticated {
-        // Redis 7.0's wording (7.2 added `<proto>` after HELLO).
-        return Err(OpError::Raw(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
-        ));
+        return Err(OpError::HelloNoAuth);
     }
     if let Some(n) = name {
         set_name(&ctx.conn.handle, n)?;
@@ -172,9 +161,7 @@ fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
 
 fn set_name(handle: &ClientHandle, name: Bytes) -> Result<(), OpError> {
     if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-        return Err(OpError::Other(
-            "Client names cannot contain spaces, newlines or special characters.".into(),
-        ));
+        return Err(OpError::BadClientName);
     }
     *handle.name.lock() = (!name.is_empty()).then_some(name);
     Ok(())
@@ -238,7 +225,7 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             let _value = a.next().map_err(|_| unknown())?;
             match attr.as_str() {
                 "LIB-NAME" | "LIB-VER" => Ok(Reply::ok()),
-                other => Err(OpError::Other(format!("Unrecognized option '{other}'").into())),
+                other => Err(OpError::UnrecognizedOption(other.to_string())),
             }
         }
         "INFO" => {
@@ -253,13 +240,13 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                         "NORMAL" => {}
                         "MASTER" | "REPLICA" | "SLAVE" | "PUBSUB" => ids = Some(Vec::new()),
                         other => {
-                            return Err(OpError::Other(format!("Unknown client type '{}'", other.to_ascii_lowercase()).into()))
+                            return Err(OpError::UnknownClientType(other.to_ascii_lowercase()))
                         }
                     },
                     "ID" => {
                         let mut list = Vec::new();
                         while a.remaining() > 0 {
-                            list.push(a.u64().map_err(|_| OpError::Other("Invalid client ID".into()))?);
+                            list.push(a.u64().map_err(|_| OpError::InvalidClientId)?);
                         }
                         ids = Some(list);
                     }
@@ -325,7 +312,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 }
                 Ok(Reply::ok())
             }
-            None => Err(OpError::Other("No such client".into())),
+            None => Err(OpError::NoSuchClient),
         };
     }
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
@@ -336,8 +323,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         match w.as_str() {
             "ID" => {
                 id = Some(
-                    leasehold_protocol::int::parse_u64(&v)
-                        .ok_or(OpError::Other("client-id should be greater than 0".into()))?,
+                    leasehold_protocol::int::parse_u64(&v).ok_or(OpError::ClientIdNotPositive)?,
                 )
             }
             "ADDR" => addr = Some(text),

@@ -84,7 +84,7 @@ fn expire_flags(a: &mut Args) -> Result<ExpireFlags, OpError> {
             "XX" => f.xx = true,
             "GT" => f.gt = true,
             "LT" => f.lt = true,
-            other => return Err(OpError::Other(format!("Unsupported option {other}").into())),
+            other => return Err(OpError::UnsupportedOption(other.to_string())),
         }
     }
     if f.nx && (f.xx || f.gt || f.lt) {

@@ -27,23 +27,29 @@ pub mod ratelimit;
 pub mod server;
 pub mod strings;
 
-/// Command flags, as `COMMAND INFO` names them.
+/// Command flags, as `COMMAND INFO` names them. Every flag is reported by
+/// COMMAND INFO (cluster clients and proxies route by `write` / `readonly`);
+/// each doc says what else reads it.
 pub mod flags {
-    /// Changes the keyspace; must emit an effect.
+    /// Changes the keyspace: every successful call emits at least one effect
+    /// (`server/tests/table_effects.rs` checks every row). A read-only
+    /// replica's dispatcher will refuse these.
     pub const WRITE: u32 = 1;
-    /// Only reads.
+    /// Only reads: never emits an effect (checked by the same test).
     pub const READONLY: u32 = 1 << 1;
     /// O(1) or O(log n).
     pub const FAST: u32 = 1 << 2;
-    /// Administrative.
+    /// Administrative (CONFIG, SHUTDOWN, LH.FLUSHSLOTS).
     pub const ADMIN: u32 = 1 << 3;
-    /// Allowed before AUTH.
+    /// Allowed before AUTH: the dispatcher's state check reads it.
     pub const NO_AUTH: u32 = 1 << 4;
-    /// May allocate memory (Redis `denyoom`).
+    /// May allocate memory (Redis `denyoom`): what a memory limit, when
+    /// there is one, refuses.
     pub const DENYOOM: u32 = 1 << 5;
-    /// Works while loading.
+    /// Allowed while a snapshot loads, once loading exists.
     pub const LOADING: u32 = 1 << 6;
-    /// Works on a stale replica.
+    /// Allowed on a replica whose link to its primary is down, once
+    /// replicas exist.
     pub const STALE: u32 = 1 << 7;
 
     /// Flag names for COMMAND INFO, in bit order.

@@ -341,19 +341,17 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         })),
         "GETKEYS" => {
             let Some((_, spec)) = names.first().and_then(|n| t.lookup(n)) else {
-                return Err(OpError::Other("Invalid command specified".into()));
+                return Err(OpError::InvalidCommandSpecified);
             };
             if !spec.arity_ok(names.len()) {
-                return Err(OpError::Other(
-                    "Invalid number of arguments specified for command".into(),
-                ));
+                return Err(OpError::InvalidCommandArguments);
             }
             let keys: Vec<Reply> = spec
                 .key_positions(names.len())
                 .map(|p| Reply::Bulk(names[p].clone()))
                 .collect();
             if keys.is_empty() {
-                return Err(OpError::Other("The command has no key arguments".into()));
+                return Err(OpError::NoKeyArguments);
             }
             Ok(Reply::Array(keys))
         }
@@ -376,7 +374,7 @@ fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     while a.remaining() > 0 {
         match a.word()?.as_str() {
             "NOSAVE" | "SAVE" | "NOW" | "FORCE" => {}
-            "ABORT" => return Err(OpError::Other("No shutdown in progress.".into())),
+            "ABORT" => return Err(OpError::NoShutdownInProgress),
             _ => return Err(OpError::Syntax),
         }
     }

@@ -252,9 +252,7 @@ fn mget(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn mset(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if a.remaining() % 2 != 0 {
-        return Err(OpError::Other(
-            "wrong number of arguments for 'mset' command".into(),
-        ));
+        return Err(OpError::Arity("mset"));
     }
     while a.remaining() > 0 {
         let key = a.key()?;
