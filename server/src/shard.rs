@@ -154,7 +154,7 @@ impl Shard {
         self.stats.keys.set(c.keys);
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
-        self.stats.repl_offset.set(self.store.effects().offset());
+        self.stats.effect_offset.set(self.store.effects().offset());
         self.store.announce_effects();
     }
 

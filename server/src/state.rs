@@ -56,8 +56,8 @@ pub struct ShardStats {
     pub keyspace_hits: Counter,
     /// Reads that did not.
     pub keyspace_misses: Counter,
-    /// Replication offset of this shard's effect stream, bytes.
-    pub repl_offset: Counter,
+    /// Bytes this shard has appended to its effect stream (its offset).
+    pub effect_offset: Counter,
     /// Calls per command, indexed like the command table.
     pub calls: Vec<Counter>,
     /// Calls that failed while running (an error reply) per command.
@@ -116,7 +116,7 @@ impl ShardStats {
             commands_processed: Counter::default(),
             keyspace_hits: Counter::default(),
             keyspace_misses: Counter::default(),
-            repl_offset: Counter::default(),
+            effect_offset: Counter::default(),
             calls: (0..commands).map(|_| Counter::default()).collect(),
             failed_calls: (0..commands).map(|_| Counter::default()).collect(),
             rejected_calls: (0..commands).map(|_| Counter::default()).collect(),

@@ -165,15 +165,15 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                 );
             }
             "replication" => {
+                // With no replica yet there is no merged stream: the sum of
+                // the shards' effect offsets is what its length would be
+                // once every shard has published (docs/replication.md).
                 let _ = write!(
                     w,
                     "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_size:{}\r\n",
-                    shared.sum(|s| s.repl_offset.get()),
+                    shared.sum(|s| s.effect_offset.get()),
                     cfg.replication.backlog_bytes
                 );
-                for (i, s) in shared.shard_stats.iter().enumerate() {
-                    let _ = write!(w, "shard{i}_repl_offset:{}\r\n", s.repl_offset.get());
-                }
             }
             "cpu" => {
                 let [sys, user, sys_children, user_children] = cpu_times();
@@ -225,11 +225,12 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                 for (i, s) in shared.shard_stats.iter().enumerate() {
                     let _ = write!(
                         w,
-                        "shard{i}:keys={},expires={},commands={},batches_in={}\r\n",
+                        "shard{i}:keys={},expires={},commands={},batches_in={},effect_offset={}\r\n",
                         s.keys.get(),
                         s.expires.get(),
                         s.commands_processed.get(),
-                        s.batches_in.get()
+                        s.batches_in.get(),
+                        s.effect_offset.get()
                     );
                 }
             }
