@@ -110,3 +110,64 @@ impl Flags {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn the_flags_are_redis_servers_names() {
+        let cmd = Flags::command();
+        cmd.clone().debug_assert();
+        let longs: BTreeSet<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+        let want = [
+            "config",
+            "bind",
+            "port",
+            "requirepass",
+            "maxclients",
+            "threads",
+            "proto-max-bulk-len",
+            "client-query-buffer-limit",
+            "hz",
+            "loglevel",
+        ];
+        assert_eq!(longs, BTreeSet::from(want));
+    }
+
+    #[test]
+    fn flags_override_the_file_through_the_rows_parsers() {
+        let path =
+            std::env::temp_dir().join(format!("leasehold-flags-{}.toml", std::process::id()));
+        std::fs::write(&path, "[net]\nport = 7301\nmaxclients = 5\n").unwrap();
+        let file = path.to_str().unwrap();
+        let args = [
+            "leasehold-server",
+            "--config",
+            file,
+            "--maxclients",
+            "7",
+            "--hz",
+            "1000",
+        ];
+        let c = Flags::try_parse_from(args).unwrap().into_config().unwrap();
+        assert_eq!((c.net.port, c.net.maxclients, c.expiry.hz), (7301, 7, 500));
+        for bad in [
+            ["--maxclients", "0"],
+            ["--port", "65536"],
+            ["--loglevel", "loud"],
+        ] {
+            let args = ["leasehold-server"].into_iter().chain(bad);
+            assert!(Flags::try_parse_from(args).is_err(), "{bad:?}");
+        }
+        std::fs::write(&path, "[net]\nmaxclients = 0\n").unwrap();
+        let err = Flags::try_parse_from(["leasehold-server", "--config", file])
+            .unwrap()
+            .into_config()
+            .unwrap_err();
+        assert_eq!(err, "invalid maxclients: must be 1..=4294967295");
+        std::fs::remove_file(&path).unwrap();
+    }
+}

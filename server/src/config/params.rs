@@ -322,3 +322,228 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::config::parse::{NOT_INTEGER, NOT_MEMORY};
+
+    fn row(name: &str) -> &'static Param {
+        PARAMS.iter().find(|p| p.name == name).unwrap()
+    }
+
+    /// The range of an integer or memory row.
+    fn range_of(p: &Param) -> Option<crate::config::parse::Range> {
+        match p.kind {
+            Kind::Int(r) | Kind::Clamped { range: r, .. } | Kind::Memory(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn names_and_keys_are_unique() {
+        let mut names = BTreeSet::new();
+        let all = PARAMS
+            .iter()
+            .flat_map(|p| std::iter::once(&p.name).chain(p.aliases));
+        for name in all.chain(FIXED.iter().map(|f| &f.name)) {
+            assert!(names.insert(*name), "{name} twice");
+            assert_eq!(
+                name.to_ascii_lowercase(),
+                *name,
+                "CONFIG names are lower case"
+            );
+        }
+        let mut keys = BTreeSet::new();
+        for p in PARAMS {
+            assert!(
+                keys.insert((p.section, p.key)),
+                "[{}] {} twice",
+                p.section,
+                p.key
+            );
+        }
+    }
+
+    #[test]
+    fn every_default_round_trips() {
+        let defaults = Config::default();
+        for p in PARAMS {
+            let v = p.get(&defaults);
+            assert_eq!(p.kind.parse(&v.render()), Ok(v.clone()), "{}", p.name);
+            let mut c = defaults.clone();
+            (p.field.set)(&mut c, v.clone());
+            assert_eq!(p.get(&c), v, "{}: the field keeps what it is given", p.name);
+        }
+    }
+
+    #[test]
+    fn every_toml_key_is_its_sections_and_in_the_example_file() {
+        for p in PARAMS {
+            let v = p.get(&Config::default()).to_toml();
+            let text = format!("[{}]\n{} = {v}\n", p.section, p.key);
+            let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(p.get(&parsed), p.get(&Config::default()), "{text}");
+        }
+        let example: toml::Table = include_str!("../../../config/leasehold.example.toml")
+            .parse()
+            .unwrap();
+        let in_file: BTreeSet<(&str, &str)> = example
+            .iter()
+            .flat_map(|(s, t)| {
+                t.as_table()
+                    .unwrap()
+                    .keys()
+                    .map(move |k| (s.as_str(), k.as_str()))
+            })
+            .collect();
+        let in_table: BTreeSet<(&str, &str)> = PARAMS.iter().map(|p| (p.section, p.key)).collect();
+        assert_eq!(in_file, in_table);
+    }
+
+    #[test]
+    fn every_runtime_row_can_be_set_to_its_own_value() {
+        let mut c = Config::default();
+        for p in PARAMS.iter().filter(|p| p.access == Runtime) {
+            let v = p.get(&c).render();
+            assert_eq!(c.set(p.name, &v), Ok(()), "{}", p.name);
+        }
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_with_redis_texts() {
+        let c = Config::default();
+        // What CONFIG SET answers for the settable ones, to the letter.
+        let cases = [
+            (
+                "maxclients",
+                "0",
+                "argument must be between 1 and 4294967295 inclusive",
+            ),
+            (
+                "maxclients",
+                "4294967296",
+                "argument must be between 1 and 4294967295 inclusive",
+            ),
+            (
+                "maxclients",
+                "many",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "proto-max-bulk-len",
+                "1kb",
+                "argument must be between 1048576 and 9223372036854775807 inclusive",
+            ),
+            (
+                "proto-max-bulk-len",
+                "-1",
+                "argument must be a memory value",
+            ),
+            (
+                "client-query-buffer-limit",
+                "1",
+                "argument must be between 1048576 and 9223372036854775807 inclusive",
+            ),
+            (
+                "client-query-buffer-limit",
+                "lots",
+                "argument must be a memory value",
+            ),
+            (
+                "hz",
+                "-1",
+                "argument must be between 0 and 2147483647 inclusive",
+            ),
+            ("hz", "x", "argument couldn't be parsed into an integer"),
+        ];
+        for (name, value, why) in cases {
+            assert_eq!(
+                c.clone().set(name, value),
+                Err(SetError::Invalid(why)),
+                "{name} {value}"
+            );
+        }
+        let numeric = PARAMS.iter().filter(|p| range_of(p).is_some());
+        for p in numeric.clone().filter(|p| p.access == Runtime) {
+            assert!(
+                cases.iter().any(|(n, _, _)| *n == p.name),
+                "{} has no case",
+                p.name
+            );
+        }
+        // Every numeric row, settable or not, refuses what is below its range
+        // and what is not a number, with Redis's texts.
+        for p in numeric {
+            let r = range_of(p).unwrap();
+            let between = format!("argument must be between {} and {} inclusive", r.min, r.max);
+            assert_eq!(r.error, between, "{}", p.name);
+            assert_eq!(
+                p.kind.parse(&(r.min - 1).to_string()),
+                Err(r.error),
+                "{}",
+                p.name
+            );
+            let not_a_number = match p.kind {
+                Kind::Memory(_) => NOT_MEMORY,
+                _ => NOT_INTEGER,
+            };
+            assert_eq!(p.kind.parse("x"), Err(not_a_number), "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn config_knows_only_its_rows_and_the_fixed_settings() {
+        let mut c = Config::default();
+        assert_eq!(c.set("port", "1"), Err(SetError::Immutable));
+        assert_eq!(c.set("databases", "1"), Err(SetError::Immutable));
+        assert_eq!(c.set("save", "900 1"), Err(SetError::OnlySupports("")));
+        assert_eq!(c.set("save", ""), Ok(()));
+        assert_eq!(c.set("max-inline-len", "4096"), Err(SetError::Unknown));
+        assert_eq!(c.set("nosuch", "1"), Err(SetError::Unknown));
+        assert!(find("max-inline-len").is_none());
+        assert_eq!(row("max-inline-len").access, FileOnly);
+        let names: Vec<_> = c
+            .matching(|n| n.starts_with("max"))
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["maxclients", "maxmemory", "maxmemory-policy"]);
+        assert_eq!(c.matching(|n| n == "hz"), [("hz", "10".to_string())]);
+    }
+
+    #[test]
+    fn the_startup_check_uses_the_rows_parsers() {
+        let mut c = Config::default();
+        c.expiry.hz = 0;
+        c.log.level = "WARNING".into();
+        assert_eq!(c.normalize(), Ok(()));
+        assert_eq!((c.expiry.hz, c.log.level.as_str()), (1, "warning"));
+        assert_eq!(c.shards.threads, 0, "a resolved thread count is not stored");
+        type Break = fn(&mut Config);
+        let cases: [(Break, &str); 3] = [
+            (
+                |c| c.limits.max_inline_len = 10,
+                "max_inline_len: must be at least 1024",
+            ),
+            (
+                |c| c.expiry.budget_percent = 101,
+                "budget_percent: must be 1..=100",
+            ),
+            (|c| c.net.port = 0, ""),
+        ];
+        for (break_it, why) in cases {
+            let mut c = Config::default();
+            break_it(&mut c);
+            let want = if why.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("invalid {why}"))
+            };
+            assert_eq!(c.validate(), want);
+        }
+    }
+}
