@@ -135,8 +135,16 @@ impl Param {
     pub fn get(&self, cfg: &Config) -> Value {
         (self.field.get)(cfg)
     }
+
+    /// The row with other names (a row of [`PARAMS`] is written
+    /// `row(...).with_aliases(&["old-name"])`; none has one yet).
+    pub const fn with_aliases(mut self, aliases: &'static [&'static str]) -> Param {
+        self.aliases = aliases;
+        self
+    }
 }
 
+/// A row without aliases (see [`Param::with_aliases`]).
 const fn row(
     name: &'static str,
     (section, key): (&'static str, &'static str),
@@ -513,6 +521,12 @@ mod tests {
             .collect();
         assert_eq!(names, ["maxclients", "maxmemory", "maxmemory-policy"]);
         assert_eq!(c.matching(|n| n == "hz"), [("hz", "10".to_string())]);
+    }
+
+    #[test]
+    fn an_alias_names_its_row() {
+        let p = row("hz").with_aliases(&["frequency"]);
+        assert!(p.is_named("hz") && p.is_named("frequency") && !p.is_named("freq"));
     }
 
     #[test]
