@@ -395,9 +395,8 @@ mod tests {
             let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(p.get(&parsed), p.get(&Config::default()), "{text}");
         }
-        let example: toml::Table = include_str!("../../../config/leasehold.example.toml")
-            .parse()
-            .unwrap();
+        let text = include_str!("../../../config/leasehold.example.toml");
+        let example: toml::Table = text.parse().unwrap();
         let in_file: BTreeSet<(&str, &str)> = example
             .iter()
             .flat_map(|(s, t)| {
@@ -409,6 +408,23 @@ mod tests {
             .collect();
         let in_table: BTreeSet<(&str, &str)> = PARAMS.iter().map(|p| (p.section, p.key)).collect();
         assert_eq!(in_file, in_table);
+        // The comment just above each bounded key gives its range as a
+        // startup error words it.
+        let lines: Vec<&str> = text.lines().collect();
+        for p in PARAMS {
+            let Some(r) = range_of(p).filter(|r| r.min > 0 || r.max < i64::MAX) else {
+                continue;
+            };
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with(&format!("{} = ", p.key)));
+            let above = lines[..at.unwrap()]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with('#'));
+            let comment = above.copied().collect::<Vec<_>>().join(" ");
+            assert!(comment.contains(&r.describe()), "{}: {comment}", p.key);
+        }
     }
 
     #[test]
