@@ -58,7 +58,7 @@ impl Value {
 }
 
 /// The allowed integers `min..=max` of a parameter, with Redis's error text
-/// for a value outside them. Build it with [`range!`] so the text is made
+/// for a value outside them. Build it with `range!(min, max)` so the text is made
 /// from the same two numbers as the check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
