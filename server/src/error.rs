@@ -2,8 +2,6 @@
 //!
 //! Handlers return [`OpError`]; only [`OpError::reply`] turns it into text.
 
-use std::borrow::Cow;
-
 use leasehold_protocol::{ArgError, Reply};
 
 /// Why a command failed. Each variant maps to one Redis error text.
@@ -105,8 +103,19 @@ pub enum OpError {
     NoSuchClient,
     /// `ERR client-id should be greater than 0` (CLIENT KILL ID).
     ClientIdNotPositive,
-    /// Any other `ERR ...` text; the string excludes the `ERR ` prefix.
-    Other(Cow<'static, str>),
+    /// `ERR Unknown option or number of arguments for CONFIG SET - '<name>'`
+    ConfigSetUnknown(String),
+    /// `ERR CONFIG SET failed (possibly related to argument '<name>') - <why>`
+    ConfigSetFailed {
+        /// The parameter, lower case.
+        name: String,
+        /// Why its value was refused (the parameter table's text).
+        why: String,
+    },
+    /// `ERR The server is running without a config file` (CONFIG REWRITE).
+    NoConfigFile,
+    /// `ERR Rewriting config file: <io error>` (CONFIG REWRITE).
+    ConfigRewrite(String),
     /// `NOAUTH HELLO must be called with the client already authenticated,
     /// ...` (HELLO without AUTH on a server with a password; Redis 7.0's
     /// wording: 7.2 added `<proto>` after HELLO).
@@ -194,7 +203,14 @@ impl OpError {
             OpError::InvalidClientId => Reply::err("ERR Invalid client ID"),
             OpError::NoSuchClient => Reply::err("ERR No such client"),
             OpError::ClientIdNotPositive => Reply::err("ERR client-id should be greater than 0"),
-            OpError::Other(text) => err_echoing_input(format!("ERR {text}")),
+            OpError::ConfigSetUnknown(name) => err_echoing_input(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+            )),
+            OpError::ConfigSetFailed { name, why } => err_echoing_input(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+            )),
+            OpError::NoConfigFile => Reply::err("ERR The server is running without a config file"),
+            OpError::ConfigRewrite(e) => err_echoing_input(format!("ERR Rewriting config file: {e}")),
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),

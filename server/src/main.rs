@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
 use leasehold_server::clock::SystemClock;
 use leasehold_server::config::Flags;
 

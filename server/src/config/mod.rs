@@ -1,11 +1,21 @@
 //! Configuration: one struct per section, defaults as named constants, an
 //! optional TOML file (`config/leasehold.example.toml` comments every key) and
 //! command-line flags named like redis-server's, which override the file.
+//!
+//! The lowest layer of the server: it imports no other module of it.
+//! [`params::PARAMS`] names every setting once, with its TOML key, parser,
+//! CONFIG access and flag; [`parse`] has one parser per kind of value;
+//! [`Flags`] builds the command line from the table.
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use serde::Deserialize;
+
+mod flags;
+pub mod params;
+pub mod parse;
+
+pub use flags::Flags;
 
 /// Default TCP port, as Redis.
 pub const DEFAULT_PORT: u16 = 6379;
@@ -22,6 +32,9 @@ pub const DEFAULT_HZ: u32 = 10;
 /// Share of each expiry period a cycle may spend when many keys are expiring:
 /// Redis's `ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC` is 25.
 pub const DEFAULT_EXPIRY_BUDGET_PERCENT: u32 = 25;
+/// Default effect backlog per shard, bytes: 1 MB, Redis's default
+/// `repl-backlog-size`.
+pub const DEFAULT_REPL_BACKLOG_BYTES: usize = 1024 * 1024;
 
 /// `[net]`: listening and connections.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -109,9 +122,6 @@ impl Default for ExpiryConfig {
     }
 }
 
-/// Default effect backlog per shard: 1 MB, Redis's `repl-backlog-size` default.
-pub const DEFAULT_BACKLOG_BYTES: usize = 1024 * 1024;
-
 /// `[replication]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -123,7 +133,7 @@ pub struct ReplicationConfig {
 impl Default for ReplicationConfig {
     fn default() -> Self {
         ReplicationConfig {
-            backlog_bytes: DEFAULT_BACKLOG_BYTES,
+            backlog_bytes: DEFAULT_REPL_BACKLOG_BYTES,
         }
     }
 }
@@ -162,6 +172,21 @@ pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// The installed [`LogReload`], if any.
 pub static LOG_RELOAD: std::sync::OnceLock<LogReload> = std::sync::OnceLock::new();
+
+/// After CONFIG SET changed the configuration from `old` to `new`: a new
+/// `loglevel` goes to the log subscriber through [`LOG_RELOAD`] (a failure
+/// is logged). Every other setting is read where it is used.
+pub fn apply_log_level(old: &Config, new: &Config) {
+    let level = &new.log.level;
+    if *level == old.log.level {
+        return;
+    }
+    if let Some(reload) = LOG_RELOAD.get() {
+        if let Err(e) = reload(&log_filter(level)) {
+            tracing::warn!("cannot apply loglevel {level}: {e}");
+        }
+    }
+}
 
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -214,55 +239,14 @@ impl Config {
         }
     }
 
-    /// Checks the limits as CONFIG SET does, so that a flag or a file cannot
-    /// start a server no client can use (`maxclients 0`, a bulk limit of 0).
+    /// Checks every parameter as [`Config::normalize`] does, without
+    /// changing anything.
     ///
     /// # Errors
-    /// A message naming the setting and its allowed range.
+    /// `invalid <key>: must be <range>` for the first parameter out of its
+    /// range, naming its TOML key (`invalid maxclients: must be 1..=4294967295`).
     pub fn validate(&self) -> Result<(), String> {
-        const MB: usize = 1024 * 1024;
-        let checks: [(&str, bool, &str); 8] = [
-            (
-                "maxclients",
-                (1..=u32::MAX as usize).contains(&self.net.maxclients),
-                "1..=4294967295",
-            ),
-            (
-                "proto_max_bulk_len",
-                self.limits.proto_max_bulk_len >= MB,
-                "at least 1048576",
-            ),
-            (
-                "client_query_buffer_limit",
-                self.limits.client_query_buffer_limit >= MB,
-                "at least 1048576",
-            ),
-            (
-                "max_multibulk_len",
-                self.limits.max_multibulk_len >= 1,
-                "at least 1",
-            ),
-            (
-                "max_inline_len",
-                self.limits.max_inline_len >= 1024,
-                "at least 1024",
-            ),
-            ("hz", (1..=500).contains(&self.expiry.hz), "1..=500"),
-            (
-                "loglevel",
-                valid_log_level(&self.log.level),
-                "one of debug, verbose, notice, warning, nothing, trace, info, warn, error, off, or tracing directives",
-            ),
-            (
-                "budget_percent",
-                (1..=100).contains(&self.expiry.budget_percent),
-                "1..=100",
-            ),
-        ];
-        match checks.iter().find(|(_, ok, _)| !ok) {
-            Some((name, _, range)) => Err(format!("invalid {name}: must be {range}")),
-            None => Ok(()),
-        }
+        self.clone().normalize()
     }
 
     /// Parses a TOML configuration file's text.
@@ -286,36 +270,6 @@ impl Config {
         Ok(c)
     }
 
-    /// The settings CONFIG SET can change, as `(section, key, value)` of the
-    /// TOML file: what CONFIG REWRITE writes back.
-    fn runtime_values(&self) -> [(&'static str, &'static str, toml::Value); 6] {
-        let int = |n: usize| toml::Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-        [
-            ("net", "maxclients", int(self.net.maxclients)),
-            (
-                "security",
-                "requirepass",
-                toml::Value::String(self.security.requirepass.clone()),
-            ),
-            (
-                "limits",
-                "proto_max_bulk_len",
-                int(self.limits.proto_max_bulk_len),
-            ),
-            (
-                "limits",
-                "client_query_buffer_limit",
-                int(self.limits.client_query_buffer_limit),
-            ),
-            (
-                "expiry",
-                "hz",
-                toml::Value::Integer(i64::from(self.expiry.hz)),
-            ),
-            ("log", "level", toml::Value::String(self.log.level.clone())),
-        ]
-    }
-
     /// CONFIG REWRITE: rewrites `path` with the current values of the
     /// settings CONFIG SET can change. Like Redis, a setting is written when
     /// the file already has it or its value is not the default; every other
@@ -332,15 +286,18 @@ impl Config {
             Err(e) => return Err(e.to_string()),
         };
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
-        let defaults = Config::default().runtime_values();
-        for ((section, key, value), (_, _, default)) in
-            self.runtime_values().into_iter().zip(defaults)
+        let defaults = Config::default();
+        for p in params::PARAMS
+            .iter()
+            .filter(|p| p.access == params::Access::Runtime)
         {
+            let (section, key) = (p.section, p.key);
+            let value = p.get(self).to_toml();
             let present = doc
                 .get(section)
                 .and_then(toml::Value::as_table)
                 .is_some_and(|t| t.contains_key(key));
-            if !present && value == default {
+            if !present && value == p.get(&defaults).to_toml() {
                 continue;
             }
             let table = doc
@@ -362,97 +319,13 @@ impl Config {
     }
 }
 
-/// Command-line flags, named like redis-server's. Each overrides the file.
-#[derive(Debug, Parser)]
-#[command(
-    name = "leasehold-server",
-    version,
-    about = "Leasehold: a RESP rate-limit ledger"
-)]
-pub struct Flags {
-    /// TOML configuration file (see config/leasehold.example.toml).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Address to listen on [default: 127.0.0.1].
-    #[arg(long)]
-    pub bind: Option<String>,
-    /// TCP port [default: 6379].
-    #[arg(long)]
-    pub port: Option<u16>,
-    /// Password clients must send with AUTH.
-    #[arg(long)]
-    pub requirepass: Option<String>,
-    /// Most simultaneous clients [default: 10000].
-    #[arg(long)]
-    pub maxclients: Option<usize>,
-    /// Threads (one shard each) [default: number of cores].
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Largest bulk string: bytes, or with a unit as in redis.conf (512mb,
-    /// 1gb; at least 1mb) [default: 536870912].
-    #[arg(long = "proto-max-bulk-len", value_parser = crate::commands::config::memory_arg)]
-    pub proto_max_bulk_len: Option<usize>,
-    /// Largest pending input per connection: bytes, or with a unit as in
-    /// redis.conf (at least 1mb) [default: 1073741824].
-    #[arg(long = "client-query-buffer-limit", value_parser = crate::commands::config::memory_arg)]
-    pub client_query_buffer_limit: Option<usize>,
-    /// Active-expiry cycles per second [default: 10].
-    #[arg(long)]
-    pub hz: Option<u32>,
-    /// Log filter (error, warn, info, debug, trace) [default: info].
-    #[arg(long)]
-    pub loglevel: Option<String>,
-}
-
-impl Flags {
-    /// Loads the file named by `--config` (if any) and applies the flags over it.
-    ///
-    /// # Errors
-    /// A message naming the file and what is wrong with it.
-    pub fn into_config(self) -> Result<Config, String> {
-        let mut c = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
-        };
-        if let Some(v) = self.bind {
-            c.net.bind = v;
-        }
-        if let Some(v) = self.port {
-            c.net.port = v;
-        }
-        if let Some(v) = self.requirepass {
-            c.security.requirepass = v;
-        }
-        if let Some(v) = self.maxclients {
-            c.net.maxclients = v;
-        }
-        if let Some(v) = self.threads {
-            c.shards.threads = v;
-        }
-        if let Some(v) = self.proto_max_bulk_len {
-            c.limits.proto_max_bulk_len = v;
-        }
-        if let Some(v) = self.client_query_buffer_limit {
-            c.limits.client_query_buffer_limit = v;
-        }
-        if let Some(v) = self.hz {
-            c.expiry.hz = v;
-        }
-        if let Some(v) = self.loglevel {
-            c.log.level = v;
-        }
-        c.validate()?;
-        Ok(c)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn example_file_parses_to_the_defaults() {
-        let text = include_str!("../../config/leasehold.example.toml");
+        let text = include_str!("../../../config/leasehold.example.toml");
         assert_eq!(Config::from_toml(text).unwrap(), Config::default());
     }
 
@@ -497,7 +370,7 @@ mod tests {
 
     #[test]
     fn memory_flags_take_redis_units() {
-        use clap::Parser;
+        let bytes = |f: &Flags, name| f.get(name).and_then(parse::Value::as_int);
         let f = Flags::try_parse_from([
             "leasehold-server",
             "--proto-max-bulk-len",
@@ -506,10 +379,10 @@ mod tests {
             "2GB",
         ])
         .unwrap();
-        assert_eq!(f.proto_max_bulk_len, Some(1 << 20));
-        assert_eq!(f.client_query_buffer_limit, Some(2 << 30));
+        assert_eq!(bytes(&f, "proto-max-bulk-len"), Some(1 << 20));
+        assert_eq!(bytes(&f, "client-query-buffer-limit"), Some(2 << 30));
         let f = Flags::try_parse_from(["leasehold-server", "--proto-max-bulk-len", "1048576"]);
-        assert_eq!(f.unwrap().proto_max_bulk_len, Some(1 << 20));
+        assert_eq!(bytes(&f.unwrap(), "proto-max-bulk-len"), Some(1 << 20));
         for bad in ["1kb", "lots"] {
             let e = Flags::try_parse_from(["leasehold-server", "--proto-max-bulk-len", bad]);
             assert!(e.is_err(), "{bad}");

@@ -1,0 +1,579 @@
+//! The table of parameters: [`PARAMS`] has one row per setting of
+//! [`Config`], and everything that names a setting reads it: CONFIG GET,
+//! CONFIG SET and CONFIG REWRITE, the startup check of the file and the
+//! flags ([`Config::validate`]), and the command-line flags
+//! ([`super::Flags`]). Adding a setting is adding its field to its section's
+//! struct and one row here.
+//!
+//! [`FIXED`] lists settings Leasehold does not have but tools ask for
+//! (redis-benchmark reads `save` and `appendonly`): CONFIG GET answers their
+//! one value and CONFIG SET accepts only that value.
+
+use std::fmt;
+
+use super::parse::{range, Kind, Value};
+use super::Config;
+use Access::{FileOnly, Immutable, Runtime};
+
+/// How a row reads and writes its field of [`Config`]. `set` is only given
+/// values its row's [`Kind`] parsed.
+#[derive(Clone, Copy)]
+pub struct Field {
+    /// The field's current value.
+    pub get: fn(&Config) -> Value,
+    /// Stores a value.
+    pub set: fn(&mut Config, Value),
+}
+
+impl fmt::Debug for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Field")
+    }
+}
+
+/// A field type a [`Value`] converts to and from. Integers saturate at the
+/// type's bounds (a row's range keeps them inside); a value of the wrong
+/// variant, which only a wrong row could give, stores the type's default.
+trait FieldValue: Sized {
+    fn to_value(&self) -> Value;
+    fn from_value(v: Value) -> Self;
+}
+
+macro_rules! int_field_value {
+    ($($t:ty),*) => {$(
+        impl FieldValue for $t {
+            fn to_value(&self) -> Value {
+                Value::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+            }
+            fn from_value(v: Value) -> Self {
+                match v {
+                    Value::Int(n) => <$t>::try_from(n)
+                        .unwrap_or(if n < 0 { <$t>::MIN } else { <$t>::MAX }),
+                    _ => <$t>::default(),
+                }
+            }
+        }
+    )*};
+}
+int_field_value!(u16, i32, u32, usize);
+
+impl FieldValue for bool {
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_value(v: Value) -> Self {
+        matches!(v, Value::Bool(true))
+    }
+}
+
+impl FieldValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+    fn from_value(v: Value) -> Self {
+        match v {
+            Value::Text(s) => s,
+            _ => String::new(),
+        }
+    }
+}
+
+/// `field!(section.key)`: the [`Field`] reading and writing `Config.section.key`.
+macro_rules! field {
+    ($($f:ident).+) => {
+        Field {
+            get: |c| FieldValue::to_value(&c.$($f).+),
+            set: |c, v| c.$($f).+ = FieldValue::from_value(v),
+        }
+    };
+}
+
+/// What CONFIG may do with a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// CONFIG GET shows it, CONFIG SET changes it while the server runs, and
+    /// CONFIG REWRITE writes it back to the file.
+    Runtime,
+    /// CONFIG GET shows it; CONFIG SET answers `can't set immutable config`.
+    Immutable,
+    /// Only the file sets it: CONFIG does not know the name.
+    FileOnly,
+}
+
+/// One parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    /// The CONFIG name (redis.conf's where Redis has the setting), also the
+    /// command-line flag's: `--<name>`.
+    pub name: &'static str,
+    /// Other names CONFIG GET, CONFIG SET and the flag take for it; replies
+    /// name the parameter by [`Param::name`].
+    pub aliases: &'static [&'static str],
+    /// The TOML section (`[net]`) holding it.
+    pub section: &'static str,
+    /// Its key in that section.
+    pub key: &'static str,
+    /// How its text is parsed and checked; the one place its range is.
+    pub kind: Kind,
+    /// Its field of [`Config`].
+    pub field: Field,
+    /// What CONFIG may do with it.
+    pub access: Access,
+    /// Whether it has a command-line flag.
+    pub flag: bool,
+    /// One line on it: the flag's `--help` (which adds the default).
+    pub help: &'static str,
+}
+
+impl Param {
+    /// Whether `name` (lower case) is this parameter's name or an alias.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
+
+    /// Its value in `cfg`, as [`Value::render`] shows it to CONFIG GET.
+    pub fn get(&self, cfg: &Config) -> Value {
+        (self.field.get)(cfg)
+    }
+
+    /// The row with other names (a row of [`PARAMS`] is written
+    /// `row(...).with_aliases(&["old-name"])`; none has one yet).
+    pub const fn with_aliases(mut self, aliases: &'static [&'static str]) -> Param {
+        self.aliases = aliases;
+        self
+    }
+}
+
+/// A row without aliases (see [`Param::with_aliases`]).
+const fn row(
+    name: &'static str,
+    (section, key): (&'static str, &'static str),
+    kind: Kind,
+    field: Field,
+    access: Access,
+    flag: bool,
+    help: &'static str,
+) -> Param {
+    Param {
+        name,
+        aliases: &[],
+        section,
+        key,
+        kind,
+        field,
+        access,
+        flag,
+        help,
+    }
+}
+
+/// Redis's memory range for the protocol limits: below 1 MB every request,
+/// or every partial one, would be refused.
+const MEMORY_1MB: Kind = Kind::Memory(range!(1048576, 9223372036854775807));
+/// Threads to run: `shards.threads`, or the number of cores when 0 (what
+/// CONFIG GET threads answers).
+const THREADS: Field = Field {
+    get: |c| FieldValue::to_value(&c.threads()),
+    set: |c, v| c.shards.threads = FieldValue::from_value(v),
+};
+
+/// Every setting, in the order CONFIG GET lists them. Ranges are Redis 7's
+/// where Redis has the setting (`maxclients` 1..=4294967295, `hz` taken in
+/// 0..=2147483647 and clamped to 1..=500, memory sizes at least 1mb).
+#[rustfmt::skip]
+pub static PARAMS: &[Param] = &[
+    row("bind", ("net", "bind"), Kind::Text, field!(net.bind), Immutable, true, "Address to listen on"),
+    row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one"),
+    row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
+    row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
+    row("requirepass", ("security", "requirepass"), Kind::Text, field!(security.requirepass), Runtime, true, "Password clients must send with AUTH"),
+    row("threads", ("shards", "threads"), Kind::Int(range!(0, 9223372036854775807)), THREADS, Immutable, true, "Threads (one shard each); 0 means one per core"),
+    row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
+    row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),
+    row("max-multibulk-len", ("limits", "max_multibulk_len"), Kind::Int(range!(1, 9223372036854775807)), field!(limits.max_multibulk_len), FileOnly, false, "Most elements in one request array"),
+    row("max-inline-len", ("limits", "max_inline_len"), Kind::Int(range!(1024, 9223372036854775807)), field!(limits.max_inline_len), FileOnly, false, "Longest inline request, bytes"),
+    row("hz", ("expiry", "hz"), Kind::Clamped { range: range!(0, 2147483647), lo: 1, hi: 500 }, field!(expiry.hz), Runtime, true, "Active-expiry cycles per second (clamped to 1..=500)"),
+    row("expiry-budget-percent", ("expiry", "budget_percent"), Kind::Int(range!(1, 100)), field!(expiry.budget_percent), FileOnly, false, "Most of each expiry cycle's period, in percent, a busy cycle may use"),
+    row("repl-backlog-size", ("replication", "backlog_bytes"), Kind::Memory(range!(1, 9223372036854775807)), field!(replication.backlog_bytes), Immutable, false, "Effect backlog kept per shard, bytes"),
+    row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
+];
+
+/// A setting Leasehold does not have: its name, the one value it answers,
+/// and whether Redis lets CONFIG SET change it (then only that value is
+/// accepted; otherwise it is immutable, as in Redis).
+#[derive(Debug, Clone, Copy)]
+pub struct Fixed {
+    /// The CONFIG name.
+    pub name: &'static str,
+    /// The value CONFIG GET answers.
+    pub value: &'static str,
+    /// Whether CONFIG SET takes it (with that value only).
+    pub settable: bool,
+}
+
+const fn fixed(name: &'static str, value: &'static str, settable: bool) -> Fixed {
+    Fixed {
+        name,
+        value,
+        settable,
+    }
+}
+
+/// The settings Leasehold does not have, after [`PARAMS`] in CONFIG GET.
+pub static FIXED: &[Fixed] = &[
+    fixed("save", "", true),
+    fixed("appendonly", "no", true),
+    fixed("databases", "1", false),
+    fixed("maxmemory", "0", true),
+    fixed("maxmemory-policy", "noeviction", true),
+    fixed("timeout", "0", true),
+    fixed("cluster-enabled", "no", false),
+    fixed("protected-mode", "no", true),
+    fixed("daemonize", "no", false),
+];
+
+/// The row CONFIG knows by `name` (lower case; a name or an alias), if any:
+/// [`Access::FileOnly`] rows are not found.
+pub fn find(name: &str) -> Option<&'static Param> {
+    PARAMS
+        .iter()
+        .find(|p| p.access != FileOnly && p.is_named(name))
+}
+
+/// Why CONFIG SET refused a parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetError {
+    /// No parameter has the name.
+    Unknown,
+    /// The parameter cannot change while the server runs.
+    Immutable,
+    /// The value is refused: Redis's text for why.
+    Invalid(&'static str),
+    /// A [`Fixed`] setting given another value than its one.
+    OnlySupports(&'static str),
+}
+
+/// The reason as CONFIG SET shows it after `CONFIG SET failed (possibly
+/// related to argument '<name>') - `; [`SetError::Unknown`] has its own
+/// error (`Unknown option or number of arguments for CONFIG SET - '<name>'`).
+impl fmt::Display for SetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetError::Unknown => f.write_str("unknown parameter"),
+            SetError::Immutable => f.write_str("can't set immutable config"),
+            SetError::Invalid(why) => f.write_str(why),
+            SetError::OnlySupports(value) => write!(f, "Leasehold only supports '{value}'"),
+        }
+    }
+}
+
+impl Config {
+    /// CONFIG SET of one parameter: parses `value` with its row's parser and
+    /// stores it. Several parameters are set atomically by setting them on a
+    /// copy and keeping the copy only when every one succeeded.
+    ///
+    /// # Errors
+    /// [`SetError`]: an unknown name, an immutable parameter, a refused value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), SetError> {
+        if let Some(p) = find(name) {
+            if p.access != Runtime {
+                return Err(SetError::Immutable);
+            }
+            let v = p.kind.parse(value).map_err(SetError::Invalid)?;
+            (p.field.set)(self, v);
+            return Ok(());
+        }
+        match FIXED.iter().find(|f| f.name == name) {
+            None => Err(SetError::Unknown),
+            Some(f) if !f.settable => Err(SetError::Immutable),
+            Some(f) if f.value == value => Ok(()),
+            Some(f) => Err(SetError::OnlySupports(f.value)),
+        }
+    }
+
+    /// CONFIG GET: the parameters (then the [`FIXED`] settings) one of whose
+    /// names `matches` (a glob pattern, for CONFIG GET), each once, with its
+    /// value as [`Value::render`] shows it.
+    pub fn matching(&self, matches: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+        let params = PARAMS
+            .iter()
+            .filter(|p| p.access != FileOnly)
+            .filter(|p| matches(p.name) || p.aliases.iter().any(|a| matches(a)))
+            .map(|p| (p.name, p.get(self).render()));
+        let fixed = FIXED
+            .iter()
+            .filter(|f| matches(f.name))
+            .map(|f| (f.name, f.value.to_string()));
+        params.chain(fixed).collect()
+    }
+
+    /// Checks every parameter with its row's parser, as CONFIG SET would take
+    /// it, and stores what the parser made of it (`hz` is clamped to
+    /// 1..=500, a `loglevel` lower-cased): the check a file and the flags get
+    /// at startup, so that neither can start a server no client can use
+    /// (`maxclients 0`, a bulk limit of 0).
+    ///
+    /// # Errors
+    /// `invalid <key>: must be <what the kind takes>` for the first refused
+    /// parameter, naming its TOML key.
+    pub fn normalize(&mut self) -> Result<(), String> {
+        for p in PARAMS {
+            let v = p.get(self);
+            let parsed = p
+                .kind
+                .parse(&v.render())
+                .map_err(|_| format!("invalid {}: must be {}", p.key, p.kind.describe()))?;
+            if parsed != v {
+                (p.field.set)(self, parsed);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::config::parse::{NOT_INTEGER, NOT_MEMORY};
+
+    fn row(name: &str) -> &'static Param {
+        PARAMS.iter().find(|p| p.name == name).unwrap()
+    }
+
+    /// The range of an integer or memory row.
+    fn range_of(p: &Param) -> Option<crate::config::parse::Range> {
+        match p.kind {
+            Kind::Int(r) | Kind::Clamped { range: r, .. } | Kind::Memory(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn names_and_keys_are_unique() {
+        let mut names = BTreeSet::new();
+        let all = PARAMS
+            .iter()
+            .flat_map(|p| std::iter::once(&p.name).chain(p.aliases));
+        for name in all.chain(FIXED.iter().map(|f| &f.name)) {
+            assert!(names.insert(*name), "{name} twice");
+            assert_eq!(
+                name.to_ascii_lowercase(),
+                *name,
+                "CONFIG names are lower case"
+            );
+        }
+        let mut keys = BTreeSet::new();
+        for p in PARAMS {
+            assert!(
+                keys.insert((p.section, p.key)),
+                "[{}] {} twice",
+                p.section,
+                p.key
+            );
+        }
+    }
+
+    #[test]
+    fn every_default_round_trips() {
+        let defaults = Config::default();
+        for p in PARAMS {
+            let v = p.get(&defaults);
+            assert_eq!(p.kind.parse(&v.render()), Ok(v.clone()), "{}", p.name);
+            let mut c = defaults.clone();
+            (p.field.set)(&mut c, v.clone());
+            assert_eq!(p.get(&c), v, "{}: the field keeps what it is given", p.name);
+        }
+    }
+
+    #[test]
+    fn every_toml_key_is_its_sections_and_in_the_example_file() {
+        for p in PARAMS {
+            let v = p.get(&Config::default()).to_toml();
+            let text = format!("[{}]\n{} = {v}\n", p.section, p.key);
+            let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(p.get(&parsed), p.get(&Config::default()), "{text}");
+        }
+        let text = include_str!("../../../config/leasehold.example.toml");
+        let example: toml::Table = text.parse().unwrap();
+        let in_file: BTreeSet<(&str, &str)> = example
+            .iter()
+            .flat_map(|(s, t)| {
+                t.as_table()
+                    .unwrap()
+                    .keys()
+                    .map(move |k| (s.as_str(), k.as_str()))
+            })
+            .collect();
+        let in_table: BTreeSet<(&str, &str)> = PARAMS.iter().map(|p| (p.section, p.key)).collect();
+        assert_eq!(in_file, in_table);
+        // The comment just above each bounded key gives its range as a
+        // startup error words it.
+        let lines: Vec<&str> = text.lines().collect();
+        for p in PARAMS {
+            let Some(r) = range_of(p).filter(|r| r.min > 0 || r.max < i64::MAX) else {
+                continue;
+            };
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with(&format!("{} = ", p.key)));
+            let above = lines[..at.unwrap()]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with('#'));
+            let comment = above.copied().collect::<Vec<_>>().join(" ");
+            assert!(comment.contains(&r.describe()), "{}: {comment}", p.key);
+        }
+    }
+
+    #[test]
+    fn every_runtime_row_can_be_set_to_its_own_value() {
+        let mut c = Config::default();
+        for p in PARAMS.iter().filter(|p| p.access == Runtime) {
+            let v = p.get(&c).render();
+            assert_eq!(c.set(p.name, &v), Ok(()), "{}", p.name);
+        }
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_with_redis_texts() {
+        let c = Config::default();
+        // What CONFIG SET answers for the settable ones, to the letter.
+        let cases = [
+            (
+                "maxclients",
+                "0",
+                "argument must be between 1 and 4294967295 inclusive",
+            ),
+            (
+                "maxclients",
+                "4294967296",
+                "argument must be between 1 and 4294967295 inclusive",
+            ),
+            (
+                "maxclients",
+                "many",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "proto-max-bulk-len",
+                "1kb",
+                "argument must be between 1048576 and 9223372036854775807 inclusive",
+            ),
+            (
+                "proto-max-bulk-len",
+                "-1",
+                "argument must be a memory value",
+            ),
+            (
+                "client-query-buffer-limit",
+                "1",
+                "argument must be between 1048576 and 9223372036854775807 inclusive",
+            ),
+            (
+                "client-query-buffer-limit",
+                "lots",
+                "argument must be a memory value",
+            ),
+            (
+                "hz",
+                "-1",
+                "argument must be between 0 and 2147483647 inclusive",
+            ),
+            ("hz", "x", "argument couldn't be parsed into an integer"),
+        ];
+        for (name, value, why) in cases {
+            assert_eq!(
+                c.clone().set(name, value),
+                Err(SetError::Invalid(why)),
+                "{name} {value}"
+            );
+        }
+        let numeric = PARAMS.iter().filter(|p| range_of(p).is_some());
+        for p in numeric.clone().filter(|p| p.access == Runtime) {
+            assert!(
+                cases.iter().any(|(n, _, _)| *n == p.name),
+                "{} has no case",
+                p.name
+            );
+        }
+        // Every numeric row, settable or not, refuses what is below its range
+        // and what is not a number, with Redis's texts.
+        for p in numeric {
+            let r = range_of(p).unwrap();
+            let between = format!("argument must be between {} and {} inclusive", r.min, r.max);
+            assert_eq!(r.error, between, "{}", p.name);
+            assert_eq!(
+                p.kind.parse(&(r.min - 1).to_string()),
+                Err(r.error),
+                "{}",
+                p.name
+            );
+            let not_a_number = match p.kind {
+                Kind::Memory(_) => NOT_MEMORY,
+                _ => NOT_INTEGER,
+            };
+            assert_eq!(p.kind.parse("x"), Err(not_a_number), "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn config_knows_only_its_rows_and_the_fixed_settings() {
+        let mut c = Config::default();
+        assert_eq!(c.set("port", "1"), Err(SetError::Immutable));
+        assert_eq!(c.set("databases", "1"), Err(SetError::Immutable));
+        assert_eq!(c.set("save", "900 1"), Err(SetError::OnlySupports("")));
+        assert_eq!(c.set("save", ""), Ok(()));
+        assert_eq!(c.set("max-inline-len", "4096"), Err(SetError::Unknown));
+        assert_eq!(c.set("nosuch", "1"), Err(SetError::Unknown));
+        assert!(find("max-inline-len").is_none());
+        assert_eq!(row("max-inline-len").access, FileOnly);
+        let names: Vec<_> = c
+            .matching(|n| n.starts_with("max"))
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["maxclients", "maxmemory", "maxmemory-policy"]);
+        assert_eq!(c.matching(|n| n == "hz"), [("hz", "10".to_string())]);
+    }
+
+    #[test]
+    fn an_alias_names_its_row() {
+        let p = row("hz").with_aliases(&["frequency"]);
+        assert!(p.is_named("hz") && p.is_named("frequency") && !p.is_named("freq"));
+    }
+
+    #[test]
+    fn the_startup_check_uses_the_rows_parsers() {
+        let mut c = Config::default();
+        c.expiry.hz = 0;
+        c.log.level = "WARNING".into();
+        assert_eq!(c.normalize(), Ok(()));
+        assert_eq!((c.expiry.hz, c.log.level.as_str()), (1, "warning"));
+        assert_eq!(c.shards.threads, 0, "a resolved thread count is not stored");
+        type Break = fn(&mut Config);
+        let cases: [(Break, &str); 3] = [
+            (
+                |c| c.limits.max_inline_len = 10,
+                "max_inline_len: must be at least 1024",
+            ),
+            (
+                |c| c.expiry.budget_percent = 101,
+                "budget_percent: must be 1..=100",
+            ),
+            (|c| c.net.port = 0, ""),
+        ];
+        for (break_it, why) in cases {
+            let mut c = Config::default();
+            break_it(&mut c);
+            let want = if why.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("invalid {why}"))
+            };
+            assert_eq!(c.validate(), want);
+        }
+    }
+}
