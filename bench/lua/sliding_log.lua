@@ -1,10 +1,10 @@
 -- Sliding-log rate limiter for Redis (a sorted set of hit times), the
 -- comparison script for Leasehold's SLIDINGWINDOW.
 --
--- The "atomic sliding window" script of the seed case study
--- (shared/seeds/003_*.txt, section 2): drop timestamps older than the window
--- (ZREMRANGEBYSCORE), count the rest (ZCARD), and if under the limit add this
--- hit (ZADD) and refresh the TTL. Two changes, both needed for a fair run:
+-- The common "atomic sliding window" script: drop timestamps older than the
+-- window (ZREMRANGEBYSCORE), count the rest (ZCARD), and if under the limit
+-- add this hit (ZADD) and refresh the TTL. Two changes from its usual form,
+-- both needed for a fair run:
 -- time comes from redis.call('TIME') instead of an argument (the benchmark
 -- sends fixed arguments), and the member is the microsecond time rather than
 -- the millisecond score, so two hits in one millisecond are both counted;

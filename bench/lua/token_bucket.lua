@@ -1,15 +1,15 @@
 -- Token bucket for Redis, the comparison script for Leasehold's TOKENLEASE.
 --
--- Models the "Redis Atomicity Contract" of the seed document
--- (shared/seeds/000_*.txt, section 4): each identity is a hash with fields
+-- The usual atomic token bucket in Lua: each identity is a hash with fields
 -- `tokens` (a float balance) and `last_updated` (Unix ms); one atomic script
 -- fetches and reconciles (a new key starts full), refills by elapsed time,
 -- debits when enough tokens are there, refreshes the TTL and otherwise
 -- leaves the balance as it was and answers the time until the tokens exist.
--- Time comes from redis.call('TIME'), as the issue asks, not from the caller.
--- Unlike the seed (TTL = 2x the window), the key expires when the bucket
--- would be full again, which is the best a script can do and what TOKENLEASE
--- does, so both sides keep the same number of keys.
+-- Time comes from redis.call('TIME'), not from the caller, so a client's
+-- clock cannot skew the bucket (TOKENLEASE reads the server's clock too).
+-- Rather than the common fixed TTL of twice the window, the key expires when
+-- the bucket would be full again, which is the best a script can do and what
+-- TOKENLEASE does, so both sides keep the same number of keys.
 --
 -- KEYS[1] = bucket; ARGV = capacity, rate, period_ms, requested
 -- Reply (like TOKENLEASE): {granted, remaining, retry_after_ms, reset_after_ms}

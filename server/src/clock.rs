@@ -1,13 +1,15 @@
-//! The two clocks (DESIGN.md, decision 5), behind one interface tests replace.
+//! The two clocks, behind one interface tests replace.
 //!
-//! - Wall-clock Unix milliseconds drive TTLs and `EXPIREAT`.
+//! - Wall-clock Unix milliseconds drive TTLs and `EXPIREAT`, as in Redis.
 //! - A monotonic clock, in milliseconds since the server started, drives token
-//!   refills and windows, so that a wall-clock step never mints or destroys tokens.
+//!   refills and windows: a wall-clock step must never mint or destroy tokens,
+//!   so refills read the monotonic clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// One reading of both clocks, taken once per command.
+/// One reading of both clocks. A shard takes one per read and one per batch
+/// (`Shard::tick`), and every command in it sees that same snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Now {
     /// Wall clock, Unix milliseconds.

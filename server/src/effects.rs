@@ -14,8 +14,10 @@
 //! The backlog is a fixed-size ring, like Redis's `repl-backlog-size`; the
 //! offset counts every byte ever appended, so a reader that falls behind the
 //! ring knows it must resynchronise. A reader is told of new bytes by the
-//! wake hook ([`EffectLog::set_wake`]), fired at most once per batch.
-//! docs/replication.md describes how the per-shard streams become one.
+//! wake hook ([`EffectLog::set_wake`]), fired at most once per batch, per
+//! flush of a connection's inline commands and per expiry cycle (each
+//! `Shard::publish`). No reader exists yet outside the tests;
+//! docs/replication.md describes how the per-shard streams will become one.
 
 use std::sync::Arc;
 
@@ -139,7 +141,8 @@ impl EffectLog {
     }
 
     /// Calls the wake hook if anything was appended since the last call. The
-    /// shard calls it once per batch, so the hook costs nothing per command.
+    /// shard calls it once per batch (`Shard::publish`), so the hook costs
+    /// nothing per command.
     pub fn announce(&mut self) {
         if std::mem::take(&mut self.unannounced) {
             if let Some(wake) = &self.wake {

@@ -1,6 +1,7 @@
-//! The runtime: threads, the accept loop and their wiring. The top of the
-//! server's layers: it builds the shared state, one [`Shard`] and one event
-//! loop per thread, and hands accepted connections to `net`.
+//! The runtime: threads, their event loops and the wiring between them. The
+//! top of the server's layers: it builds the shared state, one [`Shard`] and
+//! one event loop per thread, starts `net`'s accept loop on thread 0, and
+//! hands each connection arriving in a thread's mailbox to `net`.
 //!
 //! Each thread runs one single-threaded tokio runtime (its event loop) with
 //! a `LocalSet`: its connections' tasks, its mailbox loop (batches from other

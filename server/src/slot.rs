@@ -1,4 +1,4 @@
-//! Keys to hash slots to shards (DESIGN.md, decision 3).
+//! Keys to hash slots to shards.
 //!
 //! slot = CRC16-XMODEM(key, or the part inside the first non-empty `{...}`) mod
 //! 16384, exactly as Redis Cluster computes it (cluster spec, "Keys distribution

@@ -16,8 +16,9 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::OpError;
 
-/// A counter written by one thread only and read by any. `incr` is a plain
-/// load and store (no read-modify-write), which is enough with one writer.
+/// A counter written by one thread only and read by any. [`Counter::add`] is
+/// a plain load and store (no read-modify-write), which is enough with one
+/// writer.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 

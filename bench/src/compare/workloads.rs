@@ -77,7 +77,8 @@ const TOKEN: (Side, Side) = native_vs_lua(
     "EVALSHA __sha__ 1 tb:__key__ 100 100 1000 1",
     "token_bucket.lua",
 );
-/// Sliding window: limit 100 per 60 s (the parameters).
+/// Sliding window: limit 100 per 60 s, the parameters the memory rows use
+/// too.
 const WINDOW: (Side, Side) = native_vs_lua(
     "SLIDINGWINDOW sw:__key__ 100 60000",
     "EVALSHA __sha__ 1 sw:__key__ 100 60000",

@@ -9,7 +9,7 @@
 //! Syntax: `UPPER` words are tokens, `key` is a key, other lower-case words
 //! are values, `[...]` is optional, `a | b` chooses one, `...` repeats the
 //! item before it. A value's type is `integer` when its name is one of
-//! [`INTEGER_ARGS`], `double` for the fractional ones of [`DOUBLE_ARGS`]
+//! `INTEGER_ARGS`, `double` for the fractional ones of `DOUBLE_ARGS`
 //! (Redis's types), `string` otherwise.
 
 use std::collections::HashMap;

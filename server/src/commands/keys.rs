@@ -1,6 +1,6 @@
 //! Keys and expiry: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
 //! PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN, DBSIZE,
-//! FLUSHALL, FLUSHDB.
+//! FLUSHALL, FLUSHDB, LH.FLUSHSLOTS (the effect FLUSHALL emits).
 //!
 //! Semantics follow Redis 7 (`db.c`, `expire.c`): a key without a TTL counts
 //! as an infinite TTL for GT/LT; a deadline already past deletes the key.

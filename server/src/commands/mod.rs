@@ -6,10 +6,21 @@
 //! runs ([`Exec`]). The dispatcher alone checks arity, authentication and
 //! routing; handlers never count arguments.
 //!
-//! Families: [`connection`] (PING, HELLO, AUTH, CLIENT, ...), [`server`]
-//! (INFO, CONFIG, COMMAND, DBSIZE, FLUSHALL, ...), [`keys`] (DEL, EXPIRE, TTL,
-//! SCAN, ...), [`strings`] (GET, SET, INCR, ...), [`ratelimit`] (TOKENLEASE,
-//! SLIDINGWINDOW, CL.THROTTLE, GCRA, ...).
+//! Families, each a file with its rows (`COMMANDS`) and handlers, in table
+//! order:
+//! - [`connection`]: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT;
+//! - [`server`]: INFO, CONFIG, COMMAND, TIME, SHUTDOWN;
+//! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
+//!   DBSIZE, FLUSHALL, FLUSHDB, LH.FLUSHSLOTS;
+//! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
+//!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
+//! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
+//!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]).
+//!
+//! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
+//! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
+//! argument trees from `docs/commands.md`.
 
 use std::sync::OnceLock;
 

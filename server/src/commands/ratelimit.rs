@@ -2,21 +2,24 @@
 //! plus RLSTATE (inspection) and LH.RESTORE (the effect that replicates them).
 //!
 //! # Layout
-//! - this file: the rows, argument parsing, the store and the effects;
-//! - [`token_bucket`], [`sliding_window`], [`gcra`]: each algorithm as pure,
-//!   synchronous state transitions on the monotonic clock, unit-tested
-//!   without a shard;
-//! - `model` (tests only): a reference model written for clarity, compared
-//!   with the algorithms by proptest.
+//! - this file: the rows, argument parsing, loading and saving states
+//!   through the store, and the replies;
+//! - [`token_bucket`], [`sliding_window`], [`gcra`] (in [`crate::ratelimit`]):
+//!   each algorithm as pure, synchronous state transitions on the monotonic
+//!   clock, unit-tested without a shard, and compared with a reference model
+//!   by proptest (`ratelimit/model.rs`).
 //!
-//! # Clocks and expiry (DESIGN.md decisions 4-7)
-//! Refills and windows read `Shard::now.mono_ms`; TTLs are Unix ms. A state
+//! # Clocks and expiry
+//! Refills and windows read `Shard::now.mono_ms`, because a wall-clock step
+//! must never mint or destroy tokens; TTLs are Unix ms, as in Redis. A state
 //! keeps its instants in monotonic ms; its key expires when the state is
 //! worth nothing any more (a full bucket, two empty windows, a TAT in the
-//! past), converted to Unix ms as `unix_now + (instant - mono_now)`. Every
-//! call that changes a state stores it and emits it whole, with absolute Unix
-//! times: `LH.RESTORE key <KIND> <fields...> PXAT <ms>`. Peeks and denials
-//! change nothing and emit nothing.
+//! past), so idle state costs no memory and a missing key reads exactly as a
+//! fresh one. That instant is converted to Unix ms as
+//! `unix_now + (instant - mono_now)` ([`unix_of`]). Every call that changes a
+//! state stores it, and the store emits it whole, with absolute Unix times,
+//! so a replica needs no clock: `LH.RESTORE key <KIND> <fields...> PXAT <ms>`.
+//! Peeks and denials change nothing and emit nothing.
 
 use leasehold_protocol::{Args, Reply};
 

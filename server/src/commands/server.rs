@@ -267,8 +267,6 @@ fn command_info(spec: &CommandSpec) -> Reply {
     ])
 }
 
-/// A COMMAND DOCS entry: summary, since, group, and the argument tree from
-/// the command reference (see [`super::docs`]), which redis-cli turns into hints.
 /// Redis 7's `group` for a command: its family's (`string`, `generic`,
 /// `connection`, `server`; DBSIZE and FLUSHALL/FLUSHDB are `server` as in
 /// Redis), and `module` for the rate-limit commands, as Redis 7 reports a
@@ -288,6 +286,8 @@ fn command_group(name: &str) -> &'static str {
     }
 }
 
+/// A COMMAND DOCS entry: summary, since, group, and the argument tree from
+/// the command reference (see [`super::docs`]), which redis-cli turns into hints.
 fn command_docs(spec: &CommandSpec) -> Reply {
     let group = command_group(spec.name);
     let mut doc = vec![

@@ -4,7 +4,9 @@
 //! # Exact arithmetic
 //! A balance is kept in units of `1/period_ms` token, so refilling for `e`
 //! milliseconds at `rate` tokens per `period_ms` adds exactly `e * rate` units:
-//! no division, no rounding, no float (DESIGN.md decision 6). Every product is
+//! no division, no rounding, no float, so no fraction of a token is ever
+//! gained or lost (only a call with another period rescales the fraction,
+//! rounded down; see [`Bucket::frac`]). Every product is
 //! taken in `u128`: `tokens * period_ms < 2^126` and `elapsed * rate < 2^127`,
 //! so even `u64::MAX` ms of idle time cannot overflow; the sum is clamped to
 //! `capacity * period_ms` at once.
@@ -12,7 +14,7 @@
 //! # Time
 //! The refill instant only moves forward: a call whose clock reads earlier
 //! than the stored instant refills nothing and is answered as if it ran at
-//! the stored instant (case R5), so a clock step back mints no token.
+//! the stored instant, so a clock step back mints no token.
 
 /// The parameters that travel with every call. All are in `1..=i64::MAX`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
