@@ -15,7 +15,7 @@
 //! sampling because hashbrown offers no cheap random pick, and a hand visits
 //! every key in a bounded number of cycles while costing no memory per key (a
 //! timer wheel would cost a node per key with a TTL, and rate-limit keys all
-//! have one; DESIGN.md decision 7).
+//! have one).
 
 use std::hash::BuildHasher;
 
