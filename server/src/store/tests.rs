@@ -3,6 +3,7 @@
 //! random-operation models checked against the tables and counters.
 
 use super::*;
+use crate::clock::unix_of;
 
 impl StoreCounts {
     /// A value to compare with, in field order.
