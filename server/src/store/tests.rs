@@ -2,6 +2,9 @@
 //! memory given back as keys go, compact entries and their moves, and two
 //! random-operation models checked against the tables and counters.
 
+use std::hash::BuildHasher;
+
+use super::compact::COMPACT_MAX;
 use super::*;
 use crate::clock::unix_of;
 
