@@ -1,21 +1,38 @@
 //! One shard's keyspace: values, expiry deadlines and their reclamation.
 //!
-//! The keyspace is one small `hashbrown` table per hash slot the shard owns
-//! (Redis 7.4 keeps a dict per slot for the same reasons):
+//! The keyspace is one small table per hash slot the shard owns (Redis 7.4
+//! keeps a dict per slot for the same reasons):
 //! - `SCAN` walks slots in order and returns a slot's keys all at once, so a
 //!   key present for the whole scan is returned at least once however the
 //!   tables grow or shrink (the cursor is a slot number, never a bucket index);
 //! - cluster mode can later move a slot by moving its table;
 //! - growth rehashes one small table at a time, never the whole shard.
 //!
-//! Expiry deadlines are absolute Unix ms stored with the key (0 = none). A key
-//! past its deadline is absent to every reader ([`Store::get`] reclaims it on
-//! the spot: lazy expiry), and [`Store::sweep`] walks the slots like a clock
-//! hand under a time budget (active expiry). A hand rather than Redis's random
-//! sampling because hashbrown offers no cheap random pick, and a hand visits
-//! every key in a bounded number of cycles while costing no memory per key (a
-//! timer wheel would cost a node per key with a TTL, and rate-limit keys all
-//! have one).
+//! Expiry deadlines are stored with the key (0 = none): absolute Unix ms, or
+//! monotonic ms marked with [`MONOTONIC`] for rate-limit keys, whose state runs
+//! on that clock. A key past its deadline is absent to every reader
+//! ([`Store::get`] reclaims it on the spot: lazy expiry), and [`Store::sweep`]
+//! walks the slots like a clock hand under a time budget (active expiry). A
+//! hand rather than Redis's random sampling because a hand visits every key
+//! in a bounded number of cycles, and it costs no memory per key (a timer
+//! wheel would cost a node per key with a TTL, and rate-limit keys all have
+//! one).
+//!
+//! # Layout
+//!
+//! In reading order:
+//! - `mod.rs`: the [`Store`] struct, its construction, counters and clock
+//!   reading;
+//! - `keyspace.rs`: lookups and writes, lazy expiry, and the moves of
+//!   rate-limit keys between compact and general entries;
+//! - `expiry.rs`: the TTL counters and the active-expiry sweep;
+//! - `emit.rs`: the store's side of the replication stream (it is the only
+//!   writer of the shard's effect log);
+//! - `table.rs`: one slot's table: 48-byte entries, their hash tags and, for
+//!   large slots, an index;
+//! - `compact.rs`: 32-byte entries for sliding-window and GCRA keys;
+//! - `value.rs`: what a key holds, in 16 bytes;
+//! - `tests.rs`: unit tests, including random-operation models.
 
 mod compact;
 mod emit;
