@@ -154,7 +154,7 @@ pub fn render(p: &Page<'_>) -> String {
              with pipelined calls (`-c 8 -P 64`, each key once, except the row at the limit); bytes per key \
              = (INFO `used_memory` after - before) / DBSIZE, after FLUSHALL and SCRIPT LOAD. One measurement \
              per server.\n\n\
-             The sliding window is measured twice, with issue 3's parameters (limit {limit}, window 60 s). \
+             The sliding window is measured twice, with the parameters of a typical API limit (limit {limit}, window 60 s). \
              The *1 hit per key* row is a key just created: Redis's sorted-set log holds one member. The \
              *at the limit* row is the state of an actively limited key, and the fair comparison: {} keys \
              each hit {limit} times (`-n {} -r {} --distribution sequential` visits the keys in turn {limit} \
@@ -195,8 +195,8 @@ pub fn render(p: &Page<'_>) -> String {
     }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \
-         start their own in-process Leasehold server. The accuracy run checks the drift bound of the \
-         source documents (admitted <= expected + 8 x max_lease); the error is over-admission when \
+         start their own in-process Leasehold server. The accuracy run checks the drift bound of leasing \
+         (N managers each holding at most one lease: admitted <= expected + 8 x max_lease); the error is over-admission when \
          positive, under-admission when negative. The decision cost in the steady state comes from \
          the client crate's criterion bench: [benchmarks-client.md](benchmarks-client.md).\n\n",
     );

@@ -213,7 +213,7 @@ mod tests {
     use crate::template::Template;
 
     #[test]
-    fn rows_cover_the_issue() {
+    fn rows_cover_every_workload_compared() {
         let rows = all();
         assert_eq!(rows.len(), 15);
         assert_eq!(rows.iter().filter(|w| w.pipeline == 16).count(), 8);

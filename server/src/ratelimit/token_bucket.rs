@@ -252,7 +252,7 @@ mod tests {
     }
 
     #[test]
-    fn r1_retry_after_rounds_up_and_is_honest() {
+    fn retry_after_rounds_up_and_is_honest() {
         let r = run(
             pol(1, 10, 1000),
             &[(0, 1, 1), (0, 1, 1), (99, 1, 1), (100, 1, 1)],
@@ -269,7 +269,7 @@ mod tests {
     }
 
     #[test]
-    fn r2_requests_at_and_above_capacity() {
+    fn requests_at_and_above_capacity() {
         let r = run(
             pol(10, 1, 1000),
             &[(0, 10, 10), (0, 11, 11), (0, 10, 10), (0, 0, 0)],
@@ -288,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn r3_a_denial_consumes_nothing() {
+    fn a_denial_consumes_nothing() {
         let r = run(
             pol(10, 1, 1000),
             &[
@@ -312,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn r4_long_idle_is_exactly_full() {
+    fn long_idle_is_exactly_full() {
         let p = pol(1_000_000, 1_000_000, 1000);
         let r = run(p, &[(0, 1_000_000, 1_000_000), (12 * HOUR, 1, 1)]);
         assert_eq!(r[1], [1, 999_999, 0, 1]);
@@ -329,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn r4_no_fraction_of_a_token_is_lost() {
+    fn no_fraction_of_a_token_is_lost() {
         let mut calls = vec![(0, 5, 5)];
         calls.extend((1..=25).map(|i| (i * 400, 1, 1)));
         let r = run(pol(5, 1, 1000), &calls);
@@ -347,7 +347,7 @@ mod tests {
     }
 
     #[test]
-    fn r5_the_clock_going_back_mints_nothing() {
+    fn the_clock_going_back_mints_nothing() {
         let r = run(
             pol(5, 1, 1000),
             &[(1_000_000, 1, 1), (989_000, 1, 1), (1_001_000, 1, 1)],
@@ -362,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn r6_changing_the_policy_clamps_at_once() {
+    fn changing_the_policy_clamps_at_once() {
         let mut state = None;
         let (a, c) = lease(state, &pol(1000, 1000, 1000), 1000, 1000, 0);
         assert_eq!(a.to_array(), [1000, 0, 0, 1000]);

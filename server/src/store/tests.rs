@@ -536,3 +536,49 @@ mod compact_model {
         check(&s);
     }
 }
+
+/// A flush of a slot range removes exactly the keys in those slots that the
+/// store owns, keeps the counters true, and writes one `LH.FLUSHSLOTS` for
+/// the owned part of the range.
+#[test]
+fn clearing_slots_removes_only_those_slots() {
+    // A store owning slots 8192..16384, as shard 1 of 2.
+    let mut s = Store::new(8192, 8192, 1 << 16);
+    let mut owned = Vec::new();
+    for i in 0..200u32 {
+        let key = format!("k{i}");
+        let slot = crate::slot::key_slot(key.as_bytes()) as usize;
+        if slot >= 8192 {
+            let ttl = (i % 2 == 0).then_some(10_000);
+            s.set(key.as_bytes(), Value::Int(1), ttl, 0);
+            owned.push((key, slot));
+        }
+    }
+    let cut = 12_000;
+    let (low, high): (Vec<_>, Vec<_>) = owned.iter().partition(|(_, slot)| *slot < cut);
+    let low_ttls = low
+        .iter()
+        .filter(|(k, _)| k[1..].parse::<u32>().unwrap() % 2 == 0)
+        .count();
+    let before = s.counts();
+    let offset = s.effects().offset();
+    // The range starts below what the store owns: only 8192..12000 goes.
+    assert_eq!(s.clear_slots(0..cut), low.len() as u64);
+    assert_eq!(s.counts().keys, before.keys - low.len() as u64);
+    assert_eq!(s.counts().expires, before.expires - low_ttls as u64);
+    for (k, _) in &low {
+        assert!(s.get(k.as_bytes(), 0).is_none(), "{k} should be gone");
+    }
+    for (k, _) in &high {
+        assert!(s.get(k.as_bytes(), 0).is_some(), "{k} should stay");
+    }
+    let [a, b] = s.effects().since(offset).unwrap();
+    assert_eq!(
+        [a, b].concat(),
+        b"*3\r\n$13\r\nLH.FLUSHSLOTS\r\n$4\r\n8192\r\n$5\r\n11999\r\n".to_vec()
+    );
+    // A range the store does not own changes nothing and emits nothing.
+    let offset = s.effects().offset();
+    assert_eq!(s.clear_slots(0..8192), 0);
+    assert_eq!(s.effects().offset(), offset);
+}

@@ -4,7 +4,7 @@
 //! bytes, so that a token-bucket key of up to 16 bytes costs at most 64
 //! bytes with its share of the table (Redis 7 spends about
 //! 186). The rate-limit states are packed into the 15 bytes after the tag
-//! when their fields fit the usual ranges (see [`RateState::pack`]); any state
+//! when their fields fit the usual ranges (see `RateState::pack`); any state
 //! outside them is kept whole in a boxed [`Value::Wide`], so no range is
 //! refused, only made larger.
 
@@ -36,18 +36,18 @@ pub enum Value {
     /// A string that holds a canonical decimal `i64` (Redis "int" encoding);
     /// GET renders it, INCR updates it in place.
     Int(i64),
-    /// A token bucket packed by [`RateState::pack`].
+    /// A token bucket packed by `RateState::pack`.
     TokenBucket(Packed),
-    /// A sliding-window pair packed by [`RateState::pack`].
+    /// A sliding-window pair packed by `RateState::pack`.
     SlidingWindow(Packed),
-    /// A GCRA theoretical arrival time packed by [`RateState::pack`].
+    /// A GCRA theoretical arrival time packed by `RateState::pack`.
     Gcra(Packed),
     /// A rate-limit state whose fields do not fit the packed form.
     Wide(Box<RateState>),
 }
 
 /// The 15 bytes after a [`Value`]'s tag, little-endian fields of the widths
-/// [`RateState::pack`] gives.
+/// `RateState::pack` gives.
 pub type Packed = [u8; 15];
 
 /// Field widths in bytes, per packed kind (they sum to at most 15):
