@@ -25,7 +25,7 @@
 //! # The map
 //! Decisions vastly outnumber new keys. Per policy, 64 shards (`map.rs`),
 //! each a `hashbrown::HashTable` whose buckets are the keys' 32-byte hot
-//! records (`KeyHot`, `bucket.rs`: the key's first 15 bytes, the token word,
+//! records (`KeyHot`, `bucket/`: the key's first 15 bytes, the token word,
 //! and one word packing the watermark, the ledger's balance and the index of
 //! the key's `Arc<KeyCold>` in the shard's slab). A steady-state decision
 //! is one hash, the shard's reader slot (`shard_lock.rs`: one swap on this
@@ -68,7 +68,8 @@
 //! - `shutdown.rs`: [`LeaseManager::shutdown`]: every key's unspent tokens
 //!   returned.
 //! - `map.rs`: one policy's keys, in 64 shards.
-//! - `bucket.rs`: one key's hot record and cold part.
+//! - `bucket/`: one key's hot record and cold part (its `mod.rs` lists its
+//!   files).
 //! - `shard_lock.rs`: the shards' reader-writer lock, whose readers write
 //!   only their own thread's slot.
 //! - `metrics.rs`: the metric handles, registered once per policy.
