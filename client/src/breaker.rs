@@ -1,5 +1,4 @@
-//! The circuit breaker in front of the ledger (Hystrix's pattern, as the seeds
-//! describe it).
+//! The circuit breaker in front of the ledger (Hystrix's pattern).
 //!
 //! ```text
 //!            threshold consecutive failures

@@ -1,4 +1,4 @@
-//! Who is calling: the last two tiers of the seeds' identity waterfall.
+//! Who is calling: an API key, else the caller's subnet.
 //!
 //! An API key when the request has one; otherwise the caller's subnet, /24
 //! for IPv4 and /64 for IPv6, so that one address rotating within its block

@@ -1,4 +1,4 @@
-//! Case C3: the breaker never sticks (real time: cool-down 1 s, probe 500 ms).
+//! The breaker never sticks (real time: cool-down 1 s, probe 500 ms).
 
 mod support;
 

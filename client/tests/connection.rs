@@ -1,5 +1,6 @@
-//! The connection against the fake ledger: cases C1 and C2, pipelining many
-//! callers over one connection, typed errors, reconnecting.
+//! The connection against the fake ledger: a late reply never reaches the
+//! next caller, error replies keep a pipeline aligned, many callers
+//! pipelined over one connection, typed errors, reconnecting.
 
 mod support;
 

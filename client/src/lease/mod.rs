@@ -18,9 +18,11 @@
 //!  of idle keys, eviction of long-idle empty keys
 //!  ```
 //!
-//! Lease size: B = clamp(min_lease, observed_qps x lookahead, max_lease), the
-//! seeds' traffic-proportional leasing. The drift bound that follows: N
-//! gateways over-admit at most N x max_lease beyond the ledger's own limit.
+//! Lease size: B = clamp(min_lease, observed_qps x lookahead, max_lease):
+//! each key leases in proportion to its own traffic, so a busy key renews a
+//! few times a second and a quiet one strands little quota in one gateway.
+//! The drift bound that follows: N gateways over-admit at most
+//! N x max_lease beyond the ledger's own limit.
 //!
 //! # The map
 //! Decisions vastly outnumber new keys. Per policy, 64 shards (`map.rs`),
