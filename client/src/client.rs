@@ -23,7 +23,7 @@ use crate::error::{ConnectionError, Error, ServerError};
 /// Default deadline of lease calls (TOKENLEASE, TOKENRETURN): 5 ms. A
 /// decision with no local tokens waits at most this plus 1 ms.
 pub const DEFAULT_LEASE_DEADLINE: Duration = Duration::from_millis(5);
-/// Default deadline of every other call.
+/// Default deadline of every other call: 100 ms.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_millis(100);
 
 /// Client settings.
@@ -31,13 +31,14 @@ pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_millis(100);
 pub struct ClientConfig {
     /// The server's address.
     pub addr: SocketAddr,
-    /// Deadline of TOKENLEASE and TOKENRETURN calls.
+    /// Deadline of TOKENLEASE and TOKENRETURN calls (default 5 ms).
     pub lease_deadline: Duration,
-    /// Deadline of every other call.
+    /// Deadline of every other call (default 100 ms).
     pub call_deadline: Duration,
-    /// First reconnect delay after a failed connect; doubles per failure.
+    /// First reconnect delay after a failed connect; doubles per failure
+    /// (default 10 ms).
     pub backoff_base: Duration,
-    /// Largest reconnect delay.
+    /// Largest reconnect delay (default 1 s).
     pub backoff_max: Duration,
     /// The circuit breaker.
     pub breaker: BreakerConfig,

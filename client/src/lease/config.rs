@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::bucket::MAX_LEASE;
 
-/// Lease manager settings. The defaults: leases of 5 to 500 tokens sized
+/// Lease manager settings.
+///
+/// The defaults: leases of 5 to 500 tokens sized
 /// for 250 ms of a key's traffic, renewal when 20% of the last lease is
 /// left, a sweep every 100 ms, unspent tokens returned after 2 s idle and
 /// the key forgotten after 60 s.

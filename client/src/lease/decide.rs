@@ -13,8 +13,10 @@ use super::LeaseManager;
 use crate::decision::{BypassReason, Decision};
 use crate::policy::PolicyId;
 
-/// The future of [`LeaseManager::decide`]: 48 bytes. Its first poll makes
-/// the local decision; only a key with no local tokens leaves it waiting,
+/// The future of [`LeaseManager::decide`] (48 bytes), ready at its first
+/// poll unless the key has no local tokens.
+///
+/// Its first poll makes the local decision; only a key with no local tokens leaves it waiting,
 /// in a boxed state (a timer and a notification, ~300 bytes) that only such
 /// a decision allocates. (An `async fn` kept room for that state and the
 /// decision in every future, 120 bytes, and moving it cost the steady state

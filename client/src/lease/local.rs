@@ -13,9 +13,9 @@ use crate::policy::PolicyId;
 impl LeaseManager {
     /// Decides without waiting: `None` when the key has no local tokens and a
     /// lease is on its way (the caller may retry, or call [`Self::decide`]).
-    /// The steady-state path: a map lookup under the shard's read lock, one
-    /// clock read and one compare-and-swap of the word that holds the token
-    /// count and the decision counter.
+    /// The steady-state path: a map lookup under the shard's read lock and
+    /// one compare-and-swap of the word that holds the token count and the
+    /// decision counter; no clock read.
     pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
         let state = &self.inner.policies[id.0];
         self.with_bucket(state, key, |bucket| self.local(state, bucket))
@@ -71,7 +71,8 @@ impl LeaseManager {
     }
 
     /// The lock-free part: a local token, else blocked, else (empty) breaker
-    /// open. Reads the clock once.
+    /// open. Reads the clock only off the steady state (at the renewal
+    /// trigger, or with no local tokens).
     ///
     /// Tokens come first: they were granted by the ledger, so a key whose
     /// renewal was denied spends what it holds, and the block (no ledger

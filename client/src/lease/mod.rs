@@ -221,7 +221,8 @@ impl LeaseManager {
         map.get(map.hash(key), key, f)
     }
 
-    /// Local tokens held for `key` (for tests and introspection).
+    /// Local tokens held for `key`, 0 if unknown (for tests and
+    /// introspection).
     pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
         self.peek(id, key, |b| b.hot.tokens()).unwrap_or(0)
     }
@@ -231,7 +232,7 @@ impl LeaseManager {
         self.peek(id, key, |b| b.cold().qps()).unwrap_or(0.0)
     }
 
-    /// The lease size the next renewal for `key` would ask for.
+    /// The lease size (tokens) the next renewal for `key` would ask for.
     pub fn next_lease_size(&self, id: PolicyId, key: &[u8]) -> u64 {
         self.peek(id, key, |b| self.lease_size(b.cold()))
             .unwrap_or(self.inner.config.min_lease)
