@@ -1,5 +1,4 @@
-//! The circuit breaker in front of the ledger (Hystrix's pattern, as the seeds
-//! describe it).
+//! The circuit breaker in front of the ledger (Hystrix's pattern).
 //!
 //! ```text
 //!            threshold consecutive failures
@@ -27,11 +26,11 @@ use parking_lot::Mutex;
 use crate::clock::{us, Clock};
 use crate::error::Error;
 
-/// Default failures (or missed deadlines) in a row that open the breaker.
+/// Default failures (or missed deadlines) in a row that open the breaker: 3.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
-/// Default time the breaker stays open before one probe.
+/// Default time the breaker stays open before one probe: 1 s.
 pub const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(1);
-/// Default deadline of the probe call.
+/// Default deadline of the probe call: 500 ms.
 pub const DEFAULT_PROBE_DEADLINE: Duration = Duration::from_millis(500);
 /// Slack after a probe's deadline before a caller presumes the probe lost.
 const PROBE_GRACE_US: u64 = 100_000;

@@ -4,7 +4,7 @@
 //! Every call goes: breaker admits -> take (or open) the connection ->
 //! queue the request -> await the reply under the deadline. A call that
 //! misses its deadline discards the connection it used, so the next caller
-//! always starts on a fresh one (case C1).
+//! always starts on a fresh one and a late reply never reaches it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,9 +20,10 @@ use crate::clock::{us, Clock, SystemClock};
 use crate::conn::Connection;
 use crate::error::{ConnectionError, Error, ServerError};
 
-/// Default deadline of lease calls (TOKENLEASE, TOKENRETURN): the seeds' 5 ms.
+/// Default deadline of lease calls (TOKENLEASE, TOKENRETURN): 5 ms. A
+/// decision with no local tokens waits at most this plus 1 ms.
 pub const DEFAULT_LEASE_DEADLINE: Duration = Duration::from_millis(5);
-/// Default deadline of every other call.
+/// Default deadline of every other call: 100 ms.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_millis(100);
 
 /// Client settings.
@@ -30,13 +31,14 @@ pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_millis(100);
 pub struct ClientConfig {
     /// The server's address.
     pub addr: SocketAddr,
-    /// Deadline of TOKENLEASE and TOKENRETURN calls.
+    /// Deadline of TOKENLEASE and TOKENRETURN calls (default 5 ms).
     pub lease_deadline: Duration,
-    /// Deadline of every other call.
+    /// Deadline of every other call (default 100 ms).
     pub call_deadline: Duration,
-    /// First reconnect delay after a failed connect; doubles per failure.
+    /// First reconnect delay after a failed connect; doubles per failure
+    /// (default 10 ms).
     pub backoff_base: Duration,
-    /// Largest reconnect delay.
+    /// Largest reconnect delay (default 1 s).
     pub backoff_max: Duration,
     /// The circuit breaker.
     pub breaker: BreakerConfig,
@@ -160,7 +162,7 @@ impl Client {
 
     /// Sends several commands in one write and returns each reply in order.
     /// An error reply stays in its place (`Reply::Error`), so the others
-    /// keep their alignment (case C2).
+    /// keep their alignment: reply `i` answers command `i`.
     ///
     /// # Errors
     /// Transport errors only; they fail the whole pipeline.

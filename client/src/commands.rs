@@ -1,6 +1,6 @@
 //! Typed calls: arguments in, typed replies out.
 //!
-//! Reply shapes follow `docs/commands.md` (issue 3): every time is in
+//! Reply shapes follow `docs/commands.md`: every time is in
 //! milliseconds except CL.THROTTLE's whole seconds; `-1` ("never") becomes
 //! `None`.
 

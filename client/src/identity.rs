@@ -1,4 +1,4 @@
-//! Who is calling: the last two tiers of the seeds' identity waterfall.
+//! Who is calling: an API key, else the caller's subnet.
 //!
 //! An API key when the request has one; otherwise the caller's subnet, /24
 //! for IPv4 and /64 for IPv6, so that one address rotating within its block
@@ -11,9 +11,11 @@ pub const API_KEY: &str = "api_key";
 /// Descriptor key used for anonymous callers.
 pub const SUBNET: &str = "subnet";
 
-/// `(descriptor key, value)` for a request: `("api_key", key)` when
-/// `api_key` is present and non-empty, else `("subnet", "a.b.c.0/24")` or
-/// `("subnet", "x:x:x:x::/64")`. An IPv4-mapped IPv6 address counts as IPv4.
+/// The `(descriptor key, value)` that identifies a request's caller.
+///
+/// `("api_key", key)` when `api_key` is present and non-empty, else
+/// `("subnet", "a.b.c.0/24")` or `("subnet", "x:x:x:x::/64")`. An
+/// IPv4-mapped IPv6 address counts as IPv4.
 pub fn caller(api_key: Option<&str>, ip: IpAddr) -> (&'static str, String) {
     if let Some(key) = api_key.map(str::trim).filter(|k| !k.is_empty()) {
         return (API_KEY, key.to_owned());

@@ -1,21 +1,33 @@
 //! Leasehold client: a pipelined async connection with typed calls, and the
 //! gateway lease manager that keeps the ledger off the request path.
 //!
+//! A gateway names the caller ([`identity`]), finds its policy
+//! ([`PolicySet::find`]) and asks the [`LeaseManager`] for a [`Decision`]:
+//! in the steady state one compare-and-swap on the key's local token count,
+//! with no shared lock word and no ledger call; leases are renewed from the
+//! ledger in the background.
+//!
 //! # Layout
-//! - [`error`]: typed errors (`is_timeout()`, `is_connection()`, server kinds,
-//!   `retry_action()`).
-//! - `conn` (private): one TCP connection, a writer task and a reader
-//!   task, replies matched in order.
-//! - [`client`]: the shared connection, deadlines, reconnect with backoff and
-//!   jitter, the breaker in front of every call.
+//! In call order, from a request to the ledger (each module is
+//! `src/<name>.rs`, except `lease/`, a directory):
+//! - [`identity`]: API key, else /24 or /64 subnet.
+//! - [`policy`]: policies from Envoy-shaped YAML (serde_norway), validated.
+//! - [`lease`]: the lease manager (local buckets, background leases,
+//!   fail-open); its `# Layout` lists the files of `lease/` in reading order.
+//! - [`decision`]: decisions and their IETF RateLimit / Retry-After headers.
 //! - [`commands`]: typed TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GET/SET/INCR/DEL/PING.
+//! - [`client`]: the shared connection, deadlines, reconnect with backoff and
+//!   jitter, the breaker in front of every call.
 //! - [`breaker`]: the circuit breaker.
+//! - `conn` (private): one TCP connection, a writer task and a reader
+//!   task, replies matched in order.
+//! - [`error`]: typed errors (`is_timeout()`, `is_connection()`, server kinds,
+//!   `retry_action()`).
 //! - [`clock`]: the injectable monotonic clock.
-//! - [`policy`]: policies from Envoy-shaped YAML (serde_norway), validated.
-//! - [`lease`]: the lease manager (local buckets, background leases, fail-open).
-//! - [`decision`]: decisions and their IETF RateLimit / Retry-After headers.
-//! - [`identity`]: API key, else /24 or /64 subnet.
+
+#![warn(missing_docs)]
+
 pub mod breaker;
 pub mod client;
 pub mod clock;

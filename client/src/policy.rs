@@ -1,5 +1,7 @@
-//! Rate-limit policies from YAML, in the shape of Envoy's reference rate-limit
-//! service configuration (`domain`, nested `descriptors` of `key`/`value`,
+//! Rate-limit policies from YAML, validated.
+//!
+//! The YAML has the shape of Envoy's reference rate-limit service
+//! configuration (`domain`, nested `descriptors` of `key`/`value`,
 //! `rate_limit {unit, requests_per_unit}`, `shadow_mode`), extended with
 //! `burst`, `failure_mode`, `mode` and `fail_open_requests_per_unit`.
 //!
@@ -67,7 +69,7 @@ pub struct Policy {
     pub name: String,
     /// Requests per `unit` (the quota).
     pub requests_per_unit: u64,
-    /// The unit.
+    /// The quota's window (from YAML: a second, minute, hour or day).
     pub unit: Duration,
     /// Bucket capacity (tokens); defaults to `requests_per_unit`.
     pub burst: u64,

@@ -1,4 +1,4 @@
-//! Case C3: the breaker never sticks (real time: cool-down 1 s, probe 500 ms).
+//! The breaker never sticks (real time: cool-down 1 s, probe 500 ms).
 
 mod support;
 
@@ -24,7 +24,7 @@ async fn open_it(client: &Client) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c3_the_breaker_never_sticks() {
+async fn the_breaker_never_sticks() {
     let fake = FakeLedger::start().await;
     let client = client(&fake);
     client.ping().await.unwrap();

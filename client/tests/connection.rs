@@ -1,5 +1,6 @@
-//! The connection against the fake ledger: cases C1 and C2, pipelining many
-//! callers over one connection, typed errors, reconnecting.
+//! The connection against the fake ledger: a late reply never reaches the
+//! next caller, error replies keep a pipeline aligned, many callers
+//! pipelined over one connection, typed errors, reconnecting.
 
 mod support;
 
@@ -17,7 +18,7 @@ fn cmd(args: &[&str]) -> Vec<Bytes> {
 }
 
 #[tokio::test]
-async fn c1_a_late_reply_never_reaches_the_next_caller() {
+async fn a_late_reply_never_reaches_the_next_caller() {
     let fake = FakeLedger::start().await;
     let mut config = ClientConfig::new(fake.addr);
     config.call_deadline = Duration::from_secs(1);
@@ -43,7 +44,7 @@ async fn c1_a_late_reply_never_reaches_the_next_caller() {
 }
 
 #[tokio::test]
-async fn c2_error_replies_keep_the_pipeline_aligned() {
+async fn error_replies_keep_the_pipeline_aligned() {
     let fake = FakeLedger::start().await;
     let client = Client::new(ClientConfig::new(fake.addr));
     let pipeline = [

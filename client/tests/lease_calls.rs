@@ -4,7 +4,7 @@
 //! measurement; the numbers are in docs/client.md.
 //!
 //! In the steady state the ratio is max_lease / 50 = 10x (90% fewer calls)
-//! by construction, exactly the target, so asserting ">= 90%" would
+//! by construction, exactly the 90% aimed for, so asserting ">= 90%" would
 //! fail on one extra call. What is asserted instead, with room for a loaded
 //! 2-core machine and a debug build: the dynamic lease reaches max_lease
 //! (>= 450 decisions per ledger call), the fixed one stays at 50 (<= 55), and

@@ -1,13 +1,17 @@
 //! The RESP codec shared by the Leasehold server and client. No sockets, no runtime.
 //!
 //! # Layout
+//! In the order a request travels: decoded by the server, read by a
+//! command handler, answered, and the answer read by the client (each
+//! module is `src/<name>.rs`):
 //! - [`request`]: decoding requests (RESP arrays of bulk strings and inline
 //!   lines) with Redis's limits; "incomplete" is `Ok(None)`, never an error.
 //! - [`inline`]: Redis's quoting rules for inline requests.
 //! - [`int`]: strict integers (`string2ll`) and floats, as Redis reads them.
 //! - [`args`]: the argument cursor handlers use.
 //! - [`reply`]: the reply tree and its RESP2/RESP3 encoding.
-//! - [`decode_reply`]: reading replies (client side) through the `redis-protocol` crate.
+//! - [`decode_reply`](mod@decode_reply): reading replies (client side)
+//!   through the `redis-protocol` crate.
 //!
 //! # Examples
 //! ```
@@ -19,6 +23,8 @@
 //! assert_eq!(&args[0][..], b"PING");
 //! assert_eq!(&Reply::simple("PONG").to_bytes(Protocol::Resp2)[..], b"+PONG\r\n");
 //! ```
+
+#![warn(missing_docs)]
 
 pub mod args;
 pub mod decode_reply;

@@ -1,0 +1,127 @@
+//! The decision that does not wait: the map lookup (inserting a new key),
+//! a local token, the renewal trigger at the low watermark, and a key with
+//! no local tokens (blocked, breaker open, or a lease to start).
+
+use bytes::{BufMut, BytesMut};
+
+use super::bucket::{Bucket, KeyCold, HIT};
+use super::{LeaseManager, PolicyState, MIN_SAMPLE_US};
+use crate::clock::us;
+use crate::decision::{BypassReason, Decision, Outcome};
+use crate::policy::PolicyId;
+
+impl LeaseManager {
+    /// Decides without waiting: `None` when the key has no local tokens and a
+    /// lease is on its way (the caller may retry, or call [`Self::decide`]).
+    /// The steady-state path: a map lookup under the shard's read lock and
+    /// one compare-and-swap of the word that holds the token count and the
+    /// decision counter; no clock read.
+    pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
+        let state = &self.inner.policies[id.0];
+        self.with_bucket(state, key, |bucket| self.local(state, bucket))
+    }
+
+    /// Runs `f` on the key's bucket (created if new), borrowed under its
+    /// shard's read lock: no reference-count traffic on a hot key's bucket.
+    #[inline]
+    pub(super) fn with_bucket<R>(
+        &self,
+        state: &PolicyState,
+        key: &[u8],
+        f: impl FnOnce(Bucket<'_>) -> R,
+    ) -> R {
+        let hash = state.map.hash(key);
+        match state.map.try_with(hash, key, f) {
+            Ok(r) => r,
+            Err(f) => self.with_new_bucket(state, hash, key, f),
+        }
+    }
+
+    /// `with_bucket` for a key not in the map (yet): inserts it, then runs
+    /// `f` under the read lock. The sweeper may evict the new key in between
+    /// (with `evict_after` zero); then it is looked up, and inserted, again.
+    #[cold]
+    fn with_new_bucket<R>(
+        &self,
+        state: &PolicyState,
+        hash: u64,
+        key: &[u8],
+        mut f: impl FnOnce(Bucket<'_>) -> R,
+    ) -> R {
+        loop {
+            let now = self.inner.clock.now_us();
+            state.map.get_or_insert(hash, key, now, |index| {
+                let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
+                ledger_key.put_slice(&state.prefix);
+                ledger_key.put_slice(key);
+                KeyCold::new(
+                    key,
+                    hash,
+                    index,
+                    ledger_key.freeze(),
+                    now,
+                    self.inner.config.low_watermark,
+                )
+            });
+            match state.map.try_with(hash, key, f) {
+                Ok(r) => return r,
+                Err(back) => f = back,
+            }
+        }
+    }
+
+    /// The lock-free part: a local token, else blocked, else (empty) breaker
+    /// open. Reads the clock only off the steady state (at the renewal
+    /// trigger, or with no local tokens).
+    ///
+    /// Tokens come first: they were granted by the ledger, so a key whose
+    /// renewal was denied spends what it holds, and the block (no ledger
+    /// calls, `Limited`) applies once they run out.
+    ///
+    /// The steady state (a token taken, above the watermark) reads and writes
+    /// only the key's hot record: one CAS counts the decision and takes the
+    /// token. The rest reads the cold part too.
+    ///
+    /// The steady state reads no clock: an allowed decision's fields come
+    /// from the record and the policy.
+    pub(super) fn local(&self, state: &PolicyState, bucket: Bucket<'_>) -> Option<Decision> {
+        if let Some(left) = bucket.hot.take(HIT) {
+            if bucket.hot.below_watermark(left) {
+                self.renew(state, bucket);
+            }
+            state.metrics.record(Outcome::Allowed);
+            return Some(self.allowed(state, bucket, left));
+        }
+        self.local_empty(state, bucket, self.inner.clock.now_us())
+    }
+
+    /// `local` at the low watermark: starts the key's renewal.
+    #[cold]
+    #[inline(never)]
+    fn renew(&self, state: &PolicyState, bucket: Bucket<'_>) {
+        let now = self.inner.clock.now_us();
+        self.spawn_lease(state.id, bucket.cold(), now);
+    }
+
+    /// `local` for a key with no local tokens.
+    #[cold]
+    fn local_empty(&self, state: &PolicyState, bucket: Bucket<'_>, now: u64) -> Option<Decision> {
+        bucket.hot.hit();
+        // A key deciding without tokens (blocked, breaker open, waiting) may
+        // not lease for a long time, and the sweeper does not sample a busy
+        // key: sample here (at most every MIN_SAMPLE_US; usually one load),
+        // or more than 2^22 decisions between samples would wrap the count.
+        bucket.sample(now, us(self.inner.config.qps_decay), MIN_SAMPLE_US);
+        let cold = bucket.cold();
+        if cold.blocked(now).is_some() {
+            return Some(self.finish(state, self.limited(state, bucket, now)));
+        }
+        if self.inner.client.breaker_would_refuse() {
+            return Some(self.bypass(state, cold, Some(BypassReason::CircuitOpen), now));
+        }
+        // Whatever the last lease's fate, try again: the breaker, not this
+        // key, decides when the ledger is left alone.
+        self.spawn_lease(state.id, cold, now);
+        None
+    }
+}
