@@ -5,6 +5,7 @@
 //! test, `server/tests/layers.rs`, fails on any import that goes up):
 //!
 //! ```text
+//!   harness      the in-process test tier: every shard on one thread, no sockets
 //!   runtime      threads, accept loop, wiring
 //!   net          sockets: each connection's read -> plan -> flush -> write loop
 //!   dispatch     the command table's checks (arity, auth), routing, batching
@@ -37,6 +38,7 @@ pub mod config;
 pub mod dispatch;
 pub mod effects;
 pub mod error;
+pub mod harness;
 pub mod net;
 pub mod ratelimit;
 pub mod runtime;
