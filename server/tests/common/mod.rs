@@ -54,3 +54,18 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub const NOT_INT: &str = "ERR value is not an integer or out of range";
 /// The syntax error.
 pub const SYNTAX: &str = "ERR syntax error";
+
+/// The value at `key` in a RESP3 map (read back in no particular order).
+///
+/// # Panics
+/// When `map` is not a map or has no such key.
+pub fn map_get(map: &Reply, key: &str) -> Reply {
+    let Reply::Map(pairs) = map else {
+        panic!("not a map: {map:?}");
+    };
+    pairs
+        .iter()
+        .find(|(k, _)| *k == Reply::bulk(key) || *k == Reply::Simple(key.to_string().into()))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {key} in {map:?}"))
+}
