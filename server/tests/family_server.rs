@@ -245,7 +245,7 @@ fn shutdown_answers_nothing_and_stops_the_shards() {
     let far = h.key_on(1, "k");
     assert_eq!(h.cmd("SHUTDOWN ABORT"), err("ERR No shutdown in progress."));
     assert_eq!(h.cmd("SHUTDOWN LATER"), err(SYNTAX));
-    let mut other = h.new_connection();
+    let other = h.new_connection();
     assert_eq!(
         h.pipeline(&["SHUTDOWN NOSAVE", "PING"]),
         Vec::<Reply>::new()
