@@ -180,7 +180,8 @@ async fn serve(
 /// Runs one read's worth of requests: decodes every complete request in
 /// `rbuf` (an incomplete one stays there for the next read), plans them into
 /// `pipe`, runs connection commands in request order after flushing what is
-/// owed before them, and appends every reply to `out` in request order. Stops
+/// owed before them (after one, the clock and the configuration are read
+/// again), and appends every reply to `out` in request order. Stops
 /// early when the connection is to close (`conn.close`: QUIT, CLIENT KILL of
 /// itself, a protocol error, whose reply is the last one).
 pub(crate) async fn serve_read(
@@ -200,6 +201,11 @@ pub(crate) async fn serve_read(
                 Planned::Conn(idx, mut args) => {
                     pipe.flush(worker, conn.proto, out).await;
                     let reply = run_conn_command(worker, conn, idx, &mut args);
+                    // A CONFIG SET applies to the rest of this read: to the
+                    // decoder's limits and to this shard, as it does to the
+                    // other shards' next batches.
+                    conn.refresh(&worker.shared);
+                    worker.shard.borrow_mut().tick();
                     if !std::mem::take(&mut conn.no_reply) {
                         reply.encode(conn.proto, out);
                     }

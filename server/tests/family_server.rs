@@ -159,6 +159,31 @@ fn config_set_reaches_the_shards_and_new_connections() {
 }
 
 #[test]
+fn config_set_applies_to_the_rest_of_its_pipeline_on_every_shard() {
+    let mut h = Harness::new();
+    let (near, far) = (h.key_on(0, "big"), h.key_on(1, "big"));
+    let mb = "x".repeat(1 << 20);
+    assert_eq!(h.run(&["MSET", &near, &mb, &far, &mb]), Reply::ok());
+    let too_long = err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+    let replies = h.pipeline(&[
+        vec!["CONFIG", "SET", "proto-max-bulk-len", "1mb"],
+        vec!["APPEND", &near, "y"],
+        vec!["APPEND", &far, "y"],
+    ]);
+    assert_eq!(replies, vec![Reply::ok(), too_long.clone(), too_long]);
+    // The decoder's limit too: a longer bulk in the same read is refused.
+    let mut h = Harness::new();
+    let replies = h.pipeline(&[
+        vec!["CONFIG", "SET", "proto-max-bulk-len", "1mb"],
+        vec!["SET", "k", &format!("{mb}y")],
+    ]);
+    assert_eq!(
+        replies,
+        vec![Reply::ok(), err("ERR Protocol error: invalid bulk length")]
+    );
+}
+
+#[test]
 fn config_resetstat_zeroes_what_info_reports() {
     let mut h = Harness::new();
     assert_eq!(h.pipeline(&["SET a 1", "GET a", "GET b"]).len(), 3);
