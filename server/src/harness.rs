@@ -13,8 +13,9 @@
 //! that shard's mailbox, multi-key commands are split and merged, and
 //! connection state (RESP version, authentication, name) persists across
 //! calls. Replies are read back with `leasehold_protocol::decode_reply`, as a
-//! client would read them off the wire. No expiry timer runs: keys expire
-//! lazily when touched, or in [`Harness::expiry_sweep`].
+//! client would read them off the wire (a RESP3 map comes back in no
+//! particular order). No expiry timer runs: keys expire lazily when touched,
+//! or in [`Harness::expiry_sweep`].
 //!
 //! ```
 //! use leasehold_protocol::Reply;
@@ -29,10 +30,11 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use leasehold_protocol::{decode_reply, decode_request, encode_request, Limits, Protocol, Reply};
 use tokio::sync::mpsc;
 use tokio::task::LocalSet;
@@ -249,6 +251,9 @@ impl Harness {
             &mut out,
         );
         self.server.local.block_on(&self.server.rt, read);
+        // A killed connection's task leaves the client list when it wakes.
+        let shared = &self.worker.shared;
+        shared.clients.lock().retain(|_, c| !c.killed.load(SeqCst));
         if self.is_closed() {
             self.unregister();
         }
@@ -332,14 +337,10 @@ impl Harness {
     /// (each visits at least a hundredth of its slots). Returns the keys
     /// reclaimed.
     pub fn expiry_sweep(&self) -> u64 {
-        let mut reclaimed = 0;
-        for w in &self.server.workers {
-            let mut shard = w.shard.borrow_mut();
-            reclaimed += (0..100)
-                .map(|_| shard.expiry_cycle(EXPIRY_BUDGET))
-                .sum::<u64>();
-        }
-        reclaimed
+        let shards = self.server.workers.iter();
+        let cycles =
+            shards.flat_map(|w| (0..100).map(|_| w.shard.borrow_mut().expiry_cycle(EXPIRY_BUDGET)));
+        cycles.sum()
     }
 
     /// The replication offset summed over shards: bytes of effects appended.
@@ -349,10 +350,9 @@ impl Harness {
 
     /// Every shard's effect offset now, to read what is appended after it.
     pub fn effects_mark(&self) -> EffectMark {
-        let shards = &self.server.workers;
+        let shards = self.server.workers.iter();
         EffectMark(
             shards
-                .iter()
                 .map(|w| w.shard.borrow().store.effects().offset())
                 .collect(),
         )
@@ -376,7 +376,12 @@ impl Harness {
             while let Some(items) =
                 decode_request(&mut buf, &Limits::default()).expect("an effect is a RESP command")
             {
-                records.push(items.iter().map(lossy).collect());
+                records.push(
+                    items
+                        .iter()
+                        .map(|b| String::from_utf8_lossy(b).into())
+                        .collect(),
+                );
             }
         }
         records
@@ -388,10 +393,6 @@ impl Harness {
         let reply = self.run(request);
         (reply, self.effects_since(&mark))
     }
-}
-
-fn lossy(b: &Bytes) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 impl Drop for Harness {

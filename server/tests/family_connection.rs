@@ -225,6 +225,7 @@ fn client_kill_closes_the_other_connection() {
         Reply::Int(1)
     );
     assert!(b.is_closed());
+    assert_eq!(text(&h.cmd("CLIENT LIST")).lines().count(), 2, "b is gone");
     assert_eq!(b.pipeline(&["PING"]), Vec::<Reply>::new());
     assert_eq!(h.cmd("CLIENT KILL ID 999"), Reply::Int(0));
     assert_eq!(
