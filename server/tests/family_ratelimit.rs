@@ -11,6 +11,7 @@ mod common;
 
 use common::{arity, err, ints, NOT_INT, SYNTAX, WRONGTYPE};
 use leasehold_protocol::Reply;
+use leasehold_server::clock::Clock;
 use leasehold_server::harness::Harness;
 
 /// A fresh harness and one key on each of its two shards.
@@ -20,11 +21,17 @@ fn keys() -> (Harness, [String; 2]) {
     (h, keys)
 }
 
-/// Runs `args` with `key` inserted after the command name.
+/// Runs `line` with `key` inserted after the command name.
 fn on(h: &mut Harness, key: &str, line: &str) -> Reply {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     words.insert(1, key);
     h.run(&words)
+}
+
+/// Checks that `line` on `key` answers the integer array `want`.
+fn expect(h: &mut Harness, key: &str, line: &str, want: &[i64]) {
+    let at = h.clock().now();
+    assert_eq!(on(h, key, line), ints(want), "{line} on {key} at {at:?}");
 }
 
 #[test]
@@ -32,27 +39,17 @@ fn tokenlease_grants_all_or_nothing_and_refills() {
     let (mut h, keys) = keys();
     for k in &keys {
         h.at_ms(0);
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 8"),
-            ints(&[8, 2, 0, 8000])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 5"),
-            ints(&[0, 2, 3000, 8000])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 2"),
-            ints(&[2, 0, 0, 10000])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 1000000"),
-            ints(&[0, 0, -1, 10000])
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 8", &[8, 2, 0, 8000]);
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 5", &[0, 2, 3000, 8000]);
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 2", &[2, 0, 0, 10000]);
+        expect(
+            &mut h,
+            k,
+            "TOKENLEASE 10 1 1000 1000000",
+            &[0, 0, -1, 10000],
         );
         h.at_ms(1000);
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 1"),
-            ints(&[1, 0, 0, 10000])
-        );
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 1", &[1, 0, 0, 10000]);
         assert_eq!(h.run(&["PTTL", k]), Reply::Int(10_000));
     }
 }
@@ -62,21 +59,12 @@ fn tokenlease_retry_after_is_exact() {
     let (mut h, keys) = keys();
     for k in &keys {
         h.at_ms(0);
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 1 10 1000 1"),
-            ints(&[1, 0, 0, 100])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 1 10 1000 1"),
-            ints(&[0, 0, 100, 100])
-        );
+        expect(&mut h, k, "TOKENLEASE 1 10 1000 1", &[1, 0, 0, 100]);
+        expect(&mut h, k, "TOKENLEASE 1 10 1000 1", &[0, 0, 100, 100]);
         h.at_ms(99);
-        assert_eq!(on(&mut h, k, "TOKENLEASE 1 10 1000 1"), ints(&[0, 0, 1, 1]));
+        expect(&mut h, k, "TOKENLEASE 1 10 1000 1", &[0, 0, 1, 1]);
         h.at_ms(100);
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 1 10 1000 1"),
-            ints(&[1, 0, 0, 100])
-        );
+        expect(&mut h, k, "TOKENLEASE 1 10 1000 1", &[1, 0, 0, 100]);
     }
 }
 
@@ -84,17 +72,13 @@ fn tokenlease_retry_after_is_exact() {
 fn tokenlease_min_grants_what_there_is() {
     let (mut h, keys) = keys();
     for k in &keys {
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 7"),
-            ints(&[7, 3, 0, 7000])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 5 MIN 2"),
-            ints(&[3, 0, 0, 10000])
-        );
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 5 MIN 1"),
-            ints(&[0, 0, 1000, 10000])
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 7", &[7, 3, 0, 7000]);
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 5 MIN 2", &[3, 0, 0, 10000]);
+        expect(
+            &mut h,
+            k,
+            "TOKENLEASE 10 1 1000 5 MIN 1",
+            &[0, 0, 1000, 10000],
         );
     }
 }
@@ -129,10 +113,7 @@ fn only_a_grant_emits_the_state() {
 fn tokenreturn_gives_back_and_a_full_bucket_is_deleted() {
     let (mut h, keys) = keys();
     for k in &keys {
-        assert_eq!(
-            on(&mut h, k, "TOKENLEASE 10 1 1000 4"),
-            ints(&[4, 6, 0, 4000])
-        );
+        expect(&mut h, k, "TOKENLEASE 10 1 1000 4", &[4, 6, 0, 4000]);
         assert_eq!(on(&mut h, k, "TOKENRETURN 10 1 1000 1"), Reply::Int(7));
         assert_eq!(h.run(&["PTTL", k]), Reply::Int(3000));
         let (reply, effects) = h.run_effects(&["TOKENRETURN", k, "10", "1", "1000", "5"]);
@@ -149,22 +130,16 @@ fn sliding_window_admits_under_its_limit() {
     let (mut h, keys) = keys();
     for k in &keys {
         h.at_ms(500);
-        assert_eq!(on(&mut h, k, "SLIDINGWINDOW 1 1000"), ints(&[1, 1, 0, 0]));
+        expect(&mut h, k, "SLIDINGWINDOW 1 1000", &[1, 1, 0, 0]);
         assert_eq!(h.run(&["TYPE", k]), Reply::simple("slidingwindow"));
         assert_eq!(h.run(&["PTTL", k]), Reply::Int(1500));
         h.at_ms(1200);
-        assert_eq!(on(&mut h, k, "SLIDINGWINDOW 1 1000"), ints(&[0, 1, 0, 800]));
+        expect(&mut h, k, "SLIDINGWINDOW 1 1000", &[0, 1, 0, 800]);
         h.at_ms(2000);
         assert_eq!(h.run(&["EXISTS", k]), Reply::Int(0));
-        assert_eq!(
-            on(&mut h, k, "SLIDINGWINDOW 10 1000 COUNT 3"),
-            ints(&[3, 3, 7, 0])
-        );
+        expect(&mut h, k, "SLIDINGWINDOW 10 1000 COUNT 3", &[3, 3, 7, 0]);
         // 8 more fit once the 3 weigh at most 2: 334 ms into the next window.
-        assert_eq!(
-            on(&mut h, k, "SLIDINGWINDOW 10 1000 COUNT 8"),
-            ints(&[0, 3, 7, 1334])
-        );
+        expect(&mut h, k, "SLIDINGWINDOW 10 1000 COUNT 8", &[0, 3, 7, 1334]);
     }
 }
 
@@ -173,26 +148,17 @@ fn cl_throttle_and_gcra_follow_redis_cell() {
     let (mut h, keys) = keys();
     for k in &keys {
         h.at_ms(0);
-        assert_eq!(
-            on(&mut h, k, "CL.THROTTLE 15 30 60"),
-            ints(&[0, 16, 15, -1, 2])
-        );
+        expect(&mut h, k, "CL.THROTTLE 15 30 60", &[0, 16, 15, -1, 2]);
         assert_eq!(h.run(&["DEL", k]), Reply::Int(1));
-        assert_eq!(on(&mut h, k, "CL.THROTTLE 0 1 2"), ints(&[0, 1, 0, -1, 2]));
-        assert_eq!(on(&mut h, k, "CL.THROTTLE 0 1 2"), ints(&[1, 1, 0, 2, 2]));
+        expect(&mut h, k, "CL.THROTTLE 0 1 2", &[0, 1, 0, -1, 2]);
+        expect(&mut h, k, "CL.THROTTLE 0 1 2", &[1, 1, 0, 2, 2]);
         assert_eq!(h.run(&["TYPE", k]), Reply::simple("gcra"));
         assert_eq!(h.run(&["PTTL", k]), Reply::Int(2000));
         // The same state through Redis 8.8's syntax, with a fractional period.
-        assert_eq!(
-            on(&mut h, k, "GCRA 0 1 2.0 TOKENS 0"),
-            ints(&[0, 1, 0, -1, 2])
-        );
+        expect(&mut h, k, "GCRA 0 1 2.0 TOKENS 0", &[0, 1, 0, -1, 2]);
         h.at_ms(2000);
         assert_eq!(h.run(&["EXISTS", k]), Reply::Int(0));
-        assert_eq!(
-            on(&mut h, k, "GCRA 4 10 0.5 TOKENS 2"),
-            ints(&[0, 5, 3, -1, 1])
-        );
+        expect(&mut h, k, "GCRA 4 10 0.5 TOKENS 2", &[0, 5, 3, -1, 1]);
     }
 }
 
@@ -201,10 +167,7 @@ fn rlstate_shows_and_lh_restore_recreates() {
     let (mut h, keys) = keys();
     let [k, far] = &keys;
     h.at_ms(2000);
-    assert_eq!(
-        on(&mut h, k, "TOKENLEASE 10 1 1000 8"),
-        ints(&[8, 2, 0, 8000])
-    );
+    expect(&mut h, k, "TOKENLEASE 10 1 1000 8", &[8, 2, 0, 8000]);
     h.at_ms(2500);
     let field = |name: &'static str, v: i64| [Reply::simple(name), Reply::Int(v)];
     let mut state = vec![Reply::simple("type"), Reply::simple("tokenbucket")];
@@ -235,14 +198,8 @@ fn rlstate_shows_and_lh_restore_recreates() {
     assert_eq!(reply, Reply::ok());
     assert_eq!(effects, vec![restore.to_vec()], "its own effect is itself");
     assert_eq!(h.run(&["PTTL", far]), Reply::Int(7500));
-    assert_eq!(
-        on(&mut h, k, "TOKENLEASE 10 1 1000 3"),
-        ints(&[0, 2, 500, 7500])
-    );
-    assert_eq!(
-        on(&mut h, far, "TOKENLEASE 10 1 1000 3"),
-        ints(&[0, 2, 500, 7500])
-    );
+    expect(&mut h, k, "TOKENLEASE 10 1 1000 3", &[0, 2, 500, 7500]);
+    expect(&mut h, far, "TOKENLEASE 10 1 1000 3", &[0, 2, 500, 7500]);
     let gone = "LH.RESTORE gone GCRA 1700000001000 0 1 PXAT 1700000001000";
     assert_eq!(h.cmd(gone), Reply::ok());
     assert_eq!(
