@@ -6,6 +6,7 @@
 //! on any import that goes up):
 //!
 //! ```text
+//! 8 harness    the in-process test tier: every shard on one thread, no sockets
 //! 7 runtime    threads: each gets an event loop, a Shard, a mailbox loop, an expiry timer
 //! 6 net        sockets: the accept loop, each connection's read -> plan -> flush -> write
 //! 5 dispatch   the command table's checks (arity, auth), routing, batching, merging
@@ -26,7 +27,7 @@
 //! 0 [`clock`], [`slot`], [`error`], [`config`];
 //! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`net`];
-//! 7 [`runtime`], whose [`start`] is the entry point.
+//! 7 [`runtime`], whose [`start`] is the entry point; 8 [`harness`].
 //!
 //! # Reading order
 //! To trace one `TOKENLEASE` from the socket to the shard and its effect,
@@ -50,6 +51,7 @@ pub mod config;
 pub mod dispatch;
 pub mod effects;
 pub mod error;
+pub mod harness;
 pub mod net;
 pub mod ratelimit;
 pub mod runtime;

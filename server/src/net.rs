@@ -24,7 +24,7 @@ use crate::dispatch::{plan, run_conn_command, Pipeline, Planned};
 use crate::error::{protocol_error, MAX_CLIENTS};
 use crate::session::ConnState;
 use crate::shard::{Msg, Worker};
-use crate::state::ClientHandle;
+use crate::state::{ClientHandle, Shared};
 
 /// Read buffer growth step, bytes.
 const READ_CHUNK: usize = 16 * 1024;
@@ -81,12 +81,32 @@ pub(crate) fn spawn_connection(worker: Rc<Worker>, stream: std::net::TcpStream) 
             return;
         }
     };
-    let shared = worker.shared.clone();
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let handle = new_client(
+        &worker.shared,
+        stream.peer_addr().unwrap_or(unspecified),
+        stream.local_addr().unwrap_or(unspecified),
+    );
+    tokio::task::spawn_local(async move {
+        let id = handle.id;
+        if let Err(e) = serve(&worker, stream, handle).await {
+            tracing::debug!("connection {id} ended: {e}");
+        }
+        worker.shared.clients.lock().remove(&id);
+    });
+}
+
+/// Registers a new client (for CLIENT LIST and CLIENT KILL) with the next
+/// CLIENT ID; the caller removes it from `shared.clients` when it closes.
+pub(crate) fn new_client(
+    shared: &Shared,
+    addr: SocketAddr,
+    laddr: SocketAddr,
+) -> Arc<ClientHandle> {
     let handle = Arc::new(ClientHandle {
         id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
-        addr: stream.peer_addr().unwrap_or(unspecified),
-        laddr: stream.local_addr().unwrap_or(unspecified),
+        addr,
+        laddr,
         created: Instant::now(),
         last_cmd_ms: AtomicU64::new(0),
         last_cmd: AtomicUsize::new(usize::MAX),
@@ -96,13 +116,7 @@ pub(crate) fn spawn_connection(worker: Rc<Worker>, stream: std::net::TcpStream) 
         kill_notify: Notify::new(),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
-    tokio::task::spawn_local(async move {
-        let id = handle.id;
-        if let Err(e) = serve(&worker, stream, handle).await {
-            tracing::debug!("connection {id} ended: {e}");
-        }
-        worker.shared.clients.lock().remove(&id);
-    });
+    handle
 }
 
 async fn serve(
@@ -134,36 +148,7 @@ async fn serve(
             handle.created.elapsed().as_millis() as u64,
             Ordering::Relaxed,
         );
-        conn.refresh(&shared);
-        worker.shard.borrow_mut().tick();
-        loop {
-            match decode_request(&mut rbuf, &conn.limits) {
-                Ok(Some(items)) if items.is_empty() => continue,
-                Ok(Some(items)) => match plan(worker, &mut conn, &mut pipe, items) {
-                    Planned::Queued => {}
-                    Planned::Conn(idx, mut args) => {
-                        pipe.flush(worker, conn.proto, &mut out).await;
-                        let reply = run_conn_command(worker, &mut conn, idx, &mut args);
-                        if !std::mem::take(&mut conn.no_reply) {
-                            reply.encode(conn.proto, &mut out);
-                        }
-                        if conn.close {
-                            break;
-                        }
-                    }
-                },
-                Ok(None) => break,
-                Err(e) => {
-                    pipe.flush(worker, conn.proto, &mut out).await;
-                    let reply = protocol_error(&e);
-                    worker.shard.borrow().stats.count_reply(&reply);
-                    reply.encode(conn.proto, &mut out);
-                    conn.close = true;
-                    break;
-                }
-            }
-        }
-        pipe.flush(worker, conn.proto, &mut out).await;
+        serve_read(worker, &mut conn, &mut pipe, &mut rbuf, &mut out).await;
         if !out.is_empty() {
             stream.write_all(&out).await?;
             shared
@@ -190,4 +175,55 @@ async fn serve(
             return Ok(());
         }
     }
+}
+
+/// Runs one read's worth of requests: decodes every complete request in
+/// `rbuf` (an incomplete one stays there for the next read), plans them into
+/// `pipe`, runs connection commands in request order after flushing what is
+/// owed before them (after one, the clock and the configuration are read
+/// again), and appends every reply to `out` in request order. Stops
+/// early when the connection is to close (`conn.close`: QUIT, CLIENT KILL of
+/// itself, a protocol error, whose reply is the last one).
+pub(crate) async fn serve_read(
+    worker: &Worker,
+    conn: &mut ConnState,
+    pipe: &mut Pipeline,
+    rbuf: &mut BytesMut,
+    out: &mut BytesMut,
+) {
+    conn.refresh(&worker.shared);
+    worker.shard.borrow_mut().tick();
+    loop {
+        match decode_request(rbuf, &conn.limits) {
+            Ok(Some(items)) if items.is_empty() => continue,
+            Ok(Some(items)) => match plan(worker, conn, pipe, items) {
+                Planned::Queued => {}
+                Planned::Conn(idx, mut args) => {
+                    pipe.flush(worker, conn.proto, out).await;
+                    let reply = run_conn_command(worker, conn, idx, &mut args);
+                    // A CONFIG SET applies to the rest of this read: to the
+                    // decoder's limits and to this shard, as it does to the
+                    // other shards' next batches.
+                    conn.refresh(&worker.shared);
+                    worker.shard.borrow_mut().tick();
+                    if !std::mem::take(&mut conn.no_reply) {
+                        reply.encode(conn.proto, out);
+                    }
+                    if conn.close {
+                        break;
+                    }
+                }
+            },
+            Ok(None) => break,
+            Err(e) => {
+                pipe.flush(worker, conn.proto, out).await;
+                let reply = protocol_error(&e);
+                worker.shard.borrow().stats.count_reply(&reply);
+                reply.encode(conn.proto, out);
+                conn.close = true;
+                break;
+            }
+        }
+    }
+    pipe.flush(worker, conn.proto, out).await;
 }

@@ -57,11 +57,55 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     let threads = config.threads().max(1);
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
+    let shared = new_shared(&config, clock, threads, local_addr);
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    let mailboxes = Arc::new(senders);
+    let mut listener = Some(listener);
+    let mut handles = Vec::new();
+    for (id, rx) in receivers.into_iter().enumerate() {
+        let shared = shared.clone();
+        let mailboxes = mailboxes.clone();
+        let listener = if id == 0 { listener.take() } else { None };
+        let handle = std::thread::Builder::new()
+            .name(format!("leasehold-shard-{id}"))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("build the thread's event loop");
+                let worker = new_worker(id, shared, mailboxes);
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&rt, async move {
+                    let listener = listener
+                        .map(|l| tokio::net::TcpListener::from_std(l).expect("register listener"));
+                    run_worker(worker, rx, listener).await;
+                });
+            })?;
+        handles.push(handle);
+    }
+    tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
+    Ok(ServerHandle {
+        addr: local_addr,
+        shared,
+        threads: handles,
+    })
+}
+
+/// The server-wide state of a server with `threads` shards listening on
+/// `local_addr`: `config` as the live configuration (its port replaced by the
+/// one bound), zeroed statistics, no clients.
+pub(crate) fn new_shared(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    threads: usize,
+    local_addr: SocketAddr,
+) -> Arc<Shared> {
     let ncmd = commands::table().commands.len();
     // CONFIG GET port answers the port actually bound (port 0 picks one).
     let mut live = config.clone();
     live.net.port = local_addr.port();
-    let shared = Arc::new(Shared {
+    Arc::new(Shared {
         config: RwLock::new(live),
         config_gen: AtomicU64::new(1),
         clock,
@@ -78,48 +122,27 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
         local_addr,
         run_id: run_id(),
         baseline: Mutex::new(Default::default()),
-    });
-    let (senders, receivers): (Vec<_>, Vec<_>) =
-        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
-    let mailboxes = Arc::new(senders);
-    let mut listener = Some(listener);
-    let mut handles = Vec::new();
-    for (id, rx) in receivers.into_iter().enumerate() {
-        let shared = shared.clone();
-        let mailboxes = mailboxes.clone();
-        let listener = if id == 0 { listener.take() } else { None };
-        let backlog = config.replication.backlog_bytes;
-        let handle = std::thread::Builder::new()
-            .name(format!("leasehold-shard-{id}"))
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("build the thread's event loop");
-                let first = slot::shard_first_slot(id, threads);
-                let slots = slot::shard_first_slot(id + 1, threads) - first;
-                let store = Store::new(first, slots, backlog);
-                let shard = Shard::new(id, store, shared.clone());
-                let worker = Rc::new(Worker {
-                    id,
-                    shard: shard.into(),
-                    mailboxes,
-                    shared,
-                });
-                let local = tokio::task::LocalSet::new();
-                local.block_on(&rt, async move {
-                    let listener = listener
-                        .map(|l| tokio::net::TcpListener::from_std(l).expect("register listener"));
-                    run_worker(worker, rx, listener).await;
-                });
-            })?;
-        handles.push(handle);
-    }
-    tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
-    Ok(ServerHandle {
-        addr: local_addr,
+    })
+}
+
+/// Thread `id`'s worker: its shard with an empty keyspace over the slots
+/// that shard owns, and a sender to every thread's mailbox.
+pub(crate) fn new_worker(
+    id: usize,
+    shared: Arc<Shared>,
+    mailboxes: Arc<Vec<mpsc::UnboundedSender<Msg>>>,
+) -> Rc<Worker> {
+    let threads = shared.shards;
+    let first = slot::shard_first_slot(id, threads);
+    let slots = slot::shard_first_slot(id + 1, threads) - first;
+    let backlog = shared.config.read().replication.backlog_bytes;
+    let store = Store::new(first, slots, backlog);
+    let shard = Shard::new(id, store, shared.clone());
+    Rc::new(Worker {
+        id,
+        shard: shard.into(),
+        mailboxes,
         shared,
-        threads: handles,
     })
 }
 
@@ -157,13 +180,20 @@ fn run_id() -> String {
 /// The body of one thread: serve connections and the mailbox until shutdown.
 async fn run_worker(
     worker: Rc<Worker>,
-    mut mailbox: mpsc::UnboundedReceiver<Msg>,
+    mailbox: mpsc::UnboundedReceiver<Msg>,
     listener: Option<tokio::net::TcpListener>,
 ) {
     if let Some(listener) = listener {
         tokio::task::spawn_local(net::accept_loop(worker.clone(), listener));
     }
     tokio::task::spawn_local(expiry_loop(worker.clone()));
+    serve_mailbox(worker, mailbox).await;
+}
+
+/// Serves a thread's mailbox until shutdown: runs each [`Msg::Batch`] on the
+/// thread's shard and sends its replies back, and hands each [`Msg::Conn`]
+/// to `net`.
+pub(crate) async fn serve_mailbox(worker: Rc<Worker>, mut mailbox: mpsc::UnboundedReceiver<Msg>) {
     let shutdown = worker.shared.shutdown.notified();
     tokio::pin!(shutdown);
     loop {

@@ -6,7 +6,7 @@
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
 //! `{clock, slot, error, config}` -> `ratelimit` -> `{state, store,
 //! effects}` -> `shard` -> `{commands, session}` -> `dispatch` -> `net` ->
-//! `runtime`.
+//! `runtime` -> `harness`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["dispatch"],
     &["net"],
     &["runtime"],
+    &["harness"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

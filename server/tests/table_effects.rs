@@ -1,0 +1,251 @@
+//! The command table enforces its own flags against what commands do: every
+//! row has a sample in [`SAMPLES`], run in process on a fresh 2-shard server.
+//! A `WRITE` row's sample calls each succeed and append to the effect stream
+//! (the replication offset, bytes summed over shards, grows); a `READONLY`
+//! row's and an unflagged row's sample calls each succeed and append
+//! nothing, on keys that exist (of every type, with deadlines) and keys that
+//! do not, with the clock never moved past a deadline. So a new row without
+//! a sample fails, a read that writes fails, and a row that changes the
+//! keyspace without the `WRITE` flag fails.
+
+use leasehold_protocol::Reply;
+use leasehold_server::commands::{flags, table, CommandSpec};
+use leasehold_server::harness::Harness;
+
+/// Keys a read sample's `{}` stands for, one call each: the five that
+/// [`READ_SETUP`] writes (on both shards) and one that does not exist.
+const READ_KEYS: &[&str] = &["s", "n", "tb", "sw", "g", "missing"];
+
+/// What every read sample runs first: a string with a TTL, a counter, and
+/// one state of each rate-limit kind, all with deadlines past 1 s.
+const READ_SETUP: &[&str] = &[
+    "SET s v EX 100",
+    "INCR n",
+    "TOKENLEASE tb 10 1 1000 5",
+    "SLIDINGWINDOW sw 10 1000",
+    "CL.THROTTLE g 5 1 10",
+];
+
+/// One row's sample: its name, the calls that prepare the keyspace, and
+/// the calls checked (for read rows, a `{}` runs once per [`READ_KEYS`]).
+type Sample = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+/// Every row's sample.
+const SAMPLES: &[Sample] = &[
+    // Connection commands: no keyspace change.
+    ("ping", &[], &["PING", "PING x"]),
+    ("echo", &[], &["ECHO x"]),
+    ("hello", &[], &["HELLO", "HELLO 3", "HELLO 2 SETNAME n"]),
+    ("auth", &[], &["AUTH default x"]),
+    ("select", &[], &["SELECT 0"]),
+    ("quit", &[], &["QUIT"]),
+    ("reset", &[], &["RESET"]),
+    (
+        "client",
+        &[],
+        &[
+            "CLIENT ID",
+            "CLIENT SETNAME n",
+            "CLIENT LIST",
+            "CLIENT KILL ID 999",
+        ],
+    ),
+    // Server commands.
+    ("info", READ_SETUP, &["INFO", "INFO all"]),
+    (
+        "config",
+        &[],
+        &["CONFIG GET *", "CONFIG SET hz 20", "CONFIG RESETSTAT"],
+    ),
+    (
+        "command",
+        &[],
+        &["COMMAND COUNT", "COMMAND DOCS get", "COMMAND"],
+    ),
+    ("time", &[], &["TIME"]),
+    ("shutdown", &[], &["SHUTDOWN NOSAVE"]),
+    // Keys.
+    ("del", &["SET a 1", "SET b 1"], &["DEL a", "DEL b missing"]),
+    ("unlink", &["SET a 1"], &["UNLINK a"]),
+    (
+        "exists",
+        READ_SETUP,
+        &["EXISTS {}", "EXISTS s n tb sw g missing"],
+    ),
+    ("type", READ_SETUP, &["TYPE {}"]),
+    ("expire", &["SET a 1"], &["EXPIRE a 10", "EXPIRE a 20 GT"]),
+    ("pexpire", &["SET a 1"], &["PEXPIRE a 10000"]),
+    ("expireat", &["SET a 1"], &["EXPIREAT a 1800000000"]),
+    ("pexpireat", &["SET a 1"], &["PEXPIREAT a 1800000000000"]),
+    ("ttl", READ_SETUP, &["TTL {}"]),
+    ("pttl", READ_SETUP, &["PTTL {}"]),
+    ("expiretime", READ_SETUP, &["EXPIRETIME {}"]),
+    ("pexpiretime", READ_SETUP, &["PEXPIRETIME {}"]),
+    ("persist", &["SET a 1 EX 10"], &["PERSIST a"]),
+    ("keys", READ_SETUP, &["KEYS *", "KEYS {}"]),
+    (
+        "scan",
+        READ_SETUP,
+        &[
+            "SCAN 0 COUNT 1000",
+            "SCAN 8192 COUNT 1000",
+            "SCAN 0 MATCH {}",
+        ],
+    ),
+    ("dbsize", READ_SETUP, &["DBSIZE"]),
+    ("flushall", &["SET a 1"], &["FLUSHALL", "FLUSHALL"]),
+    ("flushdb", &["SET a 1"], &["FLUSHDB"]),
+    ("lh.flushslots", &[], &["LH.FLUSHSLOTS 0 16383"]),
+    // Strings.
+    ("get", READ_SETUP, &["GET s", "GET n", "GET missing"]),
+    ("set", &[], &["SET a 1", "SET a 2 EX 10", "SET a 3 GET"]),
+    ("setnx", &[], &["SETNX a 1"]),
+    ("setex", &[], &["SETEX a 10 v"]),
+    ("psetex", &[], &["PSETEX a 10000 v"]),
+    ("getset", &[], &["GETSET a 1", "GETSET a 2"]),
+    ("getdel", &["SET a 1"], &["GETDEL a"]),
+    ("getex", &["SET a 1"], &["GETEX a EX 10", "GETEX a PERSIST"]),
+    ("mget", READ_SETUP, &["MGET s n tb sw g missing", "MGET {}"]),
+    ("mset", &[], &["MSET a 1 b 2 c 3"]),
+    ("incr", &[], &["INCR a"]),
+    ("decr", &[], &["DECR a"]),
+    ("incrby", &[], &["INCRBY a 5"]),
+    ("decrby", &[], &["DECRBY a 5"]),
+    ("incrbyfloat", &[], &["INCRBYFLOAT a 1.5"]),
+    ("append", &[], &["APPEND a x", "APPEND a y"]),
+    (
+        "strlen",
+        READ_SETUP,
+        &["STRLEN s", "STRLEN n", "STRLEN missing"],
+    ),
+    // Rate limits.
+    ("tokenlease", &[], &["TOKENLEASE a 10 1 1000 1"]),
+    (
+        "tokenreturn",
+        &["TOKENLEASE a 10 1 1000 5"],
+        &["TOKENRETURN a 10 1 1000 1", "TOKENRETURN a 10 1 1000 4"],
+    ),
+    ("slidingwindow", &[], &["SLIDINGWINDOW a 10 1000 COUNT 2"]),
+    ("cl.throttle", &[], &["CL.THROTTLE a 5 1 10"]),
+    ("gcra", &[], &["GCRA a 5 1 10"]),
+    (
+        "rlstate",
+        READ_SETUP,
+        &["RLSTATE tb", "RLSTATE sw", "RLSTATE g", "RLSTATE missing"],
+    ),
+    (
+        "lh.restore",
+        &[],
+        &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
+    ),
+];
+
+fn sample(name: &str) -> Option<&'static Sample> {
+    SAMPLES.iter().find(|s| s.0 == name)
+}
+
+/// The calls of a sample, `{}` expanded once per [`READ_KEYS`].
+fn expand(calls: &[&str]) -> Vec<String> {
+    calls
+        .iter()
+        .flat_map(|c| match c.contains("{}") {
+            true => READ_KEYS.iter().map(|k| c.replace("{}", k)).collect(),
+            false => vec![c.to_string()],
+        })
+        .collect()
+}
+
+/// Runs `spec`'s sample on a fresh server: each call's reply (none for
+/// SHUTDOWN) and whether the effect offset grew.
+fn run_sample(spec: &CommandSpec) -> Vec<(String, Vec<Reply>, bool)> {
+    let (_, setup, calls) = sample(spec.name).expect("a sample");
+    let mut h = Harness::new();
+    for s in *setup {
+        assert!(!h.cmd(s).is_error(), "{}: setup {s}", spec.name);
+    }
+    let mut out = Vec::new();
+    for call in expand(calls) {
+        let first = call.split(' ').next().unwrap_or_default();
+        assert!(
+            first.eq_ignore_ascii_case(spec.name),
+            "{call} is not a call of {}",
+            spec.name
+        );
+        let before = h.effects_offset();
+        let replies = h.pipeline(&[call.as_str()]);
+        out.push((call, replies, h.effects_offset() > before));
+    }
+    out
+}
+
+#[test]
+fn every_row_has_a_sample_and_every_sample_a_row() {
+    let t = table();
+    let missing: Vec<&str> = t
+        .commands
+        .iter()
+        .map(|c| c.name)
+        .filter(|n| sample(n).is_none())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "rows without a sample in SAMPLES: {missing:?}"
+    );
+    let stale: Vec<&str> = SAMPLES
+        .iter()
+        .map(|s| s.0)
+        .filter(|n| !t.commands.iter().any(|c| c.name == *n))
+        .collect();
+    assert!(stale.is_empty(), "samples for no row: {stale:?}");
+}
+
+#[test]
+fn no_row_is_both_write_and_readonly() {
+    for c in &table().commands {
+        assert!(
+            !(c.has(flags::WRITE) && c.has(flags::READONLY)),
+            "{} is flagged both WRITE and READONLY",
+            c.name
+        );
+    }
+}
+
+#[test]
+fn every_write_row_appends_an_effect() {
+    let mut wrong = Vec::new();
+    for spec in table().commands.iter().filter(|c| c.has(flags::WRITE)) {
+        for (call, replies, grew) in run_sample(spec) {
+            if replies.len() != 1 || replies[0].is_error() {
+                wrong.push(format!("{call}: a write sample must succeed: {replies:?}"));
+            } else if !grew {
+                wrong.push(format!("{call}: a WRITE row appended no effect"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn no_other_row_appends_an_effect() {
+    let mut wrong = Vec::new();
+    for spec in table().commands.iter().filter(|c| !c.has(flags::WRITE)) {
+        let kind = match spec.has(flags::READONLY) {
+            true => "a READONLY",
+            false => "an unflagged",
+        };
+        for (call, replies, grew) in run_sample(spec) {
+            if replies.iter().any(Reply::is_error) {
+                wrong.push(format!("{call}: a sample must succeed: {replies:?}"));
+            } else if grew {
+                wrong.push(format!(
+                    "{call}: {kind} row appended an effect (a row that changes the keyspace is WRITE)"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
