@@ -99,6 +99,8 @@ pub enum OpError {
     UnknownClientType(String),
     /// `ERR Invalid client ID` (CLIENT LIST ID).
     InvalidClientId,
+    /// `ERR No such user '<name>'` (CLIENT KILL USER).
+    NoSuchUser(String),
     /// `ERR No such client` (CLIENT KILL addr).
     NoSuchClient,
     /// `ERR client-id should be greater than 0` (CLIENT KILL ID).
@@ -202,6 +204,7 @@ impl OpError {
             }
             OpError::InvalidClientId => Reply::err("ERR Invalid client ID"),
             OpError::NoSuchClient => Reply::err("ERR No such client"),
+            OpError::NoSuchUser(u) => err_echoing_input(format!("ERR No such user '{u}'")),
             OpError::ClientIdNotPositive => Reply::err("ERR client-id should be greater than 0"),
             OpError::ConfigSetUnknown(name) => err_echoing_input(format!(
                 "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"

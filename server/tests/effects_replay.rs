@@ -52,7 +52,11 @@ impl Node {
     fn cmd(&mut self, argv: &[Vec<u8>]) -> Reply {
         self.shard.tick();
         let (i, spec) = table().lookup(&argv[0]).expect("known command");
-        assert!(spec.arity_ok(argv.len()), "arity {:?}", String::from_utf8_lossy(&argv[0]));
+        assert!(
+            spec.arity_ok(argv.len()),
+            "arity {:?}",
+            String::from_utf8_lossy(&argv[0])
+        );
         let f = match spec.exec {
             Exec::Key(f) | Exec::Keys(f, _) | Exec::AllShards(f, _) | Exec::Cursor(f) => f,
             Exec::Conn(_) => panic!("connection command"),
@@ -158,7 +162,13 @@ fn gen(r: &mut Rng, unix_now: u64, keys: &[String]) -> Vec<String> {
         }
         8 => v = vec!["MSET".into(), key(r), val(r), key(r), val(r)],
         9 => v = vec![r.pick(&["INCR", "DECR"]).into(), key(r)],
-        10 => v = vec![r.pick(&["INCRBY", "DECRBY"]).into(), key(r), r.below(50).to_string()],
+        10 => {
+            v = vec![
+                r.pick(&["INCRBY", "DECRBY"]).into(),
+                key(r),
+                r.below(50).to_string(),
+            ]
+        }
         11 => v = vec!["INCRBYFLOAT".into(), key(r), "1.25".into()],
         12 => v = vec!["APPEND".into(), key(r), val(r)],
         13 => v = vec![r.pick(&["DEL", "UNLINK"]).into(), key(r), key(r)],
@@ -307,7 +317,10 @@ fn run_with(
             p.shard.expiry_cycle(std::time::Duration::from_millis(50));
             history.push("(primary expiry cycle)".into());
         }
-        let argv: Vec<Vec<u8>> = gen(&mut r, now, keys).into_iter().map(String::into_bytes).collect();
+        let argv: Vec<Vec<u8>> = gen(&mut r, now, keys)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect();
         let reply = p.cmd(&argv);
         history.push(format!(
             "{} -> {:?}",
@@ -356,10 +369,7 @@ fn run_with(
             q.cmd(&e);
         }
         q.new_effects();
-        let (dp, dq) = (
-            p.cmd(&[b"DBSIZE".to_vec()]),
-            q.cmd(&[b"DBSIZE".to_vec()]),
-        );
+        let (dp, dq) = (p.cmd(&[b"DBSIZE".to_vec()]), q.cmd(&[b"DBSIZE".to_vec()]));
         if dp != dq {
             return Err(format!(
                 "DBSIZE differs {dp:?} vs {dq:?}\n{}",
@@ -372,7 +382,10 @@ fn run_with(
 
 #[test]
 fn replaying_the_effects_reproduces_the_keyspace_same_clock() {
-    let n: u64 = std::env::var("REPLAY_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let n: u64 = std::env::var("REPLAY_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     for seed in 1..n {
         if let Err(e) = run(seed * 7919, 600, 1_000_000, true) {
             panic!("seed {seed}: {e}");

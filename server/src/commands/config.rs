@@ -49,14 +49,26 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
             Ok(Reply::Map(pairs))
         }
         "SET" => {
-            if a.remaining() == 0 || a.remaining() % 2 != 0 {
+            if a.remaining() < 2 {
                 return Err(OpError::SubcommandArity("config|set".into()));
+            }
+            // As Redis 7: pairs only, each parameter once.
+            if a.remaining() % 2 != 0 {
+                return Err(OpError::Syntax);
             }
             // Set on a copy, kept only when every parameter succeeded.
             let mut next = ctx.shared.config.read().clone();
+            let mut seen = Vec::new();
             while a.remaining() > 0 {
                 let name = String::from_utf8_lossy(&a.next()?).to_ascii_lowercase();
                 let value = String::from_utf8_lossy(&a.next()?).into_owned();
+                if seen.contains(&name) {
+                    return Err(OpError::ConfigSetFailed {
+                        name,
+                        why: "duplicate parameter".into(),
+                    });
+                }
+                seen.push(name.clone());
                 next.set(&name, &value)
                     .map_err(|why| set_failed(&name, why))?;
             }

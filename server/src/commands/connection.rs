@@ -315,7 +315,14 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             None => Err(OpError::NoSuchClient),
         };
     }
+    if a.remaining() == 0 {
+        return Err(OpError::SubcommandArity("client|kill".into()));
+    }
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
+    // Every connection is a normal client of the default user (no replicas,
+    // no pub/sub, no ACL users yet): TYPE normal and USER default match all,
+    // the other types match none.
+    let mut none = false;
     while a.remaining() > 0 {
         let w = a.word()?;
         let v = a.next().map_err(|_| OpError::Syntax)?;
@@ -333,7 +340,13 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 "no" => skipme = false,
                 _ => return Err(OpError::Syntax),
             },
-            "TYPE" | "USER" | "MAXAGE" => {}
+            "TYPE" => match text.to_ascii_lowercase().as_str() {
+                "normal" => {}
+                "master" | "replica" | "slave" | "pubsub" => none = true,
+                other => return Err(OpError::UnknownClientType(other.to_string())),
+            },
+            "USER" if text == "default" => {}
+            "USER" => return Err(OpError::NoSuchUser(text)),
             _ => return Err(OpError::Syntax),
         }
     }
@@ -347,7 +360,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .filter(|c| id.is_none_or(|i| c.id == i))
         .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
-        .filter(|c| !(skipme && c.id == me))
+        .filter(|c| !(skipme && c.id == me) && !none)
         .cloned()
         .collect();
     for c in &targets {

@@ -341,6 +341,9 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 .collect()
         })),
         "GETKEYS" => {
+            if names.len() < 2 {
+                return Err(OpError::SubcommandArity("command|getkeys".into()));
+            }
             let Some((_, spec)) = names.first().and_then(|n| t.lookup(n)) else {
                 return Err(OpError::InvalidCommandSpecified);
             };
@@ -372,12 +375,22 @@ fn time(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
 }
 
 fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let (mut save, mut nosave, mut other, mut abort) = (false, false, false, false);
     while a.remaining() > 0 {
         match a.word()?.as_str() {
-            "NOSAVE" | "SAVE" | "NOW" | "FORCE" => {}
-            "ABORT" => return Err(OpError::NoShutdownInProgress),
+            "NOSAVE" => nosave = true,
+            "SAVE" => save = true,
+            "NOW" | "FORCE" => other = true,
+            "ABORT" => abort = true,
             _ => return Err(OpError::Syntax),
         }
+    }
+    // As Redis: ABORT goes alone, and NOSAVE contradicts SAVE.
+    if (abort && (save || nosave || other)) || (save && nosave) {
+        return Err(OpError::Syntax);
+    }
+    if abort {
+        return Err(OpError::NoShutdownInProgress);
     }
     if !ctx.conn.authenticated {
         return Err(OpError::NoAuth);

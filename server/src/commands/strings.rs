@@ -212,17 +212,21 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
                 if a.remaining() == 0 {
                     return Err(OpError::Syntax);
                 }
-                ttl = Some(ttl_option(a, &w, "getex")?);
+                // As Redis, the expiry's value is checked only once the
+                // key is found to be a string: a missing key answers nil.
+                ttl = Some(ttl_option(a, &w, "getex"));
                 unit = Some(w);
             }
             _ => return Err(OpError::Syntax),
         }
     }
     let now = s.now.unix_ms;
-    let at = ttl.map(|t| deadline(now, t, "getex")).transpose()?;
     let Some(value) = read_string(s, &key)? else {
         return Ok(Reply::Nil);
     };
+    let at = ttl
+        .map(|t| t.and_then(|t| deadline(now, t, "getex")))
+        .transpose()?;
     if let Some(at) = at {
         if at <= now {
             s.store.remove(&key, now);
