@@ -360,7 +360,8 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .filter(|c| id.is_none_or(|i| c.id == i))
         .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
-        .filter(|c| !(skipme && c.id == me) && !none)
+        .filter(|c| !none)
+        .filter(|c| !(skipme && c.id == me))
         .cloned()
         .collect();
     for c in &targets {
