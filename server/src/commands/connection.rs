@@ -350,6 +350,9 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             _ => return Err(OpError::Syntax),
         }
     }
+    if none {
+        return Ok(Reply::Int(0));
+    }
     let targets: Vec<_> = ctx
         .shared
         .clients
@@ -360,7 +363,6 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .filter(|c| id.is_none_or(|i| c.id == i))
         .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
-        .filter(|c| !none)
         .filter(|c| !(skipme && c.id == me))
         .cloned()
         .collect();
