@@ -44,6 +44,8 @@ enum Slot {
         idx: usize,
     },
     Split {
+        /// The command's table index: counted once, after the merge.
+        cmd: usize,
         parts: Vec<Part>,
         merge: Merge,
         ordinals: Vec<Vec<usize>>,
@@ -64,12 +66,17 @@ impl Pipeline {
         self.slots.is_empty()
     }
 
-    fn remote(&mut self, shard: usize, cmd: usize, run: ShardFn, args: Args) -> Part {
+    fn remote(&mut self, shard: usize, cmd: Cmd, args: Args) -> Part {
         if self.batches.len() <= shard {
             self.batches.resize_with(shard + 1, Vec::new);
         }
         let batch = &mut self.batches[shard];
-        batch.push(Job { cmd, run, args });
+        batch.push(Job {
+            cmd: cmd.idx,
+            run: cmd.run,
+            counted: cmd.counted,
+            args,
+        });
         Part::Remote {
             shard,
             idx: batch.len() - 1,
@@ -77,11 +84,14 @@ impl Pipeline {
     }
 
     fn run_on(&mut self, worker: &Worker, shard: usize, cmd: Cmd, mut args: Args) -> Part {
-        if shard == worker.id {
-            Part::Ready(worker.shard.borrow_mut().run(cmd.idx, cmd.run, &mut args))
-        } else {
-            self.remote(shard, cmd.idx, cmd.run, args)
+        if shard != worker.id {
+            return self.remote(shard, cmd, args);
         }
+        let mut shard = worker.shard.borrow_mut();
+        Part::Ready(match cmd.counted {
+            true => shard.run(cmd.idx, cmd.run, &mut args),
+            false => shard.run_part(cmd.run, &mut args),
+        })
     }
 
     fn push_part(&mut self, part: Part) {
@@ -129,6 +139,7 @@ impl Pipeline {
                 Slot::Ready(r) => r,
                 Slot::Remote { shard, idx } => take(shard, idx),
                 Slot::Split {
+                    cmd,
                     parts,
                     merge,
                     ordinals,
@@ -141,7 +152,8 @@ impl Pipeline {
                             Part::Remote { shard, idx } => take(shard, idx),
                         })
                         .collect();
-                    merge_replies(merge, replies, &ordinals, nkeys)
+                    let merged = merge_replies(merge, replies, &ordinals, nkeys);
+                    worker.shard.borrow().stats.count_call(cmd, Ok(merged))
                 }
             };
             if reply.is_error() {
@@ -152,11 +164,32 @@ impl Pipeline {
     }
 }
 
-/// A shard-side command as routed: its table index and handler.
+/// A shard-side command as routed: its table index and handler, and
+/// whether the shard running it counts the call (not for the parts of a
+/// split command: see [`Job::counted`]).
 #[derive(Clone, Copy)]
 struct Cmd {
     idx: usize,
     run: ShardFn,
+    counted: bool,
+}
+
+impl Cmd {
+    fn new(idx: usize, run: ShardFn) -> Cmd {
+        Cmd {
+            idx,
+            run,
+            counted: true,
+        }
+    }
+
+    /// The same command as one part of a split.
+    fn part(self) -> Cmd {
+        Cmd {
+            counted: false,
+            ..self
+        }
+    }
 }
 
 /// The state checks every command passes before it runs or is routed,
@@ -200,7 +233,8 @@ pub fn plan(
         Exec::Conn(_) => return Planned::Conn(idx, args),
         Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
-                let part = pipe.run_on(worker, shard.unwrap_or(worker.id), Cmd { idx, run }, args);
+                let part =
+                    pipe.run_on(worker, shard.unwrap_or(worker.id), Cmd::new(idx, run), args);
                 pipe.push_part(part);
             }
             Err(e) => {
@@ -216,21 +250,22 @@ pub fn plan(
                 .unwrap_or(0)
                 .min(SLOTS as u64 - 1);
             let shard = slot_shard(slot as u16, shards);
-            let part = pipe.run_on(worker, shard, Cmd { idx, run }, args);
+            let part = pipe.run_on(worker, shard, Cmd::new(idx, run), args);
             pipe.push_part(part);
         }
         Exec::AllShards(run, merge) => {
             let parts = (0..shards)
-                .map(|s| pipe.run_on(worker, s, Cmd { idx, run }, args.clone()))
+                .map(|s| pipe.run_on(worker, s, Cmd::new(idx, run).part(), args.clone()))
                 .collect();
             pipe.slots.push(Slot::Split {
+                cmd: idx,
                 parts,
                 merge,
                 ordinals: Vec::new(),
                 nkeys: 0,
             });
         }
-        Exec::Keys(run, merge) => plan_split(worker, pipe, spec, Cmd { idx, run }, args, merge),
+        Exec::Keys(run, merge) => plan_split(worker, pipe, spec, Cmd::new(idx, run), args, merge),
     }
     Planned::Queued
 }
@@ -300,10 +335,11 @@ fn plan_split(
         if sub.is_empty() {
             continue;
         }
-        parts.push(pipe.run_on(worker, s, cmd, Args::new(sub)));
+        parts.push(pipe.run_on(worker, s, cmd.part(), Args::new(sub)));
         ordinals.push(ords);
     }
     pipe.slots.push(Slot::Split {
+        cmd: cmd.idx,
         parts,
         merge,
         ordinals,

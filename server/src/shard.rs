@@ -73,6 +73,10 @@ pub struct Job {
     pub cmd: usize,
     /// The handler, looked up once by the dispatcher.
     pub run: ShardFn,
+    /// Whether this shard counts the call in its statistics: false for one
+    /// part of a command split over shards, which the connection's thread
+    /// counts once, after merging the parts' replies.
+    pub counted: bool,
     /// The arguments, name included.
     pub args: Args,
 }
@@ -135,13 +139,22 @@ impl Shard {
         self.stats.count_call(cmd, result)
     }
 
+    /// Runs one part of a command split over shards: as [`Shard::run`], but
+    /// uncounted (the whole command is counted once, after the merge).
+    pub fn run_part(&mut self, run: ShardFn, args: &mut Args) -> Reply {
+        run(self, args).unwrap_or_else(|e| e.reply())
+    }
+
     /// Runs a batch from another thread in order, under one clock reading.
     pub fn run_batch(&mut self, jobs: Vec<Job>) -> Vec<Reply> {
         self.tick();
         self.stats.batches_in.add(1);
         let replies = jobs
             .into_iter()
-            .map(|mut j| self.run(j.cmd, j.run, &mut j.args))
+            .map(|mut j| match j.counted {
+                true => self.run(j.cmd, j.run, &mut j.args),
+                false => self.run_part(j.run, &mut j.args),
+            })
             .collect();
         self.publish();
         replies

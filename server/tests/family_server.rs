@@ -231,15 +231,15 @@ fn command_reports_the_table() {
     assert_eq!(info[1], Reply::Nil);
     assert_eq!(h.cmd("COMMAND GETKEYS MSET a 1 b 2"), bulks(&["a", "b"]));
     assert_eq!(
-        h.cmd("COMMAND GETKEYS PING"),
+        h.cmd("COMMAND GETKEYS PING x"),
         err("ERR The command has no key arguments")
     );
     assert_eq!(
-        h.cmd("COMMAND GETKEYS nosuch"),
+        h.cmd("COMMAND GETKEYS nosuch x"),
         err("ERR Invalid command specified")
     );
     assert_eq!(
-        h.cmd("COMMAND GETKEYS GET"),
+        h.cmd("COMMAND GETKEYS GET a b"),
         err("ERR Invalid number of arguments specified for command")
     );
     assert_eq!(
@@ -285,4 +285,39 @@ fn shutdown_answers_nothing_and_stops_the_shards() {
         late.run(&["GET", &far]),
         err("ERR shard unavailable (shutting down)")
     );
+}
+
+/// A command split over shards (DBSIZE, KEYS, FLUSHALL on every shard; MSET,
+/// MGET, DEL with keys on both) counts as one call, as in Redis, however
+/// many shards ran a part of it; a part's error counts one failed call.
+#[test]
+fn a_split_command_counts_once() {
+    let mut h = Harness::new();
+    let (a, b) = (h.key_on(0, "a"), h.key_on(1, "b"));
+    let processed =
+        |h: &mut Harness| info_field(h, "stats", "total_commands_processed").unwrap();
+    let before: u64 = processed(&mut h).parse().unwrap();
+    assert_eq!(h.run(&["MSET", &a, "1", &b, "2"]), Reply::ok());
+    assert_eq!(h.run(&["MGET", &a, &b]), bulks(&["1", "2"]));
+    assert_eq!(h.cmd("DBSIZE"), Reply::Int(2));
+    assert_eq!(h.run(&["DEL", &a, &b]), Reply::Int(2));
+    assert_eq!(h.cmd("FLUSHALL NOW"), err(SYNTAX));
+    // The INFO call that reads the counter counts too.
+    let after: u64 = processed(&mut h).parse().unwrap();
+    assert_eq!(after - before, 6);
+    for (name, calls, failed) in [
+        ("mset", 1, 0),
+        ("mget", 1, 0),
+        ("dbsize", 1, 0),
+        ("del", 1, 0),
+        ("flushall", 1, 1),
+    ] {
+        assert_eq!(
+            info_field(&mut h, "commandstats", &format!("cmdstat_{name}")),
+            Some(format!(
+                "calls={calls},usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls={failed}"
+            )),
+            "{name}"
+        );
+    }
 }
