@@ -294,8 +294,7 @@ fn shutdown_answers_nothing_and_stops_the_shards() {
 fn a_split_command_counts_once() {
     let mut h = Harness::new();
     let (a, b) = (h.key_on(0, "a"), h.key_on(1, "b"));
-    let processed =
-        |h: &mut Harness| info_field(h, "stats", "total_commands_processed").unwrap();
+    let processed = |h: &mut Harness| info_field(h, "stats", "total_commands_processed").unwrap();
     let before: u64 = processed(&mut h).parse().unwrap();
     assert_eq!(h.run(&["MSET", &a, "1", &b, "2"]), Reply::ok());
     assert_eq!(h.run(&["MGET", &a, &b]), bulks(&["1", "2"]));
