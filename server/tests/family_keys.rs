@@ -140,6 +140,11 @@ fn expire_conditions() {
         h.cmd("EXPIRE k 10 SOON"),
         err("ERR Unsupported option SOON")
     );
+    // Quoted as sent, as Redis does.
+    assert_eq!(
+        h.cmd("EXPIRE k 10 soon"),
+        err("ERR Unsupported option soon")
+    );
     assert_eq!(h.cmd("TTL k"), Reply::Int(150), "refusals change nothing");
 }
 

@@ -79,12 +79,14 @@ struct ExpireFlags {
 fn expire_flags(a: &mut Args) -> Result<ExpireFlags, OpError> {
     let mut f = ExpireFlags::default();
     while a.remaining() > 0 {
+        // Redis quotes an unknown option as sent, not upper-cased.
+        let sent = a.peek().map(|w| String::from_utf8_lossy(w).into_owned());
         match a.word()?.as_str() {
             "NX" => f.nx = true,
             "XX" => f.xx = true,
             "GT" => f.gt = true,
             "LT" => f.lt = true,
-            other => return Err(OpError::UnsupportedOption(other.to_string())),
+            _ => return Err(OpError::UnsupportedOption(sent.unwrap_or_default())),
         }
     }
     if f.nx && (f.xx || f.gt || f.lt) {
