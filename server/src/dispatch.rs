@@ -87,11 +87,12 @@ impl Pipeline {
         if shard != worker.id {
             return self.remote(shard, cmd, args);
         }
-        let mut shard = worker.shard.borrow_mut();
-        Part::Ready(match cmd.counted {
-            true => shard.run(cmd.idx, cmd.run, &mut args),
-            false => shard.run_part(cmd.run, &mut args),
-        })
+        Part::Ready(
+            worker
+                .shard
+                .borrow_mut()
+                .run(cmd.idx, cmd.run, cmd.counted, &mut args),
+        )
     }
 
     fn push_part(&mut self, part: Part) {

@@ -94,8 +94,9 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
 
 /// The server-wide state of a server with `threads` shards listening on
 /// `local_addr`: `config` as the live configuration (its port replaced by the
-/// one bound), zeroed statistics, no clients.
-pub(crate) fn new_shared(
+/// one bound), zeroed statistics, no clients. Public so that tests can build
+/// a shard by hand around it.
+pub fn new_shared(
     config: &Config,
     clock: Arc<dyn Clock>,
     threads: usize,

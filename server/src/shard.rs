@@ -132,17 +132,17 @@ impl Shard {
     }
 
     /// Runs one shard-side command under the snapshot of the last
-    /// [`Shard::tick`]: calls the handler and counts the call. The keyspace
-    /// counters are published once per batch and per flush, not per command.
-    pub fn run(&mut self, cmd: usize, run: ShardFn, args: &mut Args) -> Reply {
+    /// [`Shard::tick`]: calls the handler and, when `counted`, counts the
+    /// call (a part of a command split over shards is not counted here: the
+    /// whole command is counted once, after the merge; see [`Job::counted`]).
+    /// The keyspace counters are published once per batch and per flush, not
+    /// per command.
+    pub fn run(&mut self, cmd: usize, run: ShardFn, counted: bool, args: &mut Args) -> Reply {
         let result = run(self, args);
-        self.stats.count_call(cmd, result)
-    }
-
-    /// Runs one part of a command split over shards: as [`Shard::run`], but
-    /// uncounted (the whole command is counted once, after the merge).
-    pub fn run_part(&mut self, run: ShardFn, args: &mut Args) -> Reply {
-        run(self, args).unwrap_or_else(|e| e.reply())
+        match counted {
+            true => self.stats.count_call(cmd, result),
+            false => result.unwrap_or_else(|e| e.reply()),
+        }
     }
 
     /// Runs a batch from another thread in order, under one clock reading.
@@ -151,10 +151,7 @@ impl Shard {
         self.stats.batches_in.add(1);
         let replies = jobs
             .into_iter()
-            .map(|mut j| match j.counted {
-                true => self.run(j.cmd, j.run, &mut j.args),
-                false => self.run_part(j.run, &mut j.args),
-            })
+            .map(|mut j| self.run(j.cmd, j.run, j.counted, &mut j.args))
             .collect();
         self.publish();
         replies

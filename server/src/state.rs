@@ -266,36 +266,29 @@ impl Shared {
     /// Every statistics counter, summed over shards now (CONFIG RESETSTAT
     /// keeps one as the baseline INFO subtracts).
     pub fn stat_snapshot(&self) -> StatBaseline {
-        let shared = self;
         let n = self.shard_stats.first().map_or(0, |s| s.calls.len());
         StatBaseline {
-            commands: shared.sum(|s| s.commands_processed.get()),
-            hits: shared.sum(|s| s.keyspace_hits.get()),
-            misses: shared.sum(|s| s.keyspace_misses.get()),
-            expired: shared.sum(|s| s.expired_keys.get()),
-            conns: shared
+            commands: self.sum(|s| s.commands_processed.get()),
+            hits: self.sum(|s| s.keyspace_hits.get()),
+            misses: self.sum(|s| s.keyspace_misses.get()),
+            expired: self.sum(|s| s.expired_keys.get()),
+            conns: self
                 .counters
                 .total_connections_received
                 .load(Ordering::Relaxed),
-            rejected: shared.counters.rejected_connections.load(Ordering::Relaxed),
-            net_in: shared
-                .counters
-                .total_net_input_bytes
-                .load(Ordering::Relaxed),
-            net_out: shared
-                .counters
-                .total_net_output_bytes
-                .load(Ordering::Relaxed),
-            calls: (0..n).map(|i| shared.sum(|s| s.calls[i].get())).collect(),
-            errors: shared.sum(|s| s.total_error_replies.get()),
+            rejected: self.counters.rejected_connections.load(Ordering::Relaxed),
+            net_in: self.counters.total_net_input_bytes.load(Ordering::Relaxed),
+            net_out: self.counters.total_net_output_bytes.load(Ordering::Relaxed),
+            calls: (0..n).map(|i| self.sum(|s| s.calls[i].get())).collect(),
+            errors: self.sum(|s| s.total_error_replies.get()),
             failed: (0..n)
-                .map(|i| shared.sum(|s| s.failed_calls[i].get()))
+                .map(|i| self.sum(|s| s.failed_calls[i].get()))
                 .collect(),
             rejected_calls: (0..n)
-                .map(|i| shared.sum(|s| s.rejected_calls[i].get()))
+                .map(|i| self.sum(|s| s.rejected_calls[i].get()))
                 .collect(),
             error_codes: (0..crate::error::ERROR_CODES.len())
-                .map(|i| shared.sum(|s| s.error_replies[i].get()))
+                .map(|i| self.sum(|s| s.error_replies[i].get()))
                 .collect(),
         }
     }

@@ -1,19 +1,16 @@
 //! Replays a primary shard's effect stream on a fresh replica shard and
 //! checks both keyspaces read the same (GET, TYPE, PTTL, RLSTATE per key).
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args, Limits, Reply};
 use leasehold_server::clock::{Clock, ManualClock};
 use leasehold_server::commands::{table, Exec};
 use leasehold_server::config::Config;
+use leasehold_server::runtime::new_shared;
 use leasehold_server::shard::Shard;
-use leasehold_server::state::{ServerCounters, ShardStats, Shared};
 use leasehold_server::store::Store;
-use parking_lot::{Mutex, RwLock};
 
 struct Node {
     clock: Arc<ManualClock>,
@@ -23,23 +20,12 @@ struct Node {
 
 fn node(unix_ms: u64, mono_ms: u64) -> Node {
     let clock = Arc::new(ManualClock::new(unix_ms, mono_ms));
-    let ncmd = table().commands.len();
-    let shared = Arc::new(Shared {
-        config: RwLock::new(Config::default()),
-        config_gen: AtomicU64::new(1),
-        clock: clock.clone() as Arc<dyn Clock>,
-        shards: 1,
-        shard_stats: vec![Arc::new(ShardStats::new(ncmd))],
-        clients: Mutex::new(hashbrown::HashMap::new()),
-        next_client_id: AtomicU64::new(1),
-        counters: ServerCounters::default(),
-        shutting_down: AtomicBool::new(false),
-        shutdown: tokio::sync::Notify::new(),
-        started: Instant::now(),
-        local_addr: "127.0.0.1:0".parse().unwrap(),
-        run_id: "0".repeat(40),
-        baseline: Mutex::new(Default::default()),
-    });
+    let shared = new_shared(
+        &Config::default(),
+        clock.clone() as Arc<dyn Clock>,
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+    );
     let store = Store::new(0, 16384, 64 << 20);
     Node {
         clock,
@@ -62,7 +48,7 @@ impl Node {
             Exec::Conn(_) => panic!("connection command"),
         };
         let mut args = Args::new(argv.iter().map(|a| Bytes::copy_from_slice(a)).collect());
-        self.shard.run(i, f, &mut args)
+        self.shard.run(i, f, true, &mut args)
     }
 
     /// The effects appended since the last call, decoded.

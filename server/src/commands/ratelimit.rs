@@ -27,11 +27,9 @@ use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, KEY1};
 use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;
-use crate::ratelimit::RateState;
-use crate::shard::Shard;
-
 use crate::ratelimit::token_bucket::Change;
-use crate::ratelimit::{gcra, sliding_window, token_bucket};
+use crate::ratelimit::{gcra, sliding_window, token_bucket, RateState};
+use crate::shard::Shard;
 
 /// The family's rows.
 #[rustfmt::skip]
