@@ -1,20 +1,26 @@
 //! From a decoded request to a reply slot: lookup, arity, authentication,
 //! routing to shards, batching, and merging split replies.
 //!
-//! A connection plans every request of one read into a [`Pipeline`]: commands
-//! for its own shard run at once (inline), commands for other shards are
-//! appended to one batch per shard, multi-key commands are split per shard.
-//! [`Pipeline::flush`] then sends each batch as one message, awaits the
-//! replies, merges split ones and encodes everything in request order.
+//! A connection plans its requests into its [`Pipeline`]: commands for its
+//! own thread's shard run at once (inline), commands for other shards are
+//! appended to the thread's [`Outbox`], which holds one batch per shard for
+//! every connection planned in the same turn of the event loop, and
+//! multi-key commands are split per shard. At the end of the turn
+//! [`Outbox::send`] sends each batch as one message; each reply that comes
+//! back is put in its slot by [`Pipeline::fill`] along the [`Route`]
+//! recorded when the job was queued, and once a pipeline owes nothing
+//! [`Pipeline::encode`] merges split replies and encodes every slot in
+//! request order.
 //!
-//! Per shard, commands run in request order. Across shards, a pipeline's
-//! commands are not serialised with each other (as in any sharded store
-//! without transactions): a reader on another connection may see a later
-//! write of this pipeline before an earlier one on another shard.
+//! Per shard, commands run in the order they were planned. Across shards, a
+//! pipeline's commands are not serialised with each other (as in any sharded
+//! store without transactions): a reader on another connection may see a
+//! later write of this pipeline before an earlier one on another shard.
+
+use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
-use tokio::sync::oneshot;
 
 use crate::commands::{flags, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
@@ -27,22 +33,33 @@ use crate::slot::{key_slot, slot_shard, SLOTS};
 pub enum Planned {
     /// Its reply has a slot in the pipeline.
     Queued,
-    /// A connection command: flush the pipeline, then run it with
-    /// [`run_conn_command`].
+    /// A connection command: run it with [`run_conn_command`] once the
+    /// pipeline owes nothing and its replies are encoded.
     Conn(usize, Args),
+}
+
+/// Marks a [`Route`] to a slot that is not split.
+const WHOLE: u32 = u32::MAX;
+
+/// Where the reply to one queued job goes: connection `conn` (its key in
+/// the thread's connection table), its pipeline's slot `slot`, and the part
+/// `part` of a split command (`WHOLE` for one that is not split).
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// The connection's key in its thread's connection table.
+    pub conn: usize,
+    slot: u32,
+    part: u32,
 }
 
 enum Part {
     Ready(Reply),
-    Remote { shard: usize, idx: usize },
+    Remote,
 }
 
 enum Slot {
     Ready(Reply),
-    Remote {
-        shard: usize,
-        idx: usize,
-    },
+    Remote,
     Split {
         /// The command's table index: counted once, after the merge.
         cmd: usize,
@@ -53,11 +70,75 @@ enum Slot {
     },
 }
 
-/// The replies owed for one read, in request order.
+/// One connection's replies owed, in request order.
 #[derive(Default)]
 pub struct Pipeline {
     slots: Vec<Slot>,
-    batches: Vec<Vec<Job>>,
+    /// Replies still to come back from other shards.
+    owed: usize,
+}
+
+/// The jobs one thread queues for other shards during a turn, one batch per
+/// shard, and the routes of the batches sent and not yet answered.
+pub struct Outbox {
+    jobs: Vec<Vec<Job>>,
+    routes: Vec<Vec<Route>>,
+    /// Per shard, the routes of each batch in flight, oldest first: replies
+    /// come back in the order the batches were sent.
+    in_flight: Vec<VecDeque<Vec<Route>>>,
+}
+
+impl Outbox {
+    /// An empty outbox for a server of `shards` shards.
+    pub fn new(shards: usize) -> Outbox {
+        Outbox {
+            jobs: (0..shards).map(|_| Vec::new()).collect(),
+            routes: (0..shards).map(|_| Vec::new()).collect(),
+            in_flight: (0..shards).map(|_| VecDeque::new()).collect(),
+        }
+    }
+
+    fn push(&mut self, shard: usize, job: Job, route: Route) {
+        self.jobs[shard].push(job);
+        self.routes[shard].push(route);
+    }
+
+    /// Sends every non-empty batch to its shard's mailbox as one
+    /// [`Msg::Batch`]. Returns the routes of the jobs whose shard is gone
+    /// (its thread exited at shutdown): their replies will never come.
+    pub fn send(&mut self, worker: &Worker) -> Vec<Route> {
+        let mut lost = Vec::new();
+        for shard in 0..self.jobs.len() {
+            if self.jobs[shard].is_empty() {
+                continue;
+            }
+            // The next turn likely has as many: size the fresh batch for it.
+            let n = self.jobs[shard].len();
+            let jobs = std::mem::replace(&mut self.jobs[shard], Vec::with_capacity(n));
+            let routes = std::mem::replace(&mut self.routes[shard], Vec::with_capacity(n));
+            let msg = Msg::Batch {
+                from: worker.id,
+                jobs,
+            };
+            if worker.mailboxes[shard].send(msg) {
+                self.in_flight[shard].push_back(routes);
+            } else {
+                lost.extend(routes);
+            }
+        }
+        lost
+    }
+
+    /// The routes of the oldest batch sent to `shard` that was not answered
+    /// yet, for the replies that just came back from it.
+    pub fn answered(&mut self, shard: usize) -> Vec<Route> {
+        self.in_flight[shard].pop_front().unwrap_or_default()
+    }
+
+    /// Whether batches are in flight (replies are still to come).
+    pub fn waiting(&self) -> bool {
+        self.in_flight.iter().any(|q| !q.is_empty())
+    }
 }
 
 impl Pipeline {
@@ -66,79 +147,68 @@ impl Pipeline {
         self.slots.is_empty()
     }
 
-    fn remote(&mut self, shard: usize, cmd: Cmd, args: Args) -> Part {
-        if self.batches.len() <= shard {
-            self.batches.resize_with(shard + 1, Vec::new);
+    /// Replies still to come back from other shards.
+    pub fn owed(&self) -> usize {
+        self.owed
+    }
+
+    fn run_on(
+        &mut self,
+        at: &mut At<'_>,
+        shard: usize,
+        part: u32,
+        cmd: Cmd,
+        mut args: Args,
+    ) -> Part {
+        if shard == at.worker.id {
+            let mut s = at.worker.shard.borrow_mut();
+            return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, &mut args));
         }
-        let batch = &mut self.batches[shard];
-        batch.push(Job {
+        let job = Job {
             cmd: cmd.idx,
             run: cmd.run,
             counted: cmd.counted,
             args,
-        });
-        Part::Remote {
-            shard,
-            idx: batch.len() - 1,
-        }
-    }
-
-    fn run_on(&mut self, worker: &Worker, shard: usize, cmd: Cmd, mut args: Args) -> Part {
-        if shard != worker.id {
-            return self.remote(shard, cmd, args);
-        }
-        Part::Ready(
-            worker
-                .shard
-                .borrow_mut()
-                .run(cmd.idx, cmd.run, cmd.counted, &mut args),
-        )
+        };
+        let route = Route {
+            conn: at.conn,
+            slot: self.slots.len() as u32,
+            part,
+        };
+        at.outbox.push(shard, job, route);
+        self.owed += 1;
+        Part::Remote
     }
 
     fn push_part(&mut self, part: Part) {
         self.slots.push(match part {
             Part::Ready(r) => Slot::Ready(r),
-            Part::Remote { shard, idx } => Slot::Remote { shard, idx },
+            Part::Remote => Slot::Remote,
         });
     }
 
-    /// Sends the batches, awaits their replies and encodes every slot into `out`.
-    pub async fn flush(&mut self, worker: &Worker, proto: Protocol, out: &mut BytesMut) {
-        if self.slots.is_empty() {
-            return;
-        }
-        // What ran inline becomes visible to INFO and DBSIZE readers now.
-        worker.shard.borrow_mut().publish();
-        let mut waiting: Vec<(usize, oneshot::Receiver<Vec<Reply>>)> = Vec::new();
-        for (shard, batch) in self.batches.iter_mut().enumerate() {
-            if batch.is_empty() {
-                continue;
+    /// Puts a reply that came back from another shard in its slot.
+    /// Returns whether the pipeline now owes nothing.
+    pub fn fill(&mut self, route: Route, reply: Reply) -> bool {
+        match &mut self.slots[route.slot as usize] {
+            Slot::Split { parts, .. } if route.part != WHOLE => {
+                parts[route.part as usize] = Part::Ready(reply);
             }
-            let (tx, rx) = oneshot::channel();
-            // The next read likely has as many: size the fresh batch for it.
-            let jobs = std::mem::replace(batch, Vec::with_capacity(batch.len()));
-            if worker.mailboxes[shard].send(Msg::Batch(jobs, tx)).is_ok() {
-                waiting.push((shard, rx));
-            }
+            slot => *slot = Slot::Ready(reply),
         }
-        let mut results: Vec<Vec<Option<Reply>>> = Vec::new();
-        for (shard, rx) in waiting {
-            if results.len() <= shard {
-                results.resize_with(shard + 1, Vec::new);
-            }
-            results[shard] = rx.await.unwrap_or_default().into_iter().map(Some).collect();
-        }
-        let mut take = |shard: usize, idx: usize| -> Reply {
-            results
-                .get_mut(shard)
-                .and_then(|r| r.get_mut(idx))
-                .and_then(Option::take)
-                .unwrap_or_else(|| OpError::ShardUnavailable.reply())
-        };
+        self.owed -= 1;
+        self.owed == 0
+    }
+
+    /// Encodes every slot into `out` in request order, merging split
+    /// replies, and empties the pipeline. Call only when it owes nothing.
+    pub fn encode(&mut self, worker: &Worker, proto: Protocol, out: &mut BytesMut) {
+        debug_assert_eq!(self.owed, 0, "replies are still owed");
+        let lost = || OpError::ShardUnavailable.reply();
         for slot in self.slots.drain(..) {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Remote { shard, idx } => take(shard, idx),
+                Slot::Remote => lost(),
                 Slot::Split {
                     cmd,
                     parts,
@@ -150,7 +220,7 @@ impl Pipeline {
                         .into_iter()
                         .map(|p| match p {
                             Part::Ready(r) => r,
-                            Part::Remote { shard, idx } => take(shard, idx),
+                            Part::Remote => lost(),
                         })
                         .collect();
                     let merged = merge_replies(merge, replies, &ordinals, nkeys);
@@ -163,6 +233,17 @@ impl Pipeline {
             reply.encode(proto, out);
         }
     }
+}
+
+/// Where [`plan`] queues: the thread, its outbox, and the key of the
+/// connection being planned in the thread's connection table.
+pub struct At<'a> {
+    /// The thread.
+    pub worker: &'a Worker,
+    /// Its outbox for this turn.
+    pub outbox: &'a mut Outbox,
+    /// The connection's key.
+    pub conn: usize,
 }
 
 /// A shard-side command as routed: its table index and handler, and
@@ -207,11 +288,12 @@ fn check_state(conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
 
 /// Plans one request: checks it, runs it locally or queues it for its shards.
 pub fn plan(
-    worker: &Worker,
+    at: &mut At<'_>,
     conn: &mut ConnState,
     pipe: &mut Pipeline,
     items: Vec<Bytes>,
 ) -> Planned {
+    let worker = at.worker;
     let t = table();
     let Some((idx, spec)) = t.lookup(&items[0]) else {
         pipe.slots.push(Slot::Ready(unknown_command(&items)));
@@ -234,8 +316,8 @@ pub fn plan(
         Exec::Conn(_) => return Planned::Conn(idx, args),
         Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
-                let part =
-                    pipe.run_on(worker, shard.unwrap_or(worker.id), Cmd::new(idx, run), args);
+                let shard = shard.unwrap_or(worker.id);
+                let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run), args);
                 pipe.push_part(part);
             }
             Err(e) => {
@@ -251,12 +333,13 @@ pub fn plan(
                 .unwrap_or(0)
                 .min(SLOTS as u64 - 1);
             let shard = slot_shard(slot as u16, shards);
-            let part = pipe.run_on(worker, shard, Cmd::new(idx, run), args);
+            let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run), args);
             pipe.push_part(part);
         }
         Exec::AllShards(run, merge) => {
+            let cmd = Cmd::new(idx, run).part();
             let parts = (0..shards)
-                .map(|s| pipe.run_on(worker, s, Cmd::new(idx, run).part(), args.clone()))
+                .map(|s| pipe.run_on(at, s, s as u32, cmd, args.clone()))
                 .collect();
             pipe.slots.push(Slot::Split {
                 cmd: idx,
@@ -266,7 +349,7 @@ pub fn plan(
                 nkeys: 0,
             });
         }
-        Exec::Keys(run, merge) => plan_split(worker, pipe, spec, Cmd::new(idx, run), args, merge),
+        Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run), args, merge),
     }
     Planned::Queued
 }
@@ -293,13 +376,14 @@ fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option
 
 /// Splits a multi-key command into one command per shard over that shard's keys.
 fn plan_split(
-    worker: &Worker,
+    at: &mut At<'_>,
     pipe: &mut Pipeline,
     spec: &CommandSpec,
     cmd: Cmd,
     args: Args,
     merge: Merge,
 ) {
+    let worker = at.worker;
     let shards = worker.shared.shards;
     let all = args.all();
     let step = spec.step.max(1) as usize;
@@ -317,7 +401,7 @@ fn plan_split(
         .collect();
     if owner.windows(2).all(|w| w[0] == w[1]) {
         let shard = owner.first().copied().unwrap_or(worker.id);
-        let part = pipe.run_on(worker, shard, cmd, args);
+        let part = pipe.run_on(at, shard, WHOLE, cmd, args);
         pipe.push_part(part);
         return;
     }
@@ -336,7 +420,8 @@ fn plan_split(
         if sub.is_empty() {
             continue;
         }
-        parts.push(pipe.run_on(worker, s, cmd.part(), Args::new(sub)));
+        let part = parts.len() as u32;
+        parts.push(pipe.run_on(at, s, part, cmd.part(), Args::new(sub)));
         ordinals.push(ords);
     }
     pipe.slots.push(Slot::Split {

@@ -2,15 +2,16 @@
 //! threads, driven one request (or one pipelined read) at a time.
 //!
 //! [`Harness::new`] builds what [`crate::start`] builds (the shared state, N
-//! shards, default 2, each with its own mailbox) on a [`ManualClock`], but all
-//! N [`Worker`]s live on the calling thread, in one current-thread tokio
-//! runtime and one `LocalSet`; each worker's mailbox is drained by a local
-//! task running the runtime's own mailbox loop. A [`Harness`] is one
-//! connection to that server: each call encodes its requests into the
-//! connection's read buffer and runs the read exactly as a socket connection
-//! does (decode, `dispatch::plan`, `Pipeline::flush`, connection commands in
-//! order), so commands for keys of another shard travel as a batch through
-//! that shard's mailbox, multi-key commands are split and merged, and
+//! shards, default 2, each with its own mailbox and [`Turn`]) on a
+//! [`ManualClock`], but all N [`Worker`]s live on the calling thread, and no
+//! event loop runs: after each read the harness passes the messages between
+//! the threads' mailboxes itself until none is left. A [`Harness`] is one
+//! connection to that server: each call appends its requests to the
+//! connection's read buffer and runs one turn exactly as a socket connection's
+//! thread does (`Turn::serve`, `Turn::end`, then the mailboxes), so commands
+//! for keys of another shard travel as a batch through that shard's mailbox
+//! and come back routed to the connection, multi-key commands are split and
+//! merged, and
 //! connection state (RESP version, authentication, name) persists across
 //! calls. Replies are read back with `leasehold_protocol::decode_reply`, as a
 //! client would read them off the wire (a RESP3 map comes back in no
@@ -27,7 +28,7 @@
 //! assert_eq!(h.run(&["GET", "k"]), Reply::bulk("v"));
 //! ```
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -35,17 +36,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use crossbeam_channel::Receiver;
 use leasehold_protocol::{decode_reply, decode_request, encode_request, Limits, Protocol, Reply};
-use tokio::sync::mpsc;
-use tokio::task::LocalSet;
 
 use crate::clock::ManualClock;
 use crate::config::Config;
-use crate::dispatch::Pipeline;
 use crate::session::ConnState;
-use crate::shard::Worker;
+use crate::shard::{Msg, Worker};
 use crate::slot::{key_slot, slot_shard};
-use crate::state::Shared;
+use crate::state::{ClientHandle, Shared};
+use crate::turn::Turn;
 use crate::{net, runtime};
 
 /// The wall clock a harness starts at, Unix ms (2023-11-14T22:13:20Z); its
@@ -100,21 +100,59 @@ pub struct EffectMark(pub Vec<u64>);
 
 /// The in-process server every connection of one harness shares.
 struct Server {
-    // Dropped first: its tasks hold workers and mailboxes.
-    local: LocalSet,
-    rt: tokio::runtime::Runtime,
     workers: Vec<Rc<Worker>>,
+    turns: Vec<RefCell<Turn<()>>>,
+    mailboxes: Vec<Receiver<Msg>>,
     clock: Arc<ManualClock>,
     connections: Cell<usize>,
+    // The doorbells' wakers are registered with these (never polled).
+    _polls: Vec<mio::Poll>,
+}
+
+impl Server {
+    /// Passes messages between the threads (and serves the connections
+    /// whose replies came back) until no message is left, then closes the
+    /// connections marked killed.
+    fn settle(&self) {
+        loop {
+            let mut moved = false;
+            for (turn, mailbox) in self.turns.iter().zip(&self.mailboxes) {
+                let mut turn = turn.borrow_mut();
+                turn.begin();
+                while let Ok(msg) = mailbox.try_recv() {
+                    moved = true;
+                    // The harness accepts no sockets.
+                    let _ = turn.deliver(msg);
+                }
+                for k in turn.take_resumed() {
+                    moved = true;
+                    turn.serve(k);
+                }
+                turn.end();
+                turn.take_dirty();
+            }
+            if !moved {
+                break;
+            }
+        }
+        for turn in &self.turns {
+            let mut turn = turn.borrow_mut();
+            for k in turn.killed() {
+                turn.close(k);
+            }
+        }
+    }
 }
 
 /// One connection to an in-process server (see the module documentation).
 pub struct Harness {
     server: Rc<Server>,
     worker: Rc<Worker>,
-    conn: ConnState,
-    pipe: Pipeline,
-    rbuf: BytesMut,
+    /// The connection's key in its thread's turn.
+    key: usize,
+    handle: Arc<ClientHandle>,
+    proto: Protocol,
+    closed: bool,
 }
 
 impl std::fmt::Debug for Harness {
@@ -122,7 +160,7 @@ impl std::fmt::Debug for Harness {
         f.debug_struct("Harness")
             .field("shards", &self.server.workers.len())
             .field("worker", &self.worker.id)
-            .field("client", &self.conn.handle.id)
+            .field("client", &self.handle.id)
             .finish_non_exhaustive()
     }
 }
@@ -151,27 +189,23 @@ impl Harness {
         let shards = shards.max(1);
         let clock = Arc::new(ManualClock::new(T0_MS, 0));
         let addr = SocketAddr::from(([127, 0, 0, 1], config.net.port));
-        let shared = runtime::new_shared(&config, clock.clone(), shards, addr);
-        let (senders, receivers): (Vec<_>, Vec<_>) =
-            (0..shards).map(|_| mpsc::unbounded_channel()).unzip();
-        let mailboxes = Arc::new(senders);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("build the harness's event loop");
-        let local = LocalSet::new();
+        let (polls, bells) = runtime::polls(shards).expect("make the threads' polls");
+        let shared = runtime::new_shared(&config, clock.clone(), addr, bells);
+        let (senders, receivers) = runtime::mailboxes(&shared);
         let workers: Vec<Rc<Worker>> = (0..shards)
-            .map(|id| runtime::new_worker(id, shared.clone(), mailboxes.clone()))
+            .map(|id| runtime::new_worker(id, shared.clone(), senders.clone()))
             .collect();
-        for (worker, rx) in workers.iter().zip(receivers) {
-            local.spawn_local(runtime::serve_mailbox(worker.clone(), rx));
-        }
+        let turns = workers
+            .iter()
+            .map(|w| RefCell::new(Turn::new(w.clone())))
+            .collect();
         let server = Rc::new(Server {
-            local,
-            rt,
             workers,
+            turns,
+            mailboxes: receivers,
             clock,
             connections: Cell::new(0),
+            _polls: polls,
         });
         Harness::connect(server, 0)
     }
@@ -182,14 +216,18 @@ impl Harness {
         let worker = server.workers[worker % server.workers.len()].clone();
         // A distinct peer address per connection, for CLIENT LIST and KILL.
         let peer = SocketAddr::from(([127, 0, 0, 1], 40_000 + (n % 20_000) as u16));
-        let handle = net::new_client(&worker.shared, peer, worker.shared.local_addr);
-        let conn = ConnState::new(handle, &worker.shared);
+        let shared = &worker.shared;
+        let bell = shared.doorbells[worker.id].clone();
+        let handle = net::new_client(shared, peer, shared.local_addr, bell);
+        let conn = ConnState::new(handle.clone(), shared);
+        let key = server.turns[worker.id].borrow_mut().insert((), conn);
         Harness {
             server,
             worker,
-            conn,
-            pipe: Pipeline::default(),
-            rbuf: BytesMut::new(),
+            key,
+            handle,
+            proto: Protocol::Resp2,
+            closed: false,
         }
     }
 
@@ -241,19 +279,23 @@ impl Harness {
             self.unregister();
             return Vec::new();
         }
-        self.rbuf.extend_from_slice(bytes);
+        let turn = &self.server.turns[self.worker.id];
+        {
+            let mut turn = turn.borrow_mut();
+            turn.begin();
+            let c = turn.get_mut(self.key).expect("an open connection");
+            c.rbuf.extend_from_slice(bytes);
+            turn.serve(self.key);
+            turn.end();
+            turn.take_dirty();
+        }
+        self.server.settle();
         let mut out = BytesMut::new();
-        let read = net::serve_read(
-            &self.worker,
-            &mut self.conn,
-            &mut self.pipe,
-            &mut self.rbuf,
-            &mut out,
-        );
-        self.server.local.block_on(&self.server.rt, read);
-        // A killed connection's task leaves the client list when it wakes.
-        let shared = &self.worker.shared;
-        shared.clients.lock().retain(|_, c| !c.killed.load(SeqCst));
+        if let Some(c) = turn.borrow_mut().get_mut(self.key) {
+            out = c.out.split();
+            self.proto = c.state.proto;
+            self.closed = c.state.close;
+        }
         if self.is_closed() {
             self.unregister();
         }
@@ -268,30 +310,27 @@ impl Harness {
     /// Whether the connection is closed (QUIT, SHUTDOWN, CLIENT KILL, a
     /// protocol error); it reads nothing more.
     pub fn is_closed(&self) -> bool {
-        self.conn.close
-            || self
-                .conn
-                .handle
-                .killed
-                .load(std::sync::atomic::Ordering::SeqCst)
+        self.closed || self.handle.killed.load(SeqCst)
     }
 
     fn unregister(&self) {
-        self.worker
-            .shared
-            .clients
-            .lock()
-            .remove(&self.conn.handle.id);
+        let mut turn = self.server.turns[self.worker.id].borrow_mut();
+        // The key is another connection's once this one is closed.
+        let mine = |c: &mut crate::turn::Conn<()>| c.state.handle.id == self.handle.id;
+        if turn.get_mut(self.key).is_some_and(mine) {
+            turn.close(self.key);
+        }
+        self.worker.shared.clients.lock().remove(&self.handle.id);
     }
 
     /// The RESP version the connection speaks (HELLO changes it).
     pub fn protocol(&self) -> Protocol {
-        self.conn.proto
+        self.proto
     }
 
     /// This connection's CLIENT ID.
     pub fn client_id(&self) -> u64 {
-        self.conn.handle.id
+        self.handle.id
     }
 
     /// The thread (and shard) this connection runs on.

@@ -6,9 +6,10 @@
 //! on any import that goes up):
 //!
 //! ```text
-//! 8 harness    the in-process test tier: every shard on one thread, no sockets
-//! 7 runtime    threads: each gets an event loop, a Shard, a mailbox loop, an expiry timer
-//! 6 net        sockets: the accept loop, each connection's read -> plan -> flush -> write
+//! 9 harness    the in-process test tier: every shard on one thread, no sockets
+//! 8 runtime    threads: each gets a Shard, a mailbox, an event loop, an expiry timer
+//! 7 net        sockets: each thread's mio event loop, accepting, reading, writing
+//! 6 turn       one thread's connections and one turn of its loop, without sockets
 //! 5 dispatch   the command table's checks (arity, auth), routing, batching, merging
 //! 4 commands   the command table, one file of handlers per family
 //!   session    one connection's state (RESP version, authentication, decoder limits)
@@ -26,13 +27,14 @@
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`error`], [`config`];
 //! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`]; 3 [`shard`];
-//! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`net`];
-//! 7 [`runtime`], whose [`start`] is the entry point; 8 [`harness`].
+//! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
+//! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
 //! # Reading order
 //! To trace one `TOKENLEASE` from the socket to the shard and its effect,
-//! open [`runtime`] (threads, the mailbox loop), [`net`] (accept, read,
-//! decode), [`dispatch`] (lookup, checks, routing, batches), [`shard`] (a
+//! open [`runtime`] (threads), [`net`] (the event loop: accept, read,
+//! write), [`turn`] (decode, the turn's batches, replies routed back),
+//! [`dispatch`] (lookup, checks, routing), [`shard`] (a
 //! batch on the owning thread), [`commands`] (the table;
 //! `commands/ratelimit.rs` parses and calls the algorithm), [`ratelimit`]
 //! (the token bucket), [`store`] (saves the state) and [`effects`] (the
@@ -40,9 +42,9 @@
 //!
 //! # Threads
 //! ```text
-//!   thread 0: accept loop + event loop + shard 0      thread 1: event loop + shard 1
+//!   thread 0: event loop (+ accept) + shard 0        thread 1: event loop + shard 1
 //!   conns ──read──> plan ──local──> shard 0          conns ──> plan ──> shard 1
-//!                    └──batch per read──mailbox──────────────────────────> run, reply
+//!                    └──one batch per turn──mailbox──────────────────────> run, reply
 //! ```
 
 pub mod clock;
@@ -60,5 +62,6 @@ pub mod shard;
 pub mod slot;
 pub mod state;
 pub mod store;
+pub mod turn;
 
 pub use runtime::{start, ServerHandle};

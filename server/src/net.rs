@@ -1,48 +1,347 @@
-//! Sockets: accepting connections, spreading them over threads, and each
-//! connection's read -> plan -> flush -> write loop.
+//! Sockets: each thread's event loop (a [`mio::Poll`] over its listener,
+//! its connections and its mailbox's waker), accepting connections and
+//! spreading them over threads, and reading and writing around [`Turn`].
 //!
-//! A connection reads what the socket has, decodes every complete request in
-//! it, plans them into one [`Pipeline`] (see `dispatch`), and writes all the
-//! replies with one write. A client that stops reading blocks only its own
-//! task: its writes wait on the socket, so it stops being read (TCP
-//! backpressure) while every other connection goes on.
+//! One turn of the loop: wait for readiness (or the mailbox's doorbell, or
+//! the thread's timer); read the clock once; run the batches other threads
+//! sent and route the replies that came back; read every readable
+//! connection (at most [`READ_BUDGET`] bytes each, so one huge or fast
+//! client delays the others' turn by a bounded amount; the rest waits for
+//! the next turn) and plan what it sent; send each other shard one batch
+//! for all of the turn's connections; write every connection's replies.
+//!
+//! A client that stops reading blocks only itself: its replies wait in its
+//! output buffer, and it is not read again until they are written (TCP
+//! backpressure), while every other connection goes on.
 
+use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use leasehold_protocol::decode_request;
+use crossbeam_channel::Receiver;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 
-use crate::dispatch::{plan, run_conn_command, Pipeline, Planned};
-use crate::error::{protocol_error, MAX_CLIENTS};
+use crate::error::MAX_CLIENTS;
 use crate::session::ConnState;
 use crate::shard::{Msg, Worker};
-use crate::state::{ClientHandle, Shared};
+use crate::state::{ClientHandle, Doorbell, Shared};
+use crate::turn::{Turn, READ_CHUNK};
 
-/// Read buffer growth step, bytes.
-const READ_CHUNK: usize = 16 * 1024;
+/// Most bytes read from one connection in one turn.
+pub const READ_BUDGET: usize = 64 * 1024;
 /// Output buffers above this are released after a write instead of kept.
 const KEEP_OUTPUT_CAPACITY: usize = 1024 * 1024;
+/// Read buffers above this are released once empty.
+const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
+/// The waker's token (the mailbox's doorbell).
+pub const WAKE: Token = Token(usize::MAX - 1);
+const LISTENER: Token = Token(usize::MAX - 2);
+/// How long accepting pauses after an error such as too many open files.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
-/// Accepts connections and hands them to threads round-robin.
-pub(crate) async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
-    let mut next = 0usize;
+/// A thread's periodic work (active expiry): called when its deadline has
+/// passed, returns the next deadline.
+pub type Timer<'a> = &'a mut dyn FnMut(&Worker, Instant) -> Instant;
+
+/// One thread's event loop.
+struct Loop {
+    poll: Poll,
+    events: Events,
+    listener: Option<TcpListener>,
+    accept_paused_until: Option<Instant>,
+    next_thread: usize,
+    mailbox: Receiver<Msg>,
+    turn: Turn<TcpStream>,
+    /// Connections to read this turn.
+    work: Vec<usize>,
+    /// Connections that used their read budget: read again next turn.
+    again: Vec<usize>,
+    /// Where reads land before they are appended to a read buffer.
+    scratch: Box<[u8]>,
+}
+
+/// Runs thread `worker`'s event loop until shutdown: `poll` (whose waker,
+/// token [`WAKE`], is the thread's doorbell), its `mailbox`, and the
+/// listener on the thread that accepts.
+///
+/// # Errors
+/// Registering the listener or waiting on `poll` failed.
+pub fn run(
+    worker: Rc<Worker>,
+    poll: Poll,
+    mailbox: Receiver<Msg>,
+    listener: Option<std::net::TcpListener>,
+    timer: Timer<'_>,
+) -> std::io::Result<()> {
+    let mut listener = listener.map(TcpListener::from_std);
+    if let Some(l) = listener.as_mut() {
+        poll.registry().register(l, LISTENER, Interest::READABLE)?;
+    }
+    let mut lp = Loop {
+        poll,
+        events: Events::with_capacity(1024),
+        listener,
+        accept_paused_until: None,
+        next_thread: 0,
+        mailbox,
+        turn: Turn::new(worker.clone()),
+        work: Vec::new(),
+        again: Vec::new(),
+        scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+    };
+    let bell = worker.shared.doorbells[worker.id].clone();
+    let mut deadline = Instant::now();
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                continue;
+        if worker.shared.shutting_down.load(Ordering::SeqCst) {
+            break;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            deadline = timer(&worker, now);
+        }
+        let mut timeout = Some(deadline.saturating_duration_since(now));
+        if let Some(at) = lp.accept_paused_until {
+            timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
+        }
+        let busy = !lp.again.is_empty() || lp.turn.has_resumed();
+        if busy || !lp.mailbox.is_empty() {
+            timeout = Some(Duration::ZERO);
+        } else {
+            bell.going_to_sleep();
+            if !lp.mailbox.is_empty() || worker.shared.shutting_down.load(Ordering::SeqCst) {
+                timeout = Some(Duration::ZERO);
+            }
+        }
+        match lp.poll.poll(&mut lp.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        bell.awake();
+        lp.turn_once(&bell);
+    }
+    lp.shutdown();
+    Ok(())
+}
+
+impl Loop {
+    fn turn_once(&mut self, bell: &Doorbell) {
+        self.turn.begin();
+        let mut accept = false;
+        for ev in self.events.iter() {
+            match ev.token() {
+                WAKE => {}
+                LISTENER => accept = true,
+                Token(k) => self.work.push(k),
+            }
+        }
+        if let Some(at) = self.accept_paused_until {
+            if Instant::now() >= at {
+                self.accept_paused_until = None;
+                accept = true;
+            }
+        }
+        if accept && self.accept_paused_until.is_none() {
+            self.accept_all();
+        }
+        if bell.take_kills() {
+            for k in self.turn.killed() {
+                self.close(k);
+            }
+        }
+        while let Ok(msg) = self.mailbox.try_recv() {
+            if let Some(stream) = self.turn.deliver(msg) {
+                self.register(stream);
+            }
+        }
+        self.work.append(&mut self.again);
+        self.work.append(&mut self.turn.take_resumed());
+        let mut work = std::mem::take(&mut self.work);
+        for &k in &work {
+            self.read_and_serve(k);
+        }
+        work.clear();
+        self.work = work;
+        self.turn.end();
+        for k in self.turn.take_dirty() {
+            self.write(k);
+        }
+    }
+
+    /// Reads connection `k` (within the budget) and serves what it sent.
+    /// A connection with unwritten output or waiting for replies is not
+    /// read: its readiness is seen again when it resumes.
+    fn read_and_serve(&mut self, k: usize) {
+        let shared = self.turn.worker().shared.clone();
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        if !c.out.is_empty() {
+            self.write(k);
+            return;
+        }
+        if c.waiting() || c.state.close {
+            return;
+        }
+        let mut total = 0;
+        let mut hangup = false;
+        let (Some(io), rbuf) = c.io_and_rbuf() else {
+            return;
+        };
+        let failed = loop {
+            match read_into(io, &mut self.scratch, rbuf) {
+                Ok(0) => {
+                    hangup = true;
+                    break false;
+                }
+                Ok(n) => {
+                    total += n;
+                    if total >= READ_BUDGET {
+                        self.again.push(k);
+                        break false;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("connection read failed: {e}");
+                    break true;
+                }
             }
         };
+        if failed {
+            self.close(k);
+            return;
+        }
+        if total > 0 {
+            shared
+                .counters
+                .total_net_input_bytes
+                .fetch_add(total as u64, Ordering::Relaxed);
+            let h = &c.state.handle;
+            h.last_cmd_ms
+                .store(h.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+        // Also when nothing was read: a resumed connection's replies came
+        // back, and what it sent while it waited is still to be planned.
+        self.turn.serve(k);
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        if c.rbuf.len() > c.state.query_buffer_limit {
+            let h = &c.state.handle;
+            tracing::warn!(
+                "closing client {} at {}: query buffer {} bytes over client-query-buffer-limit",
+                h.id,
+                h.addr,
+                c.rbuf.len()
+            );
+            self.close(k);
+            return;
+        }
+        if c.rbuf.is_empty() && c.rbuf.capacity() > KEEP_INPUT_CAPACITY {
+            c.rbuf = bytes::BytesMut::with_capacity(READ_CHUNK);
+        }
+        if hangup {
+            // The client sent all it will: answer what it sent, then close.
+            c.state.close = true;
+            if !c.waiting() {
+                self.write(k);
+            }
+        }
+    }
+
+    /// Writes connection `k`'s output as far as the socket takes it, and
+    /// closes it when it is to close and everything is written.
+    fn write(&mut self, k: usize) {
+        let shared = self.turn.worker().shared.clone();
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        let mut written = 0;
+        let mut failed = false;
+        if let (Some(io), out) = c.io_and_out() {
+            while written < out.len() {
+                match io.write(&out[written..]) {
+                    Ok(0) => {
+                        failed = true;
+                        break;
+                    }
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!("connection write failed: {e}");
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        shared
+            .counters
+            .total_net_output_bytes
+            .fetch_add(written as u64, Ordering::Relaxed);
+        if failed {
+            self.close(k);
+            return;
+        }
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        if written == c.out.len() {
+            if c.out.capacity() > KEEP_OUTPUT_CAPACITY {
+                c.out = bytes::BytesMut::with_capacity(READ_CHUNK);
+            } else {
+                c.out.clear();
+            }
+            if c.state.close && !c.waiting() {
+                if let Some(io) = c.io() {
+                    let _ = io.shutdown(std::net::Shutdown::Write);
+                }
+                self.close(k);
+            } else if !c.waiting() && !c.rbuf.is_empty() {
+                // Input left unserved while the output was blocked.
+                self.turn.serve(k);
+            }
+        } else {
+            let _ = c.out.split_to(written);
+        }
+    }
+
+    fn close(&mut self, k: usize) {
+        if let Some(mut io) = self.turn.close(k) {
+            let _ = self.poll.registry().deregister(&mut io);
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, _)) => self.accepted(stream),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Admits (maxclients) and places an accepted connection: round-robin
+    /// over threads.
+    fn accepted(&mut self, stream: TcpStream) {
+        let worker = self.turn.worker().clone();
         let shared = &worker.shared;
         shared
             .counters
@@ -55,53 +354,81 @@ pub(crate) async fn accept_loop(worker: Rc<Worker>, listener: TcpListener) {
                 .rejected_connections
                 .fetch_add(1, Ordering::Relaxed);
             let mut stream = stream;
-            let _ = stream.write_all(MAX_CLIENTS.as_bytes()).await;
-            continue;
+            let _ = stream.write(MAX_CLIENTS.as_bytes());
+            return;
         }
         let _ = stream.set_nodelay(true);
-        let target = next % worker.mailboxes.len();
-        next = next.wrapping_add(1);
+        let target = self.next_thread % worker.mailboxes.len();
+        self.next_thread = self.next_thread.wrapping_add(1);
+        let stream = std::net::TcpStream::from(stream);
         if target == worker.id {
-            match stream.into_std() {
-                Ok(s) => spawn_connection(worker.clone(), s),
-                Err(e) => tracing::warn!("cannot take accepted socket: {e}"),
-            }
-        } else if let Ok(s) = stream.into_std() {
-            let _ = worker.mailboxes[target].send(Msg::Conn(s));
+            self.register(stream);
+        } else {
+            worker.mailboxes[target].send(Msg::Conn(stream));
+        }
+    }
+
+    /// Registers a connection and starts serving it on this thread.
+    fn register(&mut self, stream: std::net::TcpStream) {
+        let worker = self.turn.worker().clone();
+        if let Err(e) = stream.set_nonblocking(true) {
+            tracing::warn!("cannot register socket: {e}");
+            return;
+        }
+        let stream = TcpStream::from_std(stream);
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let handle = new_client(
+            &worker.shared,
+            stream.peer_addr().unwrap_or(unspecified),
+            stream.local_addr().unwrap_or(unspecified),
+            worker.shared.doorbells[worker.id].clone(),
+        );
+        let state = ConnState::new(handle, &worker.shared);
+        let key = self.turn.insert(stream, state);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        let registered = match self.turn.get_mut(key).and_then(|c| c.io()) {
+            Some(io) => self.poll.registry().register(io, Token(key), interest),
+            None => Ok(()),
+        };
+        if let Err(e) = registered {
+            tracing::warn!("cannot register socket: {e}");
+            self.turn.close(key);
+            return;
+        }
+        // Bytes may have arrived before the registration.
+        self.work.push(key);
+    }
+
+    /// At shutdown: one last attempt to write what each connection is owed.
+    fn shutdown(&mut self) {
+        for k in self.turn.keys() {
+            self.write(k);
+            self.close(k);
         }
     }
 }
 
-/// Registers a connection and starts serving it on this thread.
-pub(crate) fn spawn_connection(worker: Rc<Worker>, stream: std::net::TcpStream) {
-    let stream = match TcpStream::from_std(stream) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot register socket: {e}");
-            return;
-        }
-    };
-    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-    let handle = new_client(
-        &worker.shared,
-        stream.peer_addr().unwrap_or(unspecified),
-        stream.local_addr().unwrap_or(unspecified),
-    );
-    tokio::task::spawn_local(async move {
-        let id = handle.id;
-        if let Err(e) = serve(&worker, stream, handle).await {
-            tracing::debug!("connection {id} ended: {e}");
-        }
-        worker.shared.clients.lock().remove(&id);
-    });
+/// Reads what the socket has (up to the scratch buffer's size) and
+/// appends it to `buf`: the copy out of a zeroed scratch buffer spares
+/// zeroing the read buffer's tail before every read.
+fn read_into(
+    io: &mut TcpStream,
+    scratch: &mut [u8],
+    buf: &mut bytes::BytesMut,
+) -> std::io::Result<usize> {
+    let n = io.read(scratch)?;
+    buf.extend_from_slice(&scratch[..n]);
+    Ok(n)
 }
 
 /// Registers a new client (for CLIENT LIST and CLIENT KILL) with the next
-/// CLIENT ID; the caller removes it from `shared.clients` when it closes.
-pub(crate) fn new_client(
+/// CLIENT ID, served by the thread whose doorbell is `bell`; the caller
+/// removes it from `shared.clients` when it closes.
+pub fn new_client(
     shared: &Shared,
     addr: SocketAddr,
     laddr: SocketAddr,
+    bell: Arc<Doorbell>,
 ) -> Arc<ClientHandle> {
     let handle = Arc::new(ClientHandle {
         id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
@@ -113,117 +440,8 @@ pub(crate) fn new_client(
         name: Mutex::new(None),
         resp: AtomicU64::new(2),
         killed: AtomicBool::new(false),
-        kill_notify: Notify::new(),
+        bell,
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle
-}
-
-async fn serve(
-    worker: &Worker,
-    mut stream: TcpStream,
-    handle: Arc<ClientHandle>,
-) -> std::io::Result<()> {
-    let shared = worker.shared.clone();
-    let mut conn = ConnState::new(handle.clone(), &shared);
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out = BytesMut::with_capacity(READ_CHUNK);
-    let mut pipe = Pipeline::default();
-    loop {
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK / 4 {
-            rbuf.reserve(READ_CHUNK);
-        }
-        let n = tokio::select! {
-            r = stream.read_buf(&mut rbuf) => r?,
-            _ = handle.kill_notify.notified() => 0,
-        };
-        if n == 0 || handle.killed.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        shared
-            .counters
-            .total_net_input_bytes
-            .fetch_add(n as u64, Ordering::Relaxed);
-        handle.last_cmd_ms.store(
-            handle.created.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        serve_read(worker, &mut conn, &mut pipe, &mut rbuf, &mut out).await;
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            shared
-                .counters
-                .total_net_output_bytes
-                .fetch_add(out.len() as u64, Ordering::Relaxed);
-            if out.capacity() > KEEP_OUTPUT_CAPACITY {
-                out = BytesMut::with_capacity(READ_CHUNK);
-            } else {
-                out.clear();
-            }
-        }
-        if conn.close {
-            let _ = stream.shutdown().await;
-            return Ok(());
-        }
-        if rbuf.len() > conn.query_buffer_limit {
-            tracing::warn!(
-                "closing client {} at {}: query buffer {} bytes over client-query-buffer-limit",
-                handle.id,
-                handle.addr,
-                rbuf.len()
-            );
-            return Ok(());
-        }
-    }
-}
-
-/// Runs one read's worth of requests: decodes every complete request in
-/// `rbuf` (an incomplete one stays there for the next read), plans them into
-/// `pipe`, runs connection commands in request order after flushing what is
-/// owed before them (after one, the clock and the configuration are read
-/// again), and appends every reply to `out` in request order. Stops
-/// early when the connection is to close (`conn.close`: QUIT, CLIENT KILL of
-/// itself, a protocol error, whose reply is the last one).
-pub(crate) async fn serve_read(
-    worker: &Worker,
-    conn: &mut ConnState,
-    pipe: &mut Pipeline,
-    rbuf: &mut BytesMut,
-    out: &mut BytesMut,
-) {
-    conn.refresh(&worker.shared);
-    worker.shard.borrow_mut().tick();
-    loop {
-        match decode_request(rbuf, &conn.limits) {
-            Ok(Some(items)) if items.is_empty() => continue,
-            Ok(Some(items)) => match plan(worker, conn, pipe, items) {
-                Planned::Queued => {}
-                Planned::Conn(idx, mut args) => {
-                    pipe.flush(worker, conn.proto, out).await;
-                    let reply = run_conn_command(worker, conn, idx, &mut args);
-                    // A CONFIG SET applies to the rest of this read: to the
-                    // decoder's limits and to this shard, as it does to the
-                    // other shards' next batches.
-                    conn.refresh(&worker.shared);
-                    worker.shard.borrow_mut().tick();
-                    if !std::mem::take(&mut conn.no_reply) {
-                        reply.encode(conn.proto, out);
-                    }
-                    if conn.close {
-                        break;
-                    }
-                }
-            },
-            Ok(None) => break,
-            Err(e) => {
-                pipe.flush(worker, conn.proto, out).await;
-                let reply = protocol_error(&e);
-                worker.shard.borrow().stats.count_reply(&reply);
-                reply.encode(conn.proto, out);
-                conn.close = true;
-                break;
-            }
-        }
-    }
-    pipe.flush(worker, conn.proto, out).await;
 }

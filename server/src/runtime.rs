@@ -1,26 +1,21 @@
-//! The runtime: threads, their event loops and the wiring between them. The
-//! top of the server's layers: it builds the shared state, one [`Shard`] and
-//! one event loop per thread, starts `net`'s accept loop on thread 0, and
-//! hands each connection arriving in a thread's mailbox to `net`.
-//!
-//! Each thread runs one single-threaded tokio runtime (its event loop) with
-//! a `LocalSet`: its connections' tasks, its mailbox loop (batches from other
-//! threads, connections handed over by the accept loop), and its active
-//! expiry timer. Thread 0 also runs the accept loop.
+//! The runtime: threads and the wiring between them. The top of the
+//! server's layers: it builds the shared state, and per thread one
+//! [`Shard`], one mailbox (a channel plus the doorbell that wakes the
+//! thread's poll) and one `net` event loop, whose timer runs the shard's
+//! active expiry; thread 0's loop also accepts connections.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{mpsc, Notify};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::shard::{Msg, Shard, Worker};
-use crate::state::{ServerCounters, ShardStats, Shared};
+use crate::shard::{Mailbox, Msg, Shard, Worker};
+use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
 use crate::store::Store;
 use crate::{commands, net, slot};
 
@@ -52,35 +47,30 @@ impl ServerHandle {
 /// Binds the listener and starts `config.threads()` threads.
 ///
 /// # Errors
-/// The bind error (address in use, permission denied, ...).
+/// The bind error (address in use, permission denied, ...), or the event
+/// loop's poll could not be made.
 pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
     let threads = config.threads().max(1);
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
-    let shared = new_shared(&config, clock, threads, local_addr);
-    let (senders, receivers): (Vec<_>, Vec<_>) =
-        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
-    let mailboxes = Arc::new(senders);
+    let (polls, bells) = polls(threads)?;
+    let shared = new_shared(&config, clock, local_addr, bells);
+    let (mailboxes, receivers) = mailboxes(&shared);
     let mut listener = Some(listener);
     let mut handles = Vec::new();
-    for (id, rx) in receivers.into_iter().enumerate() {
+    for ((id, rx), poll) in receivers.into_iter().enumerate().zip(polls) {
         let shared = shared.clone();
         let mailboxes = mailboxes.clone();
         let listener = if id == 0 { listener.take() } else { None };
         let handle = std::thread::Builder::new()
             .name(format!("leasehold-shard-{id}"))
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("build the thread's event loop");
-                let worker = new_worker(id, shared, mailboxes);
-                let local = tokio::task::LocalSet::new();
-                local.block_on(&rt, async move {
-                    let listener = listener
-                        .map(|l| tokio::net::TcpListener::from_std(l).expect("register listener"));
-                    run_worker(worker, rx, listener).await;
-                });
+                let worker = new_worker(id, shared.clone(), mailboxes);
+                let mut timer = expiry_timer();
+                if let Err(e) = net::run(worker, poll, rx, listener, &mut timer) {
+                    tracing::error!("thread {id}'s event loop failed: {e}; shutting down");
+                    shared.begin_shutdown();
+                }
             })?;
         handles.push(handle);
     }
@@ -92,16 +82,48 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     })
 }
 
-/// The server-wide state of a server with `threads` shards listening on
-/// `local_addr`: `config` as the live configuration (its port replaced by the
-/// one bound), zeroed statistics, no clients. Public so that tests can build
-/// a shard by hand around it.
+/// One poll per thread (each thread's event loop waits on its own) and the
+/// doorbell that wakes it, whose waker has the token [`net::WAKE`].
+///
+/// # Errors
+/// The system refused an epoll or eventfd descriptor.
+pub fn polls(threads: usize) -> std::io::Result<(Vec<mio::Poll>, Vec<Arc<Doorbell>>)> {
+    let mut polls = Vec::new();
+    let mut bells = Vec::new();
+    for _ in 0..threads {
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), net::WAKE)?;
+        bells.push(Arc::new(Doorbell::new(waker)));
+        polls.push(poll);
+    }
+    Ok((polls, bells))
+}
+
+/// One mailbox per thread of `shared`: the senders every thread holds, and
+/// each thread's receiver.
+pub fn mailboxes(shared: &Shared) -> (Arc<Vec<Mailbox>>, Vec<crossbeam_channel::Receiver<Msg>>) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = shared
+        .doorbells
+        .iter()
+        .map(|bell| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            (Mailbox::new(tx, bell.clone()), rx)
+        })
+        .unzip();
+    (Arc::new(senders), receivers)
+}
+
+/// The server-wide state of a server listening on `local_addr` with one
+/// thread (= shard) per doorbell: `config` as the live configuration (its
+/// port replaced by the one bound), zeroed statistics, no clients. Public
+/// so that tests can build a shard by hand around it.
 pub fn new_shared(
     config: &Config,
     clock: Arc<dyn Clock>,
-    threads: usize,
     local_addr: SocketAddr,
+    doorbells: Vec<Arc<Doorbell>>,
 ) -> Arc<Shared> {
+    let threads = doorbells.len();
     let ncmd = commands::table().commands.len();
     // CONFIG GET port answers the port actually bound (port 0 picks one).
     let mut live = config.clone();
@@ -118,7 +140,7 @@ pub fn new_shared(
         next_client_id: AtomicU64::new(1),
         counters: ServerCounters::default(),
         shutting_down: AtomicBool::new(false),
-        shutdown: Notify::new(),
+        doorbells,
         started: Instant::now(),
         local_addr,
         run_id: run_id(),
@@ -127,12 +149,8 @@ pub fn new_shared(
 }
 
 /// Thread `id`'s worker: its shard with an empty keyspace over the slots
-/// that shard owns, and a sender to every thread's mailbox.
-pub(crate) fn new_worker(
-    id: usize,
-    shared: Arc<Shared>,
-    mailboxes: Arc<Vec<mpsc::UnboundedSender<Msg>>>,
-) -> Rc<Worker> {
+/// that shard owns, and every thread's mailbox.
+pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) -> Rc<Worker> {
     let threads = shared.shards;
     let first = slot::shard_first_slot(id, threads);
     let slots = slot::shard_first_slot(id + 1, threads) - first;
@@ -178,48 +196,11 @@ fn run_id() -> String {
     out
 }
 
-/// The body of one thread: serve connections and the mailbox until shutdown.
-async fn run_worker(
-    worker: Rc<Worker>,
-    mailbox: mpsc::UnboundedReceiver<Msg>,
-    listener: Option<tokio::net::TcpListener>,
-) {
-    if let Some(listener) = listener {
-        tokio::task::spawn_local(net::accept_loop(worker.clone(), listener));
-    }
-    tokio::task::spawn_local(expiry_loop(worker.clone()));
-    serve_mailbox(worker, mailbox).await;
-}
-
-/// Serves a thread's mailbox until shutdown: runs each [`Msg::Batch`] on the
-/// thread's shard and sends its replies back, and hands each [`Msg::Conn`]
-/// to `net`.
-pub(crate) async fn serve_mailbox(worker: Rc<Worker>, mut mailbox: mpsc::UnboundedReceiver<Msg>) {
-    let shutdown = worker.shared.shutdown.notified();
-    tokio::pin!(shutdown);
-    loop {
-        if worker.shared.shutting_down.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::select! {
-            _ = &mut shutdown => break,
-            msg = mailbox.recv() => match msg {
-                None => break,
-                Some(Msg::Conn(stream)) => net::spawn_connection(worker.clone(), stream),
-                Some(Msg::Batch(jobs, reply_to)) => {
-                    let replies = worker.shard.borrow_mut().run_batch(jobs);
-                    let _ = reply_to.send(replies);
-                }
-            },
-        }
-    }
-}
-
-/// Runs [`Shard::expiry_cycle`] `hz` times a second; a CONFIG SET of `hz`
-/// (seen through the configuration generation) takes effect at the next cycle.
-async fn expiry_loop(worker: Rc<Worker>) {
-    loop {
-        let gen = worker.shared.config_gen.load(Ordering::Acquire);
+/// The thread's timer: one [`Shard::expiry_cycle`] `hz` times a second,
+/// each within `expiry-budget-percent` of its period. A CONFIG SET of
+/// either takes effect at the next cycle.
+fn expiry_timer() -> impl FnMut(&Worker, Instant) -> Instant {
+    move |worker: &Worker, now: Instant| {
         let (hz, pct) = {
             let c = worker.shared.config.read();
             (
@@ -228,12 +209,7 @@ async fn expiry_loop(worker: Rc<Worker>) {
             )
         };
         let period = Duration::from_millis(1000 / u64::from(hz));
-        let budget = period * pct / 100;
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        while worker.shared.config_gen.load(Ordering::Acquire) == gen {
-            tick.tick().await;
-            worker.shard.borrow_mut().expiry_cycle(budget);
-        }
+        worker.shard.borrow_mut().expiry_cycle(period * pct / 100);
+        now + period
     }
 }

@@ -4,24 +4,24 @@
 //! Each thread owns one [`Shard`] in a `RefCell` (inside its [`Worker`]):
 //! only that thread ever touches the keyspace, so no lock guards it. Other
 //! threads send it [`Msg::Batch`]es of commands for keys it owns; each batch
-//! holds all the commands for this shard from one read of one connection
-//! (handing commands over one at a time costs more than not sharding at all),
-//! and its replies go back in one message. The thread's loop that drains the
-//! mailbox lives in `runtime`.
+//! holds all the commands for this shard from one turn of the sender's event
+//! loop, over every connection that was readable in it (handing commands
+//! over one at a time costs more than not sharding at all), and its replies
+//! go back in one [`Msg::Replies`]. The loop that drains the mailbox lives in
+//! `net`, the routing of replies back to connections in `turn`.
 //!
 //! The `RefCell` is borrowed only inside synchronous code (one command or one
-//! batch at a time), never across an `.await`, so a borrow can never fail.
+//! batch at a time), so a borrow can never fail.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Args, Reply};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Now;
 use crate::error::OpError;
-use crate::state::{ShardStats, Shared};
+use crate::state::{Doorbell, ShardStats, Shared};
 use crate::store::Store;
 
 /// A handler that runs on the shard owning its keys.
@@ -84,11 +84,47 @@ pub struct Job {
 /// A message to a thread's mailbox.
 #[derive(Debug)]
 pub enum Msg {
-    /// A newly accepted connection for this thread to serve (the runtime
-    /// hands it to `net`).
+    /// A newly accepted connection for this thread to serve.
     Conn(std::net::TcpStream),
-    /// Commands for this shard; the replies go back in order.
-    Batch(Vec<Job>, oneshot::Sender<Vec<Reply>>),
+    /// Commands for this shard from thread `from`; their replies go back to
+    /// it as one [`Msg::Replies`], in order.
+    Batch {
+        /// The sending thread.
+        from: usize,
+        /// The commands, in the order they run.
+        jobs: Vec<Job>,
+    },
+    /// The replies to the oldest [`Msg::Batch`] this thread sent to shard
+    /// `from` that is not answered yet (a mailbox is first in, first out),
+    /// one per job, in order.
+    Replies {
+        /// The shard that ran the batch.
+        from: usize,
+        /// One reply per job.
+        replies: Vec<Reply>,
+    },
+}
+
+/// The way into one thread's event loop: its channel and its doorbell.
+#[derive(Debug, Clone)]
+pub struct Mailbox {
+    tx: crossbeam_channel::Sender<Msg>,
+    bell: Arc<Doorbell>,
+}
+
+impl Mailbox {
+    /// A mailbox sending on `tx` and ringing `bell`.
+    pub fn new(tx: crossbeam_channel::Sender<Msg>, bell: Arc<Doorbell>) -> Mailbox {
+        Mailbox { tx, bell }
+    }
+
+    /// Queues `msg` and wakes the thread if it sleeps. False when the
+    /// thread has exited (shutdown).
+    pub fn send(&self, msg: Msg) -> bool {
+        let sent = self.tx.send(msg).is_ok();
+        self.bell.ring();
+        sent
+    }
 }
 
 impl Shard {
@@ -204,7 +240,7 @@ pub struct Worker {
     /// This thread's shard.
     pub shard: RefCell<Shard>,
     /// Every thread's mailbox, indexed by shard.
-    pub mailboxes: Arc<Vec<mpsc::UnboundedSender<Msg>>>,
+    pub mailboxes: Arc<Vec<Mailbox>>,
     /// Server-wide state.
     pub shared: Arc<Shared>,
 }

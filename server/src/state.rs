@@ -10,7 +10,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use leasehold_protocol::Reply;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -147,17 +146,82 @@ pub struct ClientHandle {
     pub name: Mutex<Option<Bytes>>,
     /// 2 or 3.
     pub resp: AtomicU64,
-    /// Set by CLIENT KILL or shutdown; the connection closes at its next wakeup.
+    /// Set by CLIENT KILL or shutdown; the connection closes at its
+    /// thread's next turn.
     pub killed: AtomicBool,
-    /// Wakes the connection when killed.
-    pub kill_notify: Notify,
+    /// The doorbell of the thread serving the connection.
+    pub bell: Arc<Doorbell>,
 }
 
 impl ClientHandle {
-    /// Marks the connection for closing and wakes it.
+    /// Marks the connection for closing and wakes its thread.
     pub fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
-        self.kill_notify.notify_one();
+        self.bell.ring_kill();
+    }
+}
+
+/// How other threads wake a thread's event loop: a [`mio::Waker`] rung only
+/// while the loop sleeps (or is about to), so a busy thread's senders make
+/// no system call, plus a flag for CLIENT KILL.
+///
+/// The sleeper sets `asleep`, then looks at its mailbox once more before it
+/// blocks; a sender puts its message in the mailbox, then swaps `asleep`
+/// off and rings if it was on. With a full fence on each side, one of the
+/// two always sees the other: no message waits for a sleeping thread.
+#[derive(Debug)]
+pub struct Doorbell {
+    waker: mio::Waker,
+    asleep: AtomicBool,
+    kills: AtomicBool,
+}
+
+impl Doorbell {
+    /// A doorbell that wakes `waker`'s poll.
+    pub fn new(waker: mio::Waker) -> Doorbell {
+        Doorbell {
+            waker,
+            asleep: AtomicBool::new(false),
+            kills: AtomicBool::new(false),
+        }
+    }
+
+    /// Wakes the loop if it sleeps; called after putting a message in its mailbox.
+    pub fn ring(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) && self.asleep.swap(false, Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// Records that a connection of this thread was killed and wakes the loop.
+    pub fn ring_kill(&self) {
+        self.kills.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wakes the loop whether it sleeps or not (shutdown).
+    pub fn wake(&self) {
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("cannot wake a thread's event loop: {e}");
+        }
+    }
+
+    /// The loop is about to block: senders must ring from now on. The
+    /// caller checks its mailbox once more after this, before it blocks.
+    pub fn going_to_sleep(&self) {
+        self.asleep.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// The loop is awake again: senders need not ring.
+    pub fn awake(&self) {
+        self.asleep.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a connection was killed since the last call (clears it).
+    pub fn take_kills(&self) -> bool {
+        self.kills.load(Ordering::Relaxed) && self.kills.swap(false, Ordering::SeqCst)
     }
 }
 
@@ -194,8 +258,8 @@ pub struct Shared {
     pub counters: ServerCounters,
     /// Set once shutdown starts.
     pub shutting_down: AtomicBool,
-    /// Wakes every thread's loop at shutdown.
-    pub shutdown: Notify,
+    /// Each thread's doorbell, indexed by thread (= shard).
+    pub doorbells: Vec<Arc<Doorbell>>,
     /// When the server started (uptime).
     pub started: Instant,
     /// The address actually bound.
@@ -219,7 +283,9 @@ impl Shared {
     /// Starts shutdown: every thread stops accepting and exits its loop.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        self.shutdown.notify_waiters();
+        for bell in &self.doorbells {
+            bell.wake();
+        }
         for c in self.clients.lock().values() {
             c.kill();
         }

@@ -8,7 +8,7 @@ use leasehold_protocol::{decode_request, Args, Limits, Reply};
 use leasehold_server::clock::{Clock, ManualClock};
 use leasehold_server::commands::{table, Exec};
 use leasehold_server::config::Config;
-use leasehold_server::runtime::new_shared;
+use leasehold_server::runtime::{new_shared, polls};
 use leasehold_server::shard::Shard;
 use leasehold_server::store::Store;
 
@@ -20,11 +20,13 @@ struct Node {
 
 fn node(unix_ms: u64, mono_ms: u64) -> Node {
     let clock = Arc::new(ManualClock::new(unix_ms, mono_ms));
+    // One thread's doorbell; its poll is never waited on.
+    let (_polls, bells) = polls(1).expect("make a poll");
     let shared = new_shared(
         &Config::default(),
         clock.clone() as Arc<dyn Clock>,
-        1,
         "127.0.0.1:0".parse().unwrap(),
+        bells,
     );
     let store = Store::new(0, 16384, 64 << 20);
     Node {

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["shard"],
     &["commands", "session"],
     &["dispatch"],
+    &["turn"],
     &["net"],
     &["runtime"],
     &["harness"],

@@ -1,0 +1,340 @@
+//! One thread's connections and what one turn of its event loop does with
+//! them, without sockets: `net` reads and writes the sockets around it, and
+//! the in-process harness drives it with no socket at all.
+//!
+//! A turn, as `net` runs it: [`Turn::begin`] reads the clock once for the
+//! whole turn; [`Turn::deliver`] runs each batch other threads sent (replying
+//! at once) and routes each reply that came back to its connection's
+//! pipeline; [`Turn::serve`] decodes and plans what each readable connection
+//! sent, running its own shard's commands inline and queueing the others in
+//! the thread's one [`Outbox`]; [`Turn::end`] sends the outbox, one batch per
+//! shard for every connection of the turn (at `-P 1` with 25 connections on a
+//! thread that is one hop per shard, not 25). `net` then writes the replies
+//! of every connection listed by [`Turn::take_dirty`].
+//!
+//! A connection that owes replies from other shards is not served again
+//! until they are back ([`Turn::take_resumed`] lists those whose replies
+//! came): its replies leave in request order, and a client that pipelines
+//! without reading waits on itself alone. A connection command (CONFIG,
+//! CLIENT, HELLO, ...) runs only once everything before it is answered, so it
+//! sees their effects; it waits parked until then.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use bytes::BytesMut;
+use leasehold_protocol::{decode_request, Args, Reply};
+use slab::Slab;
+
+use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
+use crate::error::{protocol_error, OpError};
+use crate::session::ConnState;
+use crate::shard::{Msg, Worker};
+
+/// Read buffer growth step, bytes.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// A request that waits until the pipeline owes nothing.
+enum Parked {
+    /// A connection command (table index, arguments).
+    Conn(usize, Args),
+    /// A protocol error's reply: the last reply before the connection closes.
+    Error(Reply),
+}
+
+/// One connection: its transport (`io`, never touched here), its protocol
+/// state, its buffers and its pipeline.
+pub struct Conn<T> {
+    io: Option<T>,
+    /// Protocol state (RESP version, authentication, limits).
+    pub state: ConnState,
+    /// Bytes read and not yet decoded.
+    pub rbuf: BytesMut,
+    /// Encoded replies not yet written.
+    pub out: BytesMut,
+    pipe: Pipeline,
+    parked: Option<Parked>,
+    /// Listed in `dirty` this turn.
+    listed: bool,
+}
+
+impl<T> Conn<T> {
+    /// The transport: the socket in `net`. `None` once closed.
+    pub fn io(&mut self) -> Option<&mut T> {
+        self.io.as_mut()
+    }
+
+    /// The transport and the read buffer, borrowed together.
+    pub fn io_and_rbuf(&mut self) -> (Option<&mut T>, &mut BytesMut) {
+        (self.io.as_mut(), &mut self.rbuf)
+    }
+
+    /// The transport and the output, borrowed together.
+    pub fn io_and_out(&mut self) -> (Option<&mut T>, &mut BytesMut) {
+        (self.io.as_mut(), &mut self.out)
+    }
+
+    /// Whether the connection waits for replies from other shards (and so
+    /// is not read until they come back).
+    pub fn waiting(&self) -> bool {
+        self.pipe.owed() > 0
+    }
+}
+
+/// One thread's connections and its outbox (see the module documentation).
+pub struct Turn<T> {
+    worker: Rc<Worker>,
+    conns: Slab<Conn<T>>,
+    outbox: Outbox,
+    dirty: Vec<usize>,
+    resumed: Vec<usize>,
+}
+
+impl<T> Turn<T> {
+    /// A thread's turn state, with no connections.
+    pub fn new(worker: Rc<Worker>) -> Turn<T> {
+        let outbox = Outbox::new(worker.shared.shards);
+        Turn {
+            worker,
+            conns: Slab::new(),
+            outbox,
+            dirty: Vec::new(),
+            resumed: Vec::new(),
+        }
+    }
+
+    /// The thread this turn runs on.
+    pub fn worker(&self) -> &Rc<Worker> {
+        &self.worker
+    }
+
+    /// Adds a connection with protocol state `state`; returns its key.
+    pub fn insert(&mut self, io: T, state: ConnState) -> usize {
+        self.conns.insert(Conn {
+            io: Some(io),
+            state,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            out: BytesMut::with_capacity(READ_CHUNK),
+            pipe: Pipeline::default(),
+            parked: None,
+            listed: false,
+        })
+    }
+
+    /// The open connection with key `key`.
+    pub fn get_mut(&mut self, key: usize) -> Option<&mut Conn<T>> {
+        self.conns.get_mut(key).filter(|c| c.io.is_some())
+    }
+
+    /// Number of connections (open or waiting to be dropped).
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether there are no connections.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Starts a turn: every command of it sees one clock reading.
+    pub fn begin(&mut self) {
+        self.worker.shard.borrow_mut().tick();
+    }
+
+    /// Handles one message from this thread's mailbox: runs a batch and
+    /// sends its replies back, or routes replies to their connections. A new
+    /// connection is handed back to the caller, which owns sockets.
+    pub fn deliver(&mut self, msg: Msg) -> Option<std::net::TcpStream> {
+        match msg {
+            Msg::Conn(stream) => return Some(stream),
+            Msg::Batch { from, jobs } => {
+                let stopping = self.worker.shared.shutting_down.load(Ordering::SeqCst);
+                // A shard that is shutting down runs nothing more.
+                let replies = match stopping {
+                    true => vec![OpError::ShardUnavailable.reply(); jobs.len()],
+                    false => self.worker.shard.borrow_mut().run_batch(jobs),
+                };
+                let msg = Msg::Replies {
+                    from: self.worker.id,
+                    replies,
+                };
+                // A sender that is gone (shutdown) wants no replies.
+                let _ = self.worker.mailboxes[from].send(msg);
+            }
+            Msg::Replies { from, replies } => {
+                let routes = self.outbox.answered(from);
+                for (route, reply) in routes.into_iter().zip(replies) {
+                    self.fill(route, reply);
+                }
+            }
+        }
+        None
+    }
+
+    fn fill(&mut self, route: Route, reply: Reply) {
+        let Some(c) = self.conns.get_mut(route.conn) else {
+            return;
+        };
+        if !c.pipe.fill(route, reply) {
+            return;
+        }
+        if c.io.is_none() {
+            // Closed while replies were owed: nothing routes here any more.
+            self.conns.remove(route.conn);
+        } else {
+            self.resumed.push(route.conn);
+        }
+    }
+
+    /// Decodes and plans every complete request in connection `key`'s read
+    /// buffer, unless it waits for replies. Commands for this thread's shard
+    /// run now; the others are queued for [`Turn::end`]. Replies are encoded
+    /// into its output once the pipeline owes nothing; a connection with
+    /// output (or to be closed) is listed for [`Turn::take_dirty`]. Stops at
+    /// a connection command that must wait, and at the end of the connection
+    /// (QUIT, CLIENT KILL of itself, a protocol error: `state.close`).
+    pub fn serve(&mut self, key: usize) {
+        let worker = &*self.worker;
+        let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
+            return;
+        };
+        if c.pipe.owed() == 0 && !c.state.close {
+            c.state.refresh(&worker.shared);
+            let mut at = At {
+                worker,
+                outbox: &mut self.outbox,
+                conn: key,
+            };
+            serve_conn(&mut at, c);
+        }
+        if (!c.out.is_empty() || c.state.close) && !c.listed {
+            c.listed = true;
+            self.dirty.push(key);
+        }
+    }
+
+    /// Ends a turn: sends every batch queued in it, and makes what ran
+    /// inline visible to INFO and DBSIZE readers.
+    pub fn end(&mut self) {
+        let lost = self.outbox.send(&self.worker);
+        for route in lost {
+            self.fill(route, OpError::ShardUnavailable.reply());
+        }
+        self.worker.shard.borrow_mut().publish();
+    }
+
+    /// The connections with output to write (or to close), listed once each
+    /// since the last call.
+    pub fn take_dirty(&mut self) -> Vec<usize> {
+        for &k in &self.dirty {
+            if let Some(c) = self.conns.get_mut(k) {
+                c.listed = false;
+            }
+        }
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The connections whose owed replies all came back since the last
+    /// call: to be served again (and read, since they were not while they
+    /// waited).
+    pub fn take_resumed(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.resumed)
+    }
+
+    /// Whether connections were resumed and not yet served.
+    pub fn has_resumed(&self) -> bool {
+        !self.resumed.is_empty()
+    }
+
+    /// Whether batches this thread sent are not answered yet.
+    pub fn waiting(&self) -> bool {
+        self.outbox.waiting()
+    }
+
+    /// The keys of open connections marked killed (CLIENT KILL, shutdown),
+    /// except those closing by themselves after their last reply (a CLIENT
+    /// KILL of the connection itself answers before it closes).
+    pub fn killed(&self) -> Vec<usize> {
+        let killed = |c: &Conn<T>| {
+            c.io.is_some() && !c.state.close && c.state.handle.killed.load(Ordering::SeqCst)
+        };
+        self.conns
+            .iter()
+            .filter(|(_, c)| killed(c))
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Closes connection `key`: it leaves the client list and its transport
+    /// is handed back to be dropped. A connection still owed replies is kept,
+    /// empty, until they come back, so its key is not reused while a reply
+    /// may still be routed to it.
+    pub fn close(&mut self, key: usize) -> Option<T> {
+        let c = self.conns.get_mut(key)?;
+        let io = c.io.take()?;
+        let shared = &self.worker.shared;
+        shared.clients.lock().remove(&c.state.handle.id);
+        if c.pipe.owed() == 0 {
+            self.conns.remove(key);
+        }
+        Some(io)
+    }
+
+    /// Every open connection's key.
+    pub fn keys(&self) -> Vec<usize> {
+        let open = self.conns.iter().filter(|(_, c)| c.io.is_some());
+        open.map(|(k, _)| k).collect()
+    }
+}
+
+/// The body of [`Turn::serve`] for a connection that owes nothing.
+fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) {
+    let worker = at.worker;
+    loop {
+        if let Some(parked) = c.parked.take() {
+            if c.pipe.owed() > 0 {
+                c.parked = Some(parked);
+                return;
+            }
+            c.pipe.encode(worker, c.state.proto, &mut c.out);
+            match parked {
+                Parked::Conn(idx, mut args) => {
+                    let reply = run_conn_command(worker, &mut c.state, idx, &mut args);
+                    // A CONFIG SET applies to the rest of this connection's
+                    // input: to the decoder's limits and to this shard, as it
+                    // does to the other shards' next batches.
+                    c.state.refresh(&worker.shared);
+                    worker.shard.borrow_mut().tick();
+                    if !std::mem::take(&mut c.state.no_reply) {
+                        reply.encode(c.state.proto, &mut c.out);
+                    }
+                }
+                Parked::Error(reply) => {
+                    reply.encode(c.state.proto, &mut c.out);
+                    c.state.close = true;
+                }
+            }
+            if c.state.close {
+                return;
+            }
+            continue;
+        }
+        match decode_request(&mut c.rbuf, &c.state.limits) {
+            Ok(Some(items)) if items.is_empty() => {}
+            Ok(Some(items)) => {
+                if let Planned::Conn(idx, args) = plan(at, &mut c.state, &mut c.pipe, items) {
+                    c.parked = Some(Parked::Conn(idx, args));
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let reply = protocol_error(&e);
+                worker.shard.borrow().stats.count_reply(&reply);
+                c.parked = Some(Parked::Error(reply));
+            }
+        }
+    }
+    if c.pipe.owed() == 0 && !c.pipe.is_empty() {
+        c.pipe.encode(worker, c.state.proto, &mut c.out);
+    }
+}
