@@ -103,10 +103,11 @@ impl Outbox {
         self.routes[shard].push(route);
     }
 
-    /// Sends every non-empty batch to its shard's mailbox as one
-    /// [`Msg::Batch`]. Returns the routes of the jobs whose shard is gone
-    /// (its thread exited at shutdown): their replies will never come.
-    pub fn send(&mut self, worker: &Worker) -> Vec<Route> {
+    /// Posts every non-empty batch to its shard's mailbox as one
+    /// [`Msg::Batch`], marking the shard in `posted` (the caller rings it).
+    /// Returns the routes of the jobs whose shard is gone (its thread exited
+    /// at shutdown): their replies will never come.
+    pub fn send(&mut self, worker: &Worker, posted: &mut [bool]) -> Vec<Route> {
         let mut lost = Vec::new();
         for shard in 0..self.jobs.len() {
             if self.jobs[shard].is_empty() {
@@ -120,7 +121,8 @@ impl Outbox {
                 from: worker.id,
                 jobs,
             };
-            if worker.mailboxes[shard].send(msg) {
+            if worker.mailboxes[shard].post(msg) {
+                posted[shard] = true;
                 self.in_flight[shard].push_back(routes);
             } else {
                 lost.extend(routes);

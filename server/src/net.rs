@@ -42,6 +42,9 @@ const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
 pub const WAKE: Token = Token(usize::MAX - 1);
 const LISTENER: Token = Token(usize::MAX - 2);
 /// How long accepting pauses after an error such as too many open files.
+/// Longest a message posted to another thread waits unrung while this
+/// thread is busy (and the other may be asleep).
+const RING_AFTER: Duration = Duration::from_micros(50);
 const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
 /// A thread's periodic work (active expiry): called when its deadline has
@@ -63,6 +66,9 @@ struct Loop {
     again: Vec<usize>,
     /// Where reads land before they are appended to a read buffer.
     scratch: Box<[u8]>,
+    /// Per thread, since when a message posted to it waits without a ring.
+    unrung: Vec<Option<Instant>>,
+    fresh: Vec<usize>,
 }
 
 /// Runs thread `worker`'s event loop until shutdown: `poll` (whose waker,
@@ -93,6 +99,8 @@ pub fn run(
         work: Vec::new(),
         again: Vec::new(),
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+        unrung: vec![None; worker.shared.shards],
+        fresh: Vec::new(),
     };
     let bell = worker.shared.doorbells[worker.id].clone();
     let mut deadline = Instant::now();
@@ -108,8 +116,20 @@ pub fn run(
         if let Some(at) = lp.accept_paused_until {
             timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
         }
-        let busy = !lp.again.is_empty() || lp.turn.has_resumed();
-        if busy || !lp.mailbox.is_empty() {
+        lp.ring_posted(now, false);
+        let busy = !lp.again.is_empty() || lp.turn.has_resumed() || !lp.mailbox.is_empty();
+        if !busy && lp.unrung.iter().any(Option::is_some) {
+            // Before sleeping with messages posted and not rung: if more
+            // readiness is already there, run that turn first (the other
+            // thread often wakes by itself meanwhile, and the ring is saved).
+            lp.poll_now()?;
+            if !lp.events.is_empty() {
+                lp.turn_once(&bell);
+                continue;
+            }
+            lp.ring_posted(now, true);
+        }
+        if busy {
             timeout = Some(Duration::ZERO);
         } else {
             bell.going_to_sleep();
@@ -130,6 +150,37 @@ pub fn run(
 }
 
 impl Loop {
+    /// Rings each thread posted to whose mailbox is still unread: all of
+    /// them when `all` (this thread is about to sleep), else those whose
+    /// oldest unrung message is older than [`RING_AFTER`] (this thread is
+    /// busy: a message never waits on it longer than that plus one turn).
+    fn ring_posted(&mut self, now: Instant, all: bool) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        self.turn.take_posted(&mut fresh);
+        for t in fresh.drain(..) {
+            self.unrung[t].get_or_insert(now);
+        }
+        self.fresh = fresh;
+        let mailboxes = &self.turn.worker().mailboxes;
+        for (t, since) in self.unrung.iter_mut().enumerate() {
+            let Some(at) = *since else { continue };
+            if !mailboxes[t].pending() {
+                *since = None;
+            } else if all || now >= at + RING_AFTER {
+                mailboxes[t].ring();
+                *since = None;
+            }
+        }
+    }
+
+    /// Polls without blocking.
+    fn poll_now(&mut self) -> std::io::Result<()> {
+        match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            Err(e) if e.kind() != ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     fn turn_once(&mut self, bell: &Doorbell) {
         self.turn.begin();
         let mut accept = false;
@@ -137,7 +188,12 @@ impl Loop {
             match ev.token() {
                 WAKE => {}
                 LISTENER => accept = true,
-                Token(k) => self.work.push(k),
+                Token(k) => {
+                    if let Some(c) = self.turn.get_mut(k) {
+                        c.unread = true;
+                    }
+                    self.work.push(k);
+                }
             }
         }
         if let Some(at) = self.accept_paused_until {
@@ -186,6 +242,12 @@ impl Loop {
             return;
         }
         if c.waiting() || c.state.close {
+            c.unread = true;
+            return;
+        }
+        if !std::mem::take(&mut c.unread) {
+            // Resumed with nothing seen on its socket since it was read.
+            self.turn.serve(k);
             return;
         }
         let mut total = 0;
@@ -202,7 +264,14 @@ impl Loop {
                 Ok(n) => {
                     total += n;
                     if total >= READ_BUDGET {
+                        c.unread = true;
                         self.again.push(k);
+                        break false;
+                    }
+                    // A short read emptied the socket: what arrives next
+                    // raises a new readiness event, so the read that would
+                    // say "would block" is a system call saved.
+                    if n < self.scratch.len() {
                         break false;
                     }
                 }

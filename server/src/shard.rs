@@ -121,9 +121,26 @@ impl Mailbox {
     /// Queues `msg` and wakes the thread if it sleeps. False when the
     /// thread has exited (shutdown).
     pub fn send(&self, msg: Msg) -> bool {
-        let sent = self.tx.send(msg).is_ok();
+        let sent = self.post(msg);
         self.bell.ring();
         sent
+    }
+
+    /// Queues `msg` without waking the thread: it is seen at the thread's
+    /// next turn, or when the sender calls [`Mailbox::ring`]. False when the
+    /// thread has exited (shutdown).
+    pub fn post(&self, msg: Msg) -> bool {
+        self.tx.send(msg).is_ok()
+    }
+
+    /// Whether messages wait in the mailbox, not yet taken by its thread.
+    pub fn pending(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// Wakes the thread if it sleeps.
+    pub fn ring(&self) {
+        self.bell.ring();
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Conn<T> {
     parked: Option<Parked>,
     /// Listed in `dirty` this turn.
     listed: bool,
+    /// Set by the transport: the socket may hold bytes not read yet
+    /// (readiness came while the connection waited, or it used its budget).
+    pub unread: bool,
 }
 
 impl<T> Conn<T> {
@@ -88,18 +91,22 @@ pub struct Turn<T> {
     outbox: Outbox,
     dirty: Vec<usize>,
     resumed: Vec<usize>,
+    /// Per thread, whether a message was posted to it without a ring.
+    posted: Vec<bool>,
 }
 
 impl<T> Turn<T> {
     /// A thread's turn state, with no connections.
     pub fn new(worker: Rc<Worker>) -> Turn<T> {
         let outbox = Outbox::new(worker.shared.shards);
+        let posted = vec![false; worker.shared.shards];
         Turn {
             worker,
             conns: Slab::new(),
             outbox,
             dirty: Vec::new(),
             resumed: Vec::new(),
+            posted,
         }
     }
 
@@ -118,6 +125,7 @@ impl<T> Turn<T> {
             pipe: Pipeline::default(),
             parked: None,
             listed: false,
+            unread: true,
         })
     }
 
@@ -159,7 +167,8 @@ impl<T> Turn<T> {
                     replies,
                 };
                 // A sender that is gone (shutdown) wants no replies.
-                let _ = self.worker.mailboxes[from].send(msg);
+                let _ = self.worker.mailboxes[from].post(msg);
+                self.posted[from] = true;
             }
             Msg::Replies { from, replies } => {
                 let routes = self.outbox.answered(from);
@@ -216,11 +225,21 @@ impl<T> Turn<T> {
     /// Ends a turn: sends every batch queued in it, and makes what ran
     /// inline visible to INFO and DBSIZE readers.
     pub fn end(&mut self) {
-        let lost = self.outbox.send(&self.worker);
+        let lost = self.outbox.send(&self.worker, &mut self.posted);
         for route in lost {
             self.fill(route, OpError::ShardUnavailable.reply());
         }
         self.worker.shard.borrow_mut().publish();
+    }
+
+    /// The threads posted to (messages queued without a ring) since the
+    /// last call; the caller rings them, now or after a delay.
+    pub fn take_posted(&mut self, into: &mut Vec<usize>) {
+        for (t, p) in self.posted.iter_mut().enumerate() {
+            if std::mem::take(p) {
+                into.push(t);
+            }
+        }
     }
 
     /// The connections with output to write (or to close), listed once each
