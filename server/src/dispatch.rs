@@ -25,7 +25,7 @@ use leasehold_protocol::{Args, Protocol, Reply};
 use crate::commands::{flags, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
-use crate::shard::{Job, Msg, ShardFn, Worker};
+use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
 use crate::slot::{key_slot, slot_shard, SLOTS};
 
 /// What [`plan`] did with a request.
@@ -60,6 +60,10 @@ enum Part {
 enum Slot {
     Ready(Reply),
     Remote,
+    /// Written to the connection by the shard that ran it.
+    Sent,
+    /// The rest of a reply the shard that ran it wrote in part.
+    Rest(Bytes),
     Split {
         /// The command's table index: counted once, after the merge.
         cmd: usize,
@@ -104,12 +108,18 @@ impl Outbox {
     }
 
     /// Posts every non-empty batch to its shard's mailbox as one
-    /// [`Msg::Batch`], marking the shard in `posted` (the caller rings it).
+    /// [`Msg::Batch`], marking the shard in `posted` (the caller rings it);
+    /// `direct(routes)` names the jobs whose reply the shard writes itself.
     /// Returns the routes of the jobs whose shard is gone (its thread exited
     /// at shutdown): their replies will never come.
-    pub fn send(&mut self, worker: &Worker, posted: &mut [bool]) -> Vec<Route> {
+    pub fn send(
+        &mut self,
+        worker: &Worker,
+        posted: &mut [bool],
+        mut direct: impl FnMut(&[Route]) -> Vec<Direct>,
+    ) -> Vec<Route> {
         let mut lost = Vec::new();
-        for shard in 0..self.jobs.len() {
+        for (shard, posted) in posted.iter_mut().enumerate() {
             if self.jobs[shard].is_empty() {
                 continue;
             }
@@ -120,9 +130,10 @@ impl Outbox {
             let msg = Msg::Batch {
                 from: worker.id,
                 jobs,
+                direct: direct(&routes),
             };
             if worker.mailboxes[shard].post(msg) {
-                posted[shard] = true;
+                *posted = true;
                 self.in_flight[shard].push_back(routes);
             } else {
                 lost.extend(routes);
@@ -189,17 +200,26 @@ impl Pipeline {
         });
     }
 
-    /// Puts a reply that came back from another shard in its slot.
+    /// Puts an answer that came back from another shard in its slot.
     /// Returns whether the pipeline now owes nothing.
-    pub fn fill(&mut self, route: Route, reply: Reply) -> bool {
-        match &mut self.slots[route.slot as usize] {
-            Slot::Split { parts, .. } if route.part != WHOLE => {
-                parts[route.part as usize] = Part::Ready(reply);
+    pub fn fill(&mut self, route: Route, answer: Answer) -> bool {
+        let slot = &mut self.slots[route.slot as usize];
+        match (slot, answer) {
+            (Slot::Split { parts, .. }, Answer::Reply(r)) if route.part != WHOLE => {
+                parts[route.part as usize] = Part::Ready(r);
             }
-            slot => *slot = Slot::Ready(reply),
+            (slot, Answer::Reply(r)) => *slot = Slot::Ready(r),
+            (slot, Answer::Sent) => *slot = Slot::Sent,
+            (slot, Answer::Rest(b)) => *slot = Slot::Rest(b),
         }
         self.owed -= 1;
         self.owed == 0
+    }
+
+    /// Whether the slot `route` fills is the only one: its reply is the
+    /// next the connection owes, and nothing follows it yet.
+    pub fn only(&self, route: &Route) -> bool {
+        route.part == WHOLE && route.slot == 0 && self.slots.len() == 1
     }
 
     /// Encodes every slot into `out` in request order, merging split
@@ -211,6 +231,11 @@ impl Pipeline {
             let reply = match slot {
                 Slot::Ready(r) => r,
                 Slot::Remote => lost(),
+                Slot::Sent => continue,
+                Slot::Rest(b) => {
+                    out.extend_from_slice(&b);
+                    continue;
+                }
                 Slot::Split {
                     cmd,
                     parts,

@@ -23,14 +23,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use parking_lot::Mutex;
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::MAX_CLIENTS;
 use crate::session::ConnState;
+use crate::shard::ReplySink;
 use crate::shard::{Msg, Worker};
 use crate::state::{ClientHandle, Doorbell, Shared};
-use crate::turn::{Turn, READ_CHUNK};
+use crate::turn::{Transport, Turn, READ_CHUNK};
 
 /// Most bytes read from one connection in one turn.
 pub const READ_BUDGET: usize = 64 * 1024;
@@ -51,6 +54,54 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 /// passed, returns the next deadline.
 pub type Timer<'a> = &'a mut dyn FnMut(&Worker, Instant) -> Instant;
 
+/// A connection's socket, shared with a shard that writes a reply to it
+/// directly (the descriptor stays open until both are done with it, so it
+/// is never reused under a late writer).
+#[derive(Debug)]
+struct Socket {
+    stream: Arc<Stream>,
+    fd: RawFd,
+}
+
+#[derive(Debug)]
+struct Stream(TcpStream);
+
+impl ReplySink for Stream {
+    fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut written = 0;
+        while written < bytes.len() {
+            match (&self.0).write(&bytes[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+}
+
+impl Transport for Socket {
+    fn sink(&self) -> Option<Arc<dyn ReplySink>> {
+        Some(self.stream.clone())
+    }
+}
+
+impl Socket {
+    fn new(stream: TcpStream) -> Socket {
+        let fd = stream.as_raw_fd();
+        Socket {
+            stream: Arc::new(Stream(stream)),
+            fd,
+        }
+    }
+
+    fn stream(&self) -> &TcpStream {
+        &self.stream.0
+    }
+}
+
 /// One thread's event loop.
 struct Loop {
     poll: Poll,
@@ -59,7 +110,7 @@ struct Loop {
     accept_paused_until: Option<Instant>,
     next_thread: usize,
     mailbox: Receiver<Msg>,
-    turn: Turn<TcpStream>,
+    turn: Turn<Socket>,
     /// Connections to read this turn.
     work: Vec<usize>,
     /// Connections that used their read budget: read again next turn.
@@ -243,6 +294,10 @@ impl Loop {
         }
         if c.waiting() || c.state.close {
             c.unread = true;
+            if c.want_answer() {
+                // Its answer was posted after this turn emptied the mailbox.
+                self.again.push(k);
+            }
             return;
         }
         if !std::mem::take(&mut c.unread) {
@@ -256,7 +311,7 @@ impl Loop {
             return;
         };
         let failed = loop {
-            match read_into(io, &mut self.scratch, rbuf) {
+            match read_into(io.stream(), &mut self.scratch, rbuf) {
                 Ok(0) => {
                     hangup = true;
                     break false;
@@ -336,7 +391,7 @@ impl Loop {
         let mut failed = false;
         if let (Some(io), out) = c.io_and_out() {
             while written < out.len() {
-                match io.write(&out[written..]) {
+                match io.stream().write(&out[written..]) {
                     Ok(0) => {
                         failed = true;
                         break;
@@ -371,7 +426,7 @@ impl Loop {
             }
             if c.state.close && !c.waiting() {
                 if let Some(io) = c.io() {
-                    let _ = io.shutdown(std::net::Shutdown::Write);
+                    let _ = io.stream().shutdown(std::net::Shutdown::Write);
                 }
                 self.close(k);
             } else if !c.waiting() && !c.rbuf.is_empty() {
@@ -384,8 +439,8 @@ impl Loop {
     }
 
     fn close(&mut self, k: usize) {
-        if let Some(mut io) = self.turn.close(k) {
-            let _ = self.poll.registry().deregister(&mut io);
+        if let Some(io) = self.turn.close(k) {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
         }
     }
 
@@ -453,12 +508,14 @@ impl Loop {
             worker.shared.doorbells[worker.id].clone(),
         );
         let state = ConnState::new(handle, &worker.shared);
-        let key = self.turn.insert(stream, state);
+        let socket = Socket::new(stream);
+        let fd = socket.fd;
+        let key = self.turn.insert(socket, state);
         let interest = Interest::READABLE | Interest::WRITABLE;
-        let registered = match self.turn.get_mut(key).and_then(|c| c.io()) {
-            Some(io) => self.poll.registry().register(io, Token(key), interest),
-            None => Ok(()),
-        };
+        let registered = self
+            .poll
+            .registry()
+            .register(&mut SourceFd(&fd), Token(key), interest);
         if let Err(e) = registered {
             tracing::warn!("cannot register socket: {e}");
             self.turn.close(key);
@@ -481,7 +538,7 @@ impl Loop {
 /// appends it to `buf`: the copy out of a zeroed scratch buffer spares
 /// zeroing the read buffer's tail before every read.
 fn read_into(
-    io: &mut TcpStream,
+    mut io: &TcpStream,
     scratch: &mut [u8],
     buf: &mut bytes::BytesMut,
 ) -> std::io::Result<usize> {

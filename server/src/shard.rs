@@ -14,10 +14,12 @@
 //! batch at a time), so a borrow can never fail.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_protocol::{Args, Reply};
+use bytes::Bytes;
+use leasehold_protocol::{Args, Protocol, Reply};
 
 use crate::clock::Now;
 use crate::error::OpError;
@@ -86,23 +88,91 @@ pub struct Job {
 pub enum Msg {
     /// A newly accepted connection for this thread to serve.
     Conn(std::net::TcpStream),
-    /// Commands for this shard from thread `from`; their replies go back to
+    /// Commands for this shard from thread `from`; their answers go back to
     /// it as one [`Msg::Replies`], in order.
     Batch {
         /// The sending thread.
         from: usize,
         /// The commands, in the order they run.
         jobs: Vec<Job>,
+        /// The jobs whose reply this shard writes to the connection itself.
+        direct: Vec<Direct>,
     },
-    /// The replies to the oldest [`Msg::Batch`] this thread sent to shard
+    /// The answers to the oldest [`Msg::Batch`] this thread sent to shard
     /// `from` that is not answered yet (a mailbox is first in, first out),
     /// one per job, in order.
     Replies {
         /// The shard that ran the batch.
         from: usize,
-        /// One reply per job.
-        replies: Vec<Reply>,
+        /// One answer per job.
+        answers: Vec<Answer>,
     },
+}
+
+/// What a shard answers for one job of a batch.
+#[derive(Debug)]
+pub enum Answer {
+    /// The reply, for the connection's thread to encode and write.
+    Reply(Reply),
+    /// The reply was written to the connection (see [`Direct`]).
+    Sent,
+    /// The reply was written in part: these are its remaining bytes, for the
+    /// connection's thread to write first.
+    Rest(Bytes),
+}
+
+/// A connection's socket as a shard may write to it: whatever it takes
+/// right now, never blocking.
+pub trait ReplySink: Send + Sync + std::fmt::Debug {
+    /// Writes a prefix of `bytes`; returns its length (0 when the socket
+    /// takes nothing now).
+    ///
+    /// # Errors
+    /// The socket failed (the connection's own thread sees it too).
+    fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize>;
+}
+
+/// Leave for the shard running job `job` of a batch to write its reply to
+/// the connection itself, sparing the hop back: given only when that reply
+/// is the one reply the connection waits for and nothing is left to write
+/// before it, so request order holds.
+#[derive(Debug)]
+pub struct Direct {
+    /// Index of the job in its batch.
+    pub job: usize,
+    /// The connection's socket.
+    pub sink: Arc<dyn ReplySink>,
+    /// The connection's RESP version.
+    pub proto: Protocol,
+    /// Who acts second, the shard done writing or the connection's thread
+    /// seeing the connection readable again, makes sure the connection's
+    /// thread takes the answer (see [`Handoff`]).
+    pub handoff: Arc<Handoff>,
+}
+
+/// The meeting point of a [`Direct`] write: the shard marks it done after
+/// posting its answer; the connection's thread marks it wanted when the
+/// connection becomes readable while the answer is not in yet. Whoever comes
+/// second acts: the shard rings the connection's thread, or that thread
+/// takes the answer already in its mailbox at its next turn.
+#[derive(Debug, Default)]
+pub struct Handoff(AtomicU8);
+
+impl Handoff {
+    const DONE: u8 = 1;
+    const WANTED: u8 = 2;
+
+    /// The shard posted its answer. True when the connection's thread
+    /// wanted it first and must be rung.
+    pub fn done(&self) -> bool {
+        self.0.swap(Self::DONE, Ordering::AcqRel) == Self::WANTED
+    }
+
+    /// The connection's thread wants the answer. True when it is already
+    /// posted (the thread takes it from its mailbox at its next turn).
+    pub fn want(&self) -> bool {
+        self.0.swap(Self::WANTED, Ordering::AcqRel) == Self::DONE
+    }
 }
 
 /// The way into one thread's event loop: its channel and its doorbell.
@@ -173,10 +243,7 @@ impl Shard {
     pub fn tick(&mut self) {
         self.now = self.shared.clock.now();
         self.store.set_clock(self.now);
-        let gen = self
-            .shared
-            .config_gen
-            .load(std::sync::atomic::Ordering::Acquire);
+        let gen = self.shared.config_gen.load(Ordering::Acquire);
         if gen != self.config_gen {
             let c = self.shared.config.read();
             self.conf.proto_max_bulk_len = c.limits.proto_max_bulk_len;

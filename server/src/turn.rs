@@ -21,15 +21,16 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args, Reply};
 use slab::Slab;
 
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::error::{protocol_error, OpError};
 use crate::session::ConnState;
-use crate::shard::{Msg, Worker};
+use crate::shard::{Answer, Direct, Handoff, Msg, ReplySink, Worker};
 
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -40,6 +41,20 @@ enum Parked {
     Conn(usize, Args),
     /// A protocol error's reply: the last reply before the connection closes.
     Error(Reply),
+}
+
+/// A connection's transport as the turn sees it: only, if it has one, the
+/// socket another shard may write a reply to directly (see [`Direct`]).
+pub trait Transport {
+    /// The socket, shared; `None` for a transport with no socket.
+    fn sink(&self) -> Option<Arc<dyn ReplySink>>;
+}
+
+/// The harness's transport: no socket, every reply goes through the turn.
+impl Transport for () {
+    fn sink(&self) -> Option<Arc<dyn ReplySink>> {
+        None
+    }
 }
 
 /// One connection: its transport (`io`, never touched here), its protocol
@@ -59,6 +74,8 @@ pub struct Conn<T> {
     /// Set by the transport: the socket may hold bytes not read yet
     /// (readiness came while the connection waited, or it used its budget).
     pub unread: bool,
+    /// The handoff of the reply another shard writes directly, while owed.
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl<T> Conn<T> {
@@ -82,6 +99,13 @@ impl<T> Conn<T> {
     pub fn waiting(&self) -> bool {
         self.pipe.owed() > 0
     }
+
+    /// Called when the connection is readable while it waits: true when the
+    /// reply another shard writes directly is already answered (its answer
+    /// is in this thread's mailbox, for the next turn to take).
+    pub fn want_answer(&self) -> bool {
+        self.handoff.as_ref().is_some_and(|h| h.want())
+    }
 }
 
 /// One thread's connections and its outbox (see the module documentation).
@@ -93,9 +117,11 @@ pub struct Turn<T> {
     resumed: Vec<usize>,
     /// Per thread, whether a message was posted to it without a ring.
     posted: Vec<bool>,
+    /// Where a reply written directly is encoded.
+    scratch: BytesMut,
 }
 
-impl<T> Turn<T> {
+impl<T: Transport> Turn<T> {
     /// A thread's turn state, with no connections.
     pub fn new(worker: Rc<Worker>) -> Turn<T> {
         let outbox = Outbox::new(worker.shared.shards);
@@ -107,6 +133,7 @@ impl<T> Turn<T> {
             dirty: Vec::new(),
             resumed: Vec::new(),
             posted,
+            scratch: BytesMut::new(),
         }
     }
 
@@ -126,6 +153,7 @@ impl<T> Turn<T> {
             parked: None,
             listed: false,
             unread: true,
+            handoff: None,
         })
     }
 
@@ -155,38 +183,78 @@ impl<T> Turn<T> {
     pub fn deliver(&mut self, msg: Msg) -> Option<std::net::TcpStream> {
         match msg {
             Msg::Conn(stream) => return Some(stream),
-            Msg::Batch { from, jobs } => {
+            Msg::Batch { from, jobs, direct } => {
                 let stopping = self.worker.shared.shutting_down.load(Ordering::SeqCst);
                 // A shard that is shutting down runs nothing more.
                 let replies = match stopping {
                     true => vec![OpError::ShardUnavailable.reply(); jobs.len()],
                     false => self.worker.shard.borrow_mut().run_batch(jobs),
                 };
+                let mut answers: Vec<Answer> = replies.into_iter().map(Answer::Reply).collect();
+                for d in &direct {
+                    let answer = std::mem::replace(&mut answers[d.job], Answer::Sent);
+                    if let Answer::Reply(reply) = answer {
+                        answers[d.job] = self.write_direct(d, reply);
+                    }
+                }
+                // Replies the sender must write get it rung before this
+                // thread sleeps; answers already sent need no ring (the
+                // handoff below covers a sender that waits for them).
+                let ring = answers.iter().any(|a| !matches!(a, Answer::Sent));
                 let msg = Msg::Replies {
                     from: self.worker.id,
-                    replies,
+                    answers,
                 };
                 // A sender that is gone (shutdown) wants no replies.
-                let _ = self.worker.mailboxes[from].post(msg);
-                self.posted[from] = true;
+                let mailbox = &self.worker.mailboxes[from];
+                let _ = mailbox.post(msg);
+                self.posted[from] |= ring;
+                if direct.iter().any(|d| d.handoff.done()) {
+                    mailbox.ring();
+                }
             }
-            Msg::Replies { from, replies } => {
+            Msg::Replies { from, answers } => {
                 let routes = self.outbox.answered(from);
-                for (route, reply) in routes.into_iter().zip(replies) {
-                    self.fill(route, reply);
+                for (route, answer) in routes.into_iter().zip(answers) {
+                    self.fill(route, answer);
                 }
             }
         }
         None
     }
 
-    fn fill(&mut self, route: Route, reply: Reply) {
+    /// Encodes `reply` and writes it to the connection of `d`; what the
+    /// socket did not take goes back as [`Answer::Rest`].
+    fn write_direct(&mut self, d: &Direct, reply: Reply) -> Answer {
+        let stats = self.worker.shard.borrow().stats.clone();
+        if reply.is_error() {
+            stats.count_reply(&reply);
+        }
+        self.scratch.clear();
+        reply.encode(d.proto, &mut self.scratch);
+        let n = match d.sink.write_now(&self.scratch) {
+            Ok(n) => n,
+            // The connection's own thread sees the failure and closes it.
+            Err(_) => self.scratch.len(),
+        };
+        let counters = &self.worker.shared.counters;
+        counters
+            .total_net_output_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        match n == self.scratch.len() {
+            true => Answer::Sent,
+            false => Answer::Rest(Bytes::copy_from_slice(&self.scratch[n..])),
+        }
+    }
+
+    fn fill(&mut self, route: Route, answer: Answer) {
         let Some(c) = self.conns.get_mut(route.conn) else {
             return;
         };
-        if !c.pipe.fill(route, reply) {
+        if !c.pipe.fill(route, answer) {
             return;
         }
+        c.handoff = None;
         if c.io.is_none() {
             // Closed while replies were owed: nothing routes here any more.
             self.conns.remove(route.conn);
@@ -225,9 +293,34 @@ impl<T> Turn<T> {
     /// Ends a turn: sends every batch queued in it, and makes what ran
     /// inline visible to INFO and DBSIZE readers.
     pub fn end(&mut self) {
-        let lost = self.outbox.send(&self.worker, &mut self.posted);
+        let conns = &mut self.conns;
+        let direct = |routes: &[Route]| {
+            let mut direct = Vec::new();
+            for (job, route) in routes.iter().enumerate() {
+                let Some(c) = conns.get_mut(route.conn) else {
+                    continue;
+                };
+                if !c.out.is_empty() || !c.pipe.only(route) {
+                    continue;
+                }
+                let Some(sink) = c.io.as_ref().and_then(T::sink) else {
+                    continue;
+                };
+                let handoff = Arc::new(Handoff::default());
+                c.handoff = Some(handoff.clone());
+                let proto = c.state.proto;
+                direct.push(Direct {
+                    job,
+                    sink,
+                    proto,
+                    handoff,
+                });
+            }
+            direct
+        };
+        let lost = self.outbox.send(&self.worker, &mut self.posted, direct);
         for route in lost {
-            self.fill(route, OpError::ShardUnavailable.reply());
+            self.fill(route, Answer::Reply(OpError::ShardUnavailable.reply()));
         }
         self.worker.shard.borrow_mut().publish();
     }
