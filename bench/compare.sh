@@ -5,6 +5,8 @@
 #   bench/compare.sh --quick    # a smoke run of about a minute
 #   bench/compare.sh --skip-throughput --skip-crosscheck --out /tmp/memory.md
 #                               # memory and reclamation only (under 2 minutes)
+#   bench/compare.sh --first-only --rounds 1 --out /tmp/first.md
+#                               # only "the first benchmark a user runs" (about 50 s)
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

@@ -4,8 +4,8 @@
 //! ratios do not come from `leasehold-bench`.
 
 use std::path::Path;
-use std::process::Command;
 
+use super::redis_benchmark;
 use super::servers::{shell_join, Kind, Server};
 use super::table::thousands;
 use super::workloads::{Side, RATE_LIMITS};
@@ -21,20 +21,6 @@ pub struct Check {
     pub redis: Option<f64>,
     /// Leasehold's requests/s.
     pub leasehold: Option<f64>,
-}
-
-/// Parses `redis-benchmark --csv` output into (test, rps) pairs.
-pub fn parse_csv(text: &str) -> Vec<(String, f64)> {
-    text.lines()
-        .skip_while(|l| !l.starts_with("\"test\""))
-        .skip(1)
-        .filter_map(|l| {
-            let mut cells = l.split(',').map(|c| c.trim_matches('"'));
-            let test = cells.next()?.to_string();
-            let rps = cells.next()?.parse().ok()?;
-            Some((test, rps))
-        })
-        .collect()
 }
 
 /// What one redis-benchmark run sends: `-t` tests, or one command's words.
@@ -74,13 +60,11 @@ fn run(
         server.kind.label(),
         shell_join(&args)
     ));
-    Command::new("redis-benchmark")
-        .args(&args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| parse_csv(&String::from_utf8_lossy(&o.stdout)))
-        .unwrap_or_default()
+    let out = redis_benchmark::run(&args);
+    if out.error.is_some() {
+        return Vec::new();
+    }
+    out.rows.into_iter().map(|r| (r.test, r.rps)).collect()
 }
 
 /// A row template as redis-benchmark words: `__key__` becomes its
@@ -178,15 +162,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn csv_and_table() {
-        let csv = "\"test\",\"rps\",\"avg_latency_ms\"\n\"SET\",\"353982.31\",\"2.075\"\n\"GET\",\"351493.84\",\"2.053\"\n";
-        assert_eq!(
-            parse_csv(csv),
-            [
-                ("SET".to_string(), 353982.31),
-                ("GET".to_string(), 351493.84)
-            ]
-        );
+    fn table_shows_the_ratio() {
         let t = table(&[Check {
             test: "SET".into(),
             pipeline: 16,

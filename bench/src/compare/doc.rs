@@ -16,6 +16,8 @@ pub struct Page<'a> {
     pub args: &'a CompareArgs,
     /// Redis and Leasehold, in that order.
     pub servers: [&'a Server; 2],
+    /// The first benchmark a user runs (None with `--skip-first`).
+    pub first: Option<&'a super::first::Section>,
     /// Throughput rows.
     pub rows: &'a [RowResult],
     /// Memory rows (empty with `--skip-memory`).
@@ -129,6 +131,9 @@ pub fn render(p: &Page<'_>) -> String {
         p.servers[0].command_line,
         p.servers[1].command_line,
     ));
+    if let Some(f) = p.first {
+        s.push_str(&super::first::section(f));
+    }
     s.push_str("## Throughput\n\nWhere the time goes, from profiles, and what would move each row: [performance.md](performance.md).\n\n");
     if p.rows.is_empty() {
         s.push_str(

@@ -8,16 +8,21 @@
 //!
 //! # Layout
 //! - [`servers`]: starting and stopping the two servers.
+//! - [`first`]: "the first benchmark a user runs", `redis-benchmark -q` on
+//!   Redis and Leasehold at two thread counts, and its targets.
 //! - [`workloads`]: the rows (what each server is sent).
 //! - [`table`]: medians, noise, and the throughput table.
 //! - [`memory`]: memory per key and reclamation.
 //! - [`crosscheck`]: the same servers under Redis's own redis-benchmark.
+//! - [`redis_benchmark`]: running redis-benchmark and reading its `--csv`.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
 pub mod doc;
+pub mod first;
 pub mod lease;
 pub mod memory;
+pub mod redis_benchmark;
 pub mod servers;
 pub mod table;
 pub mod workloads;
@@ -75,6 +80,18 @@ pub struct CompareArgs {
     /// Only throughput rows whose name contains this text (for trials).
     #[arg(long)]
     pub only: Option<String>,
+    /// Skip "the first benchmark a user runs" (`redis-benchmark -q` on
+    /// Redis, Leasehold at --threads and Leasehold --threads 1).
+    #[arg(long)]
+    pub skip_first: bool,
+    /// Run only "the first benchmark a user runs" (for trials).
+    #[arg(long, conflicts_with = "skip_first")]
+    pub first_only: bool,
+    /// Requests per redis-benchmark test at -P 1 in the first-benchmark
+    /// section; -P 16 runs 10 times as many (about 1-2 s per test on 2 cores;
+    /// 10 000 with --quick).
+    #[arg(long, default_value_t = 100_000)]
+    pub first_requests: u64,
     /// Skip the redis-benchmark cross-check.
     #[arg(long)]
     pub skip_crosscheck: bool,
@@ -106,6 +123,13 @@ impl CompareArgs {
             a.memory_keys = a.memory_keys.min(20_000);
             a.memory_limit_keys = a.memory_limit_keys.min(2_000);
             a.reclaim_limit = a.reclaim_limit.min(30);
+            a.first_requests = a.first_requests.min(10_000);
+        }
+        if a.first_only {
+            a.skip_throughput = true;
+            a.skip_crosscheck = true;
+            a.skip_memory = true;
+            a.skip_lease = true;
         }
         a
     }
@@ -253,6 +277,21 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     let redis = Server::start(Kind::Redis, &args.redis_bin, args.threads)?;
     let leasehold = Server::start(Kind::Leasehold, &leasehold_bin, args.threads)?;
     eprintln!("redis on :{}, leasehold on :{}", redis.port, leasehold.port);
+    let mut commands: Vec<String> = Vec::new();
+    // First, on fresh servers, as a newcomer meets them; it leaves them empty.
+    let first = if args.skip_first {
+        None
+    } else {
+        Some(first::run(
+            &redis,
+            &leasehold,
+            &leasehold_bin,
+            args.threads,
+            args.rounds,
+            args.first_requests,
+            &mut commands,
+        )?)
+    };
     let runner = Runner {
         exe,
         lua_dir: args.lua_dir.clone(),
@@ -286,7 +325,6 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             leasehold: probe(Kind::Leasehold),
         });
     }
-    let mut commands: Vec<String> = Vec::new();
     for round in 0..args.rounds {
         for (i, row) in rows.iter_mut().enumerate() {
             // Alternate which server goes first so neither always runs warm.
@@ -361,6 +399,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     let page = doc::render(&doc::Page {
         args: &args,
         servers: [&redis, &leasehold],
+        first: first.as_ref(),
         rows: &rows,
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),

@@ -101,6 +101,14 @@ pub fn spread(v: &[f64]) -> Option<f64> {
     (m > 0.0).then(|| (max - min) / m)
 }
 
+/// "noisy: {label} runs spread N%" when `spread` (see [`spread`]) is over
+/// [`NOISY_SPREAD`].
+pub fn noisy_note(label: &str, spread: Option<f64>) -> Option<String> {
+    spread
+        .filter(|&sp| sp > NOISY_SPREAD)
+        .map(|sp| format!("noisy: {label} runs spread {:.0}%", sp * 100.0))
+}
+
 /// An integer with thousands separators (`1 234 567`).
 pub fn thousands(x: f64) -> String {
     let digits = format!("{:.0}", x.max(0.0));
@@ -132,9 +140,7 @@ fn p99_cell(s: &SideResult) -> String {
 fn notes(row: &RowResult) -> String {
     let mut notes = Vec::new();
     for (label, side) in [("Redis", &row.redis), ("Leasehold", &row.leasehold)] {
-        if let Some(sp) = side.spread().filter(|&sp| sp > NOISY_SPREAD) {
-            notes.push(format!("noisy: {label} runs spread {:.0}%", sp * 100.0));
-        }
+        notes.extend(noisy_note(label, side.spread()));
         if let (n @ 1.., first) = side.errors() {
             notes.push(format!(
                 "{label}: {n} error replies ({})",
