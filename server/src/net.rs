@@ -61,6 +61,8 @@ pub type Timer<'a> = &'a mut dyn FnMut(&Worker, Instant) -> Instant;
 struct Socket {
     stream: Arc<Stream>,
     fd: RawFd,
+    /// Registered for writable events (output waits for the socket).
+    write_interest: bool,
 }
 
 #[derive(Debug)]
@@ -94,6 +96,7 @@ impl Socket {
         Socket {
             stream: Arc::new(Stream(stream)),
             fd,
+            write_interest: false,
         }
     }
 
@@ -240,8 +243,9 @@ impl Loop {
                 WAKE => {}
                 LISTENER => accept = true,
                 Token(k) => {
+                    let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                     if let Some(c) = self.turn.get_mut(k) {
-                        c.unread = true;
+                        c.unread |= input;
                     }
                     self.work.push(k);
                 }
@@ -418,7 +422,21 @@ impl Loop {
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        if written == c.out.len() {
+        let blocked = written < c.out.len();
+        if let Some(io) = c.io() {
+            if io.write_interest != blocked {
+                // Writable events only while output waits: otherwise every
+                // ACK that frees send buffer would raise one.
+                io.write_interest = blocked;
+                let interest = match blocked {
+                    true => Interest::READABLE | Interest::WRITABLE,
+                    false => Interest::READABLE,
+                };
+                let source = &mut SourceFd(&io.fd);
+                let _ = self.poll.registry().reregister(source, Token(k), interest);
+            }
+        }
+        if !blocked {
             if c.out.capacity() > KEEP_OUTPUT_CAPACITY {
                 c.out = bytes::BytesMut::with_capacity(READ_CHUNK);
             } else {
@@ -511,11 +529,10 @@ impl Loop {
         let socket = Socket::new(stream);
         let fd = socket.fd;
         let key = self.turn.insert(socket, state);
-        let interest = Interest::READABLE | Interest::WRITABLE;
-        let registered = self
-            .poll
-            .registry()
-            .register(&mut SourceFd(&fd), Token(key), interest);
+        let registered =
+            self.poll
+                .registry()
+                .register(&mut SourceFd(&fd), Token(key), Interest::READABLE);
         if let Err(e) = registered {
             tracing::warn!("cannot register socket: {e}");
             self.turn.close(key);
