@@ -296,7 +296,7 @@ impl Loop {
             self.write(k);
             return;
         }
-        if c.waiting() || c.state.close {
+        if c.waiting() {
             c.unread = true;
             if c.want_answer() {
                 // Its answer was posted after this turn emptied the mailbox.
@@ -304,9 +304,15 @@ impl Loop {
             }
             return;
         }
-        if !std::mem::take(&mut c.unread) {
-            // Resumed with nothing seen on its socket since it was read.
+        if c.state.close {
+            // Closing by itself: `write` closes it once its output is out.
+            return;
+        }
+        if c.hangup || !std::mem::take(&mut c.unread) {
+            // Resumed with nothing seen on its socket since it was read, or
+            // the client sent all it will: answer what is owed.
             self.turn.serve(k);
+            self.close_if_done(k);
             return;
         }
         let mut total = 0;
@@ -376,11 +382,21 @@ impl Loop {
             c.rbuf = bytes::BytesMut::with_capacity(READ_CHUNK);
         }
         if hangup {
-            // The client sent all it will: answer what it sent, then close.
-            c.state.close = true;
-            if !c.waiting() {
-                self.write(k);
-            }
+            // The client sent all it will: answer what it sent (connection
+            // commands after remote ones included), then close.
+            c.hangup = true;
+            self.close_if_done(k);
+        }
+    }
+
+    /// Closes a connection whose client hung up once nothing is owed to it
+    /// and its output is written.
+    fn close_if_done(&mut self, k: usize) {
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        if c.hangup && !c.waiting() && c.out.is_empty() {
+            self.close(k);
         }
     }
 
@@ -442,7 +458,7 @@ impl Loop {
             } else {
                 c.out.clear();
             }
-            if c.state.close && !c.waiting() {
+            if (c.state.close || c.hangup) && !c.waiting() {
                 if let Some(io) = c.io() {
                     let _ = io.stream().shutdown(std::net::Shutdown::Write);
                 }

@@ -74,6 +74,9 @@ pub struct Conn<T> {
     /// Set by the transport: the socket may hold bytes not read yet
     /// (readiness came while the connection waited, or it used its budget).
     pub unread: bool,
+    /// Set by the transport: the client closed its side; the connection
+    /// closes once everything it sent is answered.
+    pub hangup: bool,
     /// The handoff of the reply another shard writes directly, while owed.
     handoff: Option<Arc<Handoff>>,
 }
@@ -153,6 +156,7 @@ impl<T: Transport> Turn<T> {
             parked: None,
             listed: false,
             unread: true,
+            hangup: false,
             handoff: None,
         })
     }

@@ -145,3 +145,21 @@ on_1_and_2_threads! {
         assert_eq!(me.call("PING"), "+PONG\r\n");
     }
 }
+
+// A client that sends a pipeline and closes its side (`printf ... | nc`)
+// gets every reply, then the close, as from Redis: here writes on both
+// shards ("a" and "b" hash to different ones), a connection command that
+// waits for them, and a read after it.
+on_1_and_2_threads! {
+    fn half_close_answers_everything_sent(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.send(b"SET a 1\r\nSET b 2\r\nCLIENT SETNAME half\r\nMGET a b\r\n");
+        c.stream().shutdown(std::net::Shutdown::Write).unwrap();
+        c.expect_closed_after(
+            "+OK\r\n+OK\r\n+OK\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+            Duration::from_secs(5),
+        );
+        assert_eq!(server.raw().call("MGET a b"), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    }
+}
