@@ -147,11 +147,6 @@ impl Outbox {
     pub fn answered(&mut self, shard: usize) -> Vec<Route> {
         self.in_flight[shard].pop_front().unwrap_or_default()
     }
-
-    /// Whether batches are in flight (replies are still to come).
-    pub fn waiting(&self) -> bool {
-        self.in_flight.iter().any(|q| !q.is_empty())
-    }
 }
 
 impl Pipeline {

@@ -13,6 +13,15 @@
 //! A client that stops reading blocks only itself: its replies wait in its
 //! output buffer, and it is not read again until they are written (TCP
 //! backpressure), while every other connection goes on.
+//!
+//! Waking another thread costs a system call and, on a busy 2-core machine,
+//! a context switch, so messages to other threads are posted without a
+//! wakeup, and the thread's doorbell is rung only when the poster is about
+//! to sleep (after a non-blocking poll found nothing more to do) or a post
+//! has waited [`RING_AFTER`]: under load the other thread usually wakes for
+//! its own sockets first and finds the message. The loop's only timeout is
+//! the thread's timer (active expiry); mio rounds it up to whole
+//! milliseconds.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -47,7 +56,7 @@ const LISTENER: Token = Token(usize::MAX - 2);
 /// How long accepting pauses after an error such as too many open files.
 /// Longest a message posted to another thread waits unrung while this
 /// thread is busy (and the other may be asleep).
-const RING_AFTER: Duration = Duration::from_micros(50);
+pub const RING_AFTER: Duration = Duration::from_micros(50);
 const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
 /// A thread's periodic work (active expiry): called when its deadline has

@@ -166,16 +166,6 @@ impl<T: Transport> Turn<T> {
         self.conns.get_mut(key).filter(|c| c.io.is_some())
     }
 
-    /// Number of connections (open or waiting to be dropped).
-    pub fn len(&self) -> usize {
-        self.conns.len()
-    }
-
-    /// Whether there are no connections.
-    pub fn is_empty(&self) -> bool {
-        self.conns.is_empty()
-    }
-
     /// Starts a turn: every command of it sees one clock reading.
     pub fn begin(&mut self) {
         self.worker.shard.borrow_mut().tick();
@@ -360,11 +350,6 @@ impl<T: Transport> Turn<T> {
     /// Whether connections were resumed and not yet served.
     pub fn has_resumed(&self) -> bool {
         !self.resumed.is_empty()
-    }
-
-    /// Whether batches this thread sent are not answered yet.
-    pub fn waiting(&self) -> bool {
-        self.outbox.waiting()
     }
 
     /// The keys of open connections marked killed (CLIENT KILL, shutdown),
