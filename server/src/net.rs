@@ -180,7 +180,10 @@ pub fn run(
             timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
         }
         lp.ring_posted(now, false);
-        let busy = !lp.again.is_empty() || lp.turn.has_resumed() || !lp.mailbox.is_empty();
+        let busy = !lp.again.is_empty()
+            || lp.turn.has_resumed()
+            || lp.turn.has_dirty()
+            || !lp.mailbox.is_empty();
         if !busy && lp.unrung.iter().any(Option::is_some) {
             // Before sleeping with messages posted and not rung: if more
             // readiness is already there, run that turn first (the other
@@ -467,14 +470,23 @@ impl Loop {
             } else {
                 c.out.clear();
             }
-            if (c.state.close || c.hangup) && !c.waiting() {
+            // Answers that came back and input read while the output waited
+            // are served now; new output is written in this turn or the next.
+            self.turn.serve(k);
+            let Some(c) = self.turn.get_mut(k) else {
+                return;
+            };
+            if !c.out.is_empty() || c.waiting() {
+                return;
+            }
+            if c.state.close || c.hangup {
                 if let Some(io) = c.io() {
                     let _ = io.stream().shutdown(std::net::Shutdown::Write);
                 }
                 self.close(k);
-            } else if !c.waiting() && !c.rbuf.is_empty() {
-                // Input left unserved while the output was blocked.
-                self.turn.serve(k);
+            } else if c.unread {
+                // Readiness came while the output waited: read it next turn.
+                self.again.push(k);
             }
         } else {
             let _ = c.out.split_to(written);

@@ -347,6 +347,11 @@ impl<T: Transport> Turn<T> {
         std::mem::take(&mut self.resumed)
     }
 
+    /// Whether connections have output listed and not yet taken.
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
     /// Whether connections were resumed and not yet served.
     pub fn has_resumed(&self) -> bool {
         !self.resumed.is_empty()

@@ -163,3 +163,30 @@ on_1_and_2_threads! {
         assert_eq!(server.raw().call("MGET a b"), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
     }
 }
+
+// A reply too big for the socket's buffer ("a" holds 8 MB) is written over
+// several turns; a connection command that waited for it, and a reply that
+// came back from another shard meanwhile ("b" and "d" are on the shards
+// "a" is not and is on), still follow it, in order, on connections of every
+// thread.
+on_1_and_2_threads! {
+    fn replies_after_a_blocked_write_follow_it(threads) {
+        let server = TestServer::start(threads);
+        let big = vec![b'x'; 8 << 20];
+        let mut c = server.raw();
+        assert_eq!(c.call_args(&[b"SET", b"a", &big]), "+OK\r\n");
+        assert_eq!(c.call("MSET b 2 d 4"), "+OK\r\n");
+        let mut head = format!("${}\r\n", big.len()).into_bytes();
+        head.extend_from_slice(&big);
+        head.extend_from_slice(b"\r\n");
+        for (i, (key, value)) in [("b", "2"), ("d", "4")].iter().cycle().take(8).enumerate() {
+            let mut c = server.raw();
+            let get = leasehold_tests::cmd(&format!("GET {key}"));
+            c.send(&[leasehold_tests::cmd("GET a"), leasehold_tests::cmd("CLIENT GETNAME"), get].concat());
+            let tail = format!("$-1\r\n$1\r\n{value}\r\n");
+            let got = c.read_exact_raw(head.len() + tail.len(), Duration::from_secs(10));
+            assert!(got[..head.len()] == head[..], "connection {i}: the big value comes first, whole");
+            assert_eq!(String::from_utf8_lossy(&got[head.len()..]), tail, "connection {i}");
+        }
+    }
+}
