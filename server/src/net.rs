@@ -53,10 +53,10 @@ const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
 /// The waker's token (the mailbox's doorbell).
 pub const WAKE: Token = Token(usize::MAX - 1);
 const LISTENER: Token = Token(usize::MAX - 2);
-/// How long accepting pauses after an error such as too many open files.
 /// Longest a message posted to another thread waits unrung while this
 /// thread is busy (and the other may be asleep).
 pub const RING_AFTER: Duration = Duration::from_micros(50);
+/// How long accepting pauses after an error such as too many open files.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
 /// A thread's periodic work (active expiry): called when its deadline has

@@ -46,7 +46,7 @@ pub struct Shard {
     pub shards: usize,
     /// The keyspace.
     pub store: Store,
-    /// The clock reading for the command being run (one snapshot per command).
+    /// The clock reading for the command being run (one snapshot per turn or batch).
     pub now: Now,
     /// The configuration handlers read.
     pub conf: ShardConf,
@@ -236,8 +236,9 @@ impl Shard {
     }
 
     /// Reads the clocks into [`Shard::now`] (and the configuration into
-    /// [`Shard::conf`] if CONFIG SET changed it). Called once per read
-    /// (inline commands) and once per batch (commands from other threads):
+    /// [`Shard::conf`] if CONFIG SET changed it). Called once per turn of the
+    /// thread's event loop (inline commands), after a connection command,
+    /// and once per batch (commands from other threads):
     /// every command in it sees one snapshot, and the clock costs nothing
     /// per command.
     pub fn tick(&mut self) {

@@ -5,8 +5,8 @@
 //!
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
 //! `{clock, slot, error, config}` -> `ratelimit` -> `{state, store,
-//! effects}` -> `shard` -> `{commands, session}` -> `dispatch` -> `net` ->
-//! `runtime` -> `harness`.
+//! effects}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
+//! `net` -> `runtime` -> `harness`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
