@@ -155,6 +155,11 @@ impl Pipeline {
         self.slots.is_empty()
     }
 
+    /// Requests planned and not yet encoded.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Replies still to come back from other shards.
     pub fn owed(&self) -> usize {
         self.owed

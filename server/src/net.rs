@@ -320,6 +320,20 @@ impl Loop {
             // Closing by itself: `write` closes it once its output is out.
             return;
         }
+        // Catch up before reading more: encode answers that came back, run
+        // a parked connection command, go on with a pipeline stopped at
+        // MAX_PIPELINE. New output is written before anything more is read.
+        self.turn.serve(k);
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        if !c.out.is_empty() {
+            self.write(k);
+            return;
+        }
+        if c.waiting() || c.state.close {
+            return;
+        }
         if c.hangup || !std::mem::take(&mut c.unread) {
             // Resumed with nothing seen on its socket since it was read, or
             // the client sent all it will: answer what is owed.

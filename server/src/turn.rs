@@ -35,6 +35,11 @@ use crate::shard::{Answer, Direct, Handoff, Msg, ReplySink, Worker};
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
 
+/// Most requests of one connection planned before its replies are encoded
+/// and written: a client that pipelines without reading gets at most this
+/// many replies buffered per turn, and is not read again until they are out.
+pub const MAX_PIPELINE: usize = 256;
+
 /// A request that waits until the pipeline owes nothing.
 enum Parked {
     /// A connection command (table index, arguments).
@@ -276,7 +281,10 @@ impl<T: Transport> Turn<T> {
                 outbox: &mut self.outbox,
                 conn: key,
             };
-            serve_conn(&mut at, c);
+            if serve_conn(&mut at, c) && c.pipe.owed() == 0 {
+                // Stopped at MAX_PIPELINE: go on at the next turn.
+                self.resumed.push(key);
+            }
         }
         if (!c.out.is_empty() || c.state.close) && !c.listed {
             c.listed = true;
@@ -393,14 +401,15 @@ impl<T: Transport> Turn<T> {
     }
 }
 
-/// The body of [`Turn::serve`] for a connection that owes nothing.
-fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) {
+/// The body of [`Turn::serve`] for a connection that owes nothing. True
+/// when it stopped at [`MAX_PIPELINE`] with requests left in the buffer.
+fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
     loop {
         if let Some(parked) = c.parked.take() {
             if c.pipe.owed() > 0 {
                 c.parked = Some(parked);
-                return;
+                return false;
             }
             c.pipe.encode(worker, c.state.proto, &mut c.out);
             match parked {
@@ -421,9 +430,15 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) {
                 }
             }
             if c.state.close {
-                return;
+                return false;
             }
             continue;
+        }
+        if c.pipe.len() >= MAX_PIPELINE {
+            if c.pipe.owed() == 0 {
+                c.pipe.encode(worker, c.state.proto, &mut c.out);
+            }
+            return true;
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
@@ -443,4 +458,5 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) {
     if c.pipe.owed() == 0 && !c.pipe.is_empty() {
         c.pipe.encode(worker, c.state.proto, &mut c.out);
     }
+    false
 }

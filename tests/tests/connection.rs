@@ -190,3 +190,27 @@ on_1_and_2_threads! {
         }
     }
 }
+
+// A pipeline far longer than one turn plans for one connection (3000
+// requests in one write, on both shards, a connection command among them)
+// is answered whole and in order.
+on_1_and_2_threads! {
+    fn a_long_pipeline_is_answered_in_order(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let mut sent = Vec::new();
+        let mut want = String::new();
+        for i in 1..=1500 {
+            sent.extend(leasehold_tests::cmd("INCR a"));
+            sent.extend(leasehold_tests::cmd("INCR b"));
+            want.push_str(&format!(":{i}\r\n:{i}\r\n"));
+            if i == 700 {
+                sent.extend(leasehold_tests::cmd("CLIENT GETNAME"));
+                want.push_str("$-1\r\n");
+            }
+        }
+        c.send(&sent);
+        let got = c.read_exact_raw(want.len(), Duration::from_secs(10));
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+}
