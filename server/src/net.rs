@@ -7,7 +7,8 @@
 //! sent and route the replies that came back; read every readable
 //! connection (at most [`READ_BUDGET`] bytes each, so one huge or fast
 //! client delays the others' turn by a bounded amount; the rest waits for
-//! the next turn) and plan what it sent; send each other shard one batch
+//! the next turn) and plan what it sent (at most `MAX_PIPELINE` requests
+//! per connection before its replies are written); send each other shard one batch
 //! for all of the turn's connections; write every connection's replies.
 //!
 //! A client that stops reading blocks only itself: its replies wait in its
