@@ -208,7 +208,9 @@ impl<T: Transport> Turn<T> {
                 let mailbox = &self.worker.mailboxes[from];
                 let _ = mailbox.post(msg);
                 self.posted[from] |= ring;
-                if direct.iter().any(|d| d.handoff.done()) {
+                // Every handoff is marked, then one ring if any was wanted.
+                let wanted = direct.iter().filter(|d| d.handoff.done()).count();
+                if wanted > 0 {
                     mailbox.ring();
                 }
             }
@@ -231,10 +233,9 @@ impl<T: Transport> Turn<T> {
         }
         self.scratch.clear();
         reply.encode(d.proto, &mut self.scratch);
-        let n = match d.sink.write_now(&self.scratch) {
-            Ok(n) => n,
-            // The connection's own thread sees the failure and closes it.
-            Err(_) => self.scratch.len(),
+        // A failed socket is the connection's own thread's to see and close.
+        let Ok(n) = d.sink.write_now(&self.scratch) else {
+            return Answer::Sent;
         };
         let counters = &self.worker.shared.counters;
         counters
