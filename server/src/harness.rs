@@ -124,12 +124,15 @@ impl Server {
                     // The harness accepts no sockets.
                     let _ = turn.deliver(msg);
                 }
-                for k in turn.take_resumed() {
+                let mut resumed = Vec::new();
+                turn.take_resumed(&mut resumed);
+                for k in resumed {
                     moved = true;
                     turn.serve(k);
                 }
                 turn.end();
-                turn.take_dirty();
+                // Output stays in each connection's buffer for its reader.
+                turn.take_dirty(&mut Vec::new());
             }
             if !moved {
                 break;
@@ -287,7 +290,7 @@ impl Harness {
             c.rbuf.extend_from_slice(bytes);
             turn.serve(self.key);
             turn.end();
-            turn.take_dirty();
+            turn.take_dirty(&mut Vec::new());
         }
         self.server.settle();
         let mut out = BytesMut::new();

@@ -128,6 +128,8 @@ struct Loop {
     work: Vec<usize>,
     /// Connections that used their read budget: read again next turn.
     again: Vec<usize>,
+    /// Connections to write at the end of this turn.
+    writes: Vec<usize>,
     /// Where reads land before they are appended to a read buffer.
     scratch: Box<[u8]>,
     /// Per thread, since when a message posted to it waits without a ring.
@@ -162,6 +164,7 @@ pub fn run(
         turn: Turn::new(worker.clone()),
         work: Vec::new(),
         again: Vec::new(),
+        writes: Vec::new(),
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
         unrung: vec![None; worker.shared.shards],
         fresh: Vec::new(),
@@ -284,7 +287,7 @@ impl Loop {
             }
         }
         self.work.append(&mut self.again);
-        self.work.append(&mut self.turn.take_resumed());
+        self.turn.take_resumed(&mut self.work);
         let mut work = std::mem::take(&mut self.work);
         for &k in &work {
             self.read_and_serve(k);
@@ -292,9 +295,13 @@ impl Loop {
         work.clear();
         self.work = work;
         self.turn.end();
-        for k in self.turn.take_dirty() {
+        let mut writes = std::mem::take(&mut self.writes);
+        self.turn.take_dirty(&mut writes);
+        for &k in &writes {
             self.write(k);
         }
+        writes.clear();
+        self.writes = writes;
     }
 
     /// Reads connection `k` (within the budget) and serves what it sent.
@@ -337,8 +344,7 @@ impl Loop {
         }
         if c.hangup || !std::mem::take(&mut c.unread) {
             // Resumed with nothing seen on its socket since it was read, or
-            // the client sent all it will: answer what is owed.
-            self.turn.serve(k);
+            // the client sent all it will: served above, closed if done.
             self.close_if_done(k);
             return;
         }
@@ -388,8 +394,6 @@ impl Loop {
             h.last_cmd_ms
                 .store(h.created.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
-        // Also when nothing was read: a resumed connection's replies came
-        // back, and what it sent while it waited is still to be planned.
         self.turn.serve(k);
         let Some(c) = self.turn.get_mut(k) else {
             return;

@@ -338,22 +338,23 @@ impl<T: Transport> Turn<T> {
         }
     }
 
-    /// The connections with output to write (or to close), listed once each
-    /// since the last call.
-    pub fn take_dirty(&mut self) -> Vec<usize> {
+    /// Moves into `into` the connections with output to write (or to
+    /// close), listed once each since the last call. The lists keep their
+    /// capacity: no allocation per turn.
+    pub fn take_dirty(&mut self, into: &mut Vec<usize>) {
         for &k in &self.dirty {
             if let Some(c) = self.conns.get_mut(k) {
                 c.listed = false;
             }
         }
-        std::mem::take(&mut self.dirty)
+        into.append(&mut self.dirty);
     }
 
-    /// The connections whose owed replies all came back since the last
-    /// call: to be served again (and read, since they were not while they
-    /// waited).
-    pub fn take_resumed(&mut self) -> Vec<usize> {
-        std::mem::take(&mut self.resumed)
+    /// Moves into `into` the connections whose owed replies all came back
+    /// since the last call: to be served again (and read, since they were
+    /// not while they waited).
+    pub fn take_resumed(&mut self, into: &mut Vec<usize>) {
+        into.append(&mut self.resumed);
     }
 
     /// Whether connections have output listed and not yet taken.
