@@ -27,6 +27,7 @@ use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
 use crate::slot::{key_slot, slot_shard, SLOTS};
+use crate::state::Shared;
 
 /// What [`plan`] did with a request.
 #[derive(Debug)]
@@ -175,12 +176,13 @@ impl Pipeline {
     ) -> Part {
         if shard == at.worker.id {
             let mut s = at.worker.shard.borrow_mut();
-            return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, &mut args));
+            return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, cmd.link, &mut args));
         }
         let job = Job {
             cmd: cmd.idx,
             run: cmd.run,
             counted: cmd.counted,
+            link: cmd.link,
             args,
         };
         let route = Route {
@@ -262,6 +264,26 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// Empties the pipeline without encoding, as the replication link's
+    /// connection does (its records are never answered); returns how many
+    /// replies were errors. Call only when it owes nothing.
+    pub fn discard(&mut self) -> usize {
+        debug_assert_eq!(self.owed, 0, "replies are still owed");
+        let failed = |r: &Reply| r.is_error();
+        self.slots
+            .drain(..)
+            .filter(|s| match s {
+                Slot::Ready(r) => failed(r),
+                Slot::Split { parts, .. } => parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Ready(r) if failed(r))),
+                _ => false,
+            })
+            .count()
+    }
+}
+
 /// Where [`plan`] queues: the thread, its outbox, and the key of the
 /// connection being planned in the thread's connection table.
 pub struct At<'a> {
@@ -273,22 +295,25 @@ pub struct At<'a> {
     pub conn: usize,
 }
 
-/// A shard-side command as routed: its table index and handler, and
-/// whether the shard running it counts the call (not for the parts of a
-/// split command: see [`Job::counted`]).
+/// A shard-side command as routed: its table index and handler, whether
+/// the shard running it counts the call (not for the parts of a split
+/// command: see [`Job::counted`]), and whether it comes from the
+/// replication link (see [`Job::link`]).
 #[derive(Clone, Copy)]
 struct Cmd {
     idx: usize,
     run: ShardFn,
     counted: bool,
+    link: bool,
 }
 
 impl Cmd {
-    fn new(idx: usize, run: ShardFn) -> Cmd {
+    fn new(idx: usize, run: ShardFn, link: bool) -> Cmd {
         Cmd {
             idx,
             run,
             counted: true,
+            link,
         }
     }
 
@@ -302,13 +327,25 @@ impl Cmd {
 }
 
 /// The state checks every command passes before it runs or is routed,
-/// decided from its table row and the connection's state alone: today
-/// authentication (`NOAUTH` unless the row has `NO_AUTH`). A read-only
-/// replica's `-READONLY` for `WRITE` rows and cluster redirections belong
-/// here, beside it, so that no shard ever sees a command they refuse.
-fn check_state(conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
+/// decided from its table row, the connection's state and the node's role
+/// alone, so that no shard ever sees a command they refuse (a multi-shard
+/// write is refused whole, never half-applied): authentication (`NOAUTH`
+/// unless the row has `NO_AUTH`); while a replica loads a full sync,
+/// `-LOADING` unless the row has `LOADING`; on a replica, `-READONLY` for
+/// `WRITE` rows. The replication link's own records pass the last two.
+/// Cluster redirections will belong here too.
+fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
     if !conn.authenticated && !spec.has(flags::NO_AUTH) {
         return Err(OpError::NoAuth);
+    }
+    if conn.is_link() {
+        return Ok(());
+    }
+    if shared.repl.is_loading() && !spec.has(flags::LOADING) {
+        return Err(OpError::Loading);
+    }
+    if spec.has(flags::WRITE) && shared.repl.is_replica() {
+        return Err(OpError::ReadOnly);
     }
     Ok(())
 }
@@ -332,19 +369,20 @@ pub fn plan(
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return Planned::Queued;
     }
-    if let Err(e) = check_state(conn, spec) {
+    if let Err(e) = check_state(&worker.shared, conn, spec) {
         count_rejected(worker, idx);
         pipe.slots.push(Slot::Ready(e.reply()));
         return Planned::Queued;
     }
     let shards = worker.shared.shards;
     let args = Args::new(items);
+    let link = conn.is_link();
     match spec.exec {
         Exec::Conn(_) => return Planned::Conn(idx, args),
         Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
                 let shard = shard.unwrap_or(worker.id);
-                let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run), args);
+                let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
                 pipe.push_part(part);
             }
             Err(e) => {
@@ -360,11 +398,11 @@ pub fn plan(
                 .unwrap_or(0)
                 .min(SLOTS as u64 - 1);
             let shard = slot_shard(slot as u16, shards);
-            let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run), args);
+            let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
             pipe.push_part(part);
         }
         Exec::AllShards(run, merge) => {
-            let cmd = Cmd::new(idx, run).part();
+            let cmd = Cmd::new(idx, run, link).part();
             let parts = (0..shards)
                 .map(|s| pipe.run_on(at, s, s as u32, cmd, args.clone()))
                 .collect();
@@ -376,7 +414,7 @@ pub fn plan(
                 nkeys: 0,
             });
         }
-        Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run), args, merge),
+        Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run, link), args, merge),
     }
     Planned::Queued
 }

@@ -11,13 +11,15 @@
 //! `LH.RESTORE key KIND fields... PXAT ms` with Unix-ms instants. The same
 //! encoding serves a full sync: [`Effect`] of a stored entry recreates it.
 //!
-//! The backlog is a fixed-size ring, like Redis's `repl-backlog-size`; the
-//! offset counts every byte ever appended, so a reader that falls behind the
-//! ring knows it must resynchronise. A reader is told of new bytes by the
-//! wake hook ([`EffectLog::set_wake`]), fired at most once per batch, per
-//! flush of a connection's inline commands and per expiry cycle (each
-//! `Shard::publish`). No reader exists yet outside the tests;
-//! docs/replication.md describes how the per-shard streams will become one.
+//! The shard's log is a fixed-size ring, like Redis's `repl-backlog-size`;
+//! the offset counts every byte ever appended. At the end of each batch, of
+//! each turn's inline commands and of each expiry cycle
+//! ([`EffectLog::publish`], called by `Shard::publish`) the bytes appended
+//! since the last publish are copied, whole records only, into the server's
+//! merged stream (`replication::backlog`), under one lock; a log that grows
+//! past half its ring within one batch publishes early. On a replica the
+//! shard's own effects are dropped at publish: its stream is the one its
+//! primary sent.
 
 use std::sync::Arc;
 
@@ -25,6 +27,7 @@ use leasehold_protocol::encode_request;
 
 use crate::clock::{unix_of, Now};
 use crate::ratelimit::RateState;
+use crate::replication::role::Replication;
 
 /// Largest encoding buffer kept between records, bytes.
 const MAX_KEPT_SCRATCH: usize = 64 * 1024;
@@ -81,18 +84,18 @@ pub enum Effect<'a> {
     },
 }
 
-/// Called when a batch appended effects; see [`EffectLog::set_wake`].
-pub type Wake = Arc<dyn Fn() + Send + Sync>;
-
 /// A shard's replication backlog.
 pub struct EffectLog {
     ring: Vec<u8>,
     capacity: usize,
     offset: u64,
     scratch: bytes::BytesMut,
-    /// Whether bytes were appended since the last [`EffectLog::announce`].
-    unannounced: bool,
-    wake: Option<Wake>,
+    /// The offset up to which bytes went to the merged stream.
+    published: u64,
+    /// Where they go (none: a log on its own, as in unit tests).
+    sink: Option<Arc<Replication>>,
+    /// A full sync's cut holds this shard's publishes (see [`EffectLog::hold`]).
+    holding: bool,
 }
 
 impl std::fmt::Debug for EffectLog {
@@ -113,8 +116,9 @@ impl EffectLog {
             capacity: capacity.max(1),
             offset: 0,
             scratch: bytes::BytesMut::new(),
-            unannounced: false,
-            wake: None,
+            published: 0,
+            sink: None,
+            holding: false,
         }
     }
 
@@ -123,31 +127,79 @@ impl EffectLog {
         self.offset
     }
 
-    /// Appends one effect.
+    /// Appends one effect. When the bytes not yet published would pass
+    /// half the ring, what is pending is published first; a record bigger
+    /// than that goes to the merged stream at once, so no record is ever
+    /// lost to the ring's wrap between two publishes.
     pub fn emit(&mut self, effect: Effect<'_>) {
         self.scratch.clear();
         effect.encode(&mut self.scratch);
-        self.append();
-        self.unannounced = true;
+        let half = (self.capacity / 2) as u64;
+        let pending = self.offset - self.published;
+        if self.sink.is_some() && !self.holding && pending + self.scratch.len() as u64 > half {
+            self.publish();
+            if self.scratch.len() as u64 > half {
+                self.append();
+                self.publish_bytes(false);
+            } else {
+                self.append();
+            }
+        } else {
+            self.append();
+        }
         // A huge record (a 500 MB APPEND result) must not pin its buffer forever.
         if self.scratch.capacity() > MAX_KEPT_SCRATCH {
             self.scratch = bytes::BytesMut::new();
         }
     }
 
-    /// Sets the hook [`EffectLog::announce`] calls: a replica sender's waker.
-    pub fn set_wake(&mut self, wake: Wake) {
-        self.wake = Some(wake);
+    /// Publishes to `repl`'s merged stream from now on.
+    pub fn attach(&mut self, repl: Arc<Replication>) {
+        self.published = self.offset;
+        self.sink = Some(repl);
     }
 
-    /// Calls the wake hook if anything was appended since the last call. The
-    /// shard calls it once per batch (`Shard::publish`), so the hook costs
-    /// nothing per command.
-    pub fn announce(&mut self) {
-        if std::mem::take(&mut self.unannounced) {
-            if let Some(wake) = &self.wake {
-                wake();
-            }
+    /// Copies the records appended since the last publish into the merged
+    /// stream (one lock), unless a cut holds them. On a replica they are
+    /// dropped. Called once per batch (`Shard::publish`), so it costs
+    /// nothing per command; a batch that wrote nothing takes no lock.
+    pub fn publish(&mut self) {
+        if self.holding || self.published == self.offset {
+            return;
+        }
+        self.publish_bytes(true);
+    }
+
+    /// Publishes the pending bytes of the ring (`from_ring`) or the last
+    /// record, still in the scratch buffer.
+    fn publish_bytes(&mut self, from_ring: bool) {
+        let Some(repl) = &self.sink else {
+            return;
+        };
+        if !repl.is_replica() {
+            match (from_ring, self.since(self.published)) {
+                (true, Some([a, b])) => repl.backlog.append(&[a, b]),
+                (true, None) => {
+                    // Only a hold longer than the ring can get here.
+                    tracing::error!(
+                        "replication: a shard's effects outran its ring; replicas must resync"
+                    );
+                    repl.backlog.append(&[])
+                }
+                (false, _) => repl.backlog.append(&[&self.scratch]),
+            };
+        }
+        self.published = self.offset;
+    }
+
+    /// Holds (`true`) or releases publishing: between a full sync's cut and
+    /// its release every shard holds, so no effect after the cut enters the
+    /// merged stream before every shard has cut. Releasing publishes what
+    /// was held.
+    pub fn hold(&mut self, yes: bool) {
+        self.holding = yes;
+        if !yes {
+            self.publish();
         }
     }
 
@@ -277,8 +329,6 @@ fn encode_restore(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
 
     fn bytes_since(log: &EffectLog, from: u64) -> Option<Vec<u8>> {
@@ -376,19 +426,34 @@ mod tests {
     }
 
     #[test]
-    fn the_wake_hook_fires_once_per_announce_and_only_after_appends() {
-        let woken = Arc::new(AtomicUsize::new(0));
-        let mut log = EffectLog::new(1024);
-        let w = woken.clone();
-        log.set_wake(Arc::new(move || {
-            w.fetch_add(1, Ordering::SeqCst);
-        }));
-        log.announce();
-        assert_eq!(woken.load(Ordering::SeqCst), 0, "nothing appended");
+    fn publishing_copies_whole_records_once_and_a_hold_defers_it() {
+        let repl = Arc::new(Replication::new(1024));
+        let mut log = EffectLog::new(64);
+        log.attach(repl.clone());
         log.emit(Effect::Del { key: b"a" });
+        assert_eq!(repl.backlog.offset(), 0, "nothing before the publish");
+        log.publish();
+        log.publish();
+        assert_eq!(repl.backlog.offset(), 20);
+        log.hold(true);
         log.emit(Effect::Del { key: b"b" });
-        log.announce();
-        log.announce();
-        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        log.publish();
+        assert_eq!(repl.backlog.offset(), 20, "held");
+        log.hold(false);
+        assert_eq!(repl.backlog.offset(), 40);
+        // Past half the 64-byte ring, pending bytes go out before the next
+        // record, and a record over half the ring goes out by itself.
+        log.emit(Effect::Del { key: b"c" });
+        log.emit(Effect::Del { key: b"d" });
+        assert_eq!(repl.backlog.offset(), 60);
+        log.emit(Effect::Set {
+            key: b"k",
+            value: &[b'x'; 40],
+            expire_at_ms: None,
+        });
+        assert_eq!(repl.backlog.offset(), 80 + 67);
+        let mut out = Vec::new();
+        repl.backlog.read(80, 100, &mut out).unwrap();
+        assert!(out.starts_with(b"*3\r\n$3\r\nSET\r\n"));
     }
 }

@@ -122,6 +122,26 @@ pub enum OpError {
     /// ...` (HELLO without AUTH on a server with a password; Redis 7.0's
     /// wording: 7.2 added `<proto>` after HELLO).
     HelloNoAuth,
+    /// `READONLY You can't write against a read only replica.`
+    ReadOnly,
+    /// `LOADING Redis is loading the dataset in memory` (a replica loading
+    /// a full sync).
+    Loading,
+    /// `NOMASTERLINK Can't SYNC while not connected with my master`.
+    NoMasterLink,
+    /// `ERR Leasehold replication needs a Leasehold replica (REPLCONF capa
+    /// lh1)`: a PSYNC from a replica that cannot load our snapshot.
+    NotLeaseholdReplica,
+    /// `ERR this command is only accepted from a replication link`: a
+    /// replication-link record (`LH.SNAPSHOT`) sent by a client.
+    LinkOnly,
+    /// `ERR Invalid master port` (REPLICAOF).
+    InvalidMasterPort,
+    /// `ERR Unrecognized REPLCONF option: <option>`.
+    UnrecognizedReplconf(String),
+    /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
+    /// to a replica (no chained replication).
+    NoChainedReplication,
 }
 
 impl OpError {
@@ -214,6 +234,24 @@ impl OpError {
             )),
             OpError::NoConfigFile => Reply::err("ERR The server is running without a config file"),
             OpError::ConfigRewrite(e) => err_echoing_input(format!("ERR Rewriting config file: {e}")),
+            OpError::ReadOnly => Reply::err("READONLY You can't write against a read only replica."),
+            OpError::Loading => Reply::err("LOADING Redis is loading the dataset in memory"),
+            OpError::NoMasterLink => {
+                Reply::err("NOMASTERLINK Can't SYNC while not connected with my master")
+            }
+            OpError::NotLeaseholdReplica => Reply::err(
+                "ERR Leasehold replication needs a Leasehold replica (REPLCONF capa lh1)",
+            ),
+            OpError::LinkOnly => {
+                Reply::err("ERR this command is only accepted from a replication link")
+            }
+            OpError::InvalidMasterPort => Reply::err("ERR Invalid master port"),
+            OpError::UnrecognizedReplconf(o) => {
+                Reply::err_owned(format!("ERR Unrecognized REPLCONF option: {o}"))
+            }
+            OpError::NoChainedReplication => {
+                Reply::err("ERR a Leasehold replica does not serve replicas of its own")
+            }
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
@@ -245,13 +283,16 @@ impl OpError {
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 6] = [
+pub const ERROR_CODES: [&str; 9] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
     "WRONGPASS",
     "NOPROTO",
     "CROSSSLOT",
+    "READONLY",
+    "LOADING",
+    "NOMASTERLINK",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another

@@ -56,6 +56,7 @@ pub mod error;
 pub mod harness;
 pub mod net;
 pub mod ratelimit;
+pub mod replication;
 pub mod runtime;
 pub mod session;
 pub mod shard;

@@ -39,11 +39,15 @@ use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::MAX_CLIENTS;
+use crate::replication::feed;
 use crate::session::ConnState;
+use crate::session::{Handover, LinkState};
+use crate::shard::LinkStart;
 use crate::shard::ReplySink;
 use crate::shard::{Msg, Worker};
 use crate::state::{ClientHandle, Doorbell, Shared};
-use crate::turn::{Transport, Turn, READ_CHUNK};
+use crate::store::ImageStep;
+use crate::turn::{Incoming, Transport, Turn, READ_CHUNK};
 
 /// Most bytes read from one connection in one turn.
 pub const READ_BUDGET: usize = 64 * 1024;
@@ -57,6 +61,8 @@ const LISTENER: Token = Token(usize::MAX - 2);
 /// Longest a message posted to another thread waits unrung while this
 /// thread is busy (and the other may be asleep).
 pub const RING_AFTER: Duration = Duration::from_micros(50);
+/// Longest a full sync's image is serialised between two turns.
+const IMAGE_SLICE: Duration = Duration::from_micros(500);
 /// How long accepting pauses after an error such as too many open files.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
@@ -184,7 +190,13 @@ pub fn run(
             timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
         }
         lp.ring_posted(now, false);
-        let busy = !lp.again.is_empty()
+        // A full sync's image is serialised between turns, a slice at a time.
+        let image = worker.shard.borrow_mut().image_step(IMAGE_SLICE);
+        if image == ImageStep::Paused {
+            timeout = timeout.map(|t| t.min(Duration::from_millis(1)));
+        }
+        let busy = image == ImageStep::More
+            || !lp.again.is_empty()
             || lp.turn.has_resumed()
             || lp.turn.has_dirty()
             || !lp.mailbox.is_empty();
@@ -282,8 +294,17 @@ impl Loop {
             }
         }
         while let Ok(msg) = self.mailbox.try_recv() {
-            if let Some(stream) = self.turn.deliver(msg) {
-                self.register(stream);
+            match self.turn.deliver(msg) {
+                Some(Incoming::Client(stream)) => self.register(stream, None),
+                Some(Incoming::Link(start)) => {
+                    let LinkStart {
+                        stream,
+                        leftover,
+                        full,
+                    } = start;
+                    self.register(stream, Some((leftover, full.is_some())));
+                }
+                None => {}
             }
         }
         self.work.append(&mut self.again);
@@ -432,12 +453,17 @@ impl Loop {
     }
 
     /// Writes connection `k`'s output as far as the socket takes it, and
-    /// closes it when it is to close and everything is written.
+    /// closes it when it is to close and everything is written. A
+    /// connection that asked to leave the loop (PSYNC) is handed over.
     fn write(&mut self, k: usize) {
         let shared = self.turn.worker().shared.clone();
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
+        if let Some(handover) = c.state.handover.take() {
+            self.hand_over(k, handover);
+            return;
+        }
         let mut written = 0;
         let mut failed = false;
         if let (Some(io), out) = c.io_and_out() {
@@ -512,6 +538,47 @@ impl Loop {
         }
     }
 
+    /// Takes connection `k` out of the loop for a sender thread: its
+    /// unwritten output and unread input go with it, on a blocking copy of
+    /// its socket (the loop's descriptor is closed).
+    fn hand_over(&mut self, k: usize, handover: Handover) {
+        let worker = self.turn.worker().clone();
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
+        let out = std::mem::take(&mut c.out);
+        let rbuf = std::mem::take(&mut c.rbuf);
+        let Some(io) = self.turn.close(k) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
+        use std::os::fd::AsFd;
+        let stream = io.stream().as_fd().try_clone_to_owned();
+        drop(io);
+        let stream = match stream.map(std::net::TcpStream::from) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("replication: cannot hand a replica's connection over: {e}");
+                return;
+            }
+        };
+        let Handover::Psync {
+            replid,
+            offset,
+            hello,
+        } = handover;
+        feed::start(feed::FeedStart {
+            shared: worker.shared.clone(),
+            mailboxes: worker.mailboxes.clone(),
+            stream,
+            out: out.freeze(),
+            input: rbuf,
+            replid,
+            offset,
+            hello,
+        });
+    }
+
     fn close(&mut self, k: usize) {
         if let Some(io) = self.turn.close(k) {
             let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
@@ -560,14 +627,16 @@ impl Loop {
         self.next_thread = self.next_thread.wrapping_add(1);
         let stream = std::net::TcpStream::from(stream);
         if target == worker.id {
-            self.register(stream);
+            self.register(stream, None);
         } else {
             worker.mailboxes[target].send(Msg::Conn(stream));
         }
     }
 
-    /// Registers a connection and starts serving it on this thread.
-    fn register(&mut self, stream: std::net::TcpStream) {
+    /// Registers a connection and starts serving it on this thread; `link`
+    /// (the bytes read past the PSYNC answer, and whether a full sync's
+    /// payload follows) makes it the replication link's connection.
+    fn register(&mut self, stream: std::net::TcpStream, link: Option<(bytes::BytesMut, bool)>) {
         let worker = self.turn.worker().clone();
         if let Err(e) = stream.set_nonblocking(true) {
             tracing::warn!("cannot register socket: {e}");
@@ -581,10 +650,23 @@ impl Loop {
             stream.local_addr().unwrap_or(unspecified),
             worker.shared.doorbells[worker.id].clone(),
         );
-        let state = ConnState::new(handle, &worker.shared);
+        let mut state = ConnState::new(handle, &worker.shared);
+        let mut leftover = None;
+        if let Some((bytes, full)) = link {
+            state.link = Some(LinkState {
+                loading: full,
+                ..LinkState::default()
+            });
+            state.set_authenticated(true);
+            worker.shared.repl.link_up(state.handle.id);
+            leftover = Some(bytes);
+        }
         let socket = Socket::new(stream);
         let fd = socket.fd;
         let key = self.turn.insert(socket, state);
+        if let (Some(bytes), Some(c)) = (leftover, self.turn.get_mut(key)) {
+            c.rbuf.extend_from_slice(&bytes);
+        }
         let registered =
             self.poll
                 .registry()

@@ -14,10 +14,11 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::replication::role::{random_hex40, Replication};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
 use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
 use crate::store::Store;
-use crate::{commands, net, slot};
+use crate::{commands, net, replication, slot};
 
 /// A running server.
 #[derive(Debug)]
@@ -74,6 +75,7 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
             })?;
         handles.push(handle);
     }
+    handles.push(replication::link::spawn(shared.clone(), mailboxes.clone())?);
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
         addr: local_addr,
@@ -143,8 +145,9 @@ pub fn new_shared(
         doorbells,
         started: Instant::now(),
         local_addr,
-        run_id: run_id(),
+        run_id: random_hex40(),
         baseline: Mutex::new(Default::default()),
+        repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
     })
 }
 
@@ -182,18 +185,6 @@ fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
     socket.listen(config.net.tcp_backlog)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
-}
-
-fn run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = String::new();
-    while out.len() < 40 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(Instant::now().elapsed().as_nanos());
-        out.push_str(&format!("{:016x}", h.finish()));
-    }
-    out.truncate(40);
-    out
 }
 
 /// The thread's timer: one [`Shard::expiry_cycle`] `hz` times a second,

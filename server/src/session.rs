@@ -28,9 +28,59 @@ pub struct ConnState {
     config_gen: u64,
     /// `client-query-buffer-limit`, bytes, refreshed with `limits`.
     pub query_buffer_limit: usize,
+    /// What a replica said of itself with REPLCONF before its PSYNC.
+    pub replica: ReplicaHello,
+    /// Set by PSYNC: the connection leaves the event loop to become a
+    /// replica's stream (see [`Handover`]).
+    pub handover: Option<Handover>,
+    /// Set on the replication link's connection (a replica's link to its
+    /// primary): its records are applied and never answered.
+    pub link: Option<LinkState>,
+}
+
+/// REPLCONF facts a replica gives before PSYNC.
+#[derive(Debug, Default, Clone)]
+pub struct ReplicaHello {
+    /// `REPLCONF listening-port`: the port it serves clients on.
+    pub listening_port: u16,
+    /// `REPLCONF ip-address`: the address it announces.
+    pub ip: Option<String>,
+    /// `REPLCONF capa lh1`: it loads Leasehold snapshots (version 1).
+    pub lh1: bool,
+}
+
+/// What the event loop does with a connection that leaves it.
+#[derive(Debug, Clone)]
+pub enum Handover {
+    /// `PSYNC <replid> <offset>` (`?` and -1 for none): the connection
+    /// becomes the stream to a replica.
+    Psync {
+        /// The history the replica asks to continue.
+        replid: String,
+        /// The first byte it wants (its applied offset + 1).
+        offset: i64,
+        /// What it said of itself.
+        hello: ReplicaHello,
+    },
+}
+
+/// The replication link's progress through a full sync's payload.
+#[derive(Debug, Default)]
+pub struct LinkState {
+    /// A payload is being loaded (until its end mark).
+    pub loading: bool,
+    /// The payload's 40-byte end mark, once its `$EOF:` header was read.
+    pub mark: Option<bytes::Bytes>,
+    /// Records of the payload applied so far.
+    pub records: u64,
 }
 
 impl ConnState {
+    /// Whether this is the replication link's connection.
+    pub fn is_link(&self) -> bool {
+        self.link.is_some()
+    }
+
     /// Records the command about to run, for CLIENT LIST.
     pub fn note_command(&self, idx: usize) {
         self.handle.last_cmd.store(idx, Ordering::Relaxed);
@@ -86,6 +136,9 @@ impl ConnState {
             },
             config_gen: u64::MAX,
             query_buffer_limit: usize::MAX,
+            replica: ReplicaHello::default(),
+            handover: None,
+            link: None,
         };
         conn.refresh(shared);
         conn

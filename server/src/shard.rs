@@ -24,7 +24,7 @@ use leasehold_protocol::{Args, Protocol, Reply};
 use crate::clock::Now;
 use crate::error::OpError;
 use crate::state::{Doorbell, ShardStats, Shared};
-use crate::store::Store;
+use crate::store::{ImageSink, ImageStep, Store};
 
 /// A handler that runs on the shard owning its keys.
 pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
@@ -79,8 +79,35 @@ pub struct Job {
     /// part of a command split over shards, which the connection's thread
     /// counts once, after merging the parts' replies.
     pub counted: bool,
+    /// Whether the command comes from the replication link (every present
+    /// key is live to it; see `Store::set_from_link`).
+    pub link: bool,
     /// The arguments, name included.
     pub args: Args,
+}
+
+/// A full sync's cut, sent to every shard: each publishes what it wrote
+/// so far, holds later effects, starts its image into `sink`, and names
+/// itself on `cut`.
+#[derive(Debug)]
+pub struct Cut {
+    /// Where the shard's image goes.
+    pub sink: ImageSink,
+    /// Where the shard reports that it has cut.
+    pub cut: crossbeam_channel::Sender<usize>,
+}
+
+/// A replication link's connection, handed to a thread's event loop once
+/// its handshake is done.
+#[derive(Debug)]
+pub struct LinkStart {
+    /// The connection to the primary.
+    pub stream: std::net::TcpStream,
+    /// Bytes read past the PSYNC answer.
+    pub leftover: bytes::BytesMut,
+    /// `Some(offset)` for a full sync taken at that offset (a payload
+    /// follows), `None` for a partial resync (the stream follows).
+    pub full: Option<u64>,
 }
 
 /// A message to a thread's mailbox.
@@ -88,6 +115,12 @@ pub struct Job {
 pub enum Msg {
     /// A newly accepted connection for this thread to serve.
     Conn(std::net::TcpStream),
+    /// The replication link's connection, for this thread to serve.
+    Link(LinkStart),
+    /// A full sync cuts this shard (see [`Cut`]).
+    Cut(Cut),
+    /// The full sync's cut is over on every shard: publish again.
+    Release,
     /// Commands for this shard from thread `from`; their answers go back to
     /// it as one [`Msg::Replies`], in order.
     Batch {
@@ -219,6 +252,8 @@ impl Shard {
     pub fn new(id: usize, store: Store, shared: Arc<Shared>) -> Shard {
         let stats = shared.shard_stats[id].clone();
         let now = shared.clock.now();
+        let mut store = store;
+        store.effects_mut().attach(shared.repl.clone());
         let mut shard = Shard {
             id,
             shards: shared.shards,
@@ -244,6 +279,7 @@ impl Shard {
     pub fn tick(&mut self) {
         self.now = self.shared.clock.now();
         self.store.set_clock(self.now);
+        self.store.set_replica(self.shared.repl.is_replica());
         let gen = self.shared.config_gen.load(Ordering::Acquire);
         if gen != self.config_gen {
             let c = self.shared.config.read();
@@ -258,8 +294,17 @@ impl Shard {
     /// whole command is counted once, after the merge; see [`Job::counted`]).
     /// The keyspace counters are published once per batch and per flush, not
     /// per command.
-    pub fn run(&mut self, cmd: usize, run: ShardFn, counted: bool, args: &mut Args) -> Reply {
+    pub fn run(
+        &mut self,
+        cmd: usize,
+        run: ShardFn,
+        counted: bool,
+        link: bool,
+        args: &mut Args,
+    ) -> Reply {
+        self.store.set_from_link(link);
         let result = run(self, args);
+        self.store.set_from_link(false);
         match counted {
             true => self.stats.count_call(cmd, result),
             false => result.unwrap_or_else(|e| e.reply()),
@@ -272,21 +317,43 @@ impl Shard {
         self.stats.batches_in.add(1);
         let replies = jobs
             .into_iter()
-            .map(|mut j| self.run(j.cmd, j.run, j.counted, &mut j.args))
+            .map(|mut j| self.run(j.cmd, j.run, j.counted, j.link, &mut j.args))
             .collect();
         self.publish();
         replies
     }
 
-    /// Copies the store's counters into the shared statistics and wakes
-    /// the effect stream's reader if this batch appended effects.
+    /// Copies the store's counters into the shared statistics and this
+    /// batch's effects into the merged replication stream.
     pub fn publish(&mut self) {
         let c = self.store.counts();
         self.stats.keys.set(c.keys);
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
         self.stats.effect_offset.set(self.store.effects().offset());
-        self.store.announce_effects();
+        self.store.effects_mut().publish();
+    }
+
+    /// A full sync's cut, between two batches: what was written so far
+    /// enters the merged stream, later effects are held until
+    /// [`Shard::release`], and the image of the shard as it is now starts.
+    pub fn cut(&mut self, cut: Cut) {
+        self.tick();
+        self.publish();
+        self.store.effects_mut().hold(true);
+        self.store.start_image(cut.sink);
+        let _ = cut.cut.send(self.id);
+    }
+
+    /// Every shard has cut: the held effects enter the merged stream.
+    pub fn release(&mut self) {
+        self.store.effects_mut().hold(false);
+    }
+
+    /// Serialises part of a full sync's image (about `budget`); see
+    /// `Store::image_step`.
+    pub fn image_step(&mut self, budget: Duration) -> ImageStep {
+        self.store.image_step(budget)
     }
 
     /// One active-expiry cycle. Visits a hundredth of the slots (so every key
@@ -296,6 +363,11 @@ impl Shard {
     /// to `budget`, as Redis's adaptive cycle does, so a mass expiry is
     /// reclaimed at up to a quarter of a core.
     pub fn expiry_cycle(&mut self, budget: Duration) -> u64 {
+        // A replica never expires keys itself: the primary's DEL does.
+        if self.shared.repl.is_replica() {
+            self.publish();
+            return 0;
+        }
         let start = Instant::now();
         let slots = self.store.slot_range().len();
         let base = slots.div_ceil(100).max(1);

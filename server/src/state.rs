@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::OpError;
+use crate::replication::role::Replication;
 
 /// A counter written by one thread only and read by any. [`Counter::add`] is
 /// a plain load and store (no read-modify-write), which is enough with one
@@ -268,6 +269,8 @@ pub struct Shared {
     pub run_id: String,
     /// Counters at the last CONFIG RESETSTAT.
     pub baseline: Mutex<StatBaseline>,
+    /// Replication role, ids, the merged stream and the replicas.
+    pub repl: Arc<Replication>,
 }
 
 impl std::fmt::Debug for Shared {

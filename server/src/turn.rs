@@ -19,6 +19,8 @@
 //! CLIENT, HELLO, ...) runs only once everything before it is answered, so it
 //! sees their effects; it waits parked until then.
 
+mod link;
+
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use slab::Slab;
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::error::{protocol_error, OpError};
 use crate::session::ConnState;
-use crate::shard::{Answer, Direct, Handoff, Msg, ReplySink, Worker};
+use crate::shard::{Answer, Direct, Handoff, LinkStart, Msg, ReplySink, Worker};
 
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -60,6 +62,15 @@ impl Transport for () {
     fn sink(&self) -> Option<Arc<dyn ReplySink>> {
         None
     }
+}
+
+/// A connection handed to a thread, for the caller to register.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A client's connection.
+    Client(std::net::TcpStream),
+    /// The replication link's connection to this node's primary.
+    Link(LinkStart),
 }
 
 /// One connection: its transport (`io`, never touched here), its protocol
@@ -177,11 +188,15 @@ impl<T: Transport> Turn<T> {
     }
 
     /// Handles one message from this thread's mailbox: runs a batch and
-    /// sends its replies back, or routes replies to their connections. A new
-    /// connection is handed back to the caller, which owns sockets.
-    pub fn deliver(&mut self, msg: Msg) -> Option<std::net::TcpStream> {
+    /// sends its replies back, routes replies to their connections, or
+    /// cuts or releases the shard for a full sync. A new connection is
+    /// handed back to the caller, which owns sockets.
+    pub fn deliver(&mut self, msg: Msg) -> Option<Incoming> {
         match msg {
-            Msg::Conn(stream) => return Some(stream),
+            Msg::Conn(stream) => return Some(Incoming::Client(stream)),
+            Msg::Link(start) => return Some(Incoming::Link(start)),
+            Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
+            Msg::Release => self.worker.shard.borrow_mut().release(),
             Msg::Batch { from, jobs, direct } => {
                 let stopping = self.worker.shared.shutting_down.load(Ordering::SeqCst);
                 // A shard that is shutting down runs nothing more.
@@ -282,12 +297,17 @@ impl<T: Transport> Turn<T> {
                 outbox: &mut self.outbox,
                 conn: key,
             };
-            if serve_conn(&mut at, c) && c.pipe.owed() == 0 {
+            let more = match c.state.is_link() {
+                true => link::serve_link(&mut at, c),
+                false => serve_conn(&mut at, c),
+            };
+            if more && c.pipe.owed() == 0 {
                 // Stopped at MAX_PIPELINE: go on at the next turn.
                 self.resumed.push(key);
             }
         }
-        if (!c.out.is_empty() || c.state.close) && !c.listed {
+        let leaving = c.state.close || c.state.handover.is_some();
+        if (!c.out.is_empty() || leaving) && !c.listed {
             c.listed = true;
             self.dirty.push(key);
         }
@@ -390,6 +410,9 @@ impl<T: Transport> Turn<T> {
         let io = c.io.take()?;
         let shared = &self.worker.shared;
         shared.clients.lock().remove(&c.state.handle.id);
+        if c.state.is_link() {
+            shared.repl.link_down(c.state.handle.id);
+        }
         if c.pipe.owed() == 0 {
             self.conns.remove(key);
         }
@@ -431,7 +454,7 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     c.state.close = true;
                 }
             }
-            if c.state.close {
+            if c.state.close || c.state.handover.is_some() {
                 return false;
             }
             continue;

@@ -50,7 +50,7 @@ impl Node {
             Exec::Conn(_) => panic!("connection command"),
         };
         let mut args = Args::new(argv.iter().map(|a| Bytes::copy_from_slice(a)).collect());
-        self.shard.run(i, f, true, &mut args)
+        self.shard.run(i, f, true, false, &mut args)
     }
 
     /// The effects appended since the last call, decoded.

@@ -31,6 +31,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::ratelimit::COMMANDS,
         include_str!("family_ratelimit.rs"),
     ),
+    (
+        "family_replication.rs",
+        commands::replication::COMMANDS,
+        include_str!("family_replication.rs"),
+    ),
 ];
 
 #[test]

@@ -12,18 +12,50 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each layer's top-level modules, from the bottom.
+///
+/// `replication` is a directory whose files sit on different rungs: each
+/// `replication/<file>.rs` is placed as `replication::<file>` (its
+/// `mod.rs` only declares them).
 const LAYERS: &[&[&str]] = &[
-    &["clock", "slot", "error", "config"],
+    &["clock", "slot", "error", "config", "replication"],
     &["ratelimit"],
-    &["state", "store", "effects"],
+    &[
+        "state",
+        "store",
+        "effects",
+        "replication::backlog",
+        "replication::role",
+    ],
     &["shard"],
     &["commands", "session"],
     &["dispatch"],
     &["turn"],
-    &["net"],
+    &["net", "replication::feed", "replication::link"],
     &["runtime"],
     &["harness"],
 ];
+
+/// Top-level modules whose files are placed one by one (see [`LAYERS`]).
+const SPLIT: &[&str] = &["replication"];
+
+/// `name`, or `name::<file>` when `name` is split and `rest` (the text
+/// after `name`) names one of its files.
+fn placed(name: String, rest: &str) -> String {
+    if !SPLIT.contains(&name.as_str()) {
+        return name;
+    }
+    let Some(after) = rest.strip_prefix("::") else {
+        return name;
+    };
+    let file: String = after
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    match file.is_empty() {
+        true => name,
+        false => format!("{name}::{file}"),
+    }
+}
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
@@ -64,13 +96,14 @@ fn crate_refs(source: &str) -> BTreeSet<String> {
             if let Some(group) = after.strip_prefix('{') {
                 let end = group.find('}').unwrap_or(group.len());
                 for item in group[..end].split(',') {
+                    let item = item.trim();
                     let name: String = item
-                        .trim()
                         .chars()
                         .take_while(|c| c.is_alphanumeric() || *c == '_')
                         .collect();
                     if !name.is_empty() {
-                        refs.insert(name);
+                        let rest = &item[name.len()..];
+                        refs.insert(placed(name, rest));
                     }
                 }
             } else {
@@ -79,7 +112,8 @@ fn crate_refs(source: &str) -> BTreeSet<String> {
                     .take_while(|c| c.is_alphanumeric() || *c == '_')
                     .collect();
                 if !name.is_empty() {
-                    refs.insert(name);
+                    let rest = &after[name.len()..];
+                    refs.insert(placed(name, rest));
                 }
             }
         }
@@ -96,13 +130,19 @@ fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(&src).expect("under src");
-        let top = rel
-            .components()
+        let mut parts = rel.components().filter_map(|c| c.as_os_str().to_str());
+        let mut top = parts
             .next()
-            .and_then(|c| c.as_os_str().to_str())
             .expect("a path component")
             .trim_end_matches(".rs")
             .to_string();
+        if SPLIT.contains(&top.as_str()) {
+            if let Some(file) = parts.next().map(|f| f.trim_end_matches(".rs")) {
+                if file != "mod" {
+                    top = format!("{top}::{file}");
+                }
+            }
+        }
         if top == "lib" || top == "main" {
             continue;
         }
@@ -193,5 +233,11 @@ fn the_reader_sees_grouped_and_nested_paths() {
     assert_eq!(
         refs.into_iter().collect::<Vec<_>>(),
         ["clock", "shard", "store"]
+    );
+    let split =
+        crate_refs("use crate::replication::role::Ids;\nuse crate::{replication::backlog};");
+    assert_eq!(
+        split.into_iter().collect::<Vec<_>>(),
+        ["replication::backlog", "replication::role"]
     );
 }

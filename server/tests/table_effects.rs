@@ -142,6 +142,16 @@ const SAMPLES: &[Sample] = &[
         &[],
         &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
     ),
+    // Replication: role changes and the handshake write nothing.
+    ("replicaof", READ_SETUP, &["REPLICAOF NO ONE"]),
+    ("slaveof", READ_SETUP, &["SLAVEOF NO ONE"]),
+    (
+        "replconf",
+        &[],
+        &["REPLCONF listening-port 6380", "REPLCONF capa eof capa lh1"],
+    ),
+    ("psync", &["REPLCONF capa lh1"], &["PSYNC ? -1"]),
+    ("role", READ_SETUP, &["ROLE"]),
 ];
 
 fn sample(name: &str) -> Option<&'static Sample> {

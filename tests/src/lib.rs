@@ -17,6 +17,8 @@
 //! - [`q`], [`q_err`], [`LIMIT`] (module [`redis_rs`]): one command through
 //!   redis-rs, its value or its error text.
 //! - [`info()`], [`info_fields`] (module [`mod@info`]): INFO's text and its fields.
+//! - module [`replication`]: make a server follow another, wait until it
+//!   has caught up, dump a keyspace to compare.
 //! - [`int_of`], [`text`]: replies as values or text, for assertions.
 //! - [`keys_in_both_halves`]: key names that land on different shards.
 
@@ -36,6 +38,7 @@ use leasehold_server::ServerHandle;
 pub mod clock;
 pub mod info;
 pub mod redis_rs;
+pub mod replication;
 
 pub use clock::{manual_server, T0_MS};
 pub use info::{info, info_fields};

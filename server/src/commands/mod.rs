@@ -16,7 +16,8 @@
 //! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
 //!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
-//!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]).
+//!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
+//! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE.
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -35,6 +36,7 @@ pub mod connection;
 pub mod docs;
 pub mod keys;
 pub mod ratelimit;
+pub mod replication;
 pub mod server;
 pub mod strings;
 
@@ -43,8 +45,8 @@ pub mod strings;
 /// each doc says what else reads it.
 pub mod flags {
     /// Changes the keyspace: every successful call emits at least one effect
-    /// (`server/tests/table_effects.rs` checks every row). A read-only
-    /// replica's dispatcher will refuse these.
+    /// (`server/tests/table_effects.rs` checks every row). A replica's
+    /// dispatcher refuses these (`-READONLY`).
     pub const WRITE: u32 = 1;
     /// Only reads: never emits an effect (checked by the same test).
     pub const READONLY: u32 = 1 << 1;
@@ -57,10 +59,10 @@ pub mod flags {
     /// May allocate memory (Redis `denyoom`): what a memory limit, when
     /// there is one, refuses.
     pub const DENYOOM: u32 = 1 << 5;
-    /// Allowed while a snapshot loads, once loading exists.
+    /// Allowed while a replica loads a full sync (others get `-LOADING`).
     pub const LOADING: u32 = 1 << 6;
     /// Allowed on a replica whose link to its primary is down, once
-    /// replicas exist.
+    /// `replica-serve-stale-data no` exists.
     pub const STALE: u32 = 1 << 7;
 
     /// Flag names for COMMAND INFO, in bit order.
@@ -209,6 +211,7 @@ impl Table {
             keys::COMMANDS,
             strings::COMMANDS,
             ratelimit::COMMANDS,
+            replication::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -4,6 +4,7 @@
 //! (redis-cli, redis-benchmark, exporters).
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
@@ -151,7 +152,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
             "stats" => {
                 let _ = write!(
                     w,
-                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\ncross_shard_batches:{}\r\n",
+                    "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\ntotal_error_replies:{}\r\ncross_shard_batches:{}\r\n",
                     now.conns - base.conns,
                     now.commands - base.commands,
                     now.net_in - base.net_in,
@@ -160,21 +161,14 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     now.expired - base.expired,
                     now.hits - base.hits,
                     now.misses - base.misses,
+                    shared.repl.syncs.full.load(Ordering::Relaxed),
+                    shared.repl.syncs.partial_ok.load(Ordering::Relaxed),
+                    shared.repl.syncs.partial_err.load(Ordering::Relaxed),
                     now.errors - base.errors,
                     shared.sum(|s| s.batches_in.get()),
                 );
             }
-            "replication" => {
-                // With no replica yet there is no merged stream: the sum of
-                // the shards' effect offsets is what its length would be
-                // once every shard has published (docs/replication.md).
-                let _ = write!(
-                    w,
-                    "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_size:{}\r\n",
-                    shared.sum(|s| s.effect_offset.get()),
-                    cfg.replication.backlog_bytes
-                );
-            }
+            "replication" => super::replication::info_replication(shared, w),
             "cpu" => {
                 let [sys, user, sys_children, user_children] = cpu_times();
                 let _ = write!(

@@ -52,6 +52,7 @@ impl Store {
                 self.sweep_pos = 0;
                 continue;
             }
+            self.before_write(i);
             let table = &mut self.tables[i];
             let mut here = 0;
             let effects = &mut self.effects;

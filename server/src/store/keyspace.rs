@@ -13,14 +13,29 @@ use crate::clock::mono_of;
 use crate::effects::Effect;
 
 impl Store {
-    /// The table index and hash of `key`.
-    pub(super) fn locate(&self, key: &[u8]) -> (usize, u64) {
+    /// The table index and hash of `key`. Every access to a key starts
+    /// here, so a full sync's image serialises the key's slot here first
+    /// if it has not yet (serialise-before-write).
+    pub(super) fn locate(&mut self, key: &[u8]) -> (usize, u64) {
+        let (i, h) = self.position(key);
+        self.before_write(i);
+        (i, h)
+    }
+
+    /// The table index and hash of `key`, touching nothing.
+    pub(super) fn position(&self, key: &[u8]) -> (usize, u64) {
         let slot = crate::slot::key_slot(key) as usize;
         debug_assert!(
             self.slot_range().contains(&slot),
             "slot {slot} routed to the wrong shard"
         );
         (slot - self.first_slot, self.hasher.hash_one(key))
+    }
+
+    /// Whether an entry past its deadline reads as present: to the
+    /// replication link's commands, every present entry is live.
+    fn live_anyway(&self) -> bool {
+        self.from_link
     }
 
     /// The position of `key` among table `i`'s general entries, moving it
@@ -48,10 +63,13 @@ impl Store {
     /// [`Store::get`] for a key already located (table `i`, hash `h`).
     fn get_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let j = self.find_entry(i, h, key)?;
-        if !self.tables[i].at(j).expired(now_ms, self.clock) {
+        if self.live_anyway() || !self.tables[i].at(j).expired(now_ms, self.clock) {
             return Some(self.tables[i].at_mut(j));
         }
-        self.remove_at(i, j, true);
+        // A replica hides the key; the primary's DEL will remove it.
+        if !self.replica {
+            self.remove_at(i, j, true);
+        }
         None
     }
 
@@ -176,10 +194,12 @@ impl Store {
     ) -> Result<Option<Compact>, ()> {
         let j = self.tables[i].compact.find(h, key).ok_or(())?;
         let c = *self.tables[i].compact.at(j);
-        if !self.compact_expired(&c, now_ms) {
+        if self.live_anyway() || !self.compact_expired(&c, now_ms) {
             return Ok(Some(c));
         }
-        self.remove_compact(i, j, true);
+        if !self.replica {
+            self.remove_compact(i, j, true);
+        }
         Ok(None)
     }
 
@@ -272,6 +292,7 @@ impl Store {
         }
         let mut gone = 0u64;
         for i in lo - self.first_slot..hi - self.first_slot {
+            self.before_write(i);
             let table = std::mem::take(&mut self.tables[i]);
             gone += (table.len() + table.compact.len()) as u64;
             self.counts.expires -= u64::from(std::mem::take(&mut self.slot_expires[i]));

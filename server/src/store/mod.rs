@@ -28,6 +28,8 @@
 //! - `expiry.rs`: the TTL counters and the active-expiry sweep;
 //! - `emit.rs`: the store's side of the replication stream (it is the only
 //!   writer of the shard's effect log);
+//! - `image.rs`: a full sync's image of the shard, slot by slot, while it
+//!   keeps serving;
 //! - `table.rs`: one slot's table: 48-byte entries, their hash tags and, for
 //!   large slots, an index;
 //! - `compact.rs`: 32-byte entries for sliding-window and GCRA keys;
@@ -37,12 +39,14 @@
 mod compact;
 mod emit;
 mod expiry;
+mod image;
 mod keyspace;
 mod table;
 mod value;
 
 use crate::clock::Now;
 use crate::effects::EffectLog;
+pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
 pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
 pub use value::{RateState, Value, SMALL_STRING};
@@ -75,6 +79,14 @@ pub struct Store {
     /// The replication backlog every change is written to; only the store
     /// writes it, one effect per mutation.
     effects: EffectLog,
+    /// A full sync's image in progress.
+    image: Option<image::Image>,
+    /// On a replica: keys past their deadline are hidden from reads but
+    /// never reclaimed (the primary's `DEL` removes them).
+    replica: bool,
+    /// The command running comes from the replication link: every present
+    /// entry is live to it, deadline or not.
+    from_link: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -100,7 +112,26 @@ impl Store {
             sweep_pos: 0,
             clock: Now::default(),
             effects: EffectLog::new(backlog_bytes),
+            image: None,
+            replica: false,
+            from_link: false,
         }
+    }
+
+    /// Sets replica mode: expired keys are hidden, not reclaimed.
+    pub fn set_replica(&mut self, yes: bool) {
+        self.replica = yes;
+    }
+
+    /// Whether the store is in replica mode.
+    pub fn is_replica(&self) -> bool {
+        self.replica
+    }
+
+    /// Marks the commands that follow as coming from the replication link
+    /// (every present entry is live to them), or not.
+    pub fn set_from_link(&mut self, yes: bool) {
+        self.from_link = yes;
     }
 
     /// Key, TTL and expiry counters.

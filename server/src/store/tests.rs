@@ -215,7 +215,7 @@ fn a_slot_past_the_compact_limit_overflows_to_general_entries() {
             unix_of(now, 2000),
         );
     }
-    let slot = s.locate(b"{t}").0;
+    let slot = s.position(b"{t}").0;
     assert_eq!(s.tables[slot].compact.len(), COMPACT_MAX);
     assert_eq!(s.tables[slot].len(), 50);
     for i in 0..(COMPACT_MAX as u32 + 50) {
@@ -329,7 +329,7 @@ fn check_against(s: &Store, model: &std::collections::HashMap<Vec<u8>, (u64, i64
         if at != 0 && at <= now {
             continue;
         }
-        let (i, h) = s.locate(k);
+        let (i, h) = s.position(k);
         let j = s.tables[i].find(h, k).expect("a live key is found");
         assert_eq!(s.tables[i].at(j).value, Value::Int(v));
     }

@@ -1,0 +1,208 @@
+//! The merged backlog: every shard's effects in one byte sequence, the
+//! replication stream replicas follow. Its length so far is the replication
+//! offset (`master_repl_offset`); the last `repl-backlog-size` bytes are kept
+//! for partial resynchronisation.
+//!
+//! Shards append at the end of a batch (one lock per batch that wrote, never
+//! per command), always whole records, so every offset a reader reaches
+//! after a whole append is a record boundary. Senders wait on the condition
+//! variable and copy what is new into their own buffers. On a replica the
+//! link appends the records it applied, so its offsets equal its primary's.
+//!
+//! Offsets follow Redis: the stream's first byte is offset 1, and a reader
+//! that has applied `R` bytes asks for byte `R + 1` (PSYNC). Internally a
+//! position is the count of bytes before it, so byte `R + 1` is at `R`.
+
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// The record a primary writes every `repl-ping-replica-period` while
+/// replicas are connected: `PING` as a RESP array.
+pub const PING_RECORD: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+struct Ring {
+    buf: Vec<u8>,
+    /// Bytes in the stream so far (the replication offset).
+    offset: u64,
+    /// Bytes of the stream still in `buf` (at most its length).
+    histlen: u64,
+}
+
+/// The merged replication stream's tail and its offset.
+pub struct Backlog {
+    ring: Mutex<Ring>,
+    grown: Condvar,
+}
+
+impl std::fmt::Debug for Backlog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backlog")
+            .field("offset", &self.offset())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Backlog::read`] has nothing for a position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// The position is older than the first byte kept.
+    Gone,
+    /// The position is past the end of the stream.
+    Ahead,
+}
+
+impl Backlog {
+    /// An empty stream keeping the last `capacity` bytes (at least 1).
+    pub fn new(capacity: usize) -> Backlog {
+        Backlog {
+            ring: Mutex::new(Ring {
+                buf: vec![0; capacity.max(1)],
+                offset: 0,
+                histlen: 0,
+            }),
+            grown: Condvar::new(),
+        }
+    }
+
+    /// Appends `parts` in order (one record or several whole ones) and wakes
+    /// the readers. Returns the offset after them.
+    pub fn append(&self, parts: &[&[u8]]) -> u64 {
+        let mut r = self.ring.lock();
+        for part in parts {
+            r.push(part);
+        }
+        let offset = r.offset;
+        drop(r);
+        self.grown.notify_all();
+        offset
+    }
+
+    /// The replication offset: bytes in the stream so far.
+    pub fn offset(&self) -> u64 {
+        self.ring.lock().offset
+    }
+
+    /// `repl_backlog_histlen`: bytes kept.
+    pub fn histlen(&self) -> u64 {
+        self.ring.lock().histlen
+    }
+
+    /// `repl_backlog_first_byte_offset`: the Redis offset of the first byte
+    /// kept (offset + 1 when nothing is kept).
+    pub fn first_byte_offset(&self) -> u64 {
+        let r = self.ring.lock();
+        r.offset - r.histlen + 1
+    }
+
+    /// `repl_backlog_size`, bytes.
+    pub fn capacity(&self) -> usize {
+        self.ring.lock().buf.len()
+    }
+
+    /// Whether the bytes from position `from` (the count of bytes before
+    /// them) to the end are all kept.
+    pub fn covers(&self, from: u64) -> bool {
+        let r = self.ring.lock();
+        from <= r.offset && r.offset - from <= r.histlen
+    }
+
+    /// Appends to `out` at most `max` bytes of the stream from position
+    /// `from`; returns how many.
+    ///
+    /// # Errors
+    /// [`Gap`]: `from` is no longer kept, or lies past the end.
+    pub fn read(&self, from: u64, max: usize, out: &mut Vec<u8>) -> Result<usize, Gap> {
+        let r = self.ring.lock();
+        if from > r.offset {
+            return Err(Gap::Ahead);
+        }
+        if r.offset - from > r.histlen {
+            return Err(Gap::Gone);
+        }
+        let cap = r.buf.len() as u64;
+        let len = ((r.offset - from) as usize).min(max);
+        let start = (from % cap) as usize;
+        let first = len.min(r.buf.len() - start);
+        out.extend_from_slice(&r.buf[start..start + first]);
+        out.extend_from_slice(&r.buf[..len - first]);
+        Ok(len)
+    }
+
+    /// Waits until the stream is longer than `from` bytes, or `timeout`.
+    /// Returns the offset then.
+    pub fn wait_past(&self, from: u64, timeout: Duration) -> u64 {
+        let mut r = self.ring.lock();
+        if r.offset <= from {
+            let _ = self.grown.wait_for(&mut r, timeout);
+        }
+        r.offset
+    }
+
+    /// Restarts the stream at `offset` with nothing kept: a replica about to
+    /// load a full sync taken at that offset.
+    pub fn restart_at(&self, offset: u64) {
+        let mut r = self.ring.lock();
+        r.offset = offset;
+        r.histlen = 0;
+    }
+}
+
+impl Ring {
+    fn push(&mut self, mut bytes: &[u8]) {
+        let cap = self.buf.len();
+        // Only the last `cap` bytes of an oversized part can be kept.
+        let skip = bytes.len().saturating_sub(cap);
+        self.offset += skip as u64;
+        bytes = &bytes[skip..];
+        while !bytes.is_empty() {
+            let pos = (self.offset % cap as u64) as usize;
+            let n = bytes.len().min(cap - pos);
+            self.buf[pos..pos + n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            self.offset += n as u64;
+            self.histlen = (self.histlen + n as u64).min(cap as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_wrap_and_old_positions_are_gone() {
+        let b = Backlog::new(10);
+        assert_eq!(b.first_byte_offset(), 1);
+        b.append(&[b"abcdef", b"ghij"]);
+        b.append(&[b"klm"]);
+        assert_eq!(b.offset(), 13);
+        assert_eq!(b.histlen(), 10);
+        assert_eq!(b.first_byte_offset(), 4);
+        let mut out = Vec::new();
+        assert_eq!(b.read(3, 100, &mut out), Ok(10));
+        assert_eq!(out, b"defghijklm");
+        assert_eq!(b.read(2, 100, &mut out), Err(Gap::Gone));
+        assert_eq!(b.read(14, 100, &mut out), Err(Gap::Ahead));
+        out.clear();
+        assert_eq!(b.read(8, 3, &mut out), Ok(3));
+        assert_eq!(out, b"ijk");
+        assert!(b.covers(13) && b.covers(3) && !b.covers(2));
+    }
+
+    #[test]
+    fn a_restart_keeps_the_offset_and_forgets_the_history() {
+        let b = Backlog::new(16);
+        b.append(&[b"xyz"]);
+        b.restart_at(1000);
+        assert_eq!(
+            (b.offset(), b.histlen(), b.first_byte_offset()),
+            (1000, 0, 1001)
+        );
+        assert!(!b.covers(3));
+        b.append(&[b"ab"]);
+        let mut out = Vec::new();
+        assert_eq!(b.read(1000, 10, &mut out), Ok(2));
+        assert_eq!(out, b"ab");
+    }
+}

@@ -1,0 +1,329 @@
+//! A primary's sender to one replica: one thread per replica, on the
+//! replica's socket (taken out of the event loop after its PSYNC), plus a
+//! reader thread for its `REPLCONF ACK`s.
+//!
+//! PSYNC is answered `+CONTINUE <replid>` when the replica's history and
+//! offset allow a partial resync (`Replication::continue_from`), and the
+//! stream follows from its offset. Otherwise `+FULLRESYNC <replid> <M>`:
+//! every shard is cut at one merged offset `M` (each publishes what it
+//! wrote, holds later effects and starts its image; once all have cut, `M`
+//! is the stream's length and they are released), then the payload (the
+//! shards' images, framed as Redis's diskless payload: `$EOF:<mark>\r\n`
+//! ... `<mark>`), then the stream from `M`. While the payload goes out the
+//! stream after `M` is copied aside, so the backlog's wrap cannot lose it.
+//! Every effect before the cut is in the images, every one after it is in
+//! the stream from `M`: each write reaches the replica exactly once.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use leasehold_protocol::{decode_request, encode_request, Limits};
+
+use crate::replication::backlog::Gap;
+use crate::replication::role::random_hex40;
+use crate::session::ReplicaHello;
+use crate::shard::{Cut, Mailbox, Msg};
+use crate::state::Shared;
+use crate::store::{ImagePart, ImageSink};
+
+/// Silence after which a replica is dropped, and the longest a write to it
+/// may block (Redis's `repl-timeout` default).
+pub const REPL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most stream bytes copied per lock of the backlog.
+const READ_MAX: usize = 64 * 1024;
+/// Longest every shard may take to cut.
+const CUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most stream bytes kept aside while a payload is sent (Redis's hard
+/// `client-output-buffer-limit replica`).
+const TAIL_LIMIT: usize = 256 * 1024 * 1024;
+
+/// What a sender starts from.
+#[derive(Debug)]
+pub struct FeedStart {
+    /// Server-wide state.
+    pub shared: Arc<Shared>,
+    /// Every thread's mailbox (a full sync cuts every shard).
+    pub mailboxes: Arc<Vec<Mailbox>>,
+    /// The replica's socket (blocking).
+    pub stream: TcpStream,
+    /// Replies owed to the replica before its PSYNC, not yet written.
+    pub out: Bytes,
+    /// Bytes it sent after its PSYNC.
+    pub input: BytesMut,
+    /// PSYNC's history id.
+    pub replid: String,
+    /// PSYNC's offset (the first byte wanted).
+    pub offset: i64,
+    /// What it said of itself.
+    pub hello: ReplicaHello,
+}
+
+/// Starts the sender's threads.
+pub fn start(f: FeedStart) {
+    let spawned = std::thread::Builder::new()
+        .name("leasehold-repl-feed".into())
+        .spawn(move || {
+            let repl = f.shared.repl.clone();
+            let ip = f.hello.ip.clone().unwrap_or_else(|| {
+                f.stream
+                    .peer_addr()
+                    .map_or_else(|_| "?".into(), |a| a.ip().to_string())
+            });
+            let id = repl.add_replica(ip.clone(), f.hello.listening_port);
+            match run(f, id) {
+                Ok(()) => tracing::info!("replication: replica {ip} disconnected"),
+                Err(e) => tracing::warn!("replication: connection with replica {ip} lost: {e}"),
+            }
+            repl.remove_replica(id);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("replication: cannot start a sender: {e}");
+    }
+}
+
+fn other(why: impl Into<String>) -> std::io::Error {
+    std::io::Error::other(why.into())
+}
+
+fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
+    let repl = f.shared.repl.clone();
+    let generation = repl.generation();
+    let mut w = f.stream;
+    w.set_nonblocking(false)?;
+    w.set_write_timeout(Some(REPL_TIMEOUT))?;
+    let _ = w.set_nodelay(true);
+    w.write_all(&f.out)?;
+    let alive = Arc::new(AtomicBool::new(true));
+    let reader = w.try_clone()?;
+    {
+        let (repl, alive) = (repl.clone(), alive.clone());
+        std::thread::Builder::new()
+            .name("leasehold-repl-acks".into())
+            .spawn(move || read_acks(reader, f.input, &repl, id, &alive))?;
+    }
+    let result = (|| {
+        let from = match repl.answer_psync(&f.replid, f.offset) {
+            Some(from) => {
+                let ids = repl.ids();
+                w.write_all(format!("+CONTINUE {}\r\n", ids.replid).as_bytes())?;
+                tracing::info!(
+                    "replication: partial resync of a replica from offset {}",
+                    from + 1
+                );
+                from
+            }
+            None => full_sync(&f.shared, &f.mailboxes, &mut w, id, &alive)?,
+        };
+        repl.replica_state(id, "online");
+        stream_from(&f.shared, &mut w, from, generation, &alive)
+    })();
+    alive.store(false, Ordering::SeqCst);
+    let _ = w.shutdown(std::net::Shutdown::Both);
+    result
+}
+
+/// Sends every shard [`Msg::Release`] when dropped, so no shard holds its
+/// effects past the cut whatever happens to the sync.
+struct Release<'a>(&'a [Mailbox]);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        for m in self.0 {
+            m.send(Msg::Release);
+        }
+    }
+}
+
+/// Cuts every shard, sends the payload, and returns the stream position
+/// the replica continues from, having written the stream up to it.
+fn full_sync(
+    shared: &Shared,
+    mailboxes: &[Mailbox],
+    w: &mut TcpStream,
+    id: u64,
+    alive: &AtomicBool,
+) -> std::io::Result<u64> {
+    let repl = &shared.repl;
+    let _one_at_a_time = repl.full_sync.lock();
+    let started = Instant::now();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (cut_tx, cut_rx) = crossbeam_channel::bounded(mailboxes.len());
+    let release = Release(mailboxes);
+    for m in mailboxes {
+        let sink = ImageSink {
+            tx: tx.clone(),
+            queued: queued.clone(),
+        };
+        m.send(Msg::Cut(Cut {
+            sink,
+            cut: cut_tx.clone(),
+        }));
+    }
+    drop(tx);
+    for _ in mailboxes {
+        if cut_rx.recv_timeout(CUT_TIMEOUT).is_err() {
+            return Err(other("a shard did not cut in time"));
+        }
+    }
+    // Every shard has published what it wrote before its cut and holds the
+    // rest: the stream's length now is the cut's offset.
+    let m = repl.backlog.offset();
+    drop(release);
+    let ids = repl.ids();
+    repl.replica_state(id, "send_bulk");
+    w.write_all(format!("+FULLRESYNC {} {m}\r\n", ids.replid).as_bytes())?;
+    let mark = random_hex40();
+    let mut head = BytesMut::new();
+    head.extend_from_slice(format!("$EOF:{mark}\r\n").as_bytes());
+    let unix_ms = shared.clock.now().unix_ms.to_string();
+    let shards = shared.shards.to_string();
+    let m_text = m.to_string();
+    let header = ["LH.SNAPSHOT", "1", &ids.replid, &m_text, &unix_ms, &shards];
+    encode_request(&header, &mut head);
+    // The replica starts from nothing: its own keys go first.
+    encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
+    w.write_all(&head)?;
+    let mut records = 1u64;
+    let mut done = 0;
+    let mut pos = m;
+    let mut tail = Vec::new();
+    while done < mailboxes.len() {
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(ImagePart::Chunk(bytes, n)) => {
+                queued.fetch_sub(bytes.len(), Ordering::Relaxed);
+                w.write_all(&bytes)?;
+                records += n;
+            }
+            Ok(ImagePart::Done) => done += 1,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err(other("a shard stopped its image"));
+            }
+        }
+        copy_aside(shared, &mut pos, &mut tail)?;
+        if !alive.load(Ordering::SeqCst) || shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(other("the replica went away during its full sync"));
+        }
+    }
+    let mut end = BytesMut::new();
+    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
+    end.extend_from_slice(mark.as_bytes());
+    w.write_all(&end)?;
+    w.write_all(&tail)?;
+    tracing::info!(
+        "replication: full sync of {records} records at offset {m} sent in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(pos)
+}
+
+/// Copies the stream from `pos` into `tail` while a payload is sent.
+fn copy_aside(shared: &Shared, pos: &mut u64, tail: &mut Vec<u8>) -> std::io::Result<()> {
+    loop {
+        match shared.repl.backlog.read(*pos, READ_MAX, tail) {
+            Ok(0) => return Ok(()),
+            Ok(n) => *pos += n as u64,
+            Err(_) => return Err(other("the stream outran the backlog during a full sync")),
+        }
+        if tail.len() > TAIL_LIMIT {
+            return Err(other("output buffer limit reached during a full sync"));
+        }
+    }
+}
+
+/// Sends the stream from position `pos` until the replica goes, this
+/// node's role changes, or the server stops.
+fn stream_from(
+    shared: &Shared,
+    w: &mut TcpStream,
+    mut pos: u64,
+    generation: u64,
+    alive: &AtomicBool,
+) -> std::io::Result<()> {
+    let repl = &shared.repl;
+    let mut buf = Vec::with_capacity(READ_MAX);
+    loop {
+        if !alive.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if shared.shutting_down.load(Ordering::SeqCst) || !repl.generation_is(generation) {
+            return Ok(());
+        }
+        repl.backlog.wait_past(pos, Duration::from_millis(100));
+        buf.clear();
+        match repl.backlog.read(pos, READ_MAX, &mut buf) {
+            Ok(n) => {
+                if n > 0 {
+                    w.write_all(&buf)?;
+                    pos += n as u64;
+                }
+            }
+            Err(Gap::Gone) => return Err(other("the replica fell behind the backlog")),
+            Err(Gap::Ahead) => return Err(other("the stream restarted under the replica")),
+        }
+    }
+}
+
+/// Reads the replica's `REPLCONF ACK <offset>`s until its socket closes or
+/// the sender stops; a replica silent for [`REPL_TIMEOUT`] is dropped.
+fn read_acks(
+    mut r: TcpStream,
+    mut input: BytesMut,
+    repl: &crate::replication::role::Replication,
+    id: u64,
+    alive: &AtomicBool,
+) {
+    let _ = r.set_read_timeout(Some(Duration::from_millis(500)));
+    let limits = Limits::default();
+    let mut chunk = [0u8; 4096];
+    let mut last = Instant::now();
+    while alive.load(Ordering::SeqCst) {
+        loop {
+            match decode_request(&mut input, &limits) {
+                Ok(Some(items)) => {
+                    let ack = items.len() >= 3
+                        && items[0].eq_ignore_ascii_case(b"REPLCONF")
+                        && items[1].eq_ignore_ascii_case(b"ACK");
+                    if let Some(n) = ack
+                        .then(|| leasehold_protocol::int::parse_u64(&items[2]))
+                        .flatten()
+                    {
+                        repl.replica_ack(id, n);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    alive.store(false, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+        match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                input.extend_from_slice(&chunk[..n]);
+                last = Instant::now();
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if last.elapsed() > REPL_TIMEOUT {
+                    tracing::warn!("replication: replica silent for {REPL_TIMEOUT:?}, dropping it");
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    alive.store(false, Ordering::SeqCst);
+    let _ = r.shutdown(std::net::Shutdown::Both);
+}

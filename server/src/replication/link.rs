@@ -1,0 +1,258 @@
+//! The replication thread: on a replica, the link to its primary (connect,
+//! handshake, hand the connection to thread 0's event loop, `REPLCONF ACK`
+//! every second and when asked, reconnect after a drop); on a primary with
+//! replicas, a `PING` record every `repl-ping-replica-period`.
+//!
+//! The handshake is the one Redis replicas use, each step answered before
+//! the next: `PING`; `REPLCONF listening-port <port>`; `REPLCONF capa eof
+//! capa psync2 capa lh1` (`lh1`: this replica loads Leasehold snapshots,
+//! version 1); `PSYNC <replid> <offset + 1>` (or `PSYNC ? -1` with nothing
+//! applied yet), answered `+FULLRESYNC <replid> <offset>` or `+CONTINUE
+//! [<replid>]`.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use leasehold_protocol::encode_request;
+
+use crate::replication::backlog::PING_RECORD;
+use crate::replication::feed::REPL_TIMEOUT;
+use crate::replication::role::Target;
+use crate::shard::{LinkStart, Mailbox, Msg};
+use crate::state::Shared;
+
+/// How often a primary with replicas writes a `PING` record (Redis's
+/// `repl-ping-replica-period` default).
+pub const PING_PERIOD: Duration = Duration::from_secs(10);
+/// How often a replica acknowledges its offset.
+pub const ACK_PERIOD: Duration = Duration::from_secs(1);
+/// Wait between two connection attempts.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest a handshake step may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts the replication thread; it stops when the server shuts down.
+///
+/// # Errors
+/// The thread could not be started.
+pub fn spawn(
+    shared: Arc<Shared>,
+    mailboxes: Arc<Vec<Mailbox>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("leasehold-repl".into())
+        .spawn(move || run(&shared, &mailboxes))
+}
+
+fn run(shared: &Shared, mailboxes: &[Mailbox]) {
+    let repl = &shared.repl;
+    let mut last_ping = Instant::now();
+    let mut last_ack = Instant::now();
+    let mut acks: Option<TcpStream> = None;
+    let mut next_try = Instant::now();
+    let mut last_error = String::new();
+    while !shared
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        if !repl.is_replica() && last_ping.elapsed() >= PING_PERIOD {
+            if !repl.replicas().is_empty() {
+                repl.backlog.append(&[PING_RECORD]);
+            }
+            last_ping = Instant::now();
+        }
+        let Some(target) = repl.target() else {
+            acks = None;
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        if repl.link_attached() {
+            let asked = repl.ack_wanted(Duration::from_millis(100));
+            if asked || last_ack.elapsed() >= ACK_PERIOD {
+                send_ack(shared, &mut acks);
+                last_ack = Instant::now();
+            }
+            let silent = repl
+                .link
+                .lock()
+                .last_io
+                .is_some_and(|t| t.elapsed() > REPL_TIMEOUT);
+            if silent {
+                tracing::warn!("replication: no data from the primary for {REPL_TIMEOUT:?}");
+                let id = repl.link.lock().client;
+                if let Some(c) = id.and_then(|id| shared.clients.lock().get(&id).cloned()) {
+                    c.kill();
+                }
+            }
+            continue;
+        }
+        acks = None;
+        if Instant::now() < next_try {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let generation = repl.generation();
+        match handshake(shared, &target) {
+            Ok((stream, leftover, answer)) => {
+                last_error.clear();
+                if !repl.generation_is(generation) {
+                    continue;
+                }
+                acks = stream.try_clone().ok();
+                let full = match answer {
+                    Answer::Full(replid, offset) => {
+                        tracing::info!(
+                            "replication: full sync from {}:{} at offset {offset}",
+                            target.host,
+                            target.port
+                        );
+                        repl.adopt_full_sync(&replid, offset);
+                        repl.set_loading(true);
+                        Some(offset)
+                    }
+                    Answer::Continue(replid) => {
+                        tracing::info!(
+                            "replication: partial resync from {}:{}",
+                            target.host,
+                            target.port
+                        );
+                        if let Some(id) = replid {
+                            repl.adopt_continue(&id);
+                        }
+                        None
+                    }
+                };
+                repl.link_attaching();
+                let start = LinkStart {
+                    stream,
+                    leftover,
+                    full,
+                };
+                mailboxes[0].send(Msg::Link(start));
+                last_ack = Instant::now();
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if text != last_error {
+                    tracing::warn!(
+                        "replication: cannot sync with {}:{}: {text} (retrying every {RETRY_AFTER:?})",
+                        target.host,
+                        target.port
+                    );
+                    last_error = text;
+                }
+                next_try = Instant::now() + RETRY_AFTER;
+            }
+        }
+    }
+}
+
+fn send_ack(shared: &Shared, acks: &mut Option<TcpStream>) {
+    let Some(s) = acks.as_mut() else {
+        return;
+    };
+    let mut out = BytesMut::new();
+    let offset = shared.repl.backlog.offset().to_string();
+    encode_request(&["REPLCONF", "ACK", &offset], &mut out);
+    if s.write_all(&out).is_err() {
+        *acks = None;
+    }
+}
+
+/// The primary's answer to PSYNC.
+enum Answer {
+    /// `+FULLRESYNC <replid> <offset>`: a payload follows.
+    Full(String, u64),
+    /// `+CONTINUE [<replid>]`: the stream follows.
+    Continue(Option<String>),
+}
+
+fn io_error(why: String) -> std::io::Error {
+    std::io::Error::other(why)
+}
+
+/// Reads one `\r\n`-terminated line into a string, keeping what follows in
+/// `buf`. Lone `\n` keepalives before it are skipped.
+fn read_line(s: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<String> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        while buf.first() == Some(&b'\n') {
+            let _ = buf.split_to(1);
+        }
+        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = buf.split_to(end + 2);
+            return Ok(String::from_utf8_lossy(&line[..end]).into_owned());
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io_error("the primary closed the connection".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn command(s: &mut TcpStream, buf: &mut BytesMut, args: &[&str]) -> std::io::Result<String> {
+    let mut out = BytesMut::new();
+    encode_request(args, &mut out);
+    s.write_all(&out)?;
+    read_line(s, buf)
+}
+
+fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMut, Answer)> {
+    let addr = (t.host.as_str(), t.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io_error(format!("{} does not resolve", t.host)))?;
+    let mut s = TcpStream::connect_timeout(&addr, STEP_TIMEOUT)?;
+    s.set_read_timeout(Some(STEP_TIMEOUT))?;
+    s.set_write_timeout(Some(STEP_TIMEOUT))?;
+    let _ = s.set_nodelay(true);
+    let mut buf = BytesMut::new();
+    // Any answer to PING (even -NOAUTH) shows a live server.
+    command(&mut s, &mut buf, &["PING"])?;
+    let port = shared.local_addr.port().to_string();
+    let ok = |line: String, step: &str| match line.starts_with('+') {
+        true => Ok(()),
+        false => Err(io_error(format!("{step} answered {line}"))),
+    };
+    ok(
+        command(&mut s, &mut buf, &["REPLCONF", "listening-port", &port])?,
+        "REPLCONF listening-port",
+    )?;
+    ok(
+        command(
+            &mut s,
+            &mut buf,
+            &["REPLCONF", "capa", "eof", "capa", "psync2", "capa", "lh1"],
+        )?,
+        "REPLCONF capa",
+    )?;
+    let repl = &shared.repl;
+    let offset = repl.backlog.offset();
+    let ids = repl.ids();
+    let next = (offset + 1).to_string();
+    let psync = match offset {
+        0 => ["PSYNC", "?", "-1"],
+        _ => ["PSYNC", ids.replid.as_str(), next.as_str()],
+    };
+    let line = command(&mut s, &mut buf, &psync)?;
+    let mut words = line.split(' ');
+    let answer = match words.next() {
+        Some("+FULLRESYNC") => {
+            let id = words.next().unwrap_or_default().to_string();
+            let off = words.next().and_then(|o| o.parse().ok());
+            match (id.len(), off) {
+                (40, Some(off)) => Answer::Full(id, off),
+                _ => return Err(io_error(format!("PSYNC answered {line}"))),
+            }
+        }
+        Some("+CONTINUE") => Answer::Continue(words.next().map(str::to_string)),
+        _ => return Err(io_error(format!("PSYNC answered {line}"))),
+    };
+    s.set_read_timeout(None)?;
+    s.set_write_timeout(Some(REPL_TIMEOUT))?;
+    Ok((s, buf, answer))
+}

@@ -1,0 +1,124 @@
+//! Replication helpers: wait for a replica to catch up, and read a whole
+//! keyspace for comparison.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::{info, info_fields, Raw, Reply, TestServer};
+
+/// One key as a replica must hold it: its type, its value (GET for
+/// strings, RLSTATE for rate-limit keys) and its absolute deadline
+/// (PEXPIRETIME), as reply text.
+pub type Dump = BTreeMap<String, (String, String, String)>;
+
+/// An INFO field of `section`.
+///
+/// # Panics
+/// When the field is missing.
+pub fn field(c: &mut Raw, section: &str, name: &str) -> String {
+    let fields = info_fields(&info(c, section));
+    fields
+        .get(name)
+        .unwrap_or_else(|| panic!("INFO {section} lacks {name}"))
+        .clone()
+}
+
+/// Makes `replica` follow `primary`.
+pub fn follow(replica: &TestServer, primary: &TestServer) {
+    let line = format!("REPLICAOF 127.0.0.1 {}", primary.addr.port());
+    assert_eq!(replica.raw().call(&line), "+OK\r\n");
+}
+
+/// Waits until `replica`'s link is up, not loading, and its offset equals
+/// `primary`'s; returns that offset.
+///
+/// # Panics
+/// When that does not happen within `limit`.
+pub fn wait_caught_up(primary: &TestServer, replica: &TestServer, limit: Duration) -> u64 {
+    let (mut p, mut r) = (primary.raw(), replica.raw());
+    let start = Instant::now();
+    loop {
+        let fields = info_fields(&info(&mut r, "replication"));
+        let want = field(&mut p, "replication", "master_repl_offset");
+        let up = fields.get("master_link_status").map(String::as_str) == Some("up");
+        let loaded = fields.get("master_sync_in_progress").map(String::as_str) == Some("0");
+        if up && loaded && fields.get("slave_repl_offset") == Some(&want) {
+            return want.parse().expect("offset");
+        }
+        assert!(
+            start.elapsed() < limit,
+            "replica not caught up after {limit:?}: {fields:?}, primary at {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn bulk_text(r: &Reply) -> String {
+    match r {
+        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("not a bulk string: {other:?}"),
+    }
+}
+
+/// Every key of the server behind `c`, with its type, value and deadline.
+pub fn dump(c: &mut Raw) -> Dump {
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        c.send_cmd(&format!("SCAN {cursor} COUNT 1000"));
+        let reply = c.read_reply();
+        let Reply::Array(parts) = reply else {
+            panic!("SCAN is not an array: {reply:?}")
+        };
+        cursor = bulk_text(&parts[0]);
+        let Reply::Array(found) = &parts[1] else {
+            panic!("SCAN keys are not an array")
+        };
+        keys.extend(found.iter().map(bulk_text));
+        if cursor == "0" {
+            break;
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    let mut out = Dump::new();
+    for chunk in keys.chunks(200) {
+        let mut wire = Vec::new();
+        for k in chunk {
+            for cmd in ["TYPE", "GET", "RLSTATE", "PEXPIRETIME"] {
+                wire.extend(crate::resp(&[cmd.as_bytes(), k.as_bytes()]));
+            }
+        }
+        c.send(&wire);
+        for k in chunk {
+            let ty = c.read_text();
+            let get = c.read_text();
+            let rl = c.read_text();
+            let at = c.read_text();
+            let value = if ty.contains("string") { get } else { rl };
+            out.insert(k.clone(), (ty, value, at));
+        }
+    }
+    out
+}
+
+/// Asserts two dumps are equal, naming at most 10 keys that differ.
+///
+/// # Panics
+/// When they differ.
+pub fn assert_same(got: &Dump, want: &Dump, what: &str) {
+    let keys: std::collections::BTreeSet<&String> = got.keys().chain(want.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .take(10)
+        .map(|k| format!("{k}: {:?} where {:?} was wanted", got.get(k), want.get(k)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{what}: {} keys against {}; first differences:\n{}",
+        got.len(),
+        want.len(),
+        differ.join("\n")
+    );
+}

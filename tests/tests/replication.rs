@@ -1,0 +1,313 @@
+//! Replication end to end, between servers in this process on loopback:
+//! a full sync then the stream, between servers of different thread
+//! counts; a partial resync after the link drops (and no second full
+//! sync); promotion with `replid2`, after which a sibling replica and the
+//! old primary continue partially from the new primary; and 100 000 random
+//! commands, some during a full sync, after which every key's type, value
+//! (or RLSTATE) and deadline are equal on primary and replicas.
+//!
+//! The servers share one hand-set clock, so rate-limit states read the same
+//! everywhere and the comparison is exact.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_server::clock::ManualClock;
+use leasehold_tests::replication::{assert_same, dump, field, follow, wait_caught_up};
+use leasehold_tests::{resp, TestServer, T0_MS};
+
+const CATCH_UP: Duration = Duration::from_secs(20);
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(T0_MS, 0))
+}
+
+/// Writes of every kind the stream carries, `n` keys of each.
+fn write_mix(c: &mut leasehold_tests::Raw, tag: &str, n: usize) {
+    let mut wire = Vec::new();
+    for i in 0..n {
+        let k = format!("{tag}:s{i}");
+        wire.extend(resp(&[b"SET", k.as_bytes(), format!("v{i}").as_bytes()]));
+        if i % 3 == 0 {
+            let t = format!("{tag}:t{i}");
+            wire.extend(resp(&[b"SET", t.as_bytes(), b"x", b"PX", b"500000"]));
+        }
+        let n = format!("{tag}:n{}", i % 7);
+        wire.extend(resp(&[b"INCRBY", n.as_bytes(), b"3"]));
+        let tb = format!("{tag}:tb{}", i % 50);
+        wire.extend(resp(&[
+            b"TOKENLEASE",
+            tb.as_bytes(),
+            b"2",
+            b"100",
+            b"60000",
+            b"1",
+        ]));
+        let sw = format!("{tag}:sw{}", i % 50);
+        wire.extend(resp(&[b"SLIDINGWINDOW", sw.as_bytes(), b"100", b"60000"]));
+        let cl = format!("{tag}:cl{}", i % 50);
+        wire.extend(resp(&[b"CL.THROTTLE", cl.as_bytes(), b"50", b"100", b"60"]));
+        let g = format!("{tag}:g{}", i % 50);
+        wire.extend(resp(&[b"GCRA", g.as_bytes(), b"50", b"100", b"60"]));
+    }
+    let replies = n * 6 + n.div_ceil(3);
+    c.send(&wire);
+    for _ in 0..replies {
+        let r = c.read_text();
+        assert!(!r.starts_with('-'), "a write failed: {r}");
+    }
+}
+
+fn sync_count(s: &TestServer, name: &str) -> u64 {
+    field(&mut s.raw(), "stats", name).parse().expect("a count")
+}
+
+fn full_sync_then_stream(primary_threads: usize, replica_threads: usize) {
+    let clock = clock();
+    let primary = TestServer::with_clock(primary_threads, clock.clone());
+    let replica = TestServer::with_clock(replica_threads, clock.clone());
+    let mut p = primary.raw();
+    write_mix(&mut p, "a", 600);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    let mut r = replica.raw();
+    let before = dump(&mut p);
+    assert!(before.len() > 900, "the mix wrote {} keys", before.len());
+    assert_same(&dump(&mut r), &before, "after the full sync");
+    assert_eq!(r.call("DBSIZE"), p.call("DBSIZE"));
+
+    // The stream: new keys, changes, deletions, deadlines set and removed.
+    write_mix(&mut p, "b", 300);
+    for line in [
+        "DEL a:s1 a:s2 a:s3",
+        "EXPIRE a:s4 100",
+        "PERSIST a:t3",
+        "APPEND a:s5 tail",
+        "MSET a:m1 1 a:m2 2 a:m3 3",
+    ] {
+        assert!(!p.call(line).starts_with('-'), "{line}");
+    }
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    assert_same(&dump(&mut r), &dump(&mut p), "after the stream");
+    assert_eq!(
+        r.call("PEXPIRETIME a:s4"),
+        format!(":{}\r\n", T0_MS + 100_000)
+    );
+    assert_eq!(r.call("TTL a:t3"), ":-1\r\n");
+
+    // A replica refuses writes, rate-limit commands included, and serves reads.
+    let readonly = "-READONLY You can't write against a read only replica.\r\n";
+    assert_eq!(r.call("SET x 1"), readonly);
+    assert_eq!(r.call("TOKENLEASE a:tb1 1 100 60000 1"), readonly);
+    assert_eq!(r.call("DEL a:s7"), readonly);
+    assert_eq!(r.call("GET a:s7"), "$2\r\nv7\r\n");
+    assert_eq!(r.call("RLSTATE a:tb1"), p.call("RLSTATE a:tb1"));
+
+    // What Sentinel reads.
+    assert_eq!(field(&mut r, "replication", "role"), "slave");
+    assert_eq!(
+        field(&mut r, "replication", "master_port"),
+        primary.addr.port().to_string()
+    );
+    assert_eq!(field(&mut r, "replication", "master_link_status"), "up");
+    assert_eq!(
+        field(&mut r, "replication", "master_replid"),
+        field(&mut p, "replication", "master_replid")
+    );
+    assert_eq!(field(&mut p, "replication", "role"), "master");
+    assert_eq!(field(&mut p, "replication", "connected_slaves"), "1");
+    let slave0 = field(&mut p, "replication", "slave0");
+    assert!(
+        slave0.starts_with(&format!(
+            "ip=127.0.0.1,port={},state=online,offset=",
+            replica.addr.port()
+        )),
+        "{slave0}"
+    );
+    assert_eq!(sync_count(&primary, "sync_full"), 1);
+    assert!(p.call("ROLE").starts_with("*3\r\n$6\r\nmaster\r\n"));
+    let role = r.call("ROLE");
+    assert!(
+        role.starts_with(&format!(
+            "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:{}\r\n$9\r\nconnected\r\n",
+            primary.addr.port()
+        )),
+        "{role}"
+    );
+}
+
+#[test]
+fn full_sync_then_stream_2_to_1_threads() {
+    full_sync_then_stream(2, 1);
+}
+
+#[test]
+fn full_sync_then_stream_1_to_2_threads() {
+    full_sync_then_stream(1, 2);
+}
+
+#[test]
+fn a_dropped_link_resyncs_partially() {
+    let clock = clock();
+    let primary = TestServer::with_clock(2, clock.clone());
+    let replica = TestServer::with_clock(2, clock.clone());
+    let mut p = primary.raw();
+    write_mix(&mut p, "a", 200);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    // Cut the link from the replica's side: it reconnects with its replid
+    // and offset, and the primary continues from there.
+    let mut r = replica.raw();
+    let kill = format!("CLIENT KILL ADDR 127.0.0.1:{}", primary.addr.port());
+    assert_eq!(r.call(&kill), ":1\r\n");
+    write_mix(&mut p, "b", 200);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    assert_same(&dump(&mut r), &dump(&mut p), "after the partial resync");
+    assert_eq!(
+        sync_count(&primary, "sync_full"),
+        1,
+        "one full sync, the first"
+    );
+    assert_eq!(sync_count(&primary, "sync_partial_ok"), 1);
+}
+
+#[test]
+fn promotion_keeps_the_old_history_for_the_others() {
+    let clock = clock();
+    let primary = TestServer::with_clock(2, clock.clone());
+    let r1 = TestServer::with_clock(2, clock.clone());
+    let r2 = TestServer::with_clock(1, clock.clone());
+    let mut p = primary.raw();
+    write_mix(&mut p, "a", 200);
+    follow(&r1, &primary);
+    follow(&r2, &primary);
+    let offset = wait_caught_up(&primary, &r1, CATCH_UP);
+    wait_caught_up(&primary, &r2, CATCH_UP);
+    let old_id = field(&mut p, "replication", "master_replid");
+
+    let mut c1 = r1.raw();
+    assert_eq!(c1.call("REPLICAOF NO ONE"), "+OK\r\n");
+    assert_eq!(field(&mut c1, "replication", "role"), "master");
+    assert_eq!(field(&mut c1, "replication", "master_replid2"), old_id);
+    assert_eq!(
+        field(&mut c1, "replication", "second_repl_offset"),
+        (offset + 1).to_string()
+    );
+    assert_ne!(field(&mut c1, "replication", "master_replid"), old_id);
+    assert_eq!(
+        c1.call("SET promoted yes"),
+        "+OK\r\n",
+        "a promoted replica takes writes"
+    );
+
+    // The sibling follows the new primary and continues where it was.
+    follow(&r2, &r1);
+    wait_caught_up(&r1, &r2, CATCH_UP);
+    assert_eq!(r2.raw().call("GET promoted"), "$3\r\nyes\r\n");
+    // The old primary, which wrote nothing since, comes back as a replica
+    // of the new one, also without a full sync.
+    follow(&primary, &r1);
+    wait_caught_up(&r1, &primary, CATCH_UP);
+    assert_eq!(p.call("GET promoted"), "$3\r\nyes\r\n");
+    assert_eq!(sync_count(&r1, "sync_full"), 0);
+    assert_eq!(sync_count(&r1, "sync_partial_ok"), 2);
+    let want = dump(&mut c1);
+    assert_same(&dump(&mut r2.raw()), &want, "the sibling");
+    assert_same(&dump(&mut p), &want, "the old primary");
+}
+
+/// A small deterministic generator (xorshift64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn random_command(rng: &mut Rng) -> Vec<u8> {
+    let k = format!("k{}", rng.below(2000));
+    let k2 = format!("k{}", rng.below(2000));
+    let v = format!("v{}", rng.below(1000));
+    let n = (1 + rng.below(5)).to_string();
+    let ms = (1000 + rng.below(100_000)).to_string();
+    let (k, k2, v, n, ms) = (
+        k.as_bytes(),
+        k2.as_bytes(),
+        v.as_bytes(),
+        n.as_bytes(),
+        ms.as_bytes(),
+    );
+    match rng.below(16) {
+        0 | 1 => resp(&[b"SET", k, v]),
+        2 => resp(&[b"SET", k, v, b"PX", ms]),
+        3 => resp(&[b"INCRBY", k, n]),
+        4 => resp(&[b"DEL", k, k2]),
+        5 => resp(&[b"PEXPIRE", k, ms]),
+        6 => resp(&[b"PERSIST", k]),
+        7 => resp(&[b"APPEND", k, v]),
+        8 => resp(&[b"MSET", k, v, k2, v]),
+        9 => resp(&[b"TOKENLEASE", k, n, b"20", b"60000", b"1"]),
+        10 => resp(&[b"TOKENRETURN", k, n, b"20", b"60000"]),
+        11 => resp(&[b"SLIDINGWINDOW", k, b"20", ms]),
+        12 => resp(&[b"CL.THROTTLE", k, b"10", b"20", b"60"]),
+        13 => resp(&[b"GCRA", k, b"10", b"20", b"60"]),
+        14 => resp(&[b"GETDEL", k]),
+        _ => resp(&[b"SETNX", k, v]),
+    }
+}
+
+/// Sends `n` random commands in pipelined batches, moving the clock 1 ms
+/// every batch; wrong-type errors are expected and ignored.
+fn random_load(server: &TestServer, clock: &ManualClock, seed: u64, n: usize) {
+    let mut c = server.raw();
+    let mut rng = Rng(seed);
+    for _ in 0..n / 500 {
+        let mut wire = Vec::new();
+        for _ in 0..500 {
+            wire.extend(random_command(&mut rng));
+        }
+        c.send(&wire);
+        for _ in 0..500 {
+            c.read_text();
+        }
+        clock.advance_ms(1);
+    }
+}
+
+#[test]
+fn random_commands_leave_equal_state_on_every_replica() {
+    let clock = clock();
+    let primary = TestServer::with_clock(2, clock.clone());
+    let streamed = TestServer::with_clock(1, clock.clone());
+    let synced = TestServer::with_clock(2, clock.clone());
+    follow(&streamed, &primary);
+    wait_caught_up(&primary, &streamed, CATCH_UP);
+    random_load(&primary, &clock, 0x9E37_79B9_7F4A_7C15, 50_000);
+    // The second replica's full sync runs while the other half is written.
+    std::thread::scope(|s| {
+        let load = s.spawn(|| random_load(&primary, &clock, 0xD1B5_4A32_D192_ED03, 50_000));
+        follow(&synced, &primary);
+        load.join().expect("the load ran");
+    });
+    wait_caught_up(&primary, &streamed, CATCH_UP);
+    wait_caught_up(&primary, &synced, CATCH_UP);
+    let want = dump(&mut primary.raw());
+    assert!(want.len() > 1000, "{} keys", want.len());
+    assert_same(
+        &dump(&mut streamed.raw()),
+        &want,
+        "the replica that streamed everything",
+    );
+    assert_same(
+        &dump(&mut synced.raw()),
+        &want,
+        "the replica synced during the load",
+    );
+}
