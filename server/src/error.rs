@@ -137,6 +137,13 @@ pub enum OpError {
     LinkOnly,
     /// `ERR Invalid master port` (REPLICAOF).
     InvalidMasterPort,
+    /// `ERR WAIT cannot be used with replica instances. Please also note
+    /// that since Redis 4.0 if a replica is configured to be writable (which
+    /// is not the default) writes to replicas are just local and are not
+    /// propagated.` (WAIT on a replica).
+    WaitOnReplica,
+    /// `ERR timeout is negative` (WAIT).
+    NegativeTimeout,
     /// `ERR Unrecognized REPLCONF option: <option>`.
     UnrecognizedReplconf(String),
     /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
@@ -246,6 +253,8 @@ impl OpError {
                 Reply::err("ERR this command is only accepted from a replication link")
             }
             OpError::InvalidMasterPort => Reply::err("ERR Invalid master port"),
+            OpError::WaitOnReplica => Reply::err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated."),
+            OpError::NegativeTimeout => Reply::err("ERR timeout is negative"),
             OpError::UnrecognizedReplconf(o) => {
                 Reply::err_owned(format!("ERR Unrecognized REPLCONF option: {o}"))
             }

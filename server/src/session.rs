@@ -36,6 +36,20 @@ pub struct ConnState {
     /// Set on the replication link's connection (a replica's link to its
     /// primary): its records are applied and never answered.
     pub link: Option<LinkState>,
+    /// Set by WAIT while it waits for replicas' acknowledgements: the
+    /// connection is not served until they come or the timeout passes.
+    pub blocked: Option<WaitAcks>,
+}
+
+/// A WAIT in progress.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitAcks {
+    /// The stream offset the replicas must have acknowledged.
+    pub offset: u64,
+    /// How many replicas WAIT asks for.
+    pub replicas: usize,
+    /// When WAIT gives up (`None`: never, for a timeout of 0).
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// REPLCONF facts a replica gives before PSYNC.
@@ -139,6 +153,7 @@ impl ConnState {
             replica: ReplicaHello::default(),
             handover: None,
             link: None,
+            blocked: None,
         };
         conn.refresh(shared);
         conn

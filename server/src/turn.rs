@@ -138,6 +138,8 @@ pub struct Turn<T> {
     posted: Vec<bool>,
     /// Where a reply written directly is encoded.
     scratch: BytesMut,
+    /// Connections blocked in WAIT.
+    blocked: Vec<usize>,
 }
 
 impl<T: Transport> Turn<T> {
@@ -153,6 +155,7 @@ impl<T: Transport> Turn<T> {
             resumed: Vec::new(),
             posted,
             scratch: BytesMut::new(),
+            blocked: Vec::new(),
         }
     }
 
@@ -290,7 +293,7 @@ impl<T: Transport> Turn<T> {
         let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
             return;
         };
-        if c.pipe.owed() == 0 && !c.state.close {
+        if c.pipe.owed() == 0 && !c.state.close && c.state.blocked.is_none() {
             c.state.refresh(&worker.shared);
             let mut at = At {
                 worker,
@@ -305,6 +308,9 @@ impl<T: Transport> Turn<T> {
                 // Stopped at MAX_PIPELINE: go on at the next turn.
                 self.resumed.push(key);
             }
+        }
+        if c.state.blocked.is_some() && !self.blocked.contains(&key) {
+            self.blocked.push(key);
         }
         let leaving = c.state.close || c.state.handover.is_some();
         if (!c.out.is_empty() || leaving) && !c.listed {
@@ -377,6 +383,40 @@ impl<T: Transport> Turn<T> {
         into.append(&mut self.resumed);
     }
 
+    /// Answers each WAIT whose replicas have acknowledged or whose timeout
+    /// passed (the reply is the number of replicas that acknowledged), and
+    /// resumes its connection. Returns whether any WAIT is still blocked.
+    pub fn check_blocked(&mut self) -> bool {
+        if self.blocked.is_empty() {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let repl = self.worker.shared.repl.clone();
+        let mut still = Vec::new();
+        for key in std::mem::take(&mut self.blocked) {
+            let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
+                continue;
+            };
+            let Some(w) = c.state.blocked else {
+                continue;
+            };
+            let acked = repl.acked(w.offset);
+            if acked < w.replicas && w.deadline.is_none_or(|d| now < d) {
+                still.push(key);
+                continue;
+            }
+            c.state.blocked = None;
+            Reply::Int(acked as i64).encode(c.state.proto, &mut c.out);
+            if !c.listed {
+                c.listed = true;
+                self.dirty.push(key);
+            }
+            self.resumed.push(key);
+        }
+        self.blocked = still;
+        !self.blocked.is_empty()
+    }
+
     /// Whether connections have output listed and not yet taken.
     pub fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()
@@ -439,6 +479,9 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             c.pipe.encode(worker, c.state.proto, &mut c.out);
             match parked {
                 Parked::Conn(idx, mut args) => {
+                    // What ran inline before it is in the replication
+                    // stream first (WAIT counts it).
+                    worker.shard.borrow_mut().publish();
                     let reply = run_conn_command(worker, &mut c.state, idx, &mut args);
                     // A CONFIG SET applies to the rest of this connection's
                     // input: to the decoder's limits and to this shard, as it
@@ -454,7 +497,7 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     c.state.close = true;
                 }
             }
-            if c.state.close || c.state.handover.is_some() {
+            if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
             }
             continue;

@@ -152,6 +152,7 @@ const SAMPLES: &[Sample] = &[
     ),
     ("psync", &["REPLCONF capa lh1"], &["PSYNC ? -1"]),
     ("role", READ_SETUP, &["ROLE"]),
+    ("wait", READ_SETUP, &["WAIT 0 0"]),
 ];
 
 fn sample(name: &str) -> Option<&'static Sample> {

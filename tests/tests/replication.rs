@@ -311,3 +311,37 @@ fn random_commands_leave_equal_state_on_every_replica() {
         "the replica synced during the load",
     );
 }
+
+#[test]
+fn wait_counts_the_replicas_that_acknowledged() {
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    assert_eq!(p.call("SET k 1"), "+OK\r\n");
+    let start = std::time::Instant::now();
+    assert_eq!(p.call("WAIT 1 100"), ":0\r\n", "no replica yet");
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "WAIT waited its timeout"
+    );
+    let replica = TestServer::start(1);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    // Each write is acknowledged well before the 1 s periodic ACK: WAIT
+    // asks the replica for one.
+    for i in 0..20 {
+        assert_eq!(p.call(&format!("INCR n{i}")), ":1\r\n");
+        let start = std::time::Instant::now();
+        assert_eq!(p.call("WAIT 1 5000"), ":1\r\n");
+        assert!(
+            start.elapsed() < Duration::from_millis(900),
+            "WAIT took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(replica.raw().call(&format!("GET n{i}")), "$1\r\n1\r\n");
+    }
+    assert_eq!(
+        p.call("WAIT 2 50"),
+        ":1\r\n",
+        "one replica of the two asked for"
+    );
+}

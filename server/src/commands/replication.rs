@@ -1,5 +1,5 @@
 //! Replication commands: REPLICAOF (and its old name SLAVEOF), REPLCONF,
-//! PSYNC, ROLE, and INFO's replication section. Shapes and wording are
+//! PSYNC, ROLE, WAIT, and INFO's replication section. Shapes and wording are
 //! Redis 7's, which Sentinel and replicas parse.
 //!
 //! PSYNC only marks the connection: the event loop hands its socket to a
@@ -8,7 +8,7 @@
 //! (`replication::link`) notices and connects.
 
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Args, Reply};
 
@@ -16,7 +16,7 @@ use super::flags::{ADMIN, FAST, LOADING, STALE};
 use super::{cmd, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::replication::role::Target;
-use crate::session::{ConnCtx, Handover};
+use crate::session::{ConnCtx, Handover, WaitAcks};
 use crate::state::Shared;
 
 /// The family's rows.
@@ -27,6 +27,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("replconf", -1, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
     cmd("psync", -3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
     cmd("role", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
+    cmd("wait", 3, 0, NO_KEYS, Exec::Conn(wait), "Blocks until the asynchronous replication of all preceding write commands sent by the connection are completed."),
 ];
 
 fn kill_client(shared: &Shared, id: Option<u64>) {
@@ -44,6 +45,7 @@ fn replicaof(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         if repl.is_replica() {
             let link = repl.promote();
             kill_client(ctx.shared, link);
+            ctx.shared.config.write().replication.replicaof.clear();
             tracing::info!(
                 "MASTER MODE enabled (user request from id={})",
                 ctx.conn.handle.id
@@ -69,6 +71,7 @@ fn replicaof(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         target.port,
         ctx.conn.handle.id
     );
+    ctx.shared.config.write().replication.replicaof = format!("{} {}", target.host, target.port);
     let link = repl.follow(target);
     kill_client(ctx.shared, link);
     Ok(Reply::ok())
@@ -132,6 +135,36 @@ fn psync(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         replid,
         offset,
         hello: ctx.conn.replica.clone(),
+    });
+    ctx.conn.no_reply = true;
+    Ok(Reply::ok())
+}
+
+/// `WAIT numreplicas timeout` (ms, 0: no limit) -> the number of replicas
+/// that acknowledged every write made so far (by any connection: the
+/// stream's offset when WAIT runs, which includes this connection's
+/// writes). When fewer have, the replicas are asked for an ACK and the
+/// connection waits (see `Turn::check_blocked`).
+fn wait(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let replicas = a.i64()?;
+    let timeout = a.i64()?;
+    if timeout < 0 {
+        return Err(OpError::NegativeTimeout);
+    }
+    let repl = &ctx.shared.repl;
+    if repl.is_replica() {
+        return Err(OpError::WaitOnReplica);
+    }
+    let offset = repl.backlog.offset();
+    let acked = repl.acked(offset);
+    if acked as i64 >= replicas {
+        return Ok(Reply::Int(acked as i64));
+    }
+    repl.request_acks();
+    ctx.conn.blocked = Some(WaitAcks {
+        offset,
+        replicas: replicas.max(0) as usize,
+        deadline: (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64)),
     });
     ctx.conn.no_reply = true;
     Ok(Reply::ok())
@@ -206,9 +239,10 @@ pub fn info_replication(shared: &Shared, out: &mut String) {
                 .map_or(-1, |t| now.duration_since(t).as_secs() as i64);
             let _ = write!(out, "master_link_down_since_seconds:{down}\r\n");
         }
+        let priority = shared.config.read().replication.replica_priority;
         let _ = write!(
             out,
-            "slave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
+            "slave_priority:{priority}\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
         );
     } else {
         out.push_str("role:master\r\n");

@@ -126,14 +126,52 @@ impl Default for ExpiryConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReplicationConfig {
-    /// Effect backlog kept per shard, bytes (`repl-backlog-size`).
+    /// Effect backlog kept per shard and for the merged stream, bytes
+    /// (`repl-backlog-size`).
     pub backlog_bytes: usize,
+    /// `replicaof`: `"<host> <port>"` to follow, empty for a primary.
+    /// REPLICAOF changes it, so CONFIG REWRITE keeps the role.
+    pub replicaof: String,
+    /// `masterauth`: the password sent to the primary (empty: none).
+    pub masterauth: String,
+    /// `masteruser`: the user name sent with it (empty: none).
+    pub masteruser: String,
+    /// `replica-priority`: Sentinel promotes the lowest non-zero first; 0
+    /// never (INFO `slave_priority`).
+    pub replica_priority: u32,
+    /// `replica-announce-ip`: the address given to the primary (empty:
+    /// the one it sees).
+    pub replica_announce_ip: String,
+    /// `replica-announce-port`: the port given to the primary (0: the
+    /// listening port).
+    pub replica_announce_port: u16,
+    /// `repl-timeout`: seconds of silence after which either side of a
+    /// link drops it.
+    pub repl_timeout: u32,
+    /// `repl-ping-replica-period`: seconds between a primary's `PING`
+    /// records while replicas are connected.
+    pub repl_ping_replica_period: u32,
 }
+
+/// Redis's `replica-priority` default.
+pub const DEFAULT_REPLICA_PRIORITY: u32 = 100;
+/// Redis's `repl-timeout` default, seconds.
+pub const DEFAULT_REPL_TIMEOUT: u32 = 60;
+/// Redis's `repl-ping-replica-period` default, seconds.
+pub const DEFAULT_REPL_PING_PERIOD: u32 = 10;
 
 impl Default for ReplicationConfig {
     fn default() -> Self {
         ReplicationConfig {
             backlog_bytes: DEFAULT_REPL_BACKLOG_BYTES,
+            replicaof: String::new(),
+            masterauth: String::new(),
+            masteruser: String::new(),
+            replica_priority: DEFAULT_REPLICA_PRIORITY,
+            replica_announce_ip: String::new(),
+            replica_announce_port: 0,
+            repl_timeout: DEFAULT_REPL_TIMEOUT,
+            repl_ping_replica_period: DEFAULT_REPL_PING_PERIOD,
         }
     }
 }
@@ -287,9 +325,11 @@ impl Config {
         };
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
         let defaults = Config::default();
+        // `replicaof` is not CONFIG SET's to change but REPLICAOF's, and
+        // the file keeps it so a restarted replica follows its primary.
         for p in params::PARAMS
             .iter()
-            .filter(|p| p.access == params::Access::Runtime)
+            .filter(|p| p.access == params::Access::Runtime || p.name == "replicaof")
         {
             let (section, key) = (p.section, p.key);
             let value = p.get(self).to_toml();

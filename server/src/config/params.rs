@@ -194,7 +194,15 @@ pub static PARAMS: &[Param] = &[
     row("max-inline-len", ("limits", "max_inline_len"), Kind::Int(range!(1024, 9223372036854775807)), field!(limits.max_inline_len), FileOnly, false, "Longest inline request, bytes"),
     row("hz", ("expiry", "hz"), Kind::Clamped { range: range!(0, 2147483647), lo: 1, hi: 500 }, field!(expiry.hz), Runtime, true, "Active-expiry cycles per second (clamped to 1..=500)"),
     row("expiry-budget-percent", ("expiry", "budget_percent"), Kind::Int(range!(1, 100)), field!(expiry.budget_percent), FileOnly, false, "Most of each expiry cycle's period, in percent, a busy cycle may use"),
-    row("repl-backlog-size", ("replication", "backlog_bytes"), Kind::Memory(range!(1, 9223372036854775807)), field!(replication.backlog_bytes), Immutable, false, "Effect backlog kept per shard, bytes"),
+    row("repl-backlog-size", ("replication", "backlog_bytes"), Kind::Memory(range!(1, 9223372036854775807)), field!(replication.backlog_bytes), Immutable, false, "Replication backlog (each shard's and the merged stream's), bytes"),
+    row("replicaof", ("replication", "replicaof"), Kind::Text, field!(replication.replicaof), Immutable, true, "Follow this primary: \"<host> <port>\" (empty: be a primary; REPLICAOF changes it at run time)"),
+    row("masterauth", ("replication", "masterauth"), Kind::Text, field!(replication.masterauth), Runtime, true, "Password to send to the primary"),
+    row("masteruser", ("replication", "masteruser"), Kind::Text, field!(replication.masteruser), Runtime, false, "User name to send to the primary with masterauth"),
+    row("replica-priority", ("replication", "replica_priority"), Kind::Int(range!(0, 2147483647)), field!(replication.replica_priority), Runtime, true, "Sentinel promotes the replica with the lowest non-zero priority first; 0 never"),
+    row("replica-announce-ip", ("replication", "replica_announce_ip"), Kind::Text, field!(replication.replica_announce_ip), Runtime, false, "Address a replica gives its primary (empty: the one it sees)"),
+    row("replica-announce-port", ("replication", "replica_announce_port"), Kind::Int(range!(0, 65535)), field!(replication.replica_announce_port), Runtime, false, "Port a replica gives its primary (0: the listening port)"),
+    row("repl-timeout", ("replication", "repl_timeout"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_timeout), Runtime, false, "Seconds of silence after which a replication link is dropped"),
+    row("repl-ping-replica-period", ("replication", "repl_ping_replica_period"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_ping_replica_period), Runtime, false, "Seconds between a primary's PING records to its replicas"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -229,6 +237,8 @@ pub static FIXED: &[Fixed] = &[
     fixed("timeout", "0", true),
     fixed("cluster-enabled", "no", false),
     fixed("protected-mode", "no", true),
+    fixed("replica-read-only", "yes", true),
+    fixed("replica-serve-stale-data", "yes", true),
     fixed("daemonize", "no", false),
 ];
 

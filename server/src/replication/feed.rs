@@ -30,9 +30,11 @@ use crate::shard::{Cut, Mailbox, Msg};
 use crate::state::Shared;
 use crate::store::{ImagePart, ImageSink};
 
-/// Silence after which a replica is dropped, and the longest a write to it
-/// may block (Redis's `repl-timeout` default).
-pub const REPL_TIMEOUT: Duration = Duration::from_secs(60);
+/// `repl-timeout`: silence after which either side drops a link, and the
+/// longest a write to it may block.
+pub fn repl_timeout(shared: &Shared) -> Duration {
+    Duration::from_secs(u64::from(shared.config.read().replication.repl_timeout))
+}
 /// Most stream bytes copied per lock of the backlog.
 const READ_MAX: usize = 64 * 1024;
 /// Longest every shard may take to cut.
@@ -94,16 +96,17 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
     let generation = repl.generation();
     let mut w = f.stream;
     w.set_nonblocking(false)?;
-    w.set_write_timeout(Some(REPL_TIMEOUT))?;
+    w.set_write_timeout(Some(repl_timeout(&f.shared)))?;
     let _ = w.set_nodelay(true);
     w.write_all(&f.out)?;
     let alive = Arc::new(AtomicBool::new(true));
     let reader = w.try_clone()?;
+    let timeout = repl_timeout(&f.shared);
     {
         let (repl, alive) = (repl.clone(), alive.clone());
         std::thread::Builder::new()
             .name("leasehold-repl-acks".into())
-            .spawn(move || read_acks(reader, f.input, &repl, id, &alive))?;
+            .spawn(move || read_acks(reader, f.input, &repl, id, &alive, timeout))?;
     }
     let result = (|| {
         let from = match repl.answer_psync(&f.replid, f.offset) {
@@ -270,13 +273,14 @@ fn stream_from(
 }
 
 /// Reads the replica's `REPLCONF ACK <offset>`s until its socket closes or
-/// the sender stops; a replica silent for [`REPL_TIMEOUT`] is dropped.
+/// the sender stops; a replica silent for `timeout` is dropped.
 fn read_acks(
     mut r: TcpStream,
     mut input: BytesMut,
     repl: &crate::replication::role::Replication,
     id: u64,
     alive: &AtomicBool,
+    timeout: Duration,
 ) {
     let _ = r.set_read_timeout(Some(Duration::from_millis(500)));
     let limits = Limits::default();
@@ -315,8 +319,8 @@ fn read_acks(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                if last.elapsed() > REPL_TIMEOUT {
-                    tracing::warn!("replication: replica silent for {REPL_TIMEOUT:?}, dropping it");
+                if last.elapsed() > timeout {
+                    tracing::warn!("replication: replica silent for {timeout:?}, dropping it");
                     break;
                 }
             }

@@ -14,6 +14,9 @@ use parking_lot::Mutex;
 
 use crate::replication::backlog::Backlog;
 
+/// The record that asks replicas for an immediate `REPLCONF ACK`.
+pub const GETACK_RECORD: &[u8] = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n";
+
 /// `master_replid2` when there is no previous history: 40 zeros.
 pub const NO_REPLID: &str = "0000000000000000000000000000000000000000";
 
@@ -346,6 +349,21 @@ impl Replication {
     /// Forgets a replica whose connection closed.
     pub fn remove_replica(&self, id: u64) {
         self.replicas.lock().retain(|r| r.id != id);
+    }
+
+    /// How many replicas have acknowledged `offset` or more.
+    pub fn acked(&self, offset: u64) -> usize {
+        self.replicas
+            .lock()
+            .iter()
+            .filter(|r| r.ack >= offset)
+            .count()
+    }
+
+    /// Asks every replica for an acknowledgement now: a `REPLCONF GETACK *`
+    /// record in the stream.
+    pub fn request_acks(&self) {
+        self.backlog.append(&[GETACK_RECORD]);
     }
 
     /// The replicas, in connection order.
