@@ -122,6 +122,10 @@ pub enum OpError {
     /// ...` (HELLO without AUTH on a server with a password; Redis 7.0's
     /// wording: 7.2 added `<proto>` after HELLO).
     HelloNoAuth,
+    /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
+    /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
+    /// (RESP2's subscribed mode), the command in lower case.
+    SubscribedContext(&'static str),
 }
 
 impl OpError {
@@ -217,6 +221,10 @@ impl OpError {
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
+            OpError::SubscribedContext(name) => Reply::err_owned(format!(
+                "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+            )),
+
         }
     }
 }
@@ -238,7 +246,9 @@ impl OpError {
     pub fn is_rejection(&self) -> bool {
         matches!(
             self,
-            OpError::SubcommandArity(_) | OpError::UnknownSubcommand { .. }
+            OpError::SubcommandArity(_)
+                | OpError::UnknownSubcommand { .. }
+                | OpError::SubscribedContext(_)
         )
     }
 }

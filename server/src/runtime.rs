@@ -145,6 +145,7 @@ pub fn new_shared(
         local_addr,
         run_id: run_id(),
         baseline: Mutex::new(Default::default()),
+        pubsub: Default::default(),
     })
 }
 

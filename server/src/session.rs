@@ -1,6 +1,6 @@
 //! Per-connection state: the RESP version, authentication, the decoder
-//! limits, and what a connection command (HELLO, AUTH, CLIENT, CONFIG, ...)
-//! sees. One [`ConnState`] lives in each connection's task; nothing here
+//! limits, the pub/sub subscriptions, and what a connection command (HELLO,
+//! AUTH, CLIENT, CONFIG, SUBSCRIBE, ...) sees. One [`ConnState`] lives in each connection's task; nothing here
 //! touches a socket.
 
 use std::sync::atomic::Ordering;
@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use leasehold_protocol::{Limits, Protocol};
 
+use crate::config::parse::OutputLimit;
+use crate::pubsub::Subscriptions;
+use crate::shard::Worker;
 use crate::state::{ClientHandle, Shared};
 
 /// One connection's protocol state.
@@ -28,6 +31,11 @@ pub struct ConnState {
     config_gen: u64,
     /// `client-query-buffer-limit`, bytes, refreshed with `limits`.
     pub query_buffer_limit: usize,
+    /// Channels and patterns subscribed to, and messages held back.
+    pub pubsub: Subscriptions,
+    /// The pub/sub class of `client-output-buffer-limit`, refreshed with
+    /// `limits`: what a subscribed connection may hold unwritten.
+    pub pubsub_limit: OutputLimit,
 }
 
 impl ConnState {
@@ -48,11 +56,19 @@ impl ConnState {
         self.limits.max_multibulk_len = c.limits.max_multibulk_len;
         self.limits.max_inline_len = c.limits.max_inline_len;
         self.query_buffer_limit = c.limits.client_query_buffer_limit;
+        self.pubsub_limit = c.limits.pubsub_output_limit();
         if c.security.requirepass.is_empty() {
             self.authenticated = true;
         }
         self.limits.authenticated = self.authenticated;
         self.config_gen = gen;
+    }
+
+    /// Whether the connection is in RESP2's subscribed mode (a subscription
+    /// and RESP2), where only the subscription commands, PING, QUIT and
+    /// RESET run.
+    pub fn subscribed_resp2(&self) -> bool {
+        self.proto == Protocol::Resp2 && self.pubsub.count() > 0
     }
 
     /// Sets the authentication state (AUTH, HELLO AUTH, RESET).
@@ -68,6 +84,8 @@ pub struct ConnCtx<'a> {
     pub conn: &'a mut ConnState,
     /// Server-wide state.
     pub shared: &'a Arc<Shared>,
+    /// The connection's thread (its mailboxes reach every thread).
+    pub worker: &'a Worker,
 }
 
 impl ConnState {
@@ -86,6 +104,8 @@ impl ConnState {
             },
             config_gen: u64::MAX,
             query_buffer_limit: usize::MAX,
+            pubsub: Subscriptions::default(),
+            pubsub_limit: OutputLimit::default(),
         };
         conn.refresh(shared);
         conn

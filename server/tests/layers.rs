@@ -4,8 +4,8 @@
 //! excluded) and fails on an import that goes up or closes a circle.
 //!
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
-//! `{clock, slot, error, config}` -> `ratelimit` -> `{state, store,
-//! effects}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
+//! `{clock, slot, error, config, glob}` -> `ratelimit` -> `{state, store,
+//! effects, pubsub}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
 //! `net` -> `runtime` -> `harness`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 /// Each layer's top-level modules, from the bottom.
 const LAYERS: &[&[&str]] = &[
-    &["clock", "slot", "error", "config"],
+    &["clock", "slot", "error", "config", "glob"],
     &["ratelimit"],
-    &["state", "store", "effects"],
+    &["state", "store", "effects", "pubsub"],
     &["shard"],
     &["commands", "session"],
     &["dispatch"],

@@ -16,7 +16,9 @@
 //! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
 //!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
-//!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]).
+//!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
+//! - [`pubsub`]: SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH,
+//!   PUBSUB (the registry is [`crate::pubsub`]).
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -34,6 +36,7 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod pubsub;
 pub mod ratelimit;
 pub mod server;
 pub mod strings;
@@ -209,6 +212,7 @@ impl Table {
             keys::COMMANDS,
             strings::COMMANDS,
             ratelimit::COMMANDS,
+            pubsub::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }
