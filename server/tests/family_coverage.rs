@@ -31,6 +31,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::ratelimit::COMMANDS,
         include_str!("family_ratelimit.rs"),
     ),
+    (
+        "family_pubsub.rs",
+        commands::pubsub::COMMANDS,
+        include_str!("family_pubsub.rs"),
+    ),
 ];
 
 #[test]
