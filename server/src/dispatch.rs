@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
-use crate::commands::{flags, table, CommandSpec, Exec, Merge};
+use crate::commands::{flags, pubsub, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
@@ -374,6 +374,15 @@ pub fn plan(
         pipe.slots.push(Slot::Ready(e.reply()));
         return Planned::Queued;
     }
+    // RESP2's subscribed mode refuses most commands and changes PING's
+    // reply; one test of the connection's state otherwise.
+    if conn.subscribed_resp2() {
+        if let Some(result) = pubsub::in_subscribed_mode(spec, &items) {
+            let reply = worker.shard.borrow().stats.count_call(idx, result);
+            pipe.slots.push(Slot::Ready(reply));
+            return Planned::Queued;
+        }
+    }
     let shards = worker.shared.shards;
     let args = Args::new(items);
     let link = conn.is_link();
@@ -555,6 +564,7 @@ pub fn run_conn_command(
     let mut ctx = ConnCtx {
         conn,
         shared: &worker.shared,
+        worker,
     };
     let result = f(&mut ctx, args);
     let stats = &worker.shard.borrow().stats;

@@ -149,6 +149,10 @@ pub enum OpError {
     /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
     /// to a replica (no chained replication).
     NoChainedReplication,
+    /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
+    /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
+    /// (RESP2's subscribed mode), the command in lower case.
+    SubscribedContext(&'static str),
 }
 
 impl OpError {
@@ -264,6 +268,10 @@ impl OpError {
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
+            OpError::SubscribedContext(name) => Reply::err_owned(format!(
+                "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+            )),
+
         }
     }
 }
@@ -285,7 +293,9 @@ impl OpError {
     pub fn is_rejection(&self) -> bool {
         matches!(
             self,
-            OpError::SubcommandArity(_) | OpError::UnknownSubcommand { .. }
+            OpError::SubcommandArity(_)
+                | OpError::UnknownSubcommand { .. }
+                | OpError::SubscribedContext(_)
         )
     }
 }

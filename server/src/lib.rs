@@ -17,16 +17,18 @@
 //! 2 state      server-wide state: live configuration, statistics, clients
 //!   store      one shard's keyspace: slot tables, compact entries, expiry
 //!   effects    the replication stream: one RESP record per change, a ring
+//!   pubsub     the subscription registry; a connection's subscriptions
 //! 1 ratelimit  the algorithms and their state types (pure)
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
 //!   error      every error reply text
 //!   config     flags, the TOML file, defaults
+//!   glob       Redis's glob patterns
 //! ```
 //!
 //! By layer, from the bottom:
-//! 0 [`clock`], [`slot`], [`error`], [`config`];
-//! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`]; 3 [`shard`];
+//! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`];
+//! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
@@ -53,8 +55,10 @@ pub mod config;
 pub mod dispatch;
 pub mod effects;
 pub mod error;
+pub mod glob;
 pub mod harness;
 pub mod net;
+pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod runtime;

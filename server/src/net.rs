@@ -725,6 +725,8 @@ pub fn new_client(
         resp: AtomicU64::new(2),
         killed: AtomicBool::new(false),
         bell,
+        sub: AtomicUsize::new(0),
+        psub: AtomicUsize::new(0),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

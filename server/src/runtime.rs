@@ -174,6 +174,7 @@ pub fn new_shared(
         run_id: random_hex40(),
         baseline: Mutex::new(Default::default()),
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
+        pubsub: Default::default(),
     })
 }
 

@@ -140,6 +140,8 @@ pub enum Msg {
         /// One answer per job.
         answers: Vec<Answer>,
     },
+    /// A PUBLISH's message for this thread's subscribers.
+    Publish(crate::pubsub::Publish),
 }
 
 /// What a shard answers for one job of a batch.

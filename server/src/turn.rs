@@ -24,6 +24,7 @@ mod link;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args, Reply};
@@ -31,6 +32,7 @@ use slab::Slab;
 
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::error::{protocol_error, OpError};
+use crate::pubsub::{Place, Publish};
 use crate::session::ConnState;
 use crate::shard::{Answer, Direct, Handoff, LinkStart, Msg, ReplySink, Worker};
 
@@ -165,7 +167,11 @@ impl<T: Transport> Turn<T> {
     }
 
     /// Adds a connection with protocol state `state`; returns its key.
-    pub fn insert(&mut self, io: T, state: ConnState) -> usize {
+    pub fn insert(&mut self, io: T, mut state: ConnState) -> usize {
+        state.pubsub.place = Place {
+            thread: self.worker.id,
+            conn: self.conns.vacant_key(),
+        };
         self.conns.insert(Conn {
             io: Some(io),
             state,
@@ -238,8 +244,57 @@ impl<T: Transport> Turn<T> {
                     self.fill(route, answer);
                 }
             }
+            Msg::Publish(p) => self.publish(&p),
         }
         None
+    }
+
+    /// Appends a published message to each receiver's output, between whole
+    /// replies: to `out` when the connection owes none, else held until its
+    /// pipeline is written. A receiver whose pending output passes the
+    /// pub/sub output limit is closed (as CLIENT KILL closes); the
+    /// publisher, on its own thread, never waits for it.
+    fn publish(&mut self, p: &Publish) {
+        let shared = &self.worker.shared;
+        let now = Instant::now();
+        for d in &p.to {
+            let Some(c) = self.conns.get_mut(d.conn) else {
+                continue;
+            };
+            let st = &mut c.state;
+            let gone = c.io.is_none() || st.handle.id != d.client || st.close;
+            if gone || st.handle.killed.load(Ordering::Relaxed) || !st.pubsub.wants(d, &p.channel) {
+                continue;
+            }
+            st.refresh(shared);
+            let held = !c.pipe.is_empty();
+            let out = if held {
+                &mut st.pubsub.held
+            } else {
+                &mut c.out
+            };
+            p.encode(d, st.proto, out);
+            let pending = c.out.len() + st.pubsub.held.len();
+            if st.pubsub.over_limit(pending, &st.pubsub_limit, now) {
+                let h = &st.handle;
+                tracing::warn!(
+                    "Client id={} addr={} laddr={} flags=P sub={} psub={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    h.id,
+                    h.addr,
+                    h.laddr,
+                    st.pubsub.channel_count(),
+                    st.pubsub.pattern_count(),
+                );
+                st.pubsub.held = BytesMut::new();
+                c.out = BytesMut::new();
+                h.kill();
+                continue;
+            }
+            if !held && !c.listed {
+                c.listed = true;
+                self.dirty.push(d.conn);
+            }
+        }
     }
 
     /// Encodes `reply` and writes it to the connection of `d`; what the
@@ -311,6 +366,10 @@ impl<T: Transport> Turn<T> {
         }
         if c.state.blocked.is_some() && !self.blocked.contains(&key) {
             self.blocked.push(key);
+        }
+        if c.pipe.is_empty() && !c.state.pubsub.held.is_empty() {
+            // Messages that came while replies were owed follow them.
+            c.out.extend_from_slice(&c.state.pubsub.held.split());
         }
         let leaving = c.state.close || c.state.handover.is_some();
         if (!c.out.is_empty() || leaving) && !c.listed {
@@ -453,6 +512,7 @@ impl<T: Transport> Turn<T> {
         if c.state.is_link() {
             shared.repl.link_down(c.state.handle.id);
         }
+        c.state.pubsub.clear(&shared.pubsub, c.state.handle.id);
         if c.pipe.owed() == 0 {
             self.conns.remove(key);
         }

@@ -36,6 +36,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::replication::COMMANDS,
         include_str!("family_replication.rs"),
     ),
+    (
+        "family_pubsub.rs",
+        commands::pubsub::COMMANDS,
+        include_str!("family_pubsub.rs"),
+    ),
 ];
 
 #[test]

@@ -54,6 +54,25 @@ const SAMPLES: &[Sample] = &[
             "CLIENT KILL ID 999",
         ],
     ),
+    // Pub/sub: connection state and messages, no keyspace change.
+    ("subscribe", &[], &["SUBSCRIBE a", "SUBSCRIBE a b"]),
+    (
+        "unsubscribe",
+        &["SUBSCRIBE a"],
+        &["UNSUBSCRIBE a", "UNSUBSCRIBE"],
+    ),
+    ("psubscribe", &[], &["PSUBSCRIBE a*"]),
+    (
+        "punsubscribe",
+        &["PSUBSCRIBE a*"],
+        &["PUNSUBSCRIBE", "PUNSUBSCRIBE b*"],
+    ),
+    ("publish", &[], &["PUBLISH a m"]),
+    (
+        "pubsub",
+        &[],
+        &["PUBSUB CHANNELS", "PUBSUB NUMSUB a", "PUBSUB NUMPAT"],
+    ),
     // Server commands.
     ("info", READ_SETUP, &["INFO", "INFO all"]),
     (

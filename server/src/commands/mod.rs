@@ -18,6 +18,8 @@
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
 //! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE.
+//! - [`pubsub`]: SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH,
+//!   PUBSUB (the registry is [`crate::pubsub`]).
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -35,6 +37,7 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod server;
@@ -212,6 +215,7 @@ impl Table {
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,
+            pubsub::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

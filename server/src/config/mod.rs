@@ -82,6 +82,22 @@ pub struct LimitsConfig {
     /// Largest unprocessed input a connection may hold, bytes
     /// (`client-query-buffer-limit`); past it the connection is closed.
     pub client_query_buffer_limit: usize,
+    /// Output limits per client class (`client-output-buffer-limit`), as
+    /// [`parse::OutputLimits::render`] writes them; only the pub/sub class
+    /// is enforced (see [`LimitsConfig::pubsub_output_limit`]).
+    pub client_output_buffer_limit: String,
+}
+
+impl LimitsConfig {
+    /// The pub/sub class's output limit: what a subscribed connection may
+    /// hold unwritten before it is closed (Redis's default 32 MB hard, 8 MB
+    /// for 60 s soft, when the text names none).
+    pub fn pubsub_output_limit(&self) -> parse::OutputLimit {
+        let given = parse::OutputLimits::parse(&self.client_output_buffer_limit)
+            .map(|l| l.0[parse::OutputLimits::PUBSUB]);
+        let default = parse::OutputLimits::DEFAULT.0[parse::OutputLimits::PUBSUB];
+        given.ok().flatten().or(default).unwrap_or_default()
+    }
 }
 
 impl Default for LimitsConfig {
@@ -91,6 +107,7 @@ impl Default for LimitsConfig {
             max_multibulk_len: leasehold_protocol::request::DEFAULT_MAX_MULTIBULK_LEN,
             max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
+            client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
         }
     }
 }

@@ -177,6 +177,20 @@ const THREADS: Field = Field {
     set: |c, v| c.shards.threads = FieldValue::from_value(v),
 };
 
+/// `client-output-buffer-limit`: CONFIG SET changes only the classes it
+/// names, as Redis does, so a set merges into what is there.
+const OUTPUT_LIMITS: Field = Field {
+    get: |c| Value::Text(c.limits.client_output_buffer_limit.clone()),
+    set: |c, v| {
+        use super::parse::OutputLimits;
+        let now = &c.limits.client_output_buffer_limit;
+        let now = OutputLimits::parse(now).unwrap_or(OutputLimits::DEFAULT);
+        let given = OutputLimits::parse(&v.render()).unwrap_or(OutputLimits([None; 3]));
+        let merged = OutputLimits::DEFAULT.merge(now).merge(given);
+        c.limits.client_output_buffer_limit = merged.render();
+    },
+};
+
 /// Every setting, in the order CONFIG GET lists them. Ranges are Redis 7's
 /// where Redis has the setting (`maxclients` 1..=4294967295, `hz` taken in
 /// 0..=2147483647 and clamped to 1..=500, memory sizes at least 1mb).
@@ -190,6 +204,7 @@ pub static PARAMS: &[Param] = &[
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
     row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
     row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),
+    row("client-output-buffer-limit", ("limits", "client_output_buffer_limit"), Kind::OutputLimits, OUTPUT_LIMITS, Runtime, false, "Output limits per client class: <class> <hard> <soft> <soft seconds> groups (only pubsub is enforced)"),
     row("max-multibulk-len", ("limits", "max_multibulk_len"), Kind::Int(range!(1, 9223372036854775807)), field!(limits.max_multibulk_len), FileOnly, false, "Most elements in one request array"),
     row("max-inline-len", ("limits", "max_inline_len"), Kind::Int(range!(1024, 9223372036854775807)), field!(limits.max_inline_len), FileOnly, false, "Longest inline request, bytes"),
     row("hz", ("expiry", "hz"), Kind::Clamped { range: range!(0, 2147483647), lo: 1, hi: 500 }, field!(expiry.hz), Runtime, true, "Active-expiry cycles per second (clamped to 1..=500)"),
@@ -493,6 +508,26 @@ mod tests {
                 "argument must be between 0 and 2147483647 inclusive",
             ),
             ("hz", "x", "argument couldn't be parsed into an integer"),
+            (
+                "replica-priority",
+                "-1",
+                "argument must be between 0 and 2147483647 inclusive",
+            ),
+            (
+                "replica-announce-port",
+                "65536",
+                "argument must be between 0 and 65535 inclusive",
+            ),
+            (
+                "repl-timeout",
+                "0",
+                "argument must be between 1 and 2147483647 inclusive",
+            ),
+            (
+                "repl-ping-replica-period",
+                "0",
+                "argument must be between 1 and 2147483647 inclusive",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(

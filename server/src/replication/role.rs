@@ -346,6 +346,13 @@ impl Replication {
         }
     }
 
+    /// CLIENT KILL TYPE replica: every sender stops (its replica will
+    /// reconnect and resync). Returns how many replicas there were.
+    pub fn drop_replicas(&self) -> usize {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.replicas.lock().len()
+    }
+
     /// Forgets a replica whose connection closed.
     pub fn remove_replica(&self, id: u64) {
         self.replicas.lock().retain(|r| r.id != id);
