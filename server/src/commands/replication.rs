@@ -221,9 +221,11 @@ pub fn info_replication(shared: &Shared, out: &mut String) {
     if let Some(t) = repl.target() {
         let link = repl.link.lock();
         let now = Instant::now();
-        let last_io = link
-            .last_io
-            .map_or(-1, |t| now.duration_since(t).as_secs() as i64);
+        // As Redis: -1 while no link is attached.
+        let last_io = match (link.up, link.last_io) {
+            (true, Some(t)) => now.duration_since(t).as_secs() as i64,
+            _ => -1,
+        };
         let _ = write!(
             out,
             "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\nmaster_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\n",
