@@ -162,7 +162,10 @@ impl Sentinels {
             // sentinels at once; so does a stale answer from them, after a
             // pause. A named primary that cannot be reached is the answer:
             // asking again now would name it again.
-            let stale = matches!(failed, Error::Connection(ConnectionError::NotPrimary { .. }));
+            let stale = matches!(
+                failed,
+                Error::Connection(ConnectionError::NotPrimary { .. })
+            );
             if !announced && !stale {
                 return Err(failed);
             }
@@ -454,7 +457,11 @@ mod tests {
         assert_eq!(master_addr(&named), Some("127.0.0.1:7001".parse().unwrap()));
         assert_eq!(master_addr(&Reply::NilArray), None);
         assert_eq!(master_addr(&Reply::Nil), None);
-        let master = Reply::Array(vec![Reply::bulk("master"), Reply::Int(0), Reply::Array(vec![])]);
+        let master = Reply::Array(vec![
+            Reply::bulk("master"),
+            Reply::Int(0),
+            Reply::Array(vec![]),
+        ]);
         let replica = Reply::Array(vec![
             Reply::bulk("slave"),
             Reply::bulk("127.0.0.1"),
@@ -525,6 +532,15 @@ mod tests {
         }
     }
 
+    /// Polls `ok` every 5 ms; panics after 5 s.
+    async fn wait_until(ok: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !ok() {
+            assert!(start.elapsed() < Duration::from_secs(5), "not within 5 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// A node whose ROLE says `name`; it answers anything else with PONG.
     fn role(name: &'static str) -> impl Fn(&[Bytes]) -> Reply {
         move |args| {
@@ -578,7 +594,11 @@ mod tests {
         assert_eq!(asked.load(Ordering::SeqCst), 2, "asked again after ROLE");
         assert_eq!(replica.count.load(Ordering::SeqCst), 1);
         assert_eq!(primary.count.load(Ordering::SeqCst), 1);
-        assert_eq!(s.order(), vec![sentinel, dead], "the answering one is first");
+        assert_eq!(
+            s.order(),
+            vec![sentinel, dead],
+            "the answering one is first"
+        );
     }
 
     /// Sentinels that keep naming a replica end the search with
@@ -588,7 +608,10 @@ mod tests {
         let replica = fake(role("slave")).await;
         let replica_at = replica.addr;
         let sentinel = fake(move |_| named(replica_at)).await;
-        let s = Arc::new(Sentinels::new(SentinelConfig::new(vec![sentinel.addr], "m")));
+        let s = Arc::new(Sentinels::new(SentinelConfig::new(
+            vec![sentinel.addr],
+            "m",
+        )));
         let err = s.clone().discover(None).await.err().expect("no primary");
         assert!(
             matches!(err, Error::Connection(ConnectionError::NotPrimary { addr }) if addr == replica_at),
@@ -608,32 +631,57 @@ mod tests {
         );
     }
 
+    /// An old primary that answers `error` to everything but ROLE once
+    /// `failing` is set, a new primary, and a sentinel naming `named_now`
+    /// (the old one at first).
+    struct Failover {
+        old: Fake,
+        new: Fake,
+        sentinel: Fake,
+        failing: Arc<std::sync::atomic::AtomicBool>,
+        named_now: Arc<Mutex<SocketAddr>>,
+    }
+
+    impl Failover {
+        async fn start(error: &'static str) -> Failover {
+            let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let fails = failing.clone();
+            let old = fake(move |args| {
+                if fails.load(Ordering::SeqCst) && !args[0].eq_ignore_ascii_case(b"ROLE") {
+                    Reply::err(error)
+                } else {
+                    role("master")(args)
+                }
+            })
+            .await;
+            let named_now = Arc::new(Mutex::new(old.addr));
+            let answer = named_now.clone();
+            Failover {
+                old,
+                new: fake(role("master")).await,
+                sentinel: fake(move |_| named(*answer.lock())).await,
+                failing,
+                named_now,
+            }
+        }
+    }
+
     /// The watcher moves the client to an announced primary by itself (no
     /// call is made), and a breaker opened against the old primary lets
     /// the next call probe the new one at once instead of after its
     /// one-minute cool-down.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn switch_master_moves_the_connection_and_lets_the_breaker_probe() {
-        use std::sync::atomic::AtomicBool;
-
         use crate::breaker::BreakerState;
         use crate::client::{Client, ClientConfig};
 
-        let failing = Arc::new(AtomicBool::new(false));
-        let fails = failing.clone();
-        let old = fake(move |args| {
-            if fails.load(Ordering::SeqCst) && !args[0].eq_ignore_ascii_case(b"ROLE") {
-                Reply::err("LOADING Redis is loading the dataset in memory")
-            } else {
-                role("master")(args)
-            }
-        })
-        .await;
-        let new = fake(role("master")).await;
-        let named_now = Arc::new(Mutex::new(old.addr));
-        let answer = named_now.clone();
-        let sentinel = fake(move |_| named(*answer.lock())).await;
-
+        let Failover {
+            old,
+            new,
+            sentinel,
+            failing,
+            named_now,
+        } = Failover::start("LOADING Redis is loading the dataset in memory").await;
         let mut config = ClientConfig::sentinel(vec![sentinel.addr], "mymaster");
         config.breaker.cool_down = Duration::from_secs(60);
         let client = Client::new(config);
@@ -649,11 +697,7 @@ mod tests {
 
         // The first connect's question, SUBSCRIBE and the watcher's own
         // question: from now on only the announcement can name `new`.
-        let start = std::time::Instant::now();
-        while sentinel.count.load(Ordering::SeqCst) < 3 {
-            assert!(start.elapsed() < Duration::from_secs(5), "no subscription");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until(|| sentinel.count.load(Ordering::SeqCst) >= 3).await;
         assert_eq!(client.primary(), Some(old.addr));
         *named_now.lock() = new.addr;
         let text = format!("mymaster {} {}", old.addr.ip(), old.addr.port())
@@ -666,8 +710,49 @@ mod tests {
         }
         let roles_then = new.count.load(Ordering::SeqCst);
         assert!(roles_then >= 1, "the new primary was checked with ROLE");
-        client.ping().await.expect("the probe reaches the new primary");
+        client
+            .ping()
+            .await
+            .expect("the probe reaches the new primary");
         assert_eq!(client.breaker_state(), BreakerState::Closed);
         assert_eq!(new.count.load(Ordering::SeqCst), roles_then + 1);
+    }
+
+    /// A `READONLY` reply (a demoted primary) discards the connection, so
+    /// the next call asks the sentinels and reaches the primary they name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_readonly_reply_sends_the_next_call_to_the_sentinels() {
+        use crate::client::{Client, ClientConfig};
+
+        let Failover {
+            old,
+            new,
+            sentinel,
+            failing: demoted,
+            named_now,
+        } = Failover::start("READONLY You can't write against a read only replica.").await;
+        let client = Client::new(ClientConfig::sentinel(vec![sentinel.addr], "m"));
+        client.ping().await.unwrap();
+        assert_eq!(client.primary(), Some(old.addr));
+        // The watcher's own question is asked: only the READONLY reply can
+        // move the client from here.
+        wait_until(|| sentinel.count.load(Ordering::SeqCst) >= 3).await;
+
+        demoted.store(true, Ordering::SeqCst);
+        *named_now.lock() = new.addr;
+        let err = client.ping().await.unwrap_err();
+        assert_eq!(
+            err.server_kind(),
+            Some(&crate::error::ServerErrorKind::ReadOnly)
+        );
+        let (asked, new_seen) = (
+            sentinel.count.load(Ordering::SeqCst),
+            new.count.load(Ordering::SeqCst),
+        );
+        client.ping().await.expect("the new primary answers");
+        assert_eq!(client.primary(), Some(new.addr));
+        assert!(sentinel.count.load(Ordering::SeqCst) > asked, "asked again");
+        // Its ROLE and the PING (the watcher may have checked it too).
+        assert!(new.count.load(Ordering::SeqCst) >= new_seen + 2);
     }
 }
