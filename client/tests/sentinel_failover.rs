@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,9 +30,12 @@ use leasehold_client::{
     Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, Mode, Outcome, Policy, PolicyId,
     PolicySet, SystemClock,
 };
-use leasehold_protocol::{decode_reply, encode_request, Reply};
+use leasehold_protocol::{decode_reply, encode_request};
+use leasehold_testkit::{
+    call, free_port, primary_of, replicas_seen, sentinel, sentinel_installed, started, text,
+    wait_for, Proc, Reply, MASTER,
+};
 
-const MASTER: &str = "mymaster";
 /// The child-process entry reads its port and `replicaof` from these.
 const NODE_PORT: &str = "LEASEHOLD_TEST_NODE_PORT";
 const NODE_REPLICAOF: &str = "LEASEHOLD_TEST_NODE_REPLICAOF";
@@ -61,61 +64,6 @@ fn leasehold_node() {
     leasehold_server::start(c, clock).expect("listen").join();
 }
 
-/// A child process killed (SIGKILL) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// One request and its reply, or `None` when the connection fails.
-fn call(port: u16, args: &[&str]) -> Option<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    let mut out = BytesMut::new();
-    encode_request(args, &mut out);
-    s.write_all(&out).ok()?;
-    let mut buf = BytesMut::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Ok(Some(r)) = decode_reply(&mut buf) {
-            return Some(r);
-        }
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-fn text(r: &Reply) -> String {
-    match r {
-        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Reply::Simple(s) | Reply::Error(s) => s.to_string(),
-        Reply::Int(i) => i.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
     let exe = std::env::current_exe().expect("the test binary");
     let mut cmd = Command::new(exe);
@@ -125,48 +73,6 @@ fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
         cmd.env(NODE_REPLICAOF, format!("127.0.0.1 {p}"));
     }
     started(cmd.stderr(Stdio::null()), port, "a Leasehold node")
-}
-
-/// Starts `cmd` (its output discarded) and waits until `port` answers PING.
-fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
-    let proc = Proc(cmd.stdout(Stdio::null()).spawn().expect(what));
-    wait_for(what, Duration::from_secs(10), || {
-        call(port, &["PING"]).is_some()
-    });
-    proc
-}
-
-fn sentinel(dir: &std::path::Path, port: u16, primary: u16) -> Proc {
-    let conf = dir.join(format!("sentinel-{port}.conf"));
-    let text = format!(
-        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER} 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n",
-        dir.display()
-    );
-    std::fs::write(&conf, text).expect("write the sentinel config");
-    let mut cmd = Command::new("redis-server");
-    started(cmd.arg(&conf).arg("--sentinel"), port, "a sentinel")
-}
-
-/// The primary's port as `sentinel` names it.
-fn primary_of(sentinel: u16) -> Option<u16> {
-    match call(sentinel, &["SENTINEL", "get-master-addr-by-name", MASTER])? {
-        Reply::Array(a) if a.len() == 2 => text(&a[1]).parse().ok(),
-        _ => None,
-    }
-}
-
-/// How many replicas `sentinel` knows, not down.
-fn replicas_seen(sentinel: u16) -> usize {
-    let Some(Reply::Array(rs)) = call(sentinel, &["SENTINEL", "REPLICAS", MASTER]) else {
-        return 0;
-    };
-    rs.iter()
-        .filter(|r| {
-            let Reply::Array(kv) = r else { return false };
-            kv.chunks(2)
-                .any(|p| text(&p[0]) == "flags" && text(&p[1]) == "slave")
-        })
-        .count()
 }
 
 /// TOKENLEASE calls the node on `port` has executed (INFO commandstats).
@@ -207,22 +113,6 @@ fn announced(sentinel: u16, t0: Instant) -> std::thread::JoinHandle<Option<Durat
             _ => {}
         }
     })
-}
-
-fn installed() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_REDIS").as_deref() != Ok("1"),
-            "redis-server (for redis-server --sentinel) is not on PATH and LEASEHOLD_REQUIRE_REDIS=1"
-        );
-        eprintln!("NOTICE: redis-server is not on PATH; the Sentinel failover test is skipped");
-    }
-    ok
 }
 
 fn policy(name: &str, failure_mode: FailureMode) -> Policy {
@@ -290,7 +180,7 @@ fn tally(seen: &[Seen], policy: PolicyId) -> BTreeMap<String, usize> {
 
 #[test]
 fn the_lease_manager_rides_through_a_sentinel_failover() {
-    if !installed() {
+    if !sentinel_installed("the lease manager's failover test") {
         return;
     }
     let dir =

@@ -11,71 +11,13 @@
 //! `redis-server` is looked up on PATH; without it the test prints a notice
 //! and passes, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes it fail.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use leasehold_protocol::{decode_reply, encode_request, Reply};
-
-const MASTER: &str = "mymaster";
-
-/// A child process killed (SIGKILL) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// One request and its reply, or `None` when the connection fails.
-fn call(port: u16, args: &[&str]) -> Option<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    let mut out = BytesMut::new();
-    encode_request(args, &mut out);
-    s.write_all(&out).ok()?;
-    let mut buf = BytesMut::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Ok(Some(r)) = decode_reply(&mut buf) {
-            return Some(r);
-        }
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-fn text(r: &Reply) -> String {
-    match r {
-        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Reply::Simple(s) | Reply::Error(s) => s.to_string(),
-        Reply::Int(i) => i.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    start.elapsed()
-}
+use leasehold_testkit::{
+    call, free_port, primary_of, replicas_seen, sentinel, sentinel_installed, started, text,
+    wait_for, Proc, Reply, MASTER,
+};
 
 fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-server"));
@@ -90,59 +32,7 @@ fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
     if let Some(p) = replicaof {
         cmd.args(["--replicaof", &format!("127.0.0.1 {p}")]);
     }
-    let child = cmd
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start leasehold-server");
-    let proc = Proc(child);
-    wait_for(
-        "leasehold-server answers PING",
-        Duration::from_secs(10),
-        || call(port, &["PING"]).is_some(),
-    );
-    proc
-}
-
-fn sentinel(dir: &std::path::Path, port: u16, primary: u16) -> Proc {
-    let conf = dir.join(format!("sentinel-{port}.conf"));
-    let text = format!(
-        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER} 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n",
-        dir.display()
-    );
-    std::fs::write(&conf, text).expect("write the sentinel config");
-    let child = Command::new("redis-server")
-        .arg(&conf)
-        .arg("--sentinel")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start redis-server --sentinel");
-    let proc = Proc(child);
-    wait_for("sentinel answers PING", Duration::from_secs(10), || {
-        call(port, &["PING"]).is_some()
-    });
-    proc
-}
-
-/// The primary's port as `sentinel` names it.
-fn primary_of(sentinel: u16) -> Option<u16> {
-    match call(sentinel, &["SENTINEL", "get-master-addr-by-name", MASTER])? {
-        Reply::Array(a) if a.len() == 2 => text(&a[1]).parse().ok(),
-        _ => None,
-    }
-}
-
-/// How many replicas `sentinel` knows, not down.
-fn replicas_seen(sentinel: u16) -> usize {
-    let Some(Reply::Array(rs)) = call(sentinel, &["SENTINEL", "REPLICAS", MASTER]) else {
-        return 0;
-    };
-    rs.iter()
-        .filter(|r| {
-            let Reply::Array(kv) = r else { return false };
-            kv.chunks(2)
-                .any(|p| text(&p[0]) == "flags" && text(&p[1]) == "slave")
-        })
-        .count()
+    started(cmd.stderr(Stdio::inherit()), port, "leasehold-server")
 }
 
 /// `ROLE` of the node on `port`: ("master", _) or ("slave", its primary's port, link state).
@@ -157,25 +47,9 @@ fn role(port: u16) -> Option<(String, u16, String)> {
     }
 }
 
-fn installed() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_REDIS").as_deref() != Ok("1"),
-            "redis-server (for redis-server --sentinel) is not on PATH and LEASEHOLD_REQUIRE_REDIS=1"
-        );
-        eprintln!("NOTICE: redis-server is not on PATH; the Sentinel failover test is skipped");
-    }
-    ok
-}
-
 #[test]
 fn stock_sentinel_fails_over_and_no_acknowledged_write_is_lost() {
-    if !installed() {
+    if !sentinel_installed("the Sentinel failover test") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("leasehold-sentinel-{}", std::process::id()));

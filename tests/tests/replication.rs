@@ -15,6 +15,8 @@ use std::time::Duration;
 use leasehold_server::clock::ManualClock;
 use leasehold_tests::replication::{assert_same, dump, field, follow, wait_caught_up};
 use leasehold_tests::{resp, TestServer, T0_MS};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const CATCH_UP: Duration = Duration::from_secs(20);
 
@@ -216,27 +218,12 @@ fn promotion_keeps_the_old_history_for_the_others() {
     assert_same(&dump(&mut p), &want, "the old primary");
 }
 
-/// A small deterministic generator (xorshift64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn random_command(rng: &mut Rng) -> Vec<u8> {
-    let k = format!("k{}", rng.below(2000));
-    let k2 = format!("k{}", rng.below(2000));
-    let v = format!("v{}", rng.below(1000));
-    let n = (1 + rng.below(5)).to_string();
-    let ms = (1000 + rng.below(100_000)).to_string();
+fn random_command(rng: &mut StdRng) -> Vec<u8> {
+    let k = format!("k{}", rng.random_range(0..2000));
+    let k2 = format!("k{}", rng.random_range(0..2000));
+    let v = format!("v{}", rng.random_range(0..1000));
+    let n = (1 + rng.random_range(0..5)).to_string();
+    let ms = (1000 + rng.random_range(0..100_000)).to_string();
     let (k, k2, v, n, ms) = (
         k.as_bytes(),
         k2.as_bytes(),
@@ -244,7 +231,7 @@ fn random_command(rng: &mut Rng) -> Vec<u8> {
         n.as_bytes(),
         ms.as_bytes(),
     );
-    match rng.below(16) {
+    match rng.random_range(0..16) {
         0 | 1 => resp(&[b"SET", k, v]),
         2 => resp(&[b"SET", k, v, b"PX", ms]),
         3 => resp(&[b"INCRBY", k, n]),
@@ -267,7 +254,7 @@ fn random_command(rng: &mut Rng) -> Vec<u8> {
 /// every batch; wrong-type errors are expected and ignored.
 fn random_load(server: &TestServer, clock: &ManualClock, seed: u64, n: usize) {
     let mut c = server.raw();
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     for _ in 0..n / 500 {
         let mut wire = Vec::new();
         for _ in 0..500 {
