@@ -296,7 +296,12 @@ impl Loop {
                 self.close(k);
             }
         }
-        while let Ok(msg) = self.mailbox.try_recv() {
+        // A burst of publishes stops the draining after a budget: the rest
+        // is taken next turn, after this turn's output is written.
+        while !self.turn.pushed_enough() {
+            let Ok(msg) = self.mailbox.try_recv() else {
+                break;
+            };
             match self.turn.deliver(msg) {
                 Some(Incoming::Client(stream)) => self.register(stream, None),
                 Some(Incoming::Link(start)) => {

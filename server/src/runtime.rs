@@ -78,7 +78,9 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     if let Some(target) = replicaof(&config)? {
         shared.repl.follow(target);
     }
-    handles.push(replication::link::spawn(shared.clone(), mailboxes.clone())?);
+    // Not joined at shutdown: it may sit in a handshake step (at most a few
+    // seconds) and stops by itself once it sees the shutdown.
+    drop(replication::link::spawn(shared.clone(), mailboxes.clone())?);
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
         addr: local_addr,

@@ -95,6 +95,9 @@ pub struct LinkState {
     pub mark: Option<bytes::Bytes>,
     /// Records of the payload applied so far.
     pub records: u64,
+    /// The payload's `LH.SNAPSHOT` header was read (from then on the
+    /// dataset is being replaced).
+    pub started: bool,
 }
 
 impl ConnState {

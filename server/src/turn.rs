@@ -36,6 +36,10 @@ use crate::pubsub::{Place, Publish};
 use crate::session::ConnState;
 use crate::shard::{Answer, Direct, Handoff, LinkStart, Msg, ReplySink, Worker};
 
+/// Bytes of published messages one turn appends to its connections'
+/// output before it stops taking messages and writes.
+pub const PUSH_BUDGET: usize = 1024 * 1024;
+
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
 
@@ -142,6 +146,8 @@ pub struct Turn<T> {
     scratch: BytesMut,
     /// Connections blocked in WAIT.
     blocked: Vec<usize>,
+    /// Bytes of published messages appended this turn.
+    pushed: usize,
 }
 
 impl<T: Transport> Turn<T> {
@@ -158,6 +164,7 @@ impl<T: Transport> Turn<T> {
             posted,
             scratch: BytesMut::new(),
             blocked: Vec::new(),
+            pushed: 0,
         }
     }
 
@@ -194,6 +201,15 @@ impl<T: Transport> Turn<T> {
     /// Starts a turn: every command of it sees one clock reading.
     pub fn begin(&mut self) {
         self.worker.shard.borrow_mut().tick();
+        self.pushed = 0;
+    }
+
+    /// Whether this turn has appended [`PUSH_BUDGET`] bytes of published
+    /// messages: the caller stops taking messages from the mailbox until
+    /// the turn's output is written, so a burst of publishes is written as
+    /// it comes rather than piled up in memory first.
+    pub fn pushed_enough(&self) -> bool {
+        self.pushed >= PUSH_BUDGET
     }
 
     /// Handles one message from this thread's mailbox: runs a batch and
@@ -273,7 +289,9 @@ impl<T: Transport> Turn<T> {
             } else {
                 &mut c.out
             };
+            let before = out.len();
             p.encode(d, st.proto, out);
+            self.pushed += out.len() - before;
             let pending = c.out.len() + st.pubsub.held.len();
             if st.pubsub.over_limit(pending, &st.pubsub_limit, now) {
                 let h = &st.handle;
@@ -388,7 +406,8 @@ impl<T: Transport> Turn<T> {
                 let Some(c) = conns.get_mut(route.conn) else {
                     continue;
                 };
-                if !c.out.is_empty() || !c.pipe.only(route) {
+                // The replication link's replies are dropped, never written.
+                if !c.out.is_empty() || !c.pipe.only(route) || c.state.is_link() {
                     continue;
                 }
                 let Some(sink) = c.io.as_ref().and_then(T::sink) else {
@@ -509,8 +528,11 @@ impl<T: Transport> Turn<T> {
         let io = c.io.take()?;
         let shared = &self.worker.shared;
         shared.clients.lock().remove(&c.state.handle.id);
-        if c.state.is_link() {
-            shared.repl.link_down(c.state.handle.id);
+        if let Some(link) = &c.state.link {
+            // A payload that never began replaced nothing: the dataset is
+            // whole, so clients are served again.
+            let untouched = link.loading && !link.started;
+            shared.repl.link_down(c.state.handle.id, untouched);
         }
         c.state.pubsub.clear(&shared.pubsub, c.state.handle.id);
         if c.pipe.owed() == 0 {

@@ -163,3 +163,63 @@ on_1_and_2_threads! {
         assert_eq!(me.call("PING"), "+PONG\r\n");
     }
 }
+
+// A burst of large messages to subscribers that read: none of them is
+// closed at the output limit, each gets every message in order, and
+// another client's PING is answered meanwhile.
+on_1_and_2_threads! {
+    fn reading_subscribers_survive_a_burst(threads) {
+        let server = TestServer::start(threads);
+        let n = 600;
+        let body = "m".repeat(64 * 1024);
+        let subs: Vec<_> = (0..6)
+            .map(|_| {
+                let mut s = server.raw();
+                assert_eq!(s.call("SUBSCRIBE burst"), "*3\r\n$9\r\nsubscribe\r\n$5\r\nburst\r\n:1\r\n");
+                s
+            })
+            .collect();
+        let readers: Vec<_> = subs
+            .into_iter()
+            .map(|mut s| {
+                std::thread::spawn(move || {
+                    let mut got = 0;
+                    for _ in 0..n {
+                        let Some((reply, _)) = s.try_read_reply_raw(Duration::from_secs(20)) else {
+                            break;
+                        };
+                        assert!(matches!(reply, leasehold_tests::Reply::Array(_)), "{reply:?}");
+                        got += 1;
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut publisher = server.raw();
+        let mut wire = Vec::new();
+        for _ in 0..n {
+            wire.extend(leasehold_tests::resp(&[b"PUBLISH", b"burst", body.as_bytes()]));
+        }
+        let mut other = server.raw();
+        let pinger = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            for _ in 0..20 {
+                let t = Instant::now();
+                assert_eq!(other.call("PING"), "+PONG\r\n");
+                worst = worst.max(t.elapsed());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            worst
+        });
+        publisher.send(&wire);
+        for _ in 0..n {
+            assert_eq!(publisher.read_text(), ":6\r\n", "every subscriber still there");
+        }
+        for r in readers {
+            assert_eq!(r.join().expect("a reader"), n, "a subscriber missed messages");
+        }
+        let worst = pinger.join().expect("the pinger");
+        eprintln!("worst PING during the burst: {worst:?}");
+        assert!(worst < Duration::from_secs(1), "PING took {worst:?}");
+    }
+}

@@ -201,6 +201,9 @@ fn promotion_keeps_the_old_history_for_the_others() {
         "+OK\r\n",
         "a promoted replica takes writes"
     );
+    // Its link to the old primary is closed: the old primary counts one
+    // replica (a write there now would end the others' partial resyncs).
+    leasehold_tests::replication::wait_for_field(&primary, "connected_slaves", "1", CATCH_UP);
 
     // The sibling follows the new primary and continues where it was.
     follow(&r2, &r1);
@@ -331,4 +334,52 @@ fn wait_counts_the_replicas_that_acknowledged() {
         ":1\r\n",
         "one replica of the two asked for"
     );
+}
+
+#[test]
+fn a_record_bigger_than_the_backlog_keeps_the_replica_streaming() {
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    // 2 MB through the default 1 MB backlog.
+    let big = vec![b'x'; 2_000_000];
+    let mut p = primary.raw();
+    assert_eq!(p.call_args(&[b"SET", b"big", &big]), "+OK\r\n");
+    assert_eq!(p.call("SET after 1"), "+OK\r\n");
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    assert_eq!(replica.raw().call("STRLEN big"), ":2000000\r\n");
+    assert_eq!(sync_count(&primary, "sync_full"), 1, "no second full sync");
+}
+
+#[test]
+fn a_replica_that_never_reads_does_not_hold_up_another_full_sync() {
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    // About 8 MB of payload: more than loopback socket buffers hold.
+    let value = "v".repeat(40);
+    for chunk in 0..40 {
+        let mut wire = Vec::new();
+        for i in 0..5000 {
+            let k = format!("k{chunk}:{i}");
+            wire.extend(resp(&[b"SET", k.as_bytes(), value.as_bytes()]));
+        }
+        p.send(&wire);
+        for _ in 0..5000 {
+            p.read_text();
+        }
+    }
+    // A replica that does the handshake, asks for a full sync, and stops.
+    let mut stuck = std::net::TcpStream::connect(primary.addr).unwrap();
+    use std::io::Write;
+    let mut hello = Vec::new();
+    hello.extend(resp(&[b"REPLCONF", b"capa", b"lh1"]));
+    hello.extend(resp(&[b"PSYNC", b"?", b"-1"]));
+    stuck.write_all(&hello).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let replica = TestServer::start(1);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, Duration::from_secs(10));
+    assert_eq!(replica.raw().call("DBSIZE"), ":200000\r\n");
+    drop(stuck);
 }

@@ -157,11 +157,13 @@ fn pubsub(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             Ok(Reply::Array(names.into_iter().map(Reply::Bulk).collect()))
         }
         "NUMSUB" => {
-            let pairs = rest(a)?.into_iter().map(|ch| {
+            // A flat array in RESP3 too, as Redis 7 answers (clients such
+            // as redis-py read it that way).
+            let pairs = rest(a)?.into_iter().flat_map(|ch| {
                 let n = registry.numsub(&ch);
-                (Reply::Bulk(ch), Reply::Int(n as i64))
+                [Reply::Bulk(ch), Reply::Int(n as i64)]
             });
-            Ok(Reply::Map(pairs.collect()))
+            Ok(Reply::Array(pairs.collect()))
         }
         "NUMPAT" => {
             a.finish().map_err(|_| arity())?;

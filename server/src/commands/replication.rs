@@ -22,8 +22,8 @@ use crate::state::Shared;
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("replicaof", 3, ADMIN | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
-    cmd("slaveof", 3, ADMIN | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
+    cmd("replicaof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
+    cmd("slaveof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
     cmd("replconf", -1, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
     cmd("psync", -3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
     cmd("role", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
@@ -36,13 +36,21 @@ fn kill_client(shared: &Shared, id: Option<u64>) {
     }
 }
 
-/// `REPLICAOF host port` / `REPLICAOF NO ONE`.
+/// `REPLICAOF host port` / `REPLICAOF NO ONE`. Allowed while a full sync
+/// loads (unlike Redis, whose replica keeps its old data until a payload is
+/// complete), so a replica whose payload was cut short can be pointed
+/// elsewhere or promoted.
 fn replicaof(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let host = String::from_utf8_lossy(&a.next()?).into_owned();
     let port = a.next()?;
     let repl = &ctx.shared.repl;
     if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case(b"one") {
         if repl.is_replica() {
+            if repl.is_loading() {
+                tracing::warn!(
+                    "REPLICAOF NO ONE during a full sync: this primary serves the part loaded"
+                );
+            }
             let link = repl.promote();
             kill_client(ctx.shared, link);
             ctx.shared.config.write().replication.replicaof.clear();
@@ -231,11 +239,12 @@ pub fn info_replication(shared: &Shared, out: &mut String) {
             "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\nmaster_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\n",
             t.host,
             t.port,
-            if link.up { "up" } else { "down" },
+            // As Redis: down until a full sync's payload is loaded.
+            if link.up && !link.syncing { "up" } else { "down" },
             last_io,
             u8::from(link.syncing),
         );
-        if !link.up {
+        if !link.up || link.syncing {
             let down = link
                 .down_since
                 .map_or(-1, |t| now.duration_since(t).as_secs() as i64);

@@ -203,8 +203,9 @@ impl Replication {
         self.loading.store(false, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
         let mut link = self.link.lock();
+        let client = link.client.take();
         *link = Link::default();
-        link.client.take()
+        client
     }
 
     /// REPLICAOF host port: the node becomes (or stays) a replica of
@@ -280,10 +281,14 @@ impl Replication {
         link.down_since = None;
     }
 
-    /// The link's connection closed.
-    pub fn link_down(&self, client: u64) {
+    /// The link's connection closed; `untouched`: during a full sync whose
+    /// payload had not begun replacing the dataset (loading ends).
+    pub fn link_down(&self, client: u64, untouched: bool) {
         let mut link = self.link.lock();
         if link.client == Some(client) || link.client == Some(PENDING_LINK) {
+            if untouched {
+                self.loading.store(false, Ordering::SeqCst);
+            }
             if link.syncing {
                 // Half a payload is no history to continue: the next
                 // PSYNC must ask for a full sync.
@@ -392,7 +397,9 @@ mod tests {
         });
         r.adopt_full_sync("a".repeat(40).as_str(), 100);
         r.backlog.append(&[b"0123456789"]);
-        assert!(r.promote().is_none(), "no link was attached");
+        r.link_up(7);
+        assert_eq!(r.promote(), Some(7), "the link's connection, to close");
+        assert!(!r.link_attached());
         let ids = r.ids();
         assert_eq!(ids.replid2, "a".repeat(40));
         assert_eq!(ids.second_offset, 111);
