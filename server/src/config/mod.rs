@@ -410,12 +410,15 @@ mod tests {
         assert!(c.file.as_ref().unwrap().is_absolute());
         c.net.maxclients = 77;
         c.expiry.hz = 20;
+        // REPLICAOF's target is kept too (CONFIG SET cannot change it).
+        c.replication.replicaof = "10.0.0.1 6379".into();
         c.rewrite(&path).unwrap();
         let back = Config::from_file(&path).unwrap();
         assert_eq!(
             (back.net.port, back.net.maxclients, back.expiry.hz),
             (7300, 77, 20)
         );
+        assert_eq!(back.replication.replicaof, "10.0.0.1 6379");
         // Settings at their default and absent from the file stay absent.
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(

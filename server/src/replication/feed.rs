@@ -1,6 +1,9 @@
-//! A primary's sender to one replica: one thread per replica, on the
-//! replica's socket (taken out of the event loop after its PSYNC), plus a
-//! reader thread for its `REPLCONF ACK`s.
+//! A primary's sender to one replica, on the replica's socket (taken out
+//! of the event loop after its PSYNC): a writer thread, a reader thread for
+//! its `REPLCONF ACK`s, and a copier thread that moves the stream from the
+//! shared backlog into the replica's own output buffer as soon as it grows
+//! (up to 256 MB, Redis's hard `client-output-buffer-limit replica`), so a
+//! replica slow for a moment never falls behind the 1 MB backlog.
 //!
 //! PSYNC is answered `+CONTINUE <replid>` when the replica's history and
 //! offset allow a partial resync (`Replication::continue_from`), and the
@@ -9,8 +12,8 @@
 //! wrote, holds later effects and starts its image; once all have cut, `M`
 //! is the stream's length and they are released), then the payload (the
 //! shards' images, framed as Redis's diskless payload: `$EOF:<mark>\r\n`
-//! ... `<mark>`), then the stream from `M`. While the payload goes out the
-//! stream after `M` is copied aside, so the backlog's wrap cannot lose it.
+//! ... `<mark>`), then the stream from `M`, which the copier has been
+//! buffering since the cut.
 //! Every effect before the cut is in the images, every one after it is in
 //! the stream from `M`: each write reaches the replica exactly once.
 
@@ -23,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, encode_request, Limits};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::replication::backlog::Gap;
 use crate::replication::role::random_hex40;
@@ -41,9 +44,9 @@ pub fn repl_timeout(shared: &Shared) -> Duration {
 const READ_MAX: usize = 64 * 1024;
 /// Longest every shard may take to cut.
 const CUT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most stream bytes kept aside while a payload is sent (Redis's hard
-/// `client-output-buffer-limit replica`).
-const TAIL_LIMIT: usize = 256 * 1024 * 1024;
+/// Most stream bytes one replica's output buffer holds unwritten (Redis's
+/// hard `client-output-buffer-limit replica`, 256 MB).
+const OUTPUT_LIMIT: usize = 256 * 1024 * 1024;
 
 /// What a sender starts from.
 #[derive(Debug)]
@@ -94,24 +97,26 @@ fn other(why: impl Into<String>) -> std::io::Error {
 }
 
 fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
-    let repl = f.shared.repl.clone();
+    let shared = &f.shared;
+    let repl = shared.repl.clone();
     let generation = repl.generation();
     let mut w = f.stream;
     w.set_nonblocking(false)?;
-    w.set_write_timeout(Some(repl_timeout(&f.shared)))?;
+    w.set_write_timeout(Some(repl_timeout(shared)))?;
     let _ = w.set_nodelay(true);
     w.write_all(&f.out)?;
     let alive = Arc::new(AtomicBool::new(true));
     let reader = w.try_clone()?;
-    let timeout = repl_timeout(&f.shared);
+    let timeout = repl_timeout(shared);
     {
         let (repl, alive) = (repl.clone(), alive.clone());
         std::thread::Builder::new()
             .name("leasehold-repl-acks".into())
             .spawn(move || read_acks(reader, f.input, &repl, id, &alive, timeout))?;
     }
+    let out = Outbuf::default();
     let result = (|| {
-        let from = match repl.answer_psync(&f.replid, f.offset) {
+        let (from, cut) = match repl.answer_psync(&f.replid, f.offset) {
             Some(from) => {
                 let ids = repl.ids();
                 w.write_all(format!("+CONTINUE {}\r\n", ids.replid).as_bytes())?;
@@ -119,16 +124,53 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
                     "replication: partial resync of a replica from offset {}",
                     from + 1
                 );
-                from
+                (from, None)
             }
-            None => full_sync(&f.shared, &f.mailboxes, &mut w, id, &alive)?,
+            None => {
+                let cut = cut(shared, &f.mailboxes)?;
+                (cut.offset, Some(cut))
+            }
         };
-        repl.replica_state(id, "online");
-        stream_from(&f.shared, &mut w, from, generation, &alive)
+        std::thread::scope(|s| {
+            // From here to the end of the connection a thread copies the
+            // stream into this replica's own buffer as it grows, so the
+            // shared backlog's wrap never outruns a replica that is slow
+            // for a moment (loading a payload, a scheduling hiccup).
+            let copier = s.spawn(|| copy_stream(shared, from, &out, &alive, generation));
+            let sent = (|| {
+                if let Some(cut) = cut {
+                    repl.replica_state(id, "send_bulk");
+                    send_payload(shared, cut, &mut w, &alive)?;
+                }
+                repl.replica_state(id, "online");
+                drain(shared, &out, &mut w, &alive, generation)
+            })();
+            alive.store(false, Ordering::SeqCst);
+            out.wake();
+            let copied = copier
+                .join()
+                .unwrap_or_else(|_| Err(other("the copier panicked")));
+            sent.and(copied)
+        })
     })();
     alive.store(false, Ordering::SeqCst);
     let _ = w.shutdown(std::net::Shutdown::Both);
     result
+}
+
+/// One replica's output buffer: the stream copied from the backlog, not
+/// yet written. Its hard limit is Redis's `client-output-buffer-limit
+/// replica` hard limit, [`OUTPUT_LIMIT`].
+#[derive(Default)]
+struct Outbuf {
+    bytes: Mutex<Vec<u8>>,
+    grown: Condvar,
+}
+
+impl Outbuf {
+    fn wake(&self) {
+        self.grown.notify_all();
+    }
 }
 
 /// Sends every shard [`Msg::Release`] when dropped, so no shard holds its
@@ -143,18 +185,19 @@ impl Drop for Release<'_> {
     }
 }
 
-/// Cuts every shard, sends the payload, and returns the stream position
-/// the replica continues from, having written the stream up to it.
-fn full_sync(
-    shared: &Shared,
-    mailboxes: &[Mailbox],
-    w: &mut TcpStream,
-    id: u64,
-    alive: &AtomicBool,
-) -> std::io::Result<u64> {
+/// A full sync's cut: its offset and where the shards' images come.
+struct CutDone {
+    offset: u64,
+    images: crossbeam_channel::Receiver<ImagePart>,
+    queued: Arc<AtomicUsize>,
+    shards: usize,
+}
+
+/// Cuts every shard at one offset of the merged stream (one cut at a time
+/// server-wide; it lasts a mailbox round trip to every shard).
+fn cut(shared: &Shared, mailboxes: &[Mailbox]) -> std::io::Result<CutDone> {
     let repl = &shared.repl;
-    let one_cut_at_a_time = repl.full_sync.lock();
-    let started = Instant::now();
+    let _one_cut_at_a_time = repl.full_sync.lock();
     let (tx, rx) = crossbeam_channel::unbounded();
     let queued = Arc::new(AtomicUsize::new(0));
     let (cut_tx, cut_rx) = crossbeam_channel::bounded(mailboxes.len());
@@ -177,11 +220,27 @@ fn full_sync(
     }
     // Every shard has published what it wrote before its cut and holds the
     // rest: the stream's length now is the cut's offset.
-    let m = repl.backlog.offset();
+    let offset = repl.backlog.offset();
     drop(release);
-    drop(one_cut_at_a_time);
-    let ids = repl.ids();
-    repl.replica_state(id, "send_bulk");
+    Ok(CutDone {
+        offset,
+        images: rx,
+        queued,
+        shards: mailboxes.len(),
+    })
+}
+
+/// Writes `+FULLRESYNC`, then the payload: the framing, the header, the
+/// flush, every shard's image as it comes, the end record and mark.
+fn send_payload(
+    shared: &Shared,
+    cut: CutDone,
+    w: &mut TcpStream,
+    alive: &AtomicBool,
+) -> std::io::Result<()> {
+    let started = Instant::now();
+    let m = cut.offset;
+    let ids = shared.repl.ids();
     w.write_all(format!("+FULLRESYNC {} {m}\r\n", ids.replid).as_bytes())?;
     let mark = random_hex40();
     let mut head = BytesMut::new();
@@ -194,48 +253,32 @@ fn full_sync(
     // The replica starts from nothing: its own keys go first.
     encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
     w.write_all(&head)?;
-    // While the payload goes out (at the replica's pace), a thread copies
-    // the stream from M aside as it grows, so the backlog cannot wrap past
-    // it however slow the replica loads.
-    let tail = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let (records, pos) = std::thread::scope(|s| {
-        let copier = s.spawn(|| copy_aside(shared, m, &tail, &stop));
-        let sent = send_images(&rx, &queued, mailboxes.len(), w, alive, shared);
-        stop.store(true, Ordering::SeqCst);
-        let pos = copier
-            .join()
-            .unwrap_or_else(|_| Err(other("the copier panicked")));
-        Ok::<_, std::io::Error>((sent? + 1, pos?))
-    })?;
+    let records = 1 + send_images(&cut, w, alive, shared)?;
     let mut end = BytesMut::new();
     encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
     end.extend_from_slice(mark.as_bytes());
     w.write_all(&end)?;
-    w.write_all(&tail.into_inner())?;
     tracing::info!(
         "replication: full sync of {records} records at offset {m} sent in {} ms",
         started.elapsed().as_millis()
     );
-    Ok(pos)
+    Ok(())
 }
 
-/// Writes every shard's image chunks as they come, until all `shards` are
-/// done; returns how many records they held.
+/// Writes every shard's image chunks as they come, until all are done;
+/// returns how many records they held.
 fn send_images(
-    rx: &crossbeam_channel::Receiver<ImagePart>,
-    queued: &AtomicUsize,
-    shards: usize,
+    cut: &CutDone,
     w: &mut TcpStream,
     alive: &AtomicBool,
     shared: &Shared,
 ) -> std::io::Result<u64> {
     let mut records = 0u64;
     let mut done = 0;
-    while done < shards {
-        match rx.recv_timeout(Duration::from_millis(10)) {
+    while done < cut.shards {
+        match cut.images.recv_timeout(Duration::from_millis(10)) {
             Ok(ImagePart::Chunk(bytes, n)) => {
-                queued.fetch_sub(bytes.len(), Ordering::Relaxed);
+                cut.queued.fetch_sub(bytes.len(), Ordering::Relaxed);
                 w.write_all(&bytes)?;
                 records += n;
             }
@@ -252,70 +295,81 @@ fn send_images(
     Ok(records)
 }
 
-/// Copies the stream from position `from` into `tail` as it grows, until
-/// `stop`; returns the position reached.
-fn copy_aside(
+/// Whether the sender must stop: the replica went, the server stops, or
+/// this node's role changed.
+fn stopped(shared: &Shared, alive: &AtomicBool, generation: u64) -> bool {
+    !alive.load(Ordering::SeqCst)
+        || shared.shutting_down.load(Ordering::SeqCst)
+        || !shared.repl.generation_is(generation)
+}
+
+/// Copies the stream from position `from` into `out` as it grows, until
+/// the sender stops.
+///
+/// # Errors
+/// The backlog wrapped past the copier (it fell behind by more than the
+/// backlog in one wait: not expected), or `out` passed [`OUTPUT_LIMIT`].
+fn copy_stream(
     shared: &Shared,
     from: u64,
-    tail: &Mutex<Vec<u8>>,
-    stop: &AtomicBool,
-) -> std::io::Result<u64> {
+    out: &Outbuf,
+    alive: &AtomicBool,
+    generation: u64,
+) -> std::io::Result<()> {
     let backlog = &shared.repl.backlog;
     let mut pos = from;
     let mut chunk = Vec::with_capacity(READ_MAX);
-    loop {
-        let done = stop.load(Ordering::SeqCst);
+    while !stopped(shared, alive, generation) {
         loop {
             chunk.clear();
             match backlog.read(pos, READ_MAX, &mut chunk) {
                 Ok(0) => break,
                 Ok(n) => pos += n as u64,
-                Err(_) => return Err(other("the stream outran the backlog during a full sync")),
+                Err(Gap::Gone) => return Err(other("the replica fell behind the backlog")),
+                Err(Gap::Ahead) => return Err(other("the stream restarted under the replica")),
             }
-            let mut t = tail.lock();
-            t.extend_from_slice(&chunk);
-            if t.len() > TAIL_LIMIT {
-                return Err(other("output buffer limit reached during a full sync"));
+            let mut b = out.bytes.lock();
+            b.extend_from_slice(&chunk);
+            if b.len() > OUTPUT_LIMIT {
+                return Err(other(
+                    "the replica's output buffer passed client-output-buffer-limit (256 MB)",
+                ));
             }
+            drop(b);
+            out.wake();
         }
-        if done {
-            return Ok(pos);
-        }
-        backlog.wait_past(pos, Duration::from_millis(10));
+        backlog.wait_past(pos, Duration::from_millis(100));
     }
+    Ok(())
 }
 
-/// Sends the stream from position `pos` until the replica goes, this
-/// node's role changes, or the server stops.
-fn stream_from(
+/// Writes what the copier put in `out` until the sender stops.
+fn drain(
     shared: &Shared,
+    out: &Outbuf,
     w: &mut TcpStream,
-    mut pos: u64,
-    generation: u64,
     alive: &AtomicBool,
+    generation: u64,
 ) -> std::io::Result<()> {
-    let repl = &shared.repl;
-    let mut buf = Vec::with_capacity(READ_MAX);
-    loop {
-        if !alive.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        if shared.shutting_down.load(Ordering::SeqCst) || !repl.generation_is(generation) {
-            return Ok(());
-        }
-        repl.backlog.wait_past(pos, Duration::from_millis(100));
-        buf.clear();
-        match repl.backlog.read(pos, READ_MAX, &mut buf) {
-            Ok(n) => {
-                if n > 0 {
-                    w.write_all(&buf)?;
-                    pos += n as u64;
-                }
+    let mut spare = Vec::new();
+    while !stopped(shared, alive, generation) {
+        {
+            let mut b = out.bytes.lock();
+            if b.is_empty() {
+                let _ = out.grown.wait_for(&mut b, Duration::from_millis(100));
             }
-            Err(Gap::Gone) => return Err(other("the replica fell behind the backlog")),
-            Err(Gap::Ahead) => return Err(other("the stream restarted under the replica")),
+            std::mem::swap(&mut *b, &mut spare);
+        }
+        if !spare.is_empty() {
+            w.write_all(&spare)?;
+            spare.clear();
+            // A burst must not pin its buffer.
+            if spare.capacity() > 4 * READ_MAX {
+                spare = Vec::new();
+            }
         }
     }
+    Ok(())
 }
 
 /// Reads the replica's `REPLCONF ACK <offset>`s until its socket closes or
