@@ -112,6 +112,19 @@ impl Server {
         Ok(server)
     }
 
+    /// CPU time (user + system, all threads) the process has used so far, in
+    /// seconds, from `/proc/<pid>/stat`; `None` where that cannot be read.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name, which ends at the last ')': state is
+        // the first, utime and stime the 12th and 13th, in clock ticks of
+        // USER_HZ (100 on Linux).
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        Some(ticks as f64 / 100.0)
+    }
+
     /// `127.0.0.1:port`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)

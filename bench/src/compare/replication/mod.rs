@@ -80,6 +80,24 @@ pub struct ThroughputRow {
     pub cells: [SideResult; 4],
     /// Replica lag during the runs with a replica, Redis then Leasehold.
     pub lag: [Samples; 2],
+    /// PSYNCs the primary answered during the runs with a replica (its
+    /// replica was dropped and came back), Redis then Leasehold.
+    pub resyncs: [u64; 2],
+    /// CPU seconds the loaded primary used over the runs, indexed by [`cell`].
+    pub cpu: [f64; 4],
+    /// CPU seconds each replica used over the runs with it, Redis then
+    /// Leasehold.
+    pub replica_cpu: [f64; 2],
+}
+
+impl ThroughputRow {
+    /// Requests answered over the runs of cell `c`.
+    pub fn requests(&self, c: usize) -> u64 {
+        match &self.cells[c] {
+            SideResult::Runs(r) => r.iter().map(|r| r.requests).sum(),
+            _ => 0,
+        }
+    }
 }
 
 /// The throughput part: rows, and the command lines behind them.
@@ -306,6 +324,9 @@ fn throughput(
                 workload,
                 cells: std::array::from_fn(|_| SideResult::Runs(Vec::new())),
                 lag: Default::default(),
+                resyncs: [0; 2],
+                cpu: [0.0; 4],
+                replica_cpu: [0.0; 2],
             })
             .collect(),
         commands: Vec::new(),
@@ -329,10 +350,20 @@ fn throughput(
                         runner.command_line(&a)
                     ));
                 }
+                let cpu = |x: &Server| x.cpu_seconds().unwrap_or(0.0);
+                let before = (cpu(server), cpu(&trio.replica));
+                let synced = nodes::syncs_served(&trio.primary);
                 let probe = with.then(|| Probe::lag(trio.primary.addr(), trio.replica.addr()));
                 let result = runner.run(&a);
                 if let Some(p) = probe {
                     row.lag[c / 2].merge(p.finish());
+                    row.replica_cpu[c / 2] += cpu(&trio.replica) - before.1;
+                    if let (Some(a), Some(b)) = (synced, nodes::syncs_served(&trio.primary)) {
+                        row.resyncs[c / 2] += b.saturating_sub(a);
+                    }
+                }
+                if result.is_ok() {
+                    row.cpu[c] += cpu(server) - before.0;
                 }
                 let SideResult::Runs(runs) = &mut row.cells[c] else {
                     continue;

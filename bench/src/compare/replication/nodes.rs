@@ -95,6 +95,14 @@ pub fn link_up(replica: &Server) -> bool {
         || info(replica, "persistence").is_some_and(|p| info_field(&p, "loading") == Some("0")))
 }
 
+/// PSYNCs the primary has answered (INFO stats `sync_full` +
+/// `sync_partial_ok`): each is a replica (re)connecting.
+pub fn syncs_served(primary: &Server) -> Option<u64> {
+    let stats = info(primary, "stats")?;
+    let n = |f| info_field(&stats, f).and_then(|v| v.parse::<u64>().ok());
+    Some(n("sync_full")? + n("sync_partial_ok")?)
+}
+
 /// DBSIZE, or `None` while the server refuses it (loading) or is down.
 pub fn dbsize(server: &Server) -> Option<i64> {
     server.conn().ok()?.call_int(&["DBSIZE"]).ok()

@@ -118,6 +118,12 @@ fn throughput_table(rows: &[ThroughputRow]) -> String {
                 if let super::SideResult::Failed(why) = c {
                     notes.push(format!("{label} failed: {why}"));
                 }
+                let resyncs = row.resyncs[usize::from(kind == Kind::Leasehold)];
+                if with && resyncs > 0 {
+                    notes.push(format!(
+                        "{label}: the replica was dropped and synced again {resyncs} time(s), so the primary fed no replica for part of the runs"
+                    ));
+                }
             }
         }
         let p99 = |kind| ms(row.cells[cell(kind, true)].median_p99());
@@ -152,6 +158,30 @@ fn throughput_table(rows: &[ThroughputRow]) -> String {
     s
 }
 
+fn cpu_table(rows: &[ThroughputRow]) -> String {
+    let mut s = String::from(
+        "| workload | server | primary alone | primary with a replica | its replica |\n|---|---|---:|---:|---:|\n",
+    );
+    let per_million = |row: &ThroughputRow, cpu: f64, c: usize| match row.requests(c) {
+        0 => "-".into(),
+        n => format!("{:.2}", cpu / n as f64 * 1e6),
+    };
+    for row in rows {
+        for (k, kind) in KINDS.iter().enumerate() {
+            let (alone, with) = (cell(*kind, false), cell(*kind, true));
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                row.workload.name,
+                kind.label(),
+                per_million(row, row.cpu[alone], alone),
+                per_million(row, row.cpu[with], with),
+                per_million(row, row.replica_cpu[k], with),
+            ));
+        }
+    }
+    s
+}
+
 fn samples_note(s: &Samples) -> String {
     match (&s.first_failure, s.missed) {
         (Some(why), n) if n > 0 => format!("{n} missed ({why})").replace('|', "\\|"),
@@ -161,18 +191,19 @@ fn samples_note(s: &Samples) -> String {
 
 fn lag_table(rows: &[ThroughputRow]) -> String {
     let mut s = String::from(
-        "| workload | server | samples | p50 ms | p99 ms | max ms | notes |\n|---|---|---:|---:|---:|---:|---|\n",
+        "| workload | server | samples | p50 ms | p99 ms | max ms | replica resyncs | notes |\n|---|---|---:|---:|---:|---:|---:|---|\n",
     );
     for row in rows {
-        for (kind, lag) in KINDS.iter().zip(&row.lag) {
+        for (k, (kind, lag)) in KINDS.iter().zip(&row.lag).enumerate() {
             s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.workload.name,
                 kind.label(),
                 lag.ms.len(),
                 ms(lag.quantile(0.5)),
                 ms(lag.quantile(0.99)),
                 ms(lag.max()),
+                row.resyncs[k],
                 samples_note(lag),
             ));
         }
@@ -336,13 +367,22 @@ pub fn section(sec: &Section) -> String {
                 sec.rounds, sec.duration
             ));
             s.push_str(&throughput_table(&t.rows));
+            s.push_str(
+                "\nThe replica runs on the same cores as its primary and the load generator, so *with / without* \
+                 counts both what feeding a replica costs the primary and the CPU the replica takes from it. \
+                 CPU seconds per million requests (user + system from `/proc/<pid>/stat`, summed over the \
+                 runs) tell the two apart: the primary's own cost alone and with a replica, and its replica's.\n\n",
+            );
+            s.push_str(&cpu_table(&t.rows));
             s.push_str(&format!(
                 "\n### Replica lag during that load\n\nWhile each run with a replica goes on, a probe thread \
                  sends `SET lag:probe <n>` to the primary every {} ms, and from the primary's reply on sends \
                  `GET lag:probe` to the replica every {:.1} ms until it answers `<n>`; one sample is the time \
                  from the primary's reply to the replica's, so it is how stale a read from the replica is \
                  just after a write was acknowledged (a sample is at least one GET round trip). Samples of \
-                 all rounds together.\n\n",
+                 all rounds together. *Replica resyncs* counts the PSYNCs the primary answered during these \
+                 runs (INFO stats `sync_full` + `sync_partial_ok`): a replica that fell too far behind was \
+                 dropped and came back, and its samples wait for that.\n\n",
                 LAG_EVERY.as_millis(),
                 LAG_POLL.as_secs_f64() * 1e3
             ));
@@ -477,19 +517,93 @@ mod tests {
         assert_eq!(splice("", "## Replication\n\nx\n"), "## Replication\n\nx\n");
     }
 
+    fn runs(ops: f64) -> super::super::SideResult {
+        super::super::SideResult::Runs(vec![crate::report::Report {
+            command: "X".into(),
+            connections: 50,
+            pipeline: 16,
+            keyspace: 100_000,
+            distribution: "uniform".into(),
+            requests: ops as u64,
+            errors: 0,
+            first_error: None,
+            seconds: 1.0,
+            ops_per_sec: ops,
+            latency_ms: crate::report::Latency {
+                p50: 1.0,
+                p99: 2.0,
+                p999: 3.0,
+                max: 4.0,
+                mean: 1.0,
+            },
+        }])
+    }
+
     #[test]
-    fn a_skipped_section_says_why() {
+    fn targets_use_the_with_replica_cells() {
+        let rows: Vec<ThroughputRow> = super::super::rows()
+            .into_iter()
+            .zip([[100.0, 80.0, 200.0, 180.0], [50.0, 40.0, 300.0, 190.0]])
+            .map(|(workload, ops)| ThroughputRow {
+                workload,
+                cells: ops.map(runs),
+                lag: Default::default(),
+                resyncs: [0; 2],
+                cpu: [1.0; 4],
+                replica_cpu: [1.0; 2],
+            })
+            .collect();
         let sec = Section {
+            throughput: Ok(super::super::Throughput {
+                servers: Vec::new(),
+                rows,
+                commands: Vec::new(),
+            }),
+            ..skipped(None)
+        };
+        let v = verdicts(&sec);
+        let got: Vec<(&str, Option<bool>)> =
+            v.iter().map(|v| (v.measured.as_str(), v.met)).collect();
+        assert_eq!(
+            got,
+            [
+                ("0.90x", Some(true)),
+                ("2.25x", Some(true)),
+                ("0.63x", Some(false)),
+                ("4.75x", Some(false)),
+                ("-", None)
+            ]
+        );
+        assert!(
+            v[3].goal.contains("Lua + replica >= 5.00x"),
+            "{}",
+            v[3].goal
+        );
+        let text = section(&sec);
+        assert!(text.contains("**Targets: 2 of 5 met.**"), "{text}");
+        assert!(
+            text.contains("| SET | 16 | 100 | 80 | 200 | 180 | 0.80x | 0.90x | 2.25x |"),
+            "{text}"
+        );
+    }
+
+    fn skipped(why: Option<&str>) -> Section {
+        Section {
             quick: false,
             threads: 2,
             rounds: 3,
             duration: 3.0,
-            skipped: Some("no redis-server".into()),
+            skipped: why.map(String::from),
             throughput: Err("not run".into()),
             sync: Vec::new(),
             failover: Vec::new(),
             facts: String::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_skipped_section_says_why() {
+        let sec = skipped(Some("no redis-server"));
         assert_eq!(
             section(&sec),
             "## Replication\n\nNot run: no redis-server.\n\n"
