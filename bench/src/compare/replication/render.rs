@@ -362,8 +362,8 @@ pub fn section(sec: &Section) -> String {
                  kind attached (started with `--replicaof`, waited until its link is up and DBSIZE matches); and \
                  that replica. The rows are those of the throughput table (-P 16, same commands). {} round(s) of \
                  {} s; each round runs each row on the four set-ups in turn, rotating which goes first; cells are \
-                 the medians. *with / without* is what attaching a replica costs the primary; the last ratio \
-                 compares the two servers both with a replica.\n\n",
+                 the medians. *with / without* is what attaching a replica costs in throughput on this machine; \
+                 the last ratio compares the two servers both with a replica.\n\n",
                 sec.rounds, sec.duration
             ));
             s.push_str(&throughput_table(&t.rows));
@@ -424,8 +424,8 @@ pub fn section(sec: &Section) -> String {
          lists both replicas and the two other sentinels, the primary is killed (SIGKILL); the clock runs from \
          the kill to the first `INCR` that succeeds on the primary the first sentinel names \
          (`SENTINEL get-master-addr-by-name {MASTER}`, polled every 10 ms; in brackets, when it first named \
-         another node). This is how long writes are refused when a primary dies, with these settings; most \
-         of it is the 1 s `down-after-milliseconds` and the sentinels' election.\n\n",
+         another node). This is how long writes are refused when a primary dies, with these settings; it \
+         cannot be shorter than the 1 s `down-after-milliseconds`.\n\n",
         SENTINEL_SETTINGS
             .iter()
             .map(|l| l.trim_start_matches("sentinel ").replace(" mymaster", ""))
