@@ -7,6 +7,9 @@
 #                               # memory and reclamation only (under 2 minutes)
 #   bench/compare.sh --first-only --rounds 1 --out /tmp/first.md
 #                               # only "the first benchmark a user runs" (about 50 s)
+#   bench/compare.sh --replication-only
+#                               # only the replication section, put into the existing
+#                               # docs/benchmarks.md in place of its old one (3-4 minutes)
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

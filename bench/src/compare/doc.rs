@@ -24,6 +24,8 @@ pub struct Page<'a> {
     pub memory: &'a [MemoryResult],
     /// Reclamation on Redis and Leasehold (None with `--skip-memory`).
     pub reclaim: Option<&'a ReclaimPair>,
+    /// The replication section (None with `--skip-replication`).
+    pub replication: Option<&'a super::replication::Section>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
     /// The lease manager's measurements (empty with `--skip-lease`).
@@ -37,7 +39,7 @@ pub struct Page<'a> {
 }
 
 /// First line of a command's output, or "unknown".
-fn output(cmd: &str, args: &[&str]) -> String {
+pub fn output(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
         .output()
@@ -73,17 +75,29 @@ fn machine(redis_bin: &std::path::Path) -> String {
     let nproc = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
+    format!(
+        "- cores (nproc): {nproc}\n- CPU: {cpu}\n- kernel: {}\n- Redis: {}\n- Leasehold: commit {}\n- date (UTC): {}\n",
+        output("uname", &["-sr"]),
+        output(&redis_bin.display().to_string(), &["--version"]),
+        commit(),
+        output("date", &["-u", "+%Y-%m-%d %H:%M"]),
+    )
+}
+
+/// The short hash of HEAD, and whether tracked files had changes.
+pub fn commit() -> String {
     let dirty = Command::new("git")
         .args(["status", "--porcelain", "--untracked-files=no"])
         .output()
         .is_ok_and(|o| !o.stdout.is_empty());
     format!(
-        "- cores (nproc): {nproc}\n- CPU: {cpu}\n- kernel: {}\n- Redis: {}\n- Leasehold: commit {}{}\n- date (UTC): {}\n",
-        output("uname", &["-sr"]),
-        output(&redis_bin.display().to_string(), &["--version"]),
+        "{}{}",
         output("git", &["rev-parse", "--short", "HEAD"]),
-        if dirty { " (the work tree had uncommitted changes)" } else { "" },
-        output("date", &["-u", "+%Y-%m-%d %H:%M"]),
+        if dirty {
+            " (the work tree had uncommitted changes)"
+        } else {
+            ""
+        }
     )
 }
 
@@ -197,6 +211,9 @@ pub fn render(p: &Page<'_>) -> String {
             Duration::from_secs(a.reclaim_limit),
         ));
         s.push('\n');
+    }
+    if let Some(r) = p.replication {
+        s.push_str(&super::replication::render::section(r));
     }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \

@@ -15,6 +15,8 @@
 //! - [`memory`]: memory per key and reclamation.
 //! - [`crosscheck`]: the same servers under Redis's own redis-benchmark.
 //! - [`redis_benchmark`]: running redis-benchmark and reading its `--csv`.
+//! - [`replication`]: throughput with a replica, replica lag, full sync and
+//!   Sentinel failover.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
@@ -23,6 +25,7 @@ pub mod first;
 pub mod lease;
 pub mod memory;
 pub mod redis_benchmark;
+pub mod replication;
 pub mod servers;
 pub mod table;
 pub mod workloads;
@@ -105,6 +108,22 @@ pub struct CompareArgs {
     /// Skip the lease manager's measurements (accuracy, ledger calls).
     #[arg(long)]
     pub skip_lease: bool,
+    /// Skip the replication section (throughput with a replica, lag, full
+    /// sync, Sentinel failover).
+    #[arg(long)]
+    pub skip_replication: bool,
+    /// Run only the replication section and put it into the existing --out
+    /// page in place of its previous replication section, leaving the other
+    /// sections as they are (for trials).
+    #[arg(long, conflicts_with_all = ["skip_replication", "first_only"])]
+    pub replication_only: bool,
+    /// Keys on the primary in the replication section's full sync (50 000
+    /// with --quick).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub sync_keys: u64,
+    /// Sentinel failover rounds per server (1 with --quick).
+    #[arg(long, default_value_t = 2)]
+    pub failover_rounds: usize,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -124,8 +143,18 @@ impl CompareArgs {
             a.memory_limit_keys = a.memory_limit_keys.min(2_000);
             a.reclaim_limit = a.reclaim_limit.min(30);
             a.first_requests = a.first_requests.min(10_000);
+            a.sync_keys = a.sync_keys.min(50_000);
+            a.failover_rounds = a.failover_rounds.min(1);
         }
         if a.first_only {
+            a.skip_throughput = true;
+            a.skip_crosscheck = true;
+            a.skip_memory = true;
+            a.skip_lease = true;
+            a.skip_replication = true;
+        }
+        if a.replication_only {
+            a.skip_first = true;
             a.skip_throughput = true;
             a.skip_crosscheck = true;
             a.skip_memory = true;
@@ -272,6 +301,33 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         .leasehold_bin
         .clone()
         .unwrap_or_else(|| exe.with_file_name("leasehold-server"));
+    let runner = Runner {
+        exe,
+        lua_dir: args.lua_dir.clone(),
+        connections: args.connections,
+        keyspace: args.keyspace,
+        duration: args.duration,
+    };
+    let replication_settings = replication::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.rounds,
+        sync_keys: args.sync_keys,
+        failover_rounds: args.failover_rounds,
+        quick: args.quick,
+        duration: args.duration,
+        connections: args.connections,
+        keyspace: args.keyspace,
+    };
+    if args.replication_only {
+        let section = replication::run(&replication_settings, &runner);
+        let text = replication::render::section(&section);
+        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
+        write_page(&args.out, &replication::render::splice(&page, &text))?;
+        eprintln!("replaced the replication section of {}", args.out.display());
+        return Ok(());
+    }
     let started = Instant::now();
     let load_at_start = doc::load_average();
     let redis = Server::start(Kind::Redis, &args.redis_bin, args.threads)?;
@@ -291,13 +347,6 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             args.first_requests,
             &mut commands,
         )?)
-    };
-    let runner = Runner {
-        exe,
-        lua_dir: args.lua_dir.clone(),
-        connections: args.connections,
-        keyspace: args.keyspace,
-        duration: args.duration,
     };
     let server = |k: Kind| if k == Kind::Redis { &redis } else { &leasehold };
 
@@ -391,6 +440,8 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             &mut commands,
         ));
     }
+    let replication =
+        (!args.skip_replication).then(|| replication::run(&replication_settings, &runner));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -403,22 +454,28 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         rows: &rows,
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),
+        replication: replication.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,
         commands: &commands,
         elapsed: started.elapsed(),
     });
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&args.out, page)?;
+    write_page(&args.out, &page)?;
     eprintln!(
         "wrote {} in {:.0} s",
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Writes `page` to `out`, creating its directory.
+fn write_page(out: &Path, page: &str) -> std::io::Result<()> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(out, page)
 }
 
 fn measure_memory(

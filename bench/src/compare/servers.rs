@@ -45,8 +45,22 @@ impl Server {
     /// # Errors
     /// The spawn error, or a server that does not answer in time.
     pub fn start(kind: Kind, bin: &Path, threads: usize) -> std::io::Result<Server> {
+        Server::start_with(kind, bin, threads, &[])
+    }
+
+    /// As [`Server::start`], with `extra` arguments after the usual ones
+    /// (`--replicaof ...`, `--dir ...`).
+    ///
+    /// # Errors
+    /// As [`Server::start`].
+    pub fn start_with(
+        kind: Kind,
+        bin: &Path,
+        threads: usize,
+        extra: &[String],
+    ) -> std::io::Result<Server> {
         let port = free_port()?;
-        let args: Vec<String> = match kind {
+        let mut args: Vec<String> = match kind {
             Kind::Redis => [
                 "--port",
                 &port.to_string(),
@@ -72,6 +86,16 @@ impl Server {
             .map(String::from)
             .to_vec(),
         };
+        args.extend_from_slice(extra);
+        Server::launch(kind, bin, port, args)
+    }
+
+    /// Runs `bin args` (which must listen on `port`) and waits (at most 10 s)
+    /// until it answers PING with PONG.
+    ///
+    /// # Errors
+    /// The spawn error, or a server that does not answer in time.
+    pub fn launch(kind: Kind, bin: &Path, port: u16, args: Vec<String>) -> std::io::Result<Server> {
         let command_line = format!("{} {}", display_path(bin), shell_join(&args));
         let child = Command::new(bin)
             .args(&args)
@@ -86,6 +110,19 @@ impl Server {
         };
         server.wait_ready(Duration::from_secs(10))?;
         Ok(server)
+    }
+
+    /// CPU time (user + system, all threads) the process has used so far, in
+    /// seconds, from `/proc/<pid>/stat`; `None` where that cannot be read.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name, which ends at the last ')': state is
+        // the first, utime and stime the 12th and 13th, in clock ticks of
+        // USER_HZ (100 on Linux).
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        Some(ticks as f64 / 100.0)
     }
 
     /// `127.0.0.1:port`.
@@ -128,7 +165,10 @@ impl Drop for Server {
 }
 
 /// A port that was free on 127.0.0.1 a moment ago.
-fn free_port() -> std::io::Result<u16> {
+///
+/// # Errors
+/// The bind error.
+pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
