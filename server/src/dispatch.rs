@@ -17,11 +17,14 @@
 //! store without transactions): a reader on another connection may see a
 //! later write of this pipeline before an earlier one on another shard.
 
+mod multi;
+
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
+use crate::commands::transaction::runs_inside_multi;
 use crate::commands::{flags, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
@@ -228,40 +231,54 @@ impl Pipeline {
     /// replies, and empties the pipeline. Call only when it owes nothing.
     pub fn encode(&mut self, worker: &Worker, proto: Protocol, out: &mut BytesMut) {
         debug_assert_eq!(self.owed, 0, "replies are still owed");
-        let lost = || OpError::ShardUnavailable.reply();
         for slot in self.slots.drain(..) {
-            let reply = match slot {
-                Slot::Ready(r) => r,
-                Slot::Remote => lost(),
-                Slot::Sent => continue,
-                Slot::Rest(b) => {
-                    out.extend_from_slice(&b);
-                    continue;
-                }
-                Slot::Split {
-                    cmd,
-                    parts,
-                    merge,
-                    ordinals,
-                    nkeys,
-                } => {
-                    let replies = parts
-                        .into_iter()
-                        .map(|p| match p {
-                            Part::Ready(r) => r,
-                            Part::Remote => lost(),
-                        })
-                        .collect();
-                    let merged = merge_replies(merge, replies, &ordinals, nkeys);
-                    worker.shard.borrow().stats.count_call(cmd, Ok(merged))
-                }
-            };
-            if reply.is_error() {
-                worker.shard.borrow().stats.count_reply(&reply);
+            match finish(worker, slot) {
+                Finished::Reply(reply) => reply.encode(proto, out),
+                Finished::Sent => {}
+                Finished::Rest(b) => out.extend_from_slice(&b),
             }
-            reply.encode(proto, out);
         }
     }
+}
+
+/// A slot once its replies are in.
+enum Finished {
+    Reply(Reply),
+    Sent,
+    Rest(Bytes),
+}
+
+/// Merges a slot's parts (counting the merged call) and counts an error
+/// reply.
+fn finish(worker: &Worker, slot: Slot) -> Finished {
+    let lost = || OpError::ShardUnavailable.reply();
+    let reply = match slot {
+        Slot::Ready(r) => r,
+        Slot::Remote => lost(),
+        Slot::Sent => return Finished::Sent,
+        Slot::Rest(b) => return Finished::Rest(b),
+        Slot::Split {
+            cmd,
+            parts,
+            merge,
+            ordinals,
+            nkeys,
+        } => {
+            let replies = parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::Ready(r) => r,
+                    Part::Remote => lost(),
+                })
+                .collect();
+            let merged = merge_replies(merge, replies, &ordinals, nkeys);
+            worker.shard.borrow().stats.count_call(cmd, Ok(merged))
+        }
+    };
+    if reply.is_error() {
+        worker.shard.borrow().stats.count_reply(&reply);
+    }
+    Finished::Reply(reply)
 }
 
 impl Pipeline {
@@ -360,18 +377,22 @@ pub fn plan(
     let worker = at.worker;
     let t = table();
     let Some((idx, spec)) = t.lookup(&items[0]) else {
-        pipe.slots.push(Slot::Ready(unknown_command(&items)));
+        multi::refuse(conn, pipe, unknown_command(&items));
         return Planned::Queued;
     };
     conn.note_command(idx);
     if !spec.arity_ok(items.len()) {
         count_rejected(worker, idx);
-        pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
+        multi::refuse(conn, pipe, wrong_arity(spec.name));
         return Planned::Queued;
     }
     if let Err(e) = check_state(&worker.shared, conn, spec) {
         count_rejected(worker, idx);
-        pipe.slots.push(Slot::Ready(e.reply()));
+        multi::refuse(conn, pipe, e.reply());
+        return Planned::Queued;
+    }
+    if conn.tx.multi.is_some() && !runs_inside_multi(spec) {
+        multi::queue(worker, conn, pipe, idx, spec, items);
         return Planned::Queued;
     }
     let shards = worker.shared.shards;
@@ -391,13 +412,7 @@ pub fn plan(
             }
         },
         Exec::Cursor(run) => {
-            let slot = args
-                .all()
-                .get(1)
-                .and_then(|c| leasehold_protocol::int::parse_u64(c))
-                .unwrap_or(0)
-                .min(SLOTS as u64 - 1);
-            let shard = slot_shard(slot as u16, shards);
+            let shard = cursor_shard(&args, shards);
             let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
             pipe.push_part(part);
         }
@@ -417,6 +432,24 @@ pub fn plan(
         Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run, link), args, merge),
     }
     Planned::Queued
+}
+
+/// The shard a SCAN cursor (a hash slot) names.
+fn cursor_shard(args: &Args, shards: usize) -> usize {
+    let slot = args
+        .all()
+        .get(1)
+        .and_then(|c| leasehold_protocol::int::parse_u64(c))
+        .unwrap_or(0)
+        .min(SLOTS as u64 - 1);
+    slot_shard(slot as u16, shards)
+}
+
+/// Whether every key of a multi-key request of `argc` arguments has its
+/// companions (`MSET a 1 b` has not).
+fn groups_complete(spec: &CommandSpec, argc: usize) -> bool {
+    let step = spec.step.max(1) as usize;
+    (argc - spec.first_key as usize) % step == 0
 }
 
 fn count_rejected(worker: &Worker, idx: usize) {
@@ -454,7 +487,7 @@ fn plan_split(
     let step = spec.step.max(1) as usize;
     // A key without its value (`MSET a 1 b`) fails the whole command before
     // any part runs, or the shards holding complete pairs would write them.
-    if (all.len() - spec.first_key as usize) % step != 0 {
+    if !groups_complete(spec, all.len()) {
         count_rejected(worker, cmd.idx);
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return;

@@ -56,6 +56,9 @@ pub struct Shard {
     shared: Arc<Shared>,
     /// The configuration generation `conf` was read at.
     config_gen: u64,
+    /// Locked by a transaction over several shards: the turn runs only its
+    /// jobs here, publishing and active expiry wait until it is released.
+    pub locked: bool,
 }
 
 impl std::fmt::Debug for Shard {
@@ -139,6 +142,97 @@ pub enum Msg {
         from: usize,
         /// One answer per job.
         answers: Vec<Answer>,
+    },
+    /// A transaction's step (see [`TxMsg`]).
+    Tx(TxMsg),
+}
+
+/// A running transaction's name: the thread that runs it, the key of the
+/// connection whose EXEC it is in that thread's table (kept while the
+/// transaction runs), and the connection's CLIENT ID (whose watches it
+/// checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxId {
+    /// The coordinating thread.
+    pub thread: usize,
+    /// The connection's key on that thread.
+    pub conn: usize,
+    /// The connection's CLIENT ID.
+    pub client: u64,
+}
+
+/// The messages of a transaction over shards, and of WATCH
+/// (`docs/transactions.md`). A locked shard runs only its holder's jobs:
+/// other batches and lock requests wait, in order, until it is released.
+#[derive(Debug)]
+pub enum TxMsg {
+    /// Lock this shard for `tx` (now, or after the holders before it), and
+    /// check whether `tx`'s client's `watch` keys here changed.
+    Lock {
+        /// The transaction.
+        tx: TxId,
+        /// Its watched keys on this shard.
+        watch: Vec<Bytes>,
+    },
+    /// Shard `shard` is locked for `tx`; `dirty`: a watched key changed.
+    Granted {
+        /// The transaction.
+        tx: TxId,
+        /// The shard now held.
+        shard: usize,
+        /// Whether one of its watched keys there changed.
+        dirty: bool,
+    },
+    /// Jobs of `tx` on a shard it holds, in order; with `publish`, the
+    /// shard then publishes its effects (the transaction's last jobs).
+    Run {
+        /// The transaction.
+        tx: TxId,
+        /// The jobs, in order.
+        jobs: Vec<Job>,
+        /// Publish the effects after them.
+        publish: bool,
+    },
+    /// A whole transaction on one shard, which needs no lock: check the
+    /// `watch` keys, run every job unless one changed, publish.
+    Once {
+        /// The transaction.
+        tx: TxId,
+        /// The jobs, in order.
+        jobs: Vec<Job>,
+        /// Its watched keys (all on this shard).
+        watch: Vec<Bytes>,
+    },
+    /// The replies of a [`TxMsg::Run`] or [`TxMsg::Once`] of `tx` on
+    /// `shard`, one per job (none when `dirty`).
+    Ran {
+        /// The transaction.
+        tx: TxId,
+        /// The shard that ran them.
+        shard: usize,
+        /// One reply per job.
+        replies: Vec<Reply>,
+        /// A `Once` found a watched key changed and ran nothing.
+        dirty: bool,
+    },
+    /// `tx` is done with this shard.
+    Release {
+        /// The transaction.
+        tx: TxId,
+    },
+    /// Client `client` watches `keys` (of this shard).
+    Watch {
+        /// The watching connection's CLIENT ID.
+        client: u64,
+        /// The keys.
+        keys: Vec<Bytes>,
+    },
+    /// Client `client` no longer watches `keys` (of this shard).
+    Unwatch {
+        /// The connection's CLIENT ID.
+        client: u64,
+        /// The keys.
+        keys: Vec<Bytes>,
     },
 }
 
@@ -265,6 +359,7 @@ impl Shard {
             stats,
             shared,
             config_gen: u64::MAX,
+            locked: false,
         };
         shard.tick();
         shard
@@ -331,7 +426,11 @@ impl Shard {
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
         self.stats.effect_offset.set(self.store.effects().offset());
-        self.store.effects_mut().publish();
+        // A locked shard's effects are a transaction's, published whole by
+        // its last jobs (`TxMsg::Run`).
+        if !self.locked {
+            self.store.effects_mut().publish();
+        }
     }
 
     /// A full sync's cut, between two batches: what was written so far
@@ -363,6 +462,10 @@ impl Shard {
     /// to `budget`, as Redis's adaptive cycle does, so a mass expiry is
     /// reclaimed at up to a quarter of a core.
     pub fn expiry_cycle(&mut self, budget: Duration) -> u64 {
+        // A transaction holding the shard sees no key expire under it.
+        if self.locked {
+            return 0;
+        }
         // A replica never expires keys itself: the primary's DEL does.
         if self.shared.repl.is_replica() {
             self.publish();

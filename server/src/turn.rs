@@ -20,6 +20,7 @@
 //! sees their effects; it waits parked until then.
 
 mod link;
+mod tx;
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -95,6 +96,8 @@ pub struct Conn<T> {
     pub hangup: bool,
     /// The handoff of the reply another shard writes directly, while owed.
     handoff: Option<Arc<Handoff>>,
+    /// Its EXEC, while it runs on other shards.
+    running: Option<Box<tx::Running>>,
 }
 
 impl<T> Conn<T> {
@@ -138,6 +141,8 @@ pub struct Turn<T> {
     posted: Vec<bool>,
     /// Where a reply written directly is encoded.
     scratch: BytesMut,
+    /// This thread's shard lock, for transactions over several shards.
+    locks: tx::Locks,
 }
 
 impl<T: Transport> Turn<T> {
@@ -153,6 +158,7 @@ impl<T: Transport> Turn<T> {
             resumed: Vec::new(),
             posted,
             scratch: BytesMut::new(),
+            locks: tx::Locks::default(),
         }
     }
 
@@ -174,6 +180,7 @@ impl<T: Transport> Turn<T> {
             unread: true,
             hangup: false,
             handoff: None,
+            running: None,
         })
     }
 
@@ -192,7 +199,10 @@ impl<T: Transport> Turn<T> {
     /// cuts or releases the shard for a full sync. A new connection is
     /// handed back to the caller, which owns sockets.
     pub fn deliver(&mut self, msg: Msg) -> Option<Incoming> {
+        // A shard a transaction holds runs nothing else until its release.
+        let msg = self.locks.defer(msg)?;
         match msg {
+            Msg::Tx(m) => self.deliver_tx(m),
             Msg::Conn(stream) => return Some(Incoming::Client(stream)),
             Msg::Link(start) => return Some(Incoming::Link(start)),
             Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
@@ -286,6 +296,10 @@ impl<T: Transport> Turn<T> {
     /// a connection command that must wait, and at the end of the connection
     /// (QUIT, CLIENT KILL of itself, a protocol error: `state.close`).
     pub fn serve(&mut self, key: usize) {
+        // This thread's shard is held by a transaction: not before its release.
+        if self.locks.hold(key) {
+            return;
+        }
         let worker = &*self.worker;
         let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
             return;
@@ -409,6 +423,8 @@ impl<T: Transport> Turn<T> {
         let c = self.conns.get_mut(key)?;
         let io = c.io.take()?;
         let shared = &self.worker.shared;
+        let watched = std::mem::take(&mut c.state.tx.watched);
+        tx::watch(&self.worker, c.state.handle.id, watched, false);
         shared.clients.lock().remove(&c.state.handle.id);
         if c.state.is_link() {
             shared.repl.link_down(c.state.handle.id);
@@ -445,6 +461,15 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     // does to the other shards' next batches.
                     c.state.refresh(&worker.shared);
                     worker.shard.borrow_mut().tick();
+                    let reply = match tx::has_work(c) {
+                        true => tx::after_command(at, c, reply),
+                        false => Some(reply),
+                    };
+                    let Some(reply) = reply else {
+                        // EXEC runs on other shards: nothing more is read
+                        // from this connection until its reply is in.
+                        return false;
+                    };
                     if !std::mem::take(&mut c.state.no_reply) {
                         reply.encode(c.state.proto, &mut c.out);
                     }

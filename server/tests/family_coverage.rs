@@ -36,6 +36,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::replication::COMMANDS,
         include_str!("family_replication.rs"),
     ),
+    (
+        "family_transaction.rs",
+        commands::transaction::COMMANDS,
+        include_str!("family_transaction.rs"),
+    ),
 ];
 
 #[test]

@@ -17,7 +17,8 @@
 //!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
-//! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE.
+//! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
+//! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -39,6 +40,7 @@ pub mod ratelimit;
 pub mod replication;
 pub mod server;
 pub mod strings;
+pub mod transaction;
 
 /// Command flags, as `COMMAND INFO` names them. Every flag is reported by
 /// COMMAND INFO (cluster clients and proxies route by `write` / `readonly`);
@@ -64,10 +66,14 @@ pub mod flags {
     /// Allowed on a replica whose link to its primary is down, once
     /// `replica-serve-stale-data no` exists.
     pub const STALE: u32 = 1 << 7;
+    /// Refused inside MULTI (`ERR Command not allowed inside a
+    /// transaction`, which aborts the transaction): PSYNC, whose connection
+    /// leaves the event loop.
+    pub const NO_MULTI: u32 = 1 << 8;
 
     /// Flag names for COMMAND INFO, in bit order.
-    pub const NAMES: [&str; 8] = [
-        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale",
+    pub const NAMES: [&str; 9] = [
+        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale", "no_multi",
     ];
 }
 
@@ -212,6 +218,7 @@ impl Table {
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,
+            transaction::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -1,0 +1,144 @@
+//! The dispatcher's side of transactions: queueing inside MULTI, and what
+//! EXEC needs from a [`Pipeline`] and an [`Outbox`] to run the queue
+//! (`turn/tx.rs` runs it; `docs/transactions.md` describes how).
+//!
+//! Inside MULTI a request passes the same checks as outside (lookup,
+//! arity, [`check_state`](super::check_state)), then is routed on paper
+//! only: the shards it would run on are noted, so EXEC knows which to
+//! take, and a request that could not be routed (`CROSSSLOT`, a key
+//! without its value) is refused now. Every refusal marks the transaction
+//! aborted, so its EXEC answers `EXECABORT`.
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Reply};
+
+use super::{
+    count_rejected, cursor_shard, finish, groups_complete, single_shard, Finished, Outbox,
+    Pipeline, Route, Slot, WHOLE,
+};
+use crate::commands::{flags, CommandSpec, Exec};
+use crate::error::{wrong_arity, OpError};
+use crate::session::ConnState;
+use crate::shard::{Job, Worker};
+use crate::slot::{key_slot, slot_shard};
+
+/// Answers a refused request with `reply`; inside MULTI, the transaction
+/// is aborted.
+pub(super) fn refuse(conn: &mut ConnState, pipe: &mut Pipeline, reply: Reply) {
+    if let Some(multi) = conn.tx.multi.as_mut() {
+        multi.aborted = true;
+    }
+    pipe.slots.push(Slot::Ready(reply));
+}
+
+/// Queues a request inside MULTI (it passed lookup, arity and the state
+/// checks), answering `+QUEUED`, or refuses it.
+pub(super) fn queue(
+    worker: &Worker,
+    conn: &mut ConnState,
+    pipe: &mut Pipeline,
+    idx: usize,
+    spec: &CommandSpec,
+    items: Vec<Bytes>,
+) {
+    let args = Args::new(items);
+    match shards_of(spec, &args, worker.shared.shards, worker.id) {
+        Err(reply) => {
+            count_rejected(worker, idx);
+            refuse(conn, pipe, reply);
+        }
+        Ok(shards) => {
+            let Some(multi) = conn.tx.multi.as_mut() else {
+                return;
+            };
+            match shards {
+                None => multi.conn_commands = true,
+                Some(list) => list.into_iter().for_each(|s| multi.shards[s] = true),
+            }
+            multi.queued.push(args.into_inner());
+            pipe.slots.push(Slot::Ready(Reply::simple("QUEUED")));
+        }
+    }
+}
+
+/// The shards a request runs on, as [`super::plan`] routes it (`None`: a
+/// connection command, on the connection's thread), or the refusal
+/// `plan` would answer.
+fn shards_of(
+    spec: &CommandSpec,
+    args: &Args,
+    shards: usize,
+    own: usize,
+) -> Result<Option<Vec<usize>>, Reply> {
+    if spec.has(flags::NO_MULTI) {
+        return Err(OpError::NotInMulti.reply());
+    }
+    let all = args.all();
+    Ok(Some(match spec.exec {
+        Exec::Conn(_) => return Ok(None),
+        Exec::Key(_) => match single_shard(spec, args, shards) {
+            Ok(shard) => vec![shard.unwrap_or(own)],
+            Err(e) => return Err(e.reply()),
+        },
+        Exec::Cursor(_) => vec![cursor_shard(args, shards)],
+        Exec::AllShards(..) => (0..shards).collect(),
+        Exec::Keys(..) => {
+            if !groups_complete(spec, all.len()) {
+                return Err(wrong_arity(spec.name));
+            }
+            let owners = spec.key_positions(all.len());
+            owners.map(|p| slot_shard(key_slot(&all[p]), shards)).collect()
+        }
+    }))
+}
+
+impl Pipeline {
+    /// Leaves a slot for a reply that connection `conn`'s thread fills later
+    /// with [`Pipeline::fill`] along the returned route (EXEC's).
+    pub fn expect(&mut self, conn: usize) -> Route {
+        let route = Route {
+            conn,
+            slot: self.slots.len() as u32,
+            part: WHOLE,
+        };
+        self.slots.push(Slot::Remote);
+        self.owed += 1;
+        route
+    }
+
+    /// Appends a reply that is already known.
+    pub fn push_ready(&mut self, reply: Reply) {
+        self.slots.push(Slot::Ready(reply));
+    }
+
+    /// Every slot's reply in request order, split replies merged, as
+    /// [`Pipeline::encode`] would encode them; empties the pipeline. Call
+    /// only when it owes nothing.
+    pub fn take_replies(&mut self, worker: &Worker) -> Vec<Reply> {
+        debug_assert_eq!(self.owed, 0, "replies are still owed");
+        let lost = || OpError::ShardUnavailable.reply();
+        let slots: Vec<Slot> = self.slots.drain(..).collect();
+        slots
+            .into_iter()
+            .map(|slot| match finish(worker, slot) {
+                Finished::Reply(r) => r,
+                Finished::Sent | Finished::Rest(_) => lost(),
+            })
+            .collect()
+    }
+}
+
+impl Outbox {
+    /// Takes the jobs queued for `shard`, to be sent in a message of the
+    /// caller's choosing (a transaction's), recording their routes as one
+    /// batch in flight: its replies go to [`Outbox::answered`]. `None`
+    /// when no job is queued for it.
+    pub fn take(&mut self, shard: usize) -> Option<Vec<Job>> {
+        if self.jobs[shard].is_empty() {
+            return None;
+        }
+        let jobs = std::mem::take(&mut self.jobs[shard]);
+        self.in_flight[shard].push_back(std::mem::take(&mut self.routes[shard]));
+        Some(jobs)
+    }
+}
