@@ -16,6 +16,8 @@
 //! pipeline's commands are not serialised with each other (as in any sharded
 //! store without transactions): a reader on another connection may see a
 //! later write of this pipeline before an earlier one on another shard.
+//! Inside MULTI, [`plan`] queues requests instead (`multi.rs`), and EXEC
+//! runs them atomically across shards (`turn/tx.rs`).
 
 mod multi;
 

@@ -18,6 +18,12 @@
 //! without reading waits on itself alone. A connection command (CONFIG,
 //! CLIENT, HELLO, ...) runs only once everything before it is answered, so it
 //! sees their effects; it waits parked until then.
+//!
+//! EXEC is such a command; `tx.rs` runs its transaction, inline, as one
+//! message to one other shard, or over several shards locked in ascending
+//! order. While a transaction holds this thread's shard, [`Turn::deliver`]
+//! keeps the batches and lock requests other threads send until the
+//! release, and [`Turn::serve`] serves no connection (`docs/transactions.md`).
 
 mod link;
 mod tx;
@@ -189,9 +195,12 @@ impl<T: Transport> Turn<T> {
         self.conns.get_mut(key).filter(|c| c.io.is_some())
     }
 
-    /// Starts a turn: every command of it sees one clock reading.
+    /// Starts a turn: every command of it sees one clock reading (a shard
+    /// a transaction holds keeps the reading of its grant).
     pub fn begin(&mut self) {
-        self.worker.shard.borrow_mut().tick();
+        if !self.locks.held() {
+            self.worker.shard.borrow_mut().tick();
+        }
     }
 
     /// Handles one message from this thread's mailbox: runs a batch and

@@ -59,7 +59,10 @@ fn nesting_and_misplaced_commands_answer_errors() {
     assert_eq!(h.cmd("DISCARD"), err("ERR DISCARD without MULTI"));
     assert_eq!(h.cmd("MULTI"), Reply::ok());
     assert_eq!(h.cmd("MULTI"), err("ERR MULTI calls can not be nested"));
-    assert_eq!(h.cmd("WATCH a"), err("ERR WATCH inside MULTI is not allowed"));
+    assert_eq!(
+        h.cmd("WATCH a"),
+        err("ERR WATCH inside MULTI is not allowed")
+    );
     // Neither error aborts: the transaction is still open and runs.
     assert_eq!(h.cmd("SET a 1"), QUEUED);
     assert_eq!(h.cmd("EXEC"), Reply::Array(vec![Reply::ok()]));
@@ -111,7 +114,10 @@ fn transactions_run_on_one_shard_another_or_both() {
     let first = Harness::new();
     for thread in 0..2 {
         let mut h = first.connection_on(thread);
-        let (a, b) = (h.key_on(0, &format!("a{thread}")), h.key_on(1, &format!("b{thread}")));
+        let (a, b) = (
+            h.key_on(0, &format!("a{thread}")),
+            h.key_on(1, &format!("b{thread}")),
+        );
         for keys in [vec![a.clone()], vec![b.clone()], vec![a.clone(), b.clone()]] {
             assert_eq!(h.cmd("MULTI"), Reply::ok());
             for k in &keys {
@@ -125,7 +131,9 @@ fn transactions_run_on_one_shard_another_or_both() {
                 panic!("EXEC is an array");
             };
             assert_eq!(replies.len(), keys.len() + 2, "{keys:?}");
-            assert!(replies[..keys.len()].iter().all(|r| matches!(r, Reply::Int(_))));
+            assert!(replies[..keys.len()]
+                .iter()
+                .all(|r| matches!(r, Reply::Int(_))));
             let Reply::Array(values) = &replies[keys.len()] else {
                 panic!("MGET is an array: {replies:?}");
             };
@@ -146,7 +154,13 @@ fn connection_commands_run_at_exec_in_order() {
     assert_eq!(h.cmd("CONFIG SET hz 15"), QUEUED);
     assert_eq!(h.run(&["GET", b.as_str()]), QUEUED);
     // The name is not set until EXEC.
-    assert_eq!(h.shared().clients.lock()[&h.client_id()].name.lock().clone(), None);
+    assert_eq!(
+        h.shared().clients.lock()[&h.client_id()]
+            .name
+            .lock()
+            .clone(),
+        None
+    );
     assert_eq!(
         h.cmd("EXEC"),
         Reply::Array(vec![

@@ -87,7 +87,9 @@ fn shards_of(
                 return Err(wrong_arity(spec.name));
             }
             let owners = spec.key_positions(all.len());
-            owners.map(|p| slot_shard(key_slot(&all[p]), shards)).collect()
+            owners
+                .map(|p| slot_shard(key_slot(&all[p]), shards))
+                .collect()
         }
     }))
 }

@@ -23,7 +23,10 @@ impl Store {
     /// counts as the change it is.
     pub fn watch_dirty(&mut self, client: u64, keys: &[Bytes]) -> bool {
         let now = self.clock.unix_ms;
-        let live: Vec<bool> = keys.iter().map(|k| self.type_of(k, now).is_some()).collect();
+        let live: Vec<bool> = keys
+            .iter()
+            .map(|k| self.type_of(k, now).is_some())
+            .collect();
         self.effects.watches.is_dirty(client, keys, &live)
     }
 

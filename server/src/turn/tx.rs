@@ -44,6 +44,11 @@ pub(super) struct Locks {
 }
 
 impl Locks {
+    /// Whether a transaction holds this thread's shard.
+    pub(super) fn held(&self) -> bool {
+        self.holder.is_some()
+    }
+
     /// Keeps `msg` until the release when the shard is locked and `msg`
     /// would run something on it; otherwise hands it back. Unlocked, this
     /// costs one branch per message.
@@ -312,7 +317,12 @@ impl Running {
     /// (this one's effects published first, while still held), and returns
     /// EXEC's reply.
     fn finish(&mut self, worker: &Worker) -> Reply {
-        watch(worker, self.tx.client, std::mem::take(&mut self.watched), false);
+        watch(
+            worker,
+            self.tx.client,
+            std::mem::take(&mut self.watched),
+            false,
+        );
         if let Mode::Locked { shards, granted } = &self.mode {
             for &s in &shards[..*granted] {
                 if s == worker.id {
@@ -349,11 +359,14 @@ impl<T: Transport> Turn<T> {
                 shard.tick();
                 let dirty = !watch.is_empty() && shard.store.watch_dirty(tx.client, &watch);
                 drop(shard);
-                answer(tx, TxMsg::Granted {
+                answer(
                     tx,
-                    shard: me,
-                    dirty,
-                });
+                    TxMsg::Granted {
+                        tx,
+                        shard: me,
+                        dirty,
+                    },
+                );
             }
             TxMsg::Run { tx, jobs, publish } => {
                 let mut shard = worker.shard.borrow_mut();
@@ -362,12 +375,15 @@ impl<T: Transport> Turn<T> {
                     shard.store.effects_mut().publish();
                 }
                 drop(shard);
-                answer(tx, TxMsg::Ran {
+                answer(
                     tx,
-                    shard: me,
-                    replies,
-                    dirty: false,
-                });
+                    TxMsg::Ran {
+                        tx,
+                        shard: me,
+                        replies,
+                        dirty: false,
+                    },
+                );
             }
             TxMsg::Once { tx, jobs, watch } => {
                 let mut shard = worker.shard.borrow_mut();
@@ -379,12 +395,15 @@ impl<T: Transport> Turn<T> {
                 };
                 shard.publish();
                 drop(shard);
-                answer(tx, TxMsg::Ran {
+                answer(
                     tx,
-                    shard: me,
-                    replies,
-                    dirty,
-                });
+                    TxMsg::Ran {
+                        tx,
+                        shard: me,
+                        replies,
+                        dirty,
+                    },
+                );
             }
             TxMsg::Release { .. } => {
                 self.locks.holder = None;
