@@ -104,6 +104,8 @@ pub struct Conn<T> {
     handoff: Option<Arc<Handoff>>,
     /// Its EXEC, while it runs on other shards.
     running: Option<Box<tx::Running>>,
+    /// Not served until a transaction releases this thread's shard.
+    held: bool,
 }
 
 impl<T> Conn<T> {
@@ -122,10 +124,11 @@ impl<T> Conn<T> {
         (self.io.as_mut(), &mut self.out)
     }
 
-    /// Whether the connection waits for replies from other shards (and so
-    /// is not read until they come back).
+    /// Whether the connection waits for replies from other shards, or for
+    /// a transaction to release this thread's shard (and so is not read
+    /// until they come back, or it is released).
     pub fn waiting(&self) -> bool {
-        self.pipe.owed() > 0
+        self.pipe.owed() > 0 || self.held
     }
 
     /// Called when the connection is readable while it waits: true when the
@@ -187,6 +190,7 @@ impl<T: Transport> Turn<T> {
             hangup: false,
             handoff: None,
             running: None,
+            held: false,
         })
     }
 
@@ -307,6 +311,9 @@ impl<T: Transport> Turn<T> {
     pub fn serve(&mut self, key: usize) {
         // This thread's shard is held by a transaction: not before its release.
         if self.locks.hold(key) {
+            if let Some(c) = self.conns.get_mut(key) {
+                c.held = true;
+            }
             return;
         }
         let worker = &*self.worker;

@@ -11,21 +11,24 @@ use std::time::{Duration, Instant};
 use leasehold_server::slot::{key_slot, SLOTS};
 use leasehold_tests::{block_on, on_1_and_2_threads, TestServer, LIMIT};
 
+const QUEUED: &str = "+QUEUED\r\n";
+const EXECABORT: &str = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+
 on_1_and_2_threads! {
     fn a_refused_command_discards_the_transaction(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();
         c.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SET a 1", "+QUEUED\r\n"),
+            ("SET a 1", QUEUED),
             ("INCR a b", "-ERR wrong number of arguments for 'incr' command\r\n"),
-            ("EXEC", "-EXECABORT Transaction discarded because of previous errors.\r\n"),
+            ("EXEC", EXECABORT),
             ("GET a", "$-1\r\n"),
             // An unknown command aborts too; the connection goes on.
             ("MULTI", "+OK\r\n"),
-            ("SET a 1", "+QUEUED\r\n"),
+            ("SET a 1", QUEUED),
             ("NOSUCH", "-ERR unknown command 'NOSUCH', with args beginning with: \r\n"),
-            ("EXEC", "-EXECABORT Transaction discarded because of previous errors.\r\n"),
+            ("EXEC", EXECABORT),
             ("EXISTS a", ":0\r\n"),
         ]);
     }
@@ -35,9 +38,9 @@ on_1_and_2_threads! {
         let mut c = server.raw();
         c.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SET a x", "+QUEUED\r\n"),
-            ("INCR a", "+QUEUED\r\n"),
-            ("GET a", "+QUEUED\r\n"),
+            ("SET a x", QUEUED),
+            ("INCR a", QUEUED),
+            ("GET a", QUEUED),
             ("EXEC", "*3\r\n+OK\r\n-ERR value is not an integer or out of range\r\n$1\r\nx\r\n"),
         ]);
         // The same, pipelined in one write.
@@ -60,7 +63,7 @@ on_1_and_2_threads! {
         assert_eq!(b.call("SET w 1"), "+OK\r\n");
         a.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SET w 2", "+QUEUED\r\n"),
+            ("SET w 2", QUEUED),
             ("EXEC", "*-1\r\n"),
             ("GET w", "$1\r\n1\r\n"),
         ]);
@@ -70,7 +73,7 @@ on_1_and_2_threads! {
         assert_eq!(b.call("SET w 3"), "+OK\r\n");
         a.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SET w 4", "+QUEUED\r\n"),
+            ("SET w 4", QUEUED),
             ("EXEC", "_\r\n"),
             ("GET w", "$1\r\n3\r\n"),
         ]);
@@ -78,7 +81,7 @@ on_1_and_2_threads! {
         assert_eq!(a.call("WATCH w"), "+OK\r\n");
         a.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SET w 5", "+QUEUED\r\n"),
+            ("SET w 5", QUEUED),
             ("EXEC", "*1\r\n+OK\r\n"),
         ]);
     }
@@ -92,7 +95,7 @@ on_1_and_2_threads! {
             ("MULTI", "+OK\r\n"),
             ("MULTI", "-ERR MULTI calls can not be nested\r\n"),
             ("WATCH k", "-ERR WATCH inside MULTI is not allowed\r\n"),
-            ("SET k 1", "+QUEUED\r\n"),
+            ("SET k 1", QUEUED),
             ("DISCARD", "+OK\r\n"),
             ("EXEC", "-ERR EXEC without MULTI\r\n"),
             ("GET k", "$-1\r\n"),
@@ -107,10 +110,10 @@ on_1_and_2_threads! {
         let mut c = server.raw();
         c.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SLAVEOF NO ONE", "+QUEUED\r\n"),
-            ("CONFIG REWRITE", "+QUEUED\r\n"),
-            ("CLIENT KILL TYPE normal", "+QUEUED\r\n"),
-            ("CLIENT KILL TYPE pubsub", "+QUEUED\r\n"),
+            ("SLAVEOF NO ONE", QUEUED),
+            ("CONFIG REWRITE", QUEUED),
+            ("CLIENT KILL TYPE normal", QUEUED),
+            ("CLIENT KILL TYPE pubsub", QUEUED),
             // Without a config file CONFIG REWRITE fails; the rest runs, and
             // CLIENT KILL spares the connection that sent it.
             ("EXEC", "*4\r\n+OK\r\n-ERR The server is running without a config file\r\n:1\r\n:0\r\n"),
@@ -131,11 +134,11 @@ on_1_and_2_threads! {
         let mut c = server.raw();
         c.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SLAVEOF NO ONE", "+QUEUED\r\n"),
-            ("CONFIG REWRITE", "+QUEUED\r\n"),
-            ("CLIENT KILL TYPE normal", "+QUEUED\r\n"),
-            ("CLIENT KILL TYPE pubsub", "+QUEUED\r\n"),
-            ("REPLICAOF NO ONE", "+QUEUED\r\n"),
+            ("SLAVEOF NO ONE", QUEUED),
+            ("CONFIG REWRITE", QUEUED),
+            ("CLIENT KILL TYPE normal", QUEUED),
+            ("CLIENT KILL TYPE pubsub", QUEUED),
+            ("REPLICAOF NO ONE", QUEUED),
             ("EXEC", "*5\r\n+OK\r\n-ERR The server is running without a config file\r\n:0\r\n:0\r\n+OK\r\n"),
         ]);
     }
@@ -155,6 +158,7 @@ on_1_and_2_threads! {
     // at the end both counters are 10000.
     fn transactions_over_two_shards_are_atomic(threads) {
         assert!(apart("{t}a", "b"), "the keys must live on both shards");
+        assert!(apart("{t}c", "{b}d"), "the keys must live on both shards");
         let server = TestServer::start(threads);
         const WRITERS: usize = 50;
         const ROUNDS: usize = 200;
@@ -168,7 +172,7 @@ on_1_and_2_threads! {
                 while !done.load(Ordering::Relaxed) {
                     r.send(b"MULTI\r\nMGET {t}a b\r\nEXEC\r\n");
                     assert_eq!(r.read_text(), "+OK\r\n");
-                    assert_eq!(r.read_text(), "+QUEUED\r\n");
+                    assert_eq!(r.read_text(), QUEUED);
                     let exec = r.read_text();
                     let values: Vec<&str> = exec.split("\r\n").collect();
                     // *1 *2 then two values, each `$-1` or `$n` + digits.
@@ -182,6 +186,21 @@ on_1_and_2_threads! {
                 reads
             })
         };
+        // Ordinary commands on both shards meanwhile: held back while a
+        // transaction holds their shard, never lost.
+        let bystander = {
+            let mut c = server.raw();
+            std::thread::spawn(move || {
+                for i in 1..=500 {
+                    c.send(b"INCR {t}c\r\nINCR {b}d\r\nMGET {t}c {b}d\r\n");
+                    assert_eq!(c.read_text(), format!(":{i}\r\n"));
+                    assert_eq!(c.read_text(), format!(":{i}\r\n"));
+                    let n = i.to_string();
+                    let l = n.len();
+                    assert_eq!(c.read_text(), format!("*2\r\n${l}\r\n{n}\r\n${l}\r\n{n}\r\n"));
+                }
+            })
+        };
         let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let mut w = server.raw();
@@ -189,8 +208,8 @@ on_1_and_2_threads! {
                     for _ in 0..ROUNDS {
                         w.send(b"MULTI\r\nINCR {t}a\r\nINCR b\r\nEXEC\r\n");
                         assert_eq!(w.read_text(), "+OK\r\n");
-                        assert_eq!(w.read_text(), "+QUEUED\r\n");
-                        assert_eq!(w.read_text(), "+QUEUED\r\n");
+                        assert_eq!(w.read_text(), QUEUED);
+                        assert_eq!(w.read_text(), QUEUED);
                         let exec = w.read_text();
                         let parts: Vec<&str> = exec.split("\r\n").collect();
                         assert_eq!(parts[0], "*2", "{exec:?}");
@@ -202,6 +221,7 @@ on_1_and_2_threads! {
         for w in writers {
             w.join().expect("a writer failed");
         }
+        bystander.join().expect("an ordinary command was lost or reordered");
         done.store(true, Ordering::Relaxed);
         let reads = reader.join().expect("the reader saw a half-applied transaction");
         assert!(reads > 0);
@@ -222,9 +242,9 @@ on_1_and_2_threads! {
         c.script(&[
             ("REPLICAOF 127.0.0.1 1", "+OK\r\n"),
             ("MULTI", "+OK\r\n"),
-            ("GET a", "+QUEUED\r\n"),
+            ("GET a", QUEUED),
             ("SET a 1", "-READONLY You can't write against a read only replica.\r\n"),
-            ("EXEC", "-EXECABORT Transaction discarded because of previous errors.\r\n"),
+            ("EXEC", EXECABORT),
             ("REPLICAOF NO ONE", "+OK\r\n"),
         ]);
     }

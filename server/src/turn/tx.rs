@@ -351,6 +351,18 @@ impl<T: Transport> Turn<T> {
         let worker = self.worker.clone();
         let me = worker.id;
         let answer = |tx: TxId, msg: TxMsg| worker.mailboxes[tx.thread].send(Msg::Tx(msg));
+        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool| {
+            let shard = me;
+            answer(
+                tx,
+                TxMsg::Ran {
+                    tx,
+                    shard,
+                    replies,
+                    dirty,
+                },
+            )
+        };
         match msg {
             TxMsg::Lock { tx, watch } => {
                 self.locks.holder = Some(tx);
@@ -375,15 +387,7 @@ impl<T: Transport> Turn<T> {
                     shard.store.effects_mut().publish();
                 }
                 drop(shard);
-                answer(
-                    tx,
-                    TxMsg::Ran {
-                        tx,
-                        shard: me,
-                        replies,
-                        dirty: false,
-                    },
-                );
+                ran(tx, replies, false);
             }
             TxMsg::Once { tx, jobs, watch } => {
                 let mut shard = worker.shard.borrow_mut();
@@ -395,15 +399,7 @@ impl<T: Transport> Turn<T> {
                 };
                 shard.publish();
                 drop(shard);
-                answer(
-                    tx,
-                    TxMsg::Ran {
-                        tx,
-                        shard: me,
-                        replies,
-                        dirty,
-                    },
-                );
+                ran(tx, replies, dirty);
             }
             TxMsg::Release { .. } => {
                 self.locks.holder = None;
@@ -421,7 +417,12 @@ impl<T: Transport> Turn<T> {
                     let _ = self.deliver(m);
                 }
                 if self.locks.holder.is_none() {
-                    self.resumed.append(&mut self.locks.held);
+                    for key in self.locks.held.drain(..) {
+                        if let Some(c) = self.conns.get_mut(key) {
+                            c.held = false;
+                            self.resumed.push(key);
+                        }
+                    }
                 }
             }
             TxMsg::Watch { client, keys } => worker.shard.borrow_mut().store.watch(client, &keys),
