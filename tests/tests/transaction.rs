@@ -297,3 +297,42 @@ fn redis_rs_atomic_pipeline() {
         assert_eq!(result, None);
     });
 }
+
+/// A transaction's effects on both shards reach a replica, which refuses
+/// writes queued inside MULTI on its own clients.
+#[test]
+fn a_replica_applies_transactions_and_refuses_queued_writes() {
+    use leasehold_tests::replication::{follow, wait_caught_up};
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    let mut p = primary.raw();
+    for i in 1..=20 {
+        p.send(b"MULTI\r\nINCR {t}a\r\nINCR b\r\nSET {t}last x\r\nDEL b:gone\r\nEXEC\r\n");
+        for _ in 0..5 {
+            p.read_text();
+        }
+        assert_eq!(
+            p.read_text(),
+            format!("*4\r\n:{i}\r\n:{i}\r\n+OK\r\n:0\r\n")
+        );
+    }
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let mut r = replica.raw();
+    assert_eq!(
+        r.call("MGET {t}a b {t}last"),
+        "*3\r\n$2\r\n20\r\n$2\r\n20\r\n$1\r\nx\r\n"
+    );
+    r.script(&[
+        ("MULTI", "+OK\r\n"),
+        ("MGET {t}a b", QUEUED),
+        (
+            "INCR b",
+            "-READONLY You can't write against a read only replica.\r\n",
+        ),
+        ("EXEC", EXECABORT),
+        ("MULTI", "+OK\r\n"),
+        ("MGET {t}a b", QUEUED),
+        ("EXEC", "*1\r\n*2\r\n$2\r\n20\r\n$2\r\n20\r\n"),
+    ]);
+}

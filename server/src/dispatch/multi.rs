@@ -5,8 +5,8 @@
 //! Inside MULTI a request passes the same checks as outside (lookup,
 //! arity, [`check_state`](super::check_state)), then is routed on paper
 //! only: the shards it would run on are noted, so EXEC knows which to
-//! take, and a request that could not be routed (`CROSSSLOT`, a key
-//! without its value) is refused now. Every refusal marks the transaction
+//! take, and a request that could not be routed (`CROSSSLOT`) is refused
+//! now. Every refusal marks the transaction
 //! aborted, so its EXEC answers `EXECABORT`.
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use super::{
     Pipeline, Route, Slot, WHOLE,
 };
 use crate::commands::{flags, CommandSpec, Exec};
-use crate::error::{wrong_arity, OpError};
+use crate::error::OpError;
 use crate::session::ConnState;
 use crate::shard::{Job, Worker};
 use crate::slot::{key_slot, slot_shard};
@@ -83,8 +83,10 @@ fn shards_of(
         Exec::Cursor(_) => vec![cursor_shard(args, shards)],
         Exec::AllShards(..) => (0..shards).collect(),
         Exec::Keys(..) => {
+            // `MSET a 1 b` is queued, as Redis queues it, and fails at EXEC
+            // before any part runs: it needs no shard.
             if !groups_complete(spec, all.len()) {
-                return Err(wrong_arity(spec.name));
+                return Ok(Some(Vec::new()));
             }
             let owners = spec.key_positions(all.len());
             owners
