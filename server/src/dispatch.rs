@@ -234,53 +234,46 @@ impl Pipeline {
     pub fn encode(&mut self, worker: &Worker, proto: Protocol, out: &mut BytesMut) {
         debug_assert_eq!(self.owed, 0, "replies are still owed");
         for slot in self.slots.drain(..) {
-            match finish(worker, slot) {
-                Finished::Reply(reply) => reply.encode(proto, out),
-                Finished::Sent => {}
-                Finished::Rest(b) => out.extend_from_slice(&b),
+            let reply = match slot {
+                Slot::Ready(r) => r,
+                Slot::Remote => OpError::ShardUnavailable.reply(),
+                Slot::Sent => continue,
+                Slot::Rest(b) => {
+                    out.extend_from_slice(&b);
+                    continue;
+                }
+                split @ Slot::Split { .. } => merge_split(worker, split),
+            };
+            if reply.is_error() {
+                worker.shard.borrow().stats.count_reply(&reply);
             }
+            reply.encode(proto, out);
         }
     }
 }
 
-/// A slot once its replies are in.
-enum Finished {
-    Reply(Reply),
-    Sent,
-    Rest(Bytes),
-}
-
-/// Merges a slot's parts (counting the merged call) and counts an error
-/// reply.
-fn finish(worker: &Worker, slot: Slot) -> Finished {
+/// A split slot's reply: its parts merged, the call counted once.
+fn merge_split(worker: &Worker, slot: Slot) -> Reply {
     let lost = || OpError::ShardUnavailable.reply();
-    let reply = match slot {
-        Slot::Ready(r) => r,
-        Slot::Remote => lost(),
-        Slot::Sent => return Finished::Sent,
-        Slot::Rest(b) => return Finished::Rest(b),
-        Slot::Split {
-            cmd,
-            parts,
-            merge,
-            ordinals,
-            nkeys,
-        } => {
-            let replies = parts
-                .into_iter()
-                .map(|p| match p {
-                    Part::Ready(r) => r,
-                    Part::Remote => lost(),
-                })
-                .collect();
-            let merged = merge_replies(merge, replies, &ordinals, nkeys);
-            worker.shard.borrow().stats.count_call(cmd, Ok(merged))
-        }
+    let Slot::Split {
+        cmd,
+        parts,
+        merge,
+        ordinals,
+        nkeys,
+    } = slot
+    else {
+        return lost();
     };
-    if reply.is_error() {
-        worker.shard.borrow().stats.count_reply(&reply);
-    }
-    Finished::Reply(reply)
+    let replies = parts
+        .into_iter()
+        .map(|p| match p {
+            Part::Ready(r) => r,
+            Part::Remote => lost(),
+        })
+        .collect();
+    let merged = merge_replies(merge, replies, &ordinals, nkeys);
+    worker.shard.borrow().stats.count_call(cmd, Ok(merged))
 }
 
 impl Pipeline {
@@ -459,7 +452,10 @@ fn count_rejected(worker: &Worker, idx: usize) {
     stats.rejected_calls[idx].add(1);
 }
 
-/// The one shard all keys of a request live on (`None`: no keys).
+/// The one shard all keys of a request live on (`None`: no keys). Always
+/// inlined: it is on every keyed command's path through [`plan`] (MULTI's
+/// queueing calls it too, which would otherwise make it a call).
+#[inline(always)]
 fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option<usize>, OpError> {
     let all = args.all();
     let mut found = None;

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::{
-    count_rejected, cursor_shard, finish, groups_complete, single_shard, Finished, Outbox,
-    Pipeline, Route, Slot, WHOLE,
+    count_rejected, cursor_shard, groups_complete, merge_split, single_shard, Outbox, Pipeline,
+    Route, Slot, WHOLE,
 };
 use crate::commands::{flags, CommandSpec, Exec};
 use crate::error::OpError;
@@ -23,7 +23,9 @@ use crate::shard::{Job, Worker};
 use crate::slot::{key_slot, slot_shard};
 
 /// Answers a refused request with `reply`; inside MULTI, the transaction
-/// is aborted.
+/// is aborted. Cold, like [`queue`]: kept out of `plan`'s hot path.
+#[cold]
+#[inline(never)]
 pub(super) fn refuse(conn: &mut ConnState, pipe: &mut Pipeline, reply: Reply) {
     if let Some(multi) = conn.tx.multi.as_mut() {
         multi.aborted = true;
@@ -33,6 +35,8 @@ pub(super) fn refuse(conn: &mut ConnState, pipe: &mut Pipeline, reply: Reply) {
 
 /// Queues a request inside MULTI (it passed lookup, arity and the state
 /// checks), answering `+QUEUED`, or refuses it.
+#[cold]
+#[inline(never)]
 pub(super) fn queue(
     worker: &Worker,
     conn: &mut ConnState,
@@ -120,15 +124,20 @@ impl Pipeline {
     /// only when it owes nothing.
     pub fn take_replies(&mut self, worker: &Worker) -> Vec<Reply> {
         debug_assert_eq!(self.owed, 0, "replies are still owed");
-        let lost = || OpError::ShardUnavailable.reply();
         let slots: Vec<Slot> = self.slots.drain(..).collect();
-        slots
-            .into_iter()
-            .map(|slot| match finish(worker, slot) {
-                Finished::Reply(r) => r,
-                Finished::Sent | Finished::Rest(_) => lost(),
-            })
-            .collect()
+        let reply = |slot| match slot {
+            Slot::Ready(r) => r,
+            split @ Slot::Split { .. } => merge_split(worker, split),
+            // Never directly written: a transaction's jobs have no socket.
+            Slot::Remote | Slot::Sent | Slot::Rest(_) => OpError::ShardUnavailable.reply(),
+        };
+        let replies: Vec<Reply> = slots.into_iter().map(reply).collect();
+        let stats = &worker.shard.borrow().stats;
+        replies
+            .iter()
+            .filter(|r| r.is_error())
+            .for_each(|r| stats.count_reply(r));
+        replies
     }
 }
 
