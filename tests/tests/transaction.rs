@@ -126,20 +126,22 @@ on_1_and_2_threads! {
     }
 }
 
-// Sentinel's transaction as it sends it, five commands, REPLICAOF's other
-// spelling included: five replies.
+// The transaction Sentinel sends a replica it points at a new primary
+// (`SLAVEOF host port`), with a fifth command that promotes it back:
+// five replies, in order, the role changed twice.
 on_1_and_2_threads! {
     fn a_five_command_failover_transaction_answers_five_replies(threads) {
         let server = TestServer::start(threads);
         let mut c = server.raw();
         c.script(&[
             ("MULTI", "+OK\r\n"),
-            ("SLAVEOF NO ONE", QUEUED),
+            ("SLAVEOF 127.0.0.1 1", QUEUED),
             ("CONFIG REWRITE", QUEUED),
             ("CLIENT KILL TYPE normal", QUEUED),
             ("CLIENT KILL TYPE pubsub", QUEUED),
             ("REPLICAOF NO ONE", QUEUED),
             ("EXEC", "*5\r\n+OK\r\n-ERR The server is running without a config file\r\n:0\r\n:0\r\n+OK\r\n"),
+            ("ROLE", "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"),
         ]);
     }
 }
