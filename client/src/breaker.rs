@@ -190,6 +190,19 @@ impl Breaker {
         }
     }
 
+    /// Ends an open breaker's cool-down now, so that the next call is its
+    /// probe (which closes it on success, as after a cool-down). A no-op
+    /// when the breaker is closed or a probe is in flight. For news that
+    /// the ledger is back, such as Sentinel announcing a new primary that
+    /// answered `ROLE`; only a call's success closes the breaker.
+    pub fn probe_now(&self) {
+        let now = self.clock.now_us();
+        let mut g = self.state.lock();
+        if let Inner::Open { .. } = g.inner {
+            self.set(&mut g, Inner::Open { until_us: now });
+        }
+    }
+
     fn probe_expiry(&self, started_us: u64) -> u64 {
         started_us + us(self.config.probe_deadline) + PROBE_GRACE_US
     }
@@ -305,6 +318,28 @@ mod tests {
         // Counters were reset: two failures do not open it.
         b.admit().unwrap().record(false);
         b.admit().unwrap().record(false);
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn probe_now_ends_the_cool_down_but_does_not_close() {
+        let (_, b) = breaker();
+        b.probe_now();
+        assert_eq!(b.state(), BreakerState::Closed);
+        for _ in 0..3 {
+            b.admit().unwrap().record(false);
+        }
+        assert!(b.would_refuse());
+        b.probe_now();
+        assert_eq!(b.state(), BreakerState::Open);
+        let probe = b.admit().unwrap();
+        assert!(probe.is_probe());
+        b.probe_now(); // a probe in flight stays the only one
+        assert!(b.admit().is_err());
+        probe.record(false);
+        assert!(b.would_refuse(), "a failed probe re-opens with a cool-down");
+        b.probe_now();
+        b.admit().unwrap().record(true);
         assert_eq!(b.state(), BreakerState::Closed);
     }
 

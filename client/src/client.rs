@@ -5,20 +5,28 @@
 //! queue the request -> await the reply under the deadline. A call that
 //! misses its deadline discards the connection it used, so the next caller
 //! always starts on a fresh one and a late reply never reaches it.
+//!
+//! The connection goes to a fixed address ([`Address::Direct`]) or to the
+//! primary that Redis Sentinel names ([`Address::Sentinel`], `sentinel.rs`):
+//! then every connect asks the sentinels first, a `READONLY` reply
+//! discards the connection (the node was demoted), and a watcher task
+//! moves the connection to each primary Sentinel announces.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{encode_request, Reply};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::clock::{us, Clock, SystemClock};
 use crate::conn::Connection;
-use crate::error::{ConnectionError, Error, ServerError};
+use crate::error::{is_readonly, ConnectionError, Error, ServerError};
+use crate::sentinel::{SentinelConfig, Sentinels};
 
 /// Default deadline of lease calls (TOKENLEASE, TOKENRETURN): 5 ms. A
 /// decision with no local tokens waits at most this plus 1 ms.
@@ -26,11 +34,20 @@ pub const DEFAULT_LEASE_DEADLINE: Duration = Duration::from_millis(5);
 /// Default deadline of every other call: 100 ms.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_millis(100);
 
+/// Where the client's connection goes.
+#[derive(Debug, Clone)]
+pub enum Address {
+    /// One server at a fixed address.
+    Direct(SocketAddr),
+    /// The primary that Redis Sentinel names, followed through failovers.
+    Sentinel(SentinelConfig),
+}
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// The server's address.
-    pub addr: SocketAddr,
+    /// Where to connect.
+    pub address: Address,
     /// Deadline of TOKENLEASE and TOKENRETURN calls (default 5 ms).
     pub lease_deadline: Duration,
     /// Deadline of every other call (default 100 ms).
@@ -45,10 +62,25 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults for `addr`.
+    /// Defaults, connecting to the server at `addr`.
     pub fn new(addr: SocketAddr) -> ClientConfig {
+        ClientConfig::at(Address::Direct(addr))
+    }
+
+    /// Defaults, connecting to the primary that the sentinels at
+    /// `sentinels` name for `master_name` (Sentinel's own defaults apart,
+    /// see [`SentinelConfig`]).
+    pub fn sentinel(sentinels: Vec<SocketAddr>, master_name: impl Into<String>) -> ClientConfig {
+        ClientConfig::at(Address::Sentinel(SentinelConfig::new(
+            sentinels,
+            master_name,
+        )))
+    }
+
+    /// Defaults, connecting to `address`.
+    pub fn at(address: Address) -> ClientConfig {
         ClientConfig {
-            addr,
+            address,
             lease_deadline: DEFAULT_LEASE_DEADLINE,
             call_deadline: DEFAULT_CALL_DEADLINE,
             backoff_base: Duration::from_millis(10),
@@ -67,7 +99,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("addr", &self.inner.config.addr)
+            .field("address", &self.inner.config.address)
             .finish()
     }
 }
@@ -78,19 +110,36 @@ struct Inner {
     breaker: Breaker,
     current: Mutex<Option<Arc<Connection>>>,
     /// Serializes connect attempts so a reconnect storm is one connect.
-    connecting: tokio::sync::Mutex<Backoff>,
+    connecting: tokio::sync::Mutex<Connecting>,
+    /// Sentinel addressing: the sentinels and the primary last verified.
+    sentinels: Option<Arc<Sentinels>>,
+    /// Sentinel addressing: the task that follows `+switch-master`,
+    /// started by the first connect and stopped with the client.
+    watcher: Mutex<Option<JoinHandle<()>>>,
 }
 
-#[derive(Debug, Default)]
-struct Backoff {
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.get_mut().take() {
+            w.abort();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Connecting {
     /// Delay before the next attempt after the last failure (zero: none failed).
     delay: Duration,
     /// No attempt before this instant (clock microseconds).
     not_before_us: u64,
+    /// Sentinel addressing: the search for the primary (sentinels, connect,
+    /// ROLE) runs as its own task, so a caller whose deadline ends during
+    /// it leaves it running for the next caller instead of starting over.
+    search: Option<JoinHandle<Result<Arc<Connection>, Error>>>,
 }
 
 impl Client {
-    /// A client for `config.addr`; connects lazily on the first call.
+    /// A client for `config.address`; connects lazily on the first call.
     pub fn new(config: ClientConfig) -> Client {
         Client::with_clock(config, Arc::new(SystemClock::new()))
     }
@@ -98,15 +147,41 @@ impl Client {
     /// Like [`Client::new`] with an injected clock for the breaker and backoff.
     pub fn with_clock(config: ClientConfig, clock: Arc<dyn Clock>) -> Client {
         let breaker = Breaker::new(config.breaker.clone(), clock.clone());
+        let sentinels = match &config.address {
+            Address::Direct(_) => None,
+            Address::Sentinel(s) => Some(Arc::new(Sentinels::new(s.clone()))),
+        };
         Client {
             inner: Arc::new(Inner {
                 config,
                 clock,
                 breaker,
                 current: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(Backoff::default()),
+                connecting: tokio::sync::Mutex::new(Connecting::default()),
+                sentinels,
+                watcher: Mutex::new(None),
             }),
         }
+    }
+
+    /// The node calls go to: the configured address in direct mode; with
+    /// Sentinel addressing, the last node that said `master` to `ROLE`
+    /// (`None` before the first connect).
+    pub fn primary(&self) -> Option<SocketAddr> {
+        match (&self.inner.config.address, &self.inner.sentinels) {
+            (Address::Direct(addr), _) => Some(*addr),
+            (_, Some(s)) => s.primary(),
+            (_, None) => None,
+        }
+    }
+
+    /// With Sentinel addressing, the sentinels in the order the next search
+    /// asks them (the last one that answered first); empty in direct mode.
+    pub fn sentinels(&self) -> Vec<SocketAddr> {
+        self.inner
+            .sentinels
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.order())
     }
 
     /// The settings.
@@ -197,6 +272,12 @@ impl Client {
                 self.discard(conn);
             }
         }
+        // A demoted primary: the next call asks the sentinels again.
+        if let (Some(_), Ok(replies), Some(conn)) = (&self.inner.sentinels, &res, &used) {
+            if replies.iter().any(is_readonly) {
+                self.discard(conn);
+            }
+        }
         let failed = match &res {
             Err(e) => e.counts_against_ledger(),
             // A lone LOADING/BUSY/TRYAGAIN reply says the ledger cannot serve.
@@ -236,32 +317,97 @@ impl Client {
         if let Some(c) = self.live() {
             return Ok(c);
         }
-        let mut backoff = self.inner.connecting.lock().await;
+        let mut state = self.inner.connecting.lock().await;
         if let Some(c) = self.live() {
             return Ok(c);
         }
         let now = self.inner.clock.now_us();
         // The breaker's probe must reach the server, backoff or not.
-        if !probe && now < backoff.not_before_us {
-            let retry_in = Duration::from_micros(backoff.not_before_us - now);
+        if !probe && now < state.not_before_us {
+            let retry_in = Duration::from_micros(state.not_before_us - now);
             return Err(Error::Connection(ConnectionError::Backoff { retry_in }));
         }
-        match TcpStream::connect(self.inner.config.addr).await {
-            Ok(stream) => {
-                *backoff = Backoff::default();
-                let conn = Arc::new(Connection::start(stream));
+        let opened = match (&self.inner.config.address, &self.inner.sentinels) {
+            (Address::Direct(addr), _) => TcpStream::connect(addr)
+                .await
+                .map(|stream| Arc::new(Connection::start(stream)))
+                .map_err(Error::from),
+            (_, Some(sentinels)) => {
+                self.start_watcher(sentinels);
+                let search = state
+                    .search
+                    .get_or_insert_with(|| tokio::spawn(sentinels.clone().discover(None)));
+                // Cancelled here (the caller's deadline), the search stays
+                // in `state` and the next caller awaits the same one.
+                let found = search.await;
+                state.search = None;
+                found.unwrap_or(Err(Error::Connection(ConnectionError::Closed)))
+            }
+            (Address::Sentinel(_), None) => unreachable!("built with the client"),
+        };
+        match opened {
+            Ok(conn) => {
+                (state.delay, state.not_before_us) = (Duration::ZERO, 0);
                 *self.inner.current.lock() = Some(conn.clone());
                 Ok(conn)
             }
             Err(e) => {
                 let cfg = &self.inner.config;
-                backoff.delay = (backoff.delay * 2).clamp(cfg.backoff_base, cfg.backoff_max);
+                state.delay = (state.delay * 2).clamp(cfg.backoff_base, cfg.backoff_max);
                 // "Equal jitter": half fixed, half random, so a fleet that lost
                 // the server together does not reconnect in lockstep.
-                let half = us(backoff.delay) / 2;
-                backoff.not_before_us = now + half + fastrand::u64(0..=half);
-                Err(e.into())
+                let half = us(state.delay) / 2;
+                state.not_before_us = now + half + fastrand::u64(0..=half);
+                Err(e)
             }
+        }
+    }
+
+    /// Starts the `+switch-master` watcher unless it runs.
+    fn start_watcher(&self, sentinels: &Arc<Sentinels>) {
+        let mut watcher = self.inner.watcher.lock();
+        if watcher.is_some() {
+            return;
+        }
+        // The watcher must not keep the client alive: it holds a weak
+        // reference, and the client's drop aborts it.
+        let client = Arc::downgrade(&self.inner);
+        *watcher = Some(tokio::spawn(sentinels.clone().watch(move |addr| {
+            let client: Weak<Inner> = client.clone();
+            async move {
+                let Some(inner) = client.upgrade() else {
+                    return false;
+                };
+                Client { inner }.follow(addr).await;
+                true
+            }
+        })));
+    }
+
+    /// Moves the connection to `primary`, announced by Sentinel (or named
+    /// by it when the watcher subscribes), unless it is there already: the
+    /// current connection is dropped at once and one to `primary` opened
+    /// (checked with ROLE; the sentinels are asked if it fails). Once it
+    /// is open, the backoff is forgotten and an open breaker may probe at
+    /// once instead of waiting out its cool-down.
+    async fn follow(&self, primary: SocketAddr) {
+        let Some(sentinels) = &self.inner.sentinels else {
+            return;
+        };
+        let mut state = self.inner.connecting.lock().await;
+        if self.live().is_some() && sentinels.primary() == Some(primary) {
+            return;
+        }
+        if let Some(stale) = state.search.take() {
+            stale.abort();
+        }
+        if let Some(old) = self.inner.current.lock().take() {
+            old.close();
+        }
+        if let Ok(conn) = sentinels.clone().discover(Some(primary)).await {
+            (state.delay, state.not_before_us) = (Duration::ZERO, 0);
+            *self.inner.current.lock() = Some(conn);
+            self.inner.breaker.probe_now();
         }
     }
 

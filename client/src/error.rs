@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use leasehold_protocol::{Reply, ReplyDecodeError};
@@ -55,6 +56,17 @@ pub enum ConnectionError {
     Backoff {
         /// Time until the next attempt is allowed.
         retry_in: Duration,
+    },
+    /// Sentinel addressing: no sentinel named a primary for the master name
+    /// (each was unreachable, missed the query timeout, or does not know
+    /// the name).
+    NoSentinel,
+    /// Sentinel addressing: the node the sentinels named is not a primary
+    /// (its `ROLE` says otherwise), still so after asking them again: a
+    /// stale answer while a failover is under way.
+    NotPrimary {
+        /// The node that was named.
+        addr: SocketAddr,
     },
 }
 
@@ -160,6 +172,12 @@ impl ServerError {
     }
 }
 
+/// Whether `reply` is a `READONLY` error (the node is a replica, e.g. a
+/// primary demoted by a failover).
+pub(crate) fn is_readonly(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(text) if text.split_ascii_whitespace().next() == Some("READONLY"))
+}
+
 impl ServerErrorKind {
     /// Whether the server said "not now" (LOADING, BUSY, TRYAGAIN) rather
     /// than "no".
@@ -237,6 +255,12 @@ impl fmt::Display for Error {
             Error::Connection(ConnectionError::Backoff { retry_in }) => {
                 write!(f, "reconnecting, next attempt in {retry_in:?}")
             }
+            Error::Connection(ConnectionError::NoSentinel) => {
+                f.write_str("no sentinel named a primary")
+            }
+            Error::Connection(ConnectionError::NotPrimary { addr }) => {
+                write!(f, "{addr} is not a primary")
+            }
             Error::Protocol(e) => write!(f, "{e}"),
             Error::Server(e) => write!(f, "server error: {}", e.message),
             Error::UnexpectedReply { command, reply } => {
@@ -303,6 +327,9 @@ mod tests {
             ServerError::parse("READONLY You can't write").kind,
             ServerErrorKind::ReadOnly
         );
+        assert!(is_readonly(&Reply::err("READONLY You can't write")));
+        assert!(!is_readonly(&Reply::err("READONLYX")));
+        assert!(!is_readonly(&Reply::bulk("READONLY")));
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   GET/SET/INCR/DEL/PING.
 //! - [`client`]: the shared connection, deadlines, reconnect with backoff and
 //!   jitter, the breaker in front of every call.
+//! - [`sentinel`]: Sentinel addressing: the primary asked of the sentinels,
+//!   checked with `ROLE`, followed on `+switch-master`.
 //! - [`breaker`]: the circuit breaker.
 //! - `conn` (private): one TCP connection, a writer task and a reader
 //!   task, replies matched in order.
@@ -38,12 +40,14 @@ pub mod error;
 pub mod identity;
 pub mod lease;
 pub mod policy;
+pub mod sentinel;
 
 pub use breaker::{BreakerConfig, BreakerState};
-pub use client::{Client, ClientConfig};
+pub use client::{Address, Client, ClientConfig};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
 pub use lease::{Decide, LeaseConfig, LeaseManager};
 pub use policy::{FailureMode, Mode, Policy, PolicyError, PolicyId, PolicySet};
+pub use sentinel::SentinelConfig;

@@ -71,8 +71,11 @@ fn from_frame(frame: BytesFrame) -> Result<Reply, ReplyDecodeError> {
         BytesFrame::Boolean { data, .. } => Reply::Bool(data),
         BytesFrame::VerbatimString { data, .. } => Reply::Verbatim("txt", data),
         BytesFrame::BigNumber { data, .. } => Reply::Bulk(data),
-        BytesFrame::Array { data, .. } | BytesFrame::Push { data, .. } => {
+        BytesFrame::Array { data, .. } => {
             Reply::Array(data.into_iter().map(from_frame).collect::<Result<_, _>>()?)
+        }
+        BytesFrame::Push { data, .. } => {
+            Reply::Push(data.into_iter().map(from_frame).collect::<Result<_, _>>()?)
         }
         BytesFrame::Set { data, .. } => {
             Reply::Set(data.into_iter().map(from_frame).collect::<Result<_, _>>()?)

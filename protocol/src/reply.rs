@@ -4,7 +4,8 @@
 //! the protocol version the client chose with `HELLO` ([`Protocol`]). RESP3-only
 //! shapes degrade to their RESP2 forms as Redis does: a null is `$-1` (or `*-1`
 //! for a null array), a map is a flat array of key, value, ..., a set is an
-//! array, a double is a bulk string, a verbatim string is a bulk string.
+//! array, a double is a bulk string, a verbatim string is a bulk string, a
+//! push is an array.
 
 use std::borrow::Cow;
 
@@ -48,6 +49,12 @@ pub enum Reply {
     /// A verbatim string with a three-letter format such as `txt` (`=` in RESP3,
     /// a bulk string in RESP2).
     Verbatim(&'static str, Bytes),
+    /// An out-of-band push (`>` in RESP3, an array in RESP2): pub/sub
+    /// messages and subscription confirmations.
+    Push(Vec<Reply>),
+    /// Several replies to one request, encoded one after another (SUBSCRIBE
+    /// of n channels answers n pushes); never nested inside another reply.
+    Several(Vec<Reply>),
 }
 
 impl Reply {
@@ -99,6 +106,18 @@ impl Reply {
             Reply::Array(items) => {
                 put_header(out, b'*', items.len() as i64);
                 for r in items {
+                    r.encode(proto, out);
+                }
+            }
+            Reply::Push(items) => {
+                let tag = if proto == Protocol::Resp3 { b'>' } else { b'*' };
+                put_header(out, tag, items.len() as i64);
+                for r in items {
+                    r.encode(proto, out);
+                }
+            }
+            Reply::Several(replies) => {
+                for r in replies {
                     r.encode(proto, out);
                 }
             }
@@ -190,4 +209,28 @@ fn put_bulk(out: &mut BytesMut, b: &[u8]) {
     put_header(out, b'$', b.len() as i64);
     out.extend_from_slice(b);
     out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_is_an_array_in_resp2_and_several_is_concatenated() {
+        let push = Reply::Push(vec![Reply::bulk("message"), Reply::bulk("ch"), Reply::Nil]);
+        assert_eq!(
+            &push.to_bytes(Protocol::Resp3)[..],
+            b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n_\r\n"
+        );
+        assert_eq!(
+            &push.to_bytes(Protocol::Resp2)[..],
+            b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$-1\r\n"
+        );
+        let several = Reply::Several(vec![Reply::Int(1), Reply::ok()]);
+        assert_eq!(&several.to_bytes(Protocol::Resp2)[..], b":1\r\n+OK\r\n");
+        assert_eq!(
+            &Reply::Several(Vec::new()).to_bytes(Protocol::Resp3)[..],
+            b""
+        );
+    }
 }

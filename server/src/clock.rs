@@ -1,9 +1,17 @@
 //! The two clocks, behind one interface tests replace.
 //!
 //! - Wall-clock Unix milliseconds drive TTLs and `EXPIREAT`, as in Redis.
-//! - A monotonic clock, in milliseconds since the server started, drives token
-//!   refills and windows: a wall-clock step must never mint or destroy tokens,
-//!   so refills read the monotonic clock.
+//! - A monotonic clock, in milliseconds since the server started plus
+//!   [`MONO_BASE_MS`], drives token refills and windows: a wall-clock step
+//!   must never mint or destroy tokens, so refills read the monotonic clock.
+//!
+//! The base lets a server place instants from before its own start on its
+//! monotonic clock: a replica that loads a bucket refilled, or a window
+//! started, before the replica's process began (`LH.RESTORE` carries Unix
+//! ms) converts it exactly when it is at most 2^32 ms (49.7 days) older
+//! than the replica's start; only older instants are clamped to the origin.
+//! Packed states hold instants up to 2^40 ms, so the base costs 1/256 of
+//! that range (34.7 years of uptime remain).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -31,6 +39,9 @@ pub fn mono_of(now: Now, unix: u64) -> u64 {
     (now.mono_ms as i128 + unix as i128 - now.unix_ms as i128).clamp(0, u64::MAX as i128) as u64
 }
 
+/// What [`SystemClock`]'s monotonic reading starts at, ms: 2^32.
+pub const MONO_BASE_MS: u64 = 1 << 32;
+
 /// A source of [`Now`].
 pub trait Clock: Send + Sync + 'static {
     /// Reads both clocks.
@@ -44,7 +55,7 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
-    /// A clock whose monotonic reading starts at 0 now.
+    /// A clock whose monotonic reading starts at [`MONO_BASE_MS`] now.
     pub fn new() -> SystemClock {
         SystemClock {
             start: Instant::now(),
@@ -66,7 +77,7 @@ impl Clock for SystemClock {
             .unwrap_or(0);
         Now {
             unix_ms,
-            mono_ms: self.start.elapsed().as_millis() as u64,
+            mono_ms: MONO_BASE_MS + self.start.elapsed().as_millis() as u64,
         }
     }
 }

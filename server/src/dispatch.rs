@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
 use crate::commands::transaction::runs_inside_multi;
-use crate::commands::{flags, table, CommandSpec, Exec, Merge};
+use crate::commands::{flags, pubsub, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
@@ -386,6 +386,15 @@ pub fn plan(
         multi::refuse(conn, pipe, e.reply());
         return Planned::Queued;
     }
+    // RESP2's subscribed mode refuses most commands and changes PING's
+    // reply; one test of the connection's state otherwise.
+    if conn.subscribed_resp2() {
+        if let Some(result) = pubsub::in_subscribed_mode(spec, &items) {
+            let reply = worker.shard.borrow().stats.count_call(idx, result);
+            pipe.slots.push(Slot::Ready(reply));
+            return Planned::Queued;
+        }
+    }
     if conn.tx.multi.is_some() && !runs_inside_multi(spec) {
         multi::queue(worker, conn, pipe, idx, spec, items);
         return Planned::Queued;
@@ -586,6 +595,7 @@ pub fn run_conn_command(
     let mut ctx = ConnCtx {
         conn,
         shared: &worker.shared,
+        worker,
     };
     let result = f(&mut ctx, args);
     let stats = &worker.shard.borrow().stats;

@@ -137,6 +137,13 @@ pub enum OpError {
     LinkOnly,
     /// `ERR Invalid master port` (REPLICAOF).
     InvalidMasterPort,
+    /// `ERR WAIT cannot be used with replica instances. Please also note
+    /// that since Redis 4.0 if a replica is configured to be writable (which
+    /// is not the default) writes to replicas are just local and are not
+    /// propagated.` (WAIT on a replica).
+    WaitOnReplica,
+    /// `ERR timeout is negative` (WAIT).
+    NegativeTimeout,
     /// `ERR Unrecognized REPLCONF option: <option>`.
     UnrecognizedReplconf(String),
     /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
@@ -155,6 +162,10 @@ pub enum OpError {
     ExecAbort,
     /// `ERR Command not allowed inside a transaction` (PSYNC in MULTI).
     NotInMulti,
+    /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
+    /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
+    /// (RESP2's subscribed mode), the command in lower case.
+    SubscribedContext(&'static str),
 }
 
 impl OpError {
@@ -267,6 +278,8 @@ impl OpError {
                 Reply::err("ERR this command is only accepted from a replication link")
             }
             OpError::InvalidMasterPort => Reply::err("ERR Invalid master port"),
+            OpError::WaitOnReplica => Reply::err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated."),
+            OpError::NegativeTimeout => Reply::err("ERR timeout is negative"),
             OpError::UnrecognizedReplconf(o) => {
                 Reply::err_owned(format!("ERR Unrecognized REPLCONF option: {o}"))
             }
@@ -276,6 +289,10 @@ impl OpError {
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
+            OpError::SubscribedContext(name) => Reply::err_owned(format!(
+                "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+            )),
+
         }
     }
 }
@@ -297,7 +314,9 @@ impl OpError {
     pub fn is_rejection(&self) -> bool {
         matches!(
             self,
-            OpError::SubcommandArity(_) | OpError::UnknownSubcommand { .. }
+            OpError::SubcommandArity(_)
+                | OpError::UnknownSubcommand { .. }
+                | OpError::SubscribedContext(_)
         )
     }
 }

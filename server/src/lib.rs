@@ -9,6 +9,7 @@
 //! 9 harness    the in-process test tier: every shard on one thread, no sockets
 //! 8 runtime    threads: each gets a Shard, a mailbox, an event loop, an expiry timer
 //! 7 net        sockets: each thread's mio event loop, accepting, reading, writing
+//!   replication::feed, ::link   a sender thread per replica; the replica's link
 //! 6 turn       one thread's connections and one turn of its loop, without sockets
 //! 5 dispatch   the command table's checks (arity, auth), routing, batching, merging
 //! 4 commands   the command table, one file of handlers per family
@@ -17,16 +18,21 @@
 //! 2 state      server-wide state: live configuration, statistics, clients
 //!   store      one shard's keyspace: slot tables, compact entries, expiry
 //!   effects    the replication stream: one RESP record per change, a ring
+//!   pubsub     the subscription registry; a connection's subscriptions
+//!   replication::backlog, ::role   the merged stream; role, ids, replicas
 //! 1 ratelimit  the algorithms and their state types (pure)
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
 //!   error      every error reply text
 //!   config     flags, the TOML file, defaults
+//!   glob       Redis's glob patterns
+//!   replication  declares its files, each on its own rung (above)
 //! ```
 //!
 //! By layer, from the bottom:
-//! 0 [`clock`], [`slot`], [`error`], [`config`];
-//! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`]; 3 [`shard`];
+//! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
+//! (whose files sit on layers 2 and 7);
+//! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
@@ -53,8 +59,10 @@ pub mod config;
 pub mod dispatch;
 pub mod effects;
 pub mod error;
+pub mod glob;
 pub mod harness;
 pub mod net;
+pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod runtime;

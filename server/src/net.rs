@@ -192,7 +192,10 @@ pub fn run(
         lp.ring_posted(now, false);
         // A full sync's image is serialised between turns, a slice at a time.
         let image = worker.shard.borrow_mut().image_step(IMAGE_SLICE);
-        if image == ImageStep::Paused {
+        // WAIT's acknowledgements come from other threads without a ring:
+        // look again every millisecond while one waits.
+        let waiting = lp.turn.check_blocked();
+        if image == ImageStep::Paused || waiting {
             timeout = timeout.map(|t| t.min(Duration::from_millis(1)));
         }
         let busy = image == ImageStep::More
@@ -293,7 +296,12 @@ impl Loop {
                 self.close(k);
             }
         }
-        while let Ok(msg) = self.mailbox.try_recv() {
+        // A burst of publishes stops the draining after a budget: the rest
+        // is taken next turn, after this turn's output is written.
+        while !self.turn.pushed_enough() {
+            let Ok(msg) = self.mailbox.try_recv() else {
+                break;
+            };
             match self.turn.deliver(msg) {
                 Some(Incoming::Client(stream)) => self.register(stream, None),
                 Some(Incoming::Link(start)) => {
@@ -722,6 +730,8 @@ pub fn new_client(
         resp: AtomicU64::new(2),
         killed: AtomicBool::new(false),
         bell,
+        sub: AtomicUsize::new(0),
+        psub: AtomicUsize::new(0),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::replication::role::{random_hex40, Replication};
+use crate::replication::role::{random_hex40, Replication, Target};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
 use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
 use crate::store::Store;
@@ -75,13 +75,41 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
             })?;
         handles.push(handle);
     }
-    handles.push(replication::link::spawn(shared.clone(), mailboxes.clone())?);
+    if let Some(target) = replicaof(&config)? {
+        shared.repl.follow(target);
+    }
+    // Not joined at shutdown: it may sit in a handshake step (at most a few
+    // seconds) and stops by itself once it sees the shutdown.
+    drop(replication::link::spawn(shared.clone(), mailboxes.clone())?);
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
         addr: local_addr,
         shared,
         threads: handles,
     })
+}
+
+/// The primary `replicaof` names (`"<host> <port>"`), if any.
+///
+/// # Errors
+/// The setting is not a host and a port.
+fn replicaof(config: &Config) -> std::io::Result<Option<Target>> {
+    let text = config.replication.replicaof.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("replicaof must be \"<host> <port>\", not {text:?}"),
+        )
+    };
+    let (host, port) = text.split_once(char::is_whitespace).ok_or_else(bad)?;
+    let port = port.trim().parse().map_err(|_| bad())?;
+    Ok(Some(Target {
+        host: host.to_string(),
+        port,
+    }))
 }
 
 /// One poll per thread (each thread's event loop waits on its own) and the
@@ -148,6 +176,7 @@ pub fn new_shared(
         run_id: random_hex40(),
         baseline: Mutex::new(Default::default()),
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
+        pubsub: Default::default(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! Per-connection state: the RESP version, authentication, the decoder
-//! limits, and what a connection command (HELLO, AUTH, CLIENT, CONFIG, ...)
-//! sees. One [`ConnState`] lives in each connection's task; nothing here
+//! limits, the pub/sub subscriptions, and what a connection command (HELLO,
+//! AUTH, CLIENT, CONFIG, SUBSCRIBE, ...) sees. One [`ConnState`] lives in each connection's task; nothing here
 //! touches a socket.
 
 use std::sync::atomic::Ordering;
@@ -9,6 +9,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use leasehold_protocol::{Limits, Protocol};
 
+use crate::config::parse::OutputLimit;
+use crate::pubsub::Subscriptions;
+use crate::shard::Worker;
 use crate::state::{ClientHandle, Shared};
 
 /// One connection's protocol state.
@@ -37,8 +40,27 @@ pub struct ConnState {
     /// Set on the replication link's connection (a replica's link to its
     /// primary): its records are applied and never answered.
     pub link: Option<LinkState>,
+    /// Set by WAIT while it waits for replicas' acknowledgements: the
+    /// connection is not served until they come or the timeout passes.
+    pub blocked: Option<WaitAcks>,
+    /// Channels and patterns subscribed to, and messages held back.
+    pub pubsub: Subscriptions,
+    /// The pub/sub class of `client-output-buffer-limit`, refreshed with
+    /// `limits`: what a subscribed connection may hold unwritten.
+    pub pubsub_limit: OutputLimit,
     /// MULTI's queue and WATCH's keys.
     pub tx: TxState,
+}
+
+/// A WAIT in progress.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitAcks {
+    /// The stream offset the replicas must have acknowledged.
+    pub offset: u64,
+    /// How many replicas WAIT asks for.
+    pub replicas: usize,
+    /// When WAIT gives up (`None`: never, for a timeout of 0).
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// A connection's transaction state: the commands MULTI queued, the keys
@@ -126,6 +148,9 @@ pub struct LinkState {
     pub mark: Option<bytes::Bytes>,
     /// Records of the payload applied so far.
     pub records: u64,
+    /// The payload's `LH.SNAPSHOT` header was read (from then on the
+    /// dataset is being replaced).
+    pub started: bool,
 }
 
 impl ConnState {
@@ -151,11 +176,19 @@ impl ConnState {
         self.limits.max_multibulk_len = c.limits.max_multibulk_len;
         self.limits.max_inline_len = c.limits.max_inline_len;
         self.query_buffer_limit = c.limits.client_query_buffer_limit;
+        self.pubsub_limit = c.limits.pubsub_output_limit();
         if c.security.requirepass.is_empty() {
             self.authenticated = true;
         }
         self.limits.authenticated = self.authenticated;
         self.config_gen = gen;
+    }
+
+    /// Whether the connection is in RESP2's subscribed mode (a subscription
+    /// and RESP2), where only the subscription commands, PING, QUIT and
+    /// RESET run.
+    pub fn subscribed_resp2(&self) -> bool {
+        self.proto == Protocol::Resp2 && self.pubsub.count() > 0
     }
 
     /// Sets the authentication state (AUTH, HELLO AUTH, RESET).
@@ -171,6 +204,8 @@ pub struct ConnCtx<'a> {
     pub conn: &'a mut ConnState,
     /// Server-wide state.
     pub shared: &'a Arc<Shared>,
+    /// The connection's thread (its mailboxes reach every thread).
+    pub worker: &'a Worker,
 }
 
 impl ConnState {
@@ -192,6 +227,9 @@ impl ConnState {
             replica: ReplicaHello::default(),
             handover: None,
             link: None,
+            blocked: None,
+            pubsub: Subscriptions::default(),
+            pubsub_limit: OutputLimit::default(),
             tx: TxState::default(),
         };
         conn.refresh(shared);

@@ -148,6 +148,8 @@ pub enum Msg {
     },
     /// A transaction's step (see [`TxMsg`]).
     Tx(TxMsg),
+    /// A PUBLISH's message for this thread's subscribers.
+    Publish(crate::pubsub::Publish),
 }
 
 /// What a shard answers for one job of a batch.

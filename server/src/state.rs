@@ -152,6 +152,10 @@ pub struct ClientHandle {
     pub killed: AtomicBool,
     /// The doorbell of the thread serving the connection.
     pub bell: Arc<Doorbell>,
+    /// Channels subscribed to (CLIENT LIST `sub`), kept by the connection's thread.
+    pub sub: AtomicUsize,
+    /// Patterns subscribed to (CLIENT LIST `psub`), kept by the connection's thread.
+    pub psub: AtomicUsize,
 }
 
 impl ClientHandle {
@@ -159,6 +163,12 @@ impl ClientHandle {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
         self.bell.ring_kill();
+    }
+
+    /// Whether the connection has a channel or pattern subscription (a
+    /// `pubsub` client to CLIENT LIST and CLIENT KILL, flag `P`).
+    pub fn is_pubsub(&self) -> bool {
+        self.sub.load(Ordering::Relaxed) + self.psub.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -271,6 +281,8 @@ pub struct Shared {
     pub baseline: Mutex<StatBaseline>,
     /// Replication role, ids, the merged stream and the replicas.
     pub repl: Arc<Replication>,
+    /// Every connection's channel and pattern subscriptions (PUBLISH reads it).
+    pub pubsub: crate::pubsub::Registry,
 }
 
 impl std::fmt::Debug for Shared {

@@ -31,6 +31,7 @@ mod tx;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args, Reply};
@@ -38,8 +39,13 @@ use slab::Slab;
 
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::error::{protocol_error, OpError};
+use crate::pubsub::{Place, Publish};
 use crate::session::ConnState;
 use crate::shard::{Answer, Direct, Handoff, LinkStart, Msg, ReplySink, Worker};
+
+/// Bytes of published messages one turn appends to its connections'
+/// output before it stops taking messages and writes.
+pub const PUSH_BUDGET: usize = 1024 * 1024;
 
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -152,6 +158,10 @@ pub struct Turn<T> {
     scratch: BytesMut,
     /// This thread's shard lock, for transactions over several shards.
     locks: tx::Locks,
+    /// Connections blocked in WAIT.
+    blocked: Vec<usize>,
+    /// Bytes of published messages appended this turn.
+    pushed: usize,
 }
 
 impl<T: Transport> Turn<T> {
@@ -168,6 +178,8 @@ impl<T: Transport> Turn<T> {
             posted,
             scratch: BytesMut::new(),
             locks: tx::Locks::default(),
+            blocked: Vec::new(),
+            pushed: 0,
         }
     }
 
@@ -177,7 +189,11 @@ impl<T: Transport> Turn<T> {
     }
 
     /// Adds a connection with protocol state `state`; returns its key.
-    pub fn insert(&mut self, io: T, state: ConnState) -> usize {
+    pub fn insert(&mut self, io: T, mut state: ConnState) -> usize {
+        state.pubsub.place = Place {
+            thread: self.worker.id,
+            conn: self.conns.vacant_key(),
+        };
         self.conns.insert(Conn {
             io: Some(io),
             state,
@@ -205,6 +221,15 @@ impl<T: Transport> Turn<T> {
         if !self.locks.held() {
             self.worker.shard.borrow_mut().tick();
         }
+        self.pushed = 0;
+    }
+
+    /// Whether this turn has appended [`PUSH_BUDGET`] bytes of published
+    /// messages: the caller stops taking messages from the mailbox until
+    /// the turn's output is written, so a burst of publishes is written as
+    /// it comes rather than piled up in memory first.
+    pub fn pushed_enough(&self) -> bool {
+        self.pushed >= PUSH_BUDGET
     }
 
     /// Handles one message from this thread's mailbox: runs a batch and
@@ -258,8 +283,59 @@ impl<T: Transport> Turn<T> {
                     self.fill(route, answer);
                 }
             }
+            Msg::Publish(p) => self.publish(&p),
         }
         None
+    }
+
+    /// Appends a published message to each receiver's output, between whole
+    /// replies: to `out` when the connection owes none, else held until its
+    /// pipeline is written. A receiver whose pending output passes the
+    /// pub/sub output limit is closed (as CLIENT KILL closes); the
+    /// publisher, on its own thread, never waits for it.
+    fn publish(&mut self, p: &Publish) {
+        let shared = &self.worker.shared;
+        let now = Instant::now();
+        for d in &p.to {
+            let Some(c) = self.conns.get_mut(d.conn) else {
+                continue;
+            };
+            let st = &mut c.state;
+            let gone = c.io.is_none() || st.handle.id != d.client || st.close;
+            if gone || st.handle.killed.load(Ordering::Relaxed) || !st.pubsub.wants(d, &p.channel) {
+                continue;
+            }
+            st.refresh(shared);
+            let held = !c.pipe.is_empty();
+            let out = if held {
+                &mut st.pubsub.held
+            } else {
+                &mut c.out
+            };
+            let before = out.len();
+            p.encode(d, st.proto, out);
+            self.pushed += out.len() - before;
+            let pending = c.out.len() + st.pubsub.held.len();
+            if st.pubsub.over_limit(pending, &st.pubsub_limit, now) {
+                let h = &st.handle;
+                tracing::warn!(
+                    "Client id={} addr={} laddr={} flags=P sub={} psub={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    h.id,
+                    h.addr,
+                    h.laddr,
+                    st.pubsub.channel_count(),
+                    st.pubsub.pattern_count(),
+                );
+                st.pubsub.held = BytesMut::new();
+                c.out = BytesMut::new();
+                h.kill();
+                continue;
+            }
+            if !held && !c.listed {
+                c.listed = true;
+                self.dirty.push(d.conn);
+            }
+        }
     }
 
     /// Encodes `reply` and writes it to the connection of `d`; what the
@@ -320,7 +396,7 @@ impl<T: Transport> Turn<T> {
         let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
             return;
         };
-        if c.pipe.owed() == 0 && !c.state.close {
+        if c.pipe.owed() == 0 && !c.state.close && c.state.blocked.is_none() {
             c.state.refresh(&worker.shared);
             let mut at = At {
                 worker,
@@ -335,6 +411,13 @@ impl<T: Transport> Turn<T> {
                 // Stopped at MAX_PIPELINE: go on at the next turn.
                 self.resumed.push(key);
             }
+        }
+        if c.state.blocked.is_some() && !self.blocked.contains(&key) {
+            self.blocked.push(key);
+        }
+        if c.pipe.is_empty() && !c.state.pubsub.held.is_empty() {
+            // Messages that came while replies were owed follow them.
+            c.out.extend_from_slice(&c.state.pubsub.held.split());
         }
         let leaving = c.state.close || c.state.handover.is_some();
         if (!c.out.is_empty() || leaving) && !c.listed {
@@ -353,7 +436,8 @@ impl<T: Transport> Turn<T> {
                 let Some(c) = conns.get_mut(route.conn) else {
                     continue;
                 };
-                if !c.out.is_empty() || !c.pipe.only(route) {
+                // The replication link's replies are dropped, never written.
+                if !c.out.is_empty() || !c.pipe.only(route) || c.state.is_link() {
                     continue;
                 }
                 let Some(sink) = c.io.as_ref().and_then(T::sink) else {
@@ -407,6 +491,40 @@ impl<T: Transport> Turn<T> {
         into.append(&mut self.resumed);
     }
 
+    /// Answers each WAIT whose replicas have acknowledged or whose timeout
+    /// passed (the reply is the number of replicas that acknowledged), and
+    /// resumes its connection. Returns whether any WAIT is still blocked.
+    pub fn check_blocked(&mut self) -> bool {
+        if self.blocked.is_empty() {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let repl = self.worker.shared.repl.clone();
+        let mut still = Vec::new();
+        for key in std::mem::take(&mut self.blocked) {
+            let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
+                continue;
+            };
+            let Some(w) = c.state.blocked else {
+                continue;
+            };
+            let acked = repl.acked(w.offset);
+            if acked < w.replicas && w.deadline.is_none_or(|d| now < d) {
+                still.push(key);
+                continue;
+            }
+            c.state.blocked = None;
+            Reply::Int(acked as i64).encode(c.state.proto, &mut c.out);
+            if !c.listed {
+                c.listed = true;
+                self.dirty.push(key);
+            }
+            self.resumed.push(key);
+        }
+        self.blocked = still;
+        !self.blocked.is_empty()
+    }
+
     /// Whether connections have output listed and not yet taken.
     pub fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()
@@ -442,9 +560,13 @@ impl<T: Transport> Turn<T> {
         let watched = std::mem::take(&mut c.state.tx.watched);
         tx::watch(&self.worker, c.state.handle.id, watched, false);
         shared.clients.lock().remove(&c.state.handle.id);
-        if c.state.is_link() {
-            shared.repl.link_down(c.state.handle.id);
+        if let Some(link) = &c.state.link {
+            // A payload that never began replaced nothing: the dataset is
+            // whole, so clients are served again.
+            let untouched = link.loading && !link.started;
+            shared.repl.link_down(c.state.handle.id, untouched);
         }
+        c.state.pubsub.clear(&shared.pubsub, c.state.handle.id);
         if c.pipe.owed() == 0 {
             self.conns.remove(key);
         }
@@ -471,6 +593,9 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             c.pipe.encode(worker, c.state.proto, &mut c.out);
             match parked {
                 Parked::Conn(idx, mut args) => {
+                    // What ran inline before it is in the replication
+                    // stream first (WAIT counts it).
+                    worker.shard.borrow_mut().publish();
                     let reply = run_conn_command(worker, &mut c.state, idx, &mut args);
                     // A CONFIG SET applies to the rest of this connection's
                     // input: to the decoder's limits and to this shard, as it
@@ -495,7 +620,7 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     c.state.close = true;
                 }
             }
-            if c.state.close || c.state.handover.is_some() {
+            if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
             }
             continue;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args, Limits, Reply};
-use leasehold_server::clock::{Clock, ManualClock};
+use leasehold_server::clock::{Clock, ManualClock, MONO_BASE_MS};
 use leasehold_server::commands::{table, Exec};
 use leasehold_server::config::Config;
 use leasehold_server::runtime::{new_shared, polls};
@@ -381,17 +381,16 @@ fn replaying_the_effects_reproduces_the_keyspace_same_clock() {
     }
 }
 
-/// A replica whose monotonic clock started after the primary's (any replica
-/// started less than a window or a refill ago, i.e. every freshly started
-/// replica doing its first sync) reads a different state: `LH.RESTORE` turns
-/// each Unix instant into monotonic ms with `clock::mono_of`, which clamps an
-/// instant before the replica's monotonic origin to the origin, so a window
-/// start or a bucket's last refill moves forward in time.
+/// A replica whose monotonic clock started after the primary's (every
+/// freshly started replica doing its first sync) reads the same state:
+/// `LH.RESTORE` turns each Unix instant into monotonic ms with
+/// `clock::mono_of`, and a real clock's monotonic reading starts at
+/// `MONO_BASE_MS`, so instants from before the replica started (a window
+/// start, a bucket's last refill) still lie after its origin.
 #[test]
-#[ignore = "bug: LH.RESTORE clamps instants before the receiving server's monotonic origin (clock::mono_of), so a fresh replica's windows and buckets differ from the primary's"]
 fn a_replica_started_later_restores_the_same_instants() {
     let unix = 1_700_000_000_000;
-    let mut p = node(unix, 1_000_000);
+    let mut p = node(unix, MONO_BASE_MS + 1_000_000);
     let argv = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
     // Three hits in a 60 s window, then 30 s pass, then one more.
     for _ in 0..3 {
@@ -404,8 +403,9 @@ fn a_replica_started_later_restores_the_same_instants() {
     p.cmd(&argv(&["TOKENLEASE", "t", "100", "1", "1000", "100"]));
     p.clock.advance_ms(20_000);
     p.cmd(&argv(&["TOKENLEASE", "t", "100", "1", "1000", "1"]));
-    // The replica starts now (its monotonic clock reads 10 ms) and syncs.
-    let mut q = node(p.clock.now().unix_ms, 10);
+    // The replica starts now (its monotonic clock reads 10 ms past its
+    // base) and syncs.
+    let mut q = node(p.clock.now().unix_ms, MONO_BASE_MS + 10);
     for e in p.new_effects() {
         assert!(!q.cmd(&e).is_error());
     }

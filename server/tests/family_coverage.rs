@@ -41,6 +41,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::transaction::COMMANDS,
         include_str!("family_transaction.rs"),
     ),
+    (
+        "family_pubsub.rs",
+        commands::pubsub::COMMANDS,
+        include_str!("family_pubsub.rs"),
+    ),
 ];
 
 #[test]

@@ -60,8 +60,15 @@ fn a_replica_refuses_writes_whole_and_serves_reads() {
         h.cmd("PSYNC ? -1"),
         err("NOMASTERLINK Can't SYNC while not connected with my master")
     );
+    assert_eq!(
+        h.cmd("WAIT 1 10"),
+        err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.")
+    );
     assert_eq!(h.cmd("SLAVEOF NO ONE"), Reply::ok());
     assert_eq!(h.run(&["MSET", &a, "3", &b, "3"]), Reply::ok());
+    // No replica: WAIT for none answers at once.
+    assert_eq!(h.cmd("WAIT 0 0"), Reply::Int(0));
+    assert_eq!(h.cmd("WAIT 0 -1"), err("ERR timeout is negative"));
     assert_eq!(h.run(&["GET", &b]), Reply::bulk("3"));
 }
 

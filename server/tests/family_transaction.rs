@@ -292,3 +292,18 @@ fn writes_queued_on_a_replica_abort_the_transaction() {
     assert_eq!(h.cmd("EXEC"), err(EXECABORT));
     assert_eq!(h.cmd("REPLICAOF NO ONE"), Reply::ok());
 }
+
+#[test]
+fn nothing_blocks_inside_a_transaction() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("SET a 1"), QUEUED);
+    // No replica acknowledges: WAIT answers 0 at once, as Redis does in EXEC.
+    assert_eq!(h.cmd("WAIT 1 0"), QUEUED);
+    assert_eq!(h.cmd("GET a"), QUEUED);
+    assert_eq!(
+        h.cmd("EXEC"),
+        Reply::Array(vec![Reply::ok(), Reply::Int(0), Reply::bulk("1")])
+    );
+    assert_eq!(h.cmd("PING"), Reply::simple("PONG"));
+}

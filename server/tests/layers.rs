@@ -4,8 +4,8 @@
 //! excluded) and fails on an import that goes up or closes a circle.
 //!
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
-//! `{clock, slot, error, config}` -> `ratelimit` -> `{state, store,
-//! effects}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
+//! `{clock, slot, error, config, glob}` -> `ratelimit` -> `{state, store,
+//! effects, pubsub}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
 //! `net` -> `runtime` -> `harness`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,12 +17,13 @@ use std::path::{Path, PathBuf};
 /// `replication/<file>.rs` is placed as `replication::<file>` (its
 /// `mod.rs` only declares them).
 const LAYERS: &[&[&str]] = &[
-    &["clock", "slot", "error", "config", "replication"],
+    &["clock", "slot", "error", "config", "glob", "replication"],
     &["ratelimit"],
     &[
         "state",
         "store",
         "effects",
+        "pubsub",
         "replication::backlog",
         "replication::role",
     ],

@@ -54,6 +54,25 @@ const SAMPLES: &[Sample] = &[
             "CLIENT KILL ID 999",
         ],
     ),
+    // Pub/sub: connection state and messages, no keyspace change.
+    ("subscribe", &[], &["SUBSCRIBE a", "SUBSCRIBE a b"]),
+    (
+        "unsubscribe",
+        &["SUBSCRIBE a"],
+        &["UNSUBSCRIBE a", "UNSUBSCRIBE"],
+    ),
+    ("psubscribe", &[], &["PSUBSCRIBE a*"]),
+    (
+        "punsubscribe",
+        &["PSUBSCRIBE a*"],
+        &["PUNSUBSCRIBE", "PUNSUBSCRIBE b*"],
+    ),
+    ("publish", &[], &["PUBLISH a m"]),
+    (
+        "pubsub",
+        &[],
+        &["PUBSUB CHANNELS", "PUBSUB NUMSUB a", "PUBSUB NUMPAT"],
+    ),
     // Server commands.
     ("info", READ_SETUP, &["INFO", "INFO all"]),
     (
@@ -158,6 +177,7 @@ const SAMPLES: &[Sample] = &[
     ),
     ("psync", &["REPLCONF capa lh1"], &["PSYNC ? -1"]),
     ("role", READ_SETUP, &["ROLE"]),
+    ("wait", READ_SETUP, &["WAIT 0 0"]),
 ];
 
 fn sample(name: &str) -> Option<&'static Sample> {

@@ -23,6 +23,26 @@ pub fn field(c: &mut Raw, section: &str, name: &str) -> String {
         .clone()
 }
 
+/// Waits until INFO replication's `name` reads `want` on `server`.
+///
+/// # Panics
+/// When it does not within `limit`.
+pub fn wait_for_field(server: &TestServer, name: &str, want: &str, limit: Duration) {
+    let mut c = server.raw();
+    let start = Instant::now();
+    loop {
+        let got = field(&mut c, "replication", name);
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{name} is {got}, not {want}, after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Makes `replica` follow `primary`.
 pub fn follow(replica: &TestServer, primary: &TestServer) {
     let line = format!("REPLICAOF 127.0.0.1 {}", primary.addr.port());

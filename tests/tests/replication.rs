@@ -15,6 +15,8 @@ use std::time::Duration;
 use leasehold_server::clock::ManualClock;
 use leasehold_tests::replication::{assert_same, dump, field, follow, wait_caught_up};
 use leasehold_tests::{resp, TestServer, T0_MS};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const CATCH_UP: Duration = Duration::from_secs(20);
 
@@ -199,6 +201,9 @@ fn promotion_keeps_the_old_history_for_the_others() {
         "+OK\r\n",
         "a promoted replica takes writes"
     );
+    // Its link to the old primary is closed: the old primary counts one
+    // replica (a write there now would end the others' partial resyncs).
+    leasehold_tests::replication::wait_for_field(&primary, "connected_slaves", "1", CATCH_UP);
 
     // The sibling follows the new primary and continues where it was.
     follow(&r2, &r1);
@@ -216,27 +221,12 @@ fn promotion_keeps_the_old_history_for_the_others() {
     assert_same(&dump(&mut p), &want, "the old primary");
 }
 
-/// A small deterministic generator (xorshift64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn random_command(rng: &mut Rng) -> Vec<u8> {
-    let k = format!("k{}", rng.below(2000));
-    let k2 = format!("k{}", rng.below(2000));
-    let v = format!("v{}", rng.below(1000));
-    let n = (1 + rng.below(5)).to_string();
-    let ms = (1000 + rng.below(100_000)).to_string();
+fn random_command(rng: &mut StdRng) -> Vec<u8> {
+    let k = format!("k{}", rng.random_range(0..2000));
+    let k2 = format!("k{}", rng.random_range(0..2000));
+    let v = format!("v{}", rng.random_range(0..1000));
+    let n = (1 + rng.random_range(0..5)).to_string();
+    let ms = (1000 + rng.random_range(0..100_000)).to_string();
     let (k, k2, v, n, ms) = (
         k.as_bytes(),
         k2.as_bytes(),
@@ -244,7 +234,7 @@ fn random_command(rng: &mut Rng) -> Vec<u8> {
         n.as_bytes(),
         ms.as_bytes(),
     );
-    match rng.below(16) {
+    match rng.random_range(0..16) {
         0 | 1 => resp(&[b"SET", k, v]),
         2 => resp(&[b"SET", k, v, b"PX", ms]),
         3 => resp(&[b"INCRBY", k, n]),
@@ -267,7 +257,7 @@ fn random_command(rng: &mut Rng) -> Vec<u8> {
 /// every batch; wrong-type errors are expected and ignored.
 fn random_load(server: &TestServer, clock: &ManualClock, seed: u64, n: usize) {
     let mut c = server.raw();
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     for _ in 0..n / 500 {
         let mut wire = Vec::new();
         for _ in 0..500 {
@@ -310,4 +300,86 @@ fn random_commands_leave_equal_state_on_every_replica() {
         &want,
         "the replica synced during the load",
     );
+}
+
+#[test]
+fn wait_counts_the_replicas_that_acknowledged() {
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    assert_eq!(p.call("SET k 1"), "+OK\r\n");
+    let start = std::time::Instant::now();
+    assert_eq!(p.call("WAIT 1 100"), ":0\r\n", "no replica yet");
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "WAIT waited its timeout"
+    );
+    let replica = TestServer::start(1);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    // Each write is acknowledged well before the 1 s periodic ACK: WAIT
+    // asks the replica for one.
+    for i in 0..20 {
+        assert_eq!(p.call(&format!("INCR n{i}")), ":1\r\n");
+        let start = std::time::Instant::now();
+        assert_eq!(p.call("WAIT 1 5000"), ":1\r\n");
+        assert!(
+            start.elapsed() < Duration::from_millis(900),
+            "WAIT took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(replica.raw().call(&format!("GET n{i}")), "$1\r\n1\r\n");
+    }
+    assert_eq!(
+        p.call("WAIT 2 50"),
+        ":1\r\n",
+        "one replica of the two asked for"
+    );
+}
+
+#[test]
+fn a_record_bigger_than_the_backlog_keeps_the_replica_streaming() {
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    // 2 MB through the default 1 MB backlog.
+    let big = vec![b'x'; 2_000_000];
+    let mut p = primary.raw();
+    assert_eq!(p.call_args(&[b"SET", b"big", &big]), "+OK\r\n");
+    assert_eq!(p.call("SET after 1"), "+OK\r\n");
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    assert_eq!(replica.raw().call("STRLEN big"), ":2000000\r\n");
+    assert_eq!(sync_count(&primary, "sync_full"), 1, "no second full sync");
+}
+
+#[test]
+fn a_replica_that_never_reads_does_not_hold_up_another_full_sync() {
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    // About 8 MB of payload: more than loopback socket buffers hold.
+    let value = "v".repeat(40);
+    for chunk in 0..40 {
+        let mut wire = Vec::new();
+        for i in 0..5000 {
+            let k = format!("k{chunk}:{i}");
+            wire.extend(resp(&[b"SET", k.as_bytes(), value.as_bytes()]));
+        }
+        p.send(&wire);
+        for _ in 0..5000 {
+            p.read_text();
+        }
+    }
+    // A replica that does the handshake, asks for a full sync, and stops.
+    let mut stuck = std::net::TcpStream::connect(primary.addr).unwrap();
+    use std::io::Write;
+    let mut hello = Vec::new();
+    hello.extend(resp(&[b"REPLCONF", b"capa", b"lh1"]));
+    hello.extend(resp(&[b"PSYNC", b"?", b"-1"]));
+    stuck.write_all(&hello).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let replica = TestServer::start(1);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, Duration::from_secs(10));
+    assert_eq!(replica.raw().call("DBSIZE"), ":200000\r\n");
+    drop(stuck);
 }

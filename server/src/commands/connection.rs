@@ -151,6 +151,11 @@ fn quit(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
 }
 
 fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
+    // Out of subscribed mode: every subscription goes, without confirmations.
+    ctx.conn
+        .pubsub
+        .clear(&ctx.shared.pubsub, ctx.conn.handle.id);
+    super::pubsub::publish_counts(ctx);
     ctx.conn.proto = Protocol::Resp2;
     ctx.conn.handle.resp.store(2, Ordering::Relaxed);
     *ctx.conn.handle.name.lock() = None;
@@ -189,14 +194,17 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
         .get(c.last_cmd.load(Ordering::Relaxed))
         .map_or("NULL", |s| s.name);
     let _ = shared;
+    let flags = if c.is_pubsub() { "P" } else { "N" };
     format!(
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={} psub={} ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
         c.id,
         c.addr,
         c.laddr,
         name,
         age,
         idle_ms / 1000,
+        c.sub.load(Ordering::Relaxed),
+        c.psub.load(Ordering::Relaxed),
         cmd,
         c.resp.load(Ordering::Relaxed)
     )
@@ -240,15 +248,10 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         }
         "LIST" => {
             let mut ids: Option<Vec<u64>> = None;
+            let mut kind = None;
             while a.remaining() > 0 {
                 match a.word()?.as_str() {
-                    "TYPE" => match a.word()?.as_str() {
-                        "NORMAL" => {}
-                        "MASTER" | "REPLICA" | "SLAVE" | "PUBSUB" => ids = Some(Vec::new()),
-                        other => {
-                            return Err(OpError::UnknownClientType(other.to_ascii_lowercase()))
-                        }
-                    },
+                    "TYPE" => kind = Some(client_type(&a.word()?)?),
                     "ID" => {
                         let mut list = Vec::new();
                         while a.remaining() > 0 {
@@ -259,6 +262,7 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                     _ => return Err(OpError::Syntax),
                 }
             }
+            let link = ctx.shared.repl.link.lock().client;
             let clients = ctx.shared.clients.lock();
             let mut all: Vec<_> = clients.values().cloned().collect();
             drop(clients);
@@ -266,6 +270,7 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             let text: String = all
                 .iter()
                 .filter(|c| ids.as_ref().is_none_or(|l| l.contains(&c.id)))
+                .filter(|c| kind.is_none_or(|k| k.matches(c, link)))
                 .map(|c| client_line(ctx.shared, c))
                 .collect();
             Ok(Reply::Verbatim("txt", Bytes::from(text)))
@@ -298,6 +303,44 @@ fn client(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     }
 }
 
+/// A client type of CLIENT LIST TYPE and CLIENT KILL TYPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientType {
+    /// Neither the replication link nor subscribed.
+    Normal,
+    /// With a channel or pattern subscription.
+    Pubsub,
+    /// A replica's link to its primary (on the replica).
+    Master,
+    /// A replica's stream (on the primary): replicas leave the client table
+    /// when their PSYNC hands them to a sender, so none is listed.
+    Replica,
+}
+
+impl ClientType {
+    /// Whether `c` is of this type; `link` is the CLIENT ID of the
+    /// replication link's connection, if any.
+    fn matches(self, c: &ClientHandle, link: Option<u64>) -> bool {
+        let is_link = link == Some(c.id);
+        match self {
+            ClientType::Normal => !c.is_pubsub() && !is_link,
+            ClientType::Pubsub => c.is_pubsub(),
+            ClientType::Master => is_link,
+            ClientType::Replica => false,
+        }
+    }
+}
+
+fn client_type(name: &str) -> Result<ClientType, OpError> {
+    match name.to_ascii_lowercase().as_str() {
+        "normal" => Ok(ClientType::Normal),
+        "pubsub" => Ok(ClientType::Pubsub),
+        "master" => Ok(ClientType::Master),
+        "replica" | "slave" => Ok(ClientType::Replica),
+        other => Err(OpError::UnknownClientType(other.to_string())),
+    }
+}
+
 fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let me = ctx.conn.handle.id;
     if a.remaining() == 1 {
@@ -325,10 +368,9 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::SubcommandArity("client|kill".into()));
     }
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
-    // Every connection is a normal client of the default user (no replicas,
-    // no pub/sub, no ACL users yet): TYPE normal and USER default match all,
-    // the other types match none.
-    let mut none = false;
+    // Every connection is a normal or a pub/sub client of the default user
+    // (no replicas, no ACL users yet): USER default matches all.
+    let mut kind = None;
     while a.remaining() > 0 {
         let w = a.word()?;
         let v = a.next().map_err(|_| OpError::Syntax)?;
@@ -346,18 +388,16 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 "no" => skipme = false,
                 _ => return Err(OpError::Syntax),
             },
-            "TYPE" => match text.to_ascii_lowercase().as_str() {
-                "normal" => {}
-                "master" | "replica" | "slave" | "pubsub" => none = true,
-                other => return Err(OpError::UnknownClientType(other.to_string())),
-            },
+            "TYPE" => kind = Some(client_type(&text)?),
             "USER" if text == "default" => {}
             "USER" => return Err(OpError::NoSuchUser(text)),
             _ => return Err(OpError::Syntax),
         }
     }
-    if none {
-        return Ok(Reply::Int(0));
+    let link = ctx.shared.repl.link.lock().client;
+    let mut replicas = 0;
+    if kind == Some(ClientType::Replica) && id.is_none() && addr.is_none() && laddr.is_none() {
+        replicas = ctx.shared.repl.drop_replicas();
     }
     let targets: Vec<_> = ctx
         .shared
@@ -370,6 +410,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .filter(|c| addr.as_ref().is_none_or(|x| &c.addr.to_string() == x))
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
         .filter(|c| !(skipme && c.id == me))
+        .filter(|c| kind.is_none_or(|k| k.matches(c, link)))
         .cloned()
         .collect();
     for c in &targets {
@@ -378,5 +419,5 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             ctx.conn.close = true;
         }
     }
-    Ok(Reply::Int(targets.len() as i64))
+    Ok(Reply::Int((targets.len() + replicas) as i64))
 }

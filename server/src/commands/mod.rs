@@ -18,6 +18,8 @@
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
 //! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
+//! - [`pubsub`]: SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH,
+//!   PUBSUB (the registry is [`crate::pubsub`]);
 //! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
@@ -36,6 +38,7 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod server;
@@ -218,6 +221,7 @@ impl Table {
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,
+            pubsub::COMMANDS,
             transaction::COMMANDS,
         ] {
             commands.extend_from_slice(family);

@@ -1,5 +1,5 @@
 //! Replication commands: REPLICAOF (and its old name SLAVEOF), REPLCONF,
-//! PSYNC, ROLE, and INFO's replication section. Shapes and wording are
+//! PSYNC, ROLE, WAIT, and INFO's replication section. Shapes and wording are
 //! Redis 7's, which Sentinel and replicas parse.
 //!
 //! PSYNC only marks the connection: the event loop hands its socket to a
@@ -8,7 +8,7 @@
 //! (`replication::link`) notices and connects.
 
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Args, Reply};
 
@@ -16,17 +16,18 @@ use super::flags::{ADMIN, FAST, LOADING, NO_MULTI, STALE};
 use super::{cmd, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::replication::role::Target;
-use crate::session::{ConnCtx, Handover};
+use crate::session::{ConnCtx, Handover, WaitAcks};
 use crate::state::Shared;
 
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("replicaof", 3, ADMIN | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
-    cmd("slaveof", 3, ADMIN | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
+    cmd("replicaof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
+    cmd("slaveof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
     cmd("replconf", -1, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
     cmd("psync", -3, ADMIN | LOADING | STALE | NO_MULTI, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
     cmd("role", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
+    cmd("wait", 3, 0, NO_KEYS, Exec::Conn(wait), "Blocks until the asynchronous replication of all preceding write commands sent by the connection are completed."),
 ];
 
 fn kill_client(shared: &Shared, id: Option<u64>) {
@@ -35,15 +36,24 @@ fn kill_client(shared: &Shared, id: Option<u64>) {
     }
 }
 
-/// `REPLICAOF host port` / `REPLICAOF NO ONE`.
+/// `REPLICAOF host port` / `REPLICAOF NO ONE`. Allowed while a full sync
+/// loads (unlike Redis, whose replica keeps its old data until a payload is
+/// complete), so a replica whose payload was cut short can be pointed
+/// elsewhere or promoted.
 fn replicaof(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let host = String::from_utf8_lossy(&a.next()?).into_owned();
     let port = a.next()?;
     let repl = &ctx.shared.repl;
     if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case(b"one") {
         if repl.is_replica() {
+            if repl.is_loading() {
+                tracing::warn!(
+                    "REPLICAOF NO ONE during a full sync: this primary serves the part loaded"
+                );
+            }
             let link = repl.promote();
             kill_client(ctx.shared, link);
+            ctx.shared.config.write().replication.replicaof.clear();
             tracing::info!(
                 "MASTER MODE enabled (user request from id={})",
                 ctx.conn.handle.id
@@ -69,6 +79,7 @@ fn replicaof(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         target.port,
         ctx.conn.handle.id
     );
+    ctx.shared.config.write().replication.replicaof = format!("{} {}", target.host, target.port);
     let link = repl.follow(target);
     kill_client(ctx.shared, link);
     Ok(Reply::ok())
@@ -137,6 +148,36 @@ fn psync(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::ok())
 }
 
+/// `WAIT numreplicas timeout` (ms, 0: no limit) -> the number of replicas
+/// that acknowledged every write made so far (by any connection: the
+/// stream's offset when WAIT runs, which includes this connection's
+/// writes). When fewer have, the replicas are asked for an ACK and the
+/// connection waits (see `Turn::check_blocked`).
+fn wait(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let replicas = a.i64()?;
+    let timeout = a.i64()?;
+    if timeout < 0 {
+        return Err(OpError::NegativeTimeout);
+    }
+    let repl = &ctx.shared.repl;
+    if repl.is_replica() {
+        return Err(OpError::WaitOnReplica);
+    }
+    let offset = repl.backlog.offset();
+    let acked = repl.acked(offset);
+    if acked as i64 >= replicas {
+        return Ok(Reply::Int(acked as i64));
+    }
+    repl.request_acks();
+    ctx.conn.blocked = Some(WaitAcks {
+        offset,
+        replicas: replicas.max(0) as usize,
+        deadline: (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64)),
+    });
+    ctx.conn.no_reply = true;
+    Ok(Reply::ok())
+}
+
 /// The link's state as ROLE names it.
 fn link_state(shared: &Shared) -> &'static str {
     let link = shared.repl.link.lock();
@@ -188,27 +229,31 @@ pub fn info_replication(shared: &Shared, out: &mut String) {
     if let Some(t) = repl.target() {
         let link = repl.link.lock();
         let now = Instant::now();
-        let last_io = link
-            .last_io
-            .map_or(-1, |t| now.duration_since(t).as_secs() as i64);
+        // As Redis: -1 while no link is attached.
+        let last_io = match (link.up, link.last_io) {
+            (true, Some(t)) => now.duration_since(t).as_secs() as i64,
+            _ => -1,
+        };
         let _ = write!(
             out,
             "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\nmaster_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\n",
             t.host,
             t.port,
-            if link.up { "up" } else { "down" },
+            // As Redis: down until a full sync's payload is loaded.
+            if link.up && !link.syncing { "up" } else { "down" },
             last_io,
             u8::from(link.syncing),
         );
-        if !link.up {
+        if !link.up || link.syncing {
             let down = link
                 .down_since
                 .map_or(-1, |t| now.duration_since(t).as_secs() as i64);
             let _ = write!(out, "master_link_down_since_seconds:{down}\r\n");
         }
+        let priority = shared.config.read().replication.replica_priority;
         let _ = write!(
             out,
-            "slave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
+            "slave_priority:{priority}\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
         );
     } else {
         out.push_str("role:master\r\n");

@@ -277,6 +277,8 @@ fn command_group(name: &str) -> &'static str {
         "connection"
     } else if member(super::transaction::COMMANDS) {
         "transactions"
+    } else if member(super::pubsub::COMMANDS) {
+        "pubsub"
     } else {
         "module"
     }

@@ -133,6 +133,9 @@ mod tests {
             "client-query-buffer-limit",
             "hz",
             "loglevel",
+            "replicaof",
+            "masterauth",
+            "replica-priority",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -82,6 +82,22 @@ pub struct LimitsConfig {
     /// Largest unprocessed input a connection may hold, bytes
     /// (`client-query-buffer-limit`); past it the connection is closed.
     pub client_query_buffer_limit: usize,
+    /// Output limits per client class (`client-output-buffer-limit`), as
+    /// [`parse::OutputLimits::render`] writes them; only the pub/sub class
+    /// is enforced (see [`LimitsConfig::pubsub_output_limit`]).
+    pub client_output_buffer_limit: String,
+}
+
+impl LimitsConfig {
+    /// The pub/sub class's output limit: what a subscribed connection may
+    /// hold unwritten before it is closed (Redis's default 32 MB hard, 8 MB
+    /// for 60 s soft, when the text names none).
+    pub fn pubsub_output_limit(&self) -> parse::OutputLimit {
+        let given = parse::OutputLimits::parse(&self.client_output_buffer_limit)
+            .map(|l| l.0[parse::OutputLimits::PUBSUB]);
+        let default = parse::OutputLimits::DEFAULT.0[parse::OutputLimits::PUBSUB];
+        given.ok().flatten().or(default).unwrap_or_default()
+    }
 }
 
 impl Default for LimitsConfig {
@@ -91,6 +107,7 @@ impl Default for LimitsConfig {
             max_multibulk_len: leasehold_protocol::request::DEFAULT_MAX_MULTIBULK_LEN,
             max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
+            client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
         }
     }
 }
@@ -126,14 +143,52 @@ impl Default for ExpiryConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReplicationConfig {
-    /// Effect backlog kept per shard, bytes (`repl-backlog-size`).
+    /// Effect backlog kept per shard and for the merged stream, bytes
+    /// (`repl-backlog-size`).
     pub backlog_bytes: usize,
+    /// `replicaof`: `"<host> <port>"` to follow, empty for a primary.
+    /// REPLICAOF changes it, so CONFIG REWRITE keeps the role.
+    pub replicaof: String,
+    /// `masterauth`: the password sent to the primary (empty: none).
+    pub masterauth: String,
+    /// `masteruser`: the user name sent with it (empty: none).
+    pub masteruser: String,
+    /// `replica-priority`: Sentinel promotes the lowest non-zero first; 0
+    /// never (INFO `slave_priority`).
+    pub replica_priority: u32,
+    /// `replica-announce-ip`: the address given to the primary (empty:
+    /// the one it sees).
+    pub replica_announce_ip: String,
+    /// `replica-announce-port`: the port given to the primary (0: the
+    /// listening port).
+    pub replica_announce_port: u16,
+    /// `repl-timeout`: seconds of silence after which either side of a
+    /// link drops it.
+    pub repl_timeout: u32,
+    /// `repl-ping-replica-period`: seconds between a primary's `PING`
+    /// records while replicas are connected.
+    pub repl_ping_replica_period: u32,
 }
+
+/// Redis's `replica-priority` default.
+pub const DEFAULT_REPLICA_PRIORITY: u32 = 100;
+/// Redis's `repl-timeout` default, seconds.
+pub const DEFAULT_REPL_TIMEOUT: u32 = 60;
+/// Redis's `repl-ping-replica-period` default, seconds.
+pub const DEFAULT_REPL_PING_PERIOD: u32 = 10;
 
 impl Default for ReplicationConfig {
     fn default() -> Self {
         ReplicationConfig {
             backlog_bytes: DEFAULT_REPL_BACKLOG_BYTES,
+            replicaof: String::new(),
+            masterauth: String::new(),
+            masteruser: String::new(),
+            replica_priority: DEFAULT_REPLICA_PRIORITY,
+            replica_announce_ip: String::new(),
+            replica_announce_port: 0,
+            repl_timeout: DEFAULT_REPL_TIMEOUT,
+            repl_ping_replica_period: DEFAULT_REPL_PING_PERIOD,
         }
     }
 }
@@ -287,9 +342,11 @@ impl Config {
         };
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
         let defaults = Config::default();
+        // `replicaof` is not CONFIG SET's to change but REPLICAOF's, and
+        // the file keeps it so a restarted replica follows its primary.
         for p in params::PARAMS
             .iter()
-            .filter(|p| p.access == params::Access::Runtime)
+            .filter(|p| p.access == params::Access::Runtime || p.name == "replicaof")
         {
             let (section, key) = (p.section, p.key);
             let value = p.get(self).to_toml();

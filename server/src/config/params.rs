@@ -177,6 +177,20 @@ const THREADS: Field = Field {
     set: |c, v| c.shards.threads = FieldValue::from_value(v),
 };
 
+/// `client-output-buffer-limit`: CONFIG SET changes only the classes it
+/// names, as Redis does, so a set merges into what is there.
+const OUTPUT_LIMITS: Field = Field {
+    get: |c| Value::Text(c.limits.client_output_buffer_limit.clone()),
+    set: |c, v| {
+        use super::parse::OutputLimits;
+        let now = &c.limits.client_output_buffer_limit;
+        let now = OutputLimits::parse(now).unwrap_or(OutputLimits::DEFAULT);
+        let given = OutputLimits::parse(&v.render()).unwrap_or(OutputLimits([None; 3]));
+        let merged = OutputLimits::DEFAULT.merge(now).merge(given);
+        c.limits.client_output_buffer_limit = merged.render();
+    },
+};
+
 /// Every setting, in the order CONFIG GET lists them. Ranges are Redis 7's
 /// where Redis has the setting (`maxclients` 1..=4294967295, `hz` taken in
 /// 0..=2147483647 and clamped to 1..=500, memory sizes at least 1mb).
@@ -190,11 +204,20 @@ pub static PARAMS: &[Param] = &[
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
     row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
     row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),
+    row("client-output-buffer-limit", ("limits", "client_output_buffer_limit"), Kind::OutputLimits, OUTPUT_LIMITS, Runtime, false, "Output limits per client class: <class> <hard> <soft> <soft seconds> groups (only pubsub is enforced)"),
     row("max-multibulk-len", ("limits", "max_multibulk_len"), Kind::Int(range!(1, 9223372036854775807)), field!(limits.max_multibulk_len), FileOnly, false, "Most elements in one request array"),
     row("max-inline-len", ("limits", "max_inline_len"), Kind::Int(range!(1024, 9223372036854775807)), field!(limits.max_inline_len), FileOnly, false, "Longest inline request, bytes"),
     row("hz", ("expiry", "hz"), Kind::Clamped { range: range!(0, 2147483647), lo: 1, hi: 500 }, field!(expiry.hz), Runtime, true, "Active-expiry cycles per second (clamped to 1..=500)"),
     row("expiry-budget-percent", ("expiry", "budget_percent"), Kind::Int(range!(1, 100)), field!(expiry.budget_percent), FileOnly, false, "Most of each expiry cycle's period, in percent, a busy cycle may use"),
-    row("repl-backlog-size", ("replication", "backlog_bytes"), Kind::Memory(range!(1, 9223372036854775807)), field!(replication.backlog_bytes), Immutable, false, "Effect backlog kept per shard, bytes"),
+    row("repl-backlog-size", ("replication", "backlog_bytes"), Kind::Memory(range!(1, 9223372036854775807)), field!(replication.backlog_bytes), Immutable, false, "Replication backlog (each shard's and the merged stream's), bytes"),
+    row("replicaof", ("replication", "replicaof"), Kind::Text, field!(replication.replicaof), Immutable, true, "Follow this primary: \"<host> <port>\" (empty: be a primary; REPLICAOF changes it at run time)"),
+    row("masterauth", ("replication", "masterauth"), Kind::Text, field!(replication.masterauth), Runtime, true, "Password to send to the primary"),
+    row("masteruser", ("replication", "masteruser"), Kind::Text, field!(replication.masteruser), Runtime, false, "User name to send to the primary with masterauth"),
+    row("replica-priority", ("replication", "replica_priority"), Kind::Int(range!(0, 2147483647)), field!(replication.replica_priority), Runtime, true, "Sentinel promotes the replica with the lowest non-zero priority first; 0 never"),
+    row("replica-announce-ip", ("replication", "replica_announce_ip"), Kind::Text, field!(replication.replica_announce_ip), Runtime, false, "Address a replica gives its primary (empty: the one it sees)"),
+    row("replica-announce-port", ("replication", "replica_announce_port"), Kind::Int(range!(0, 65535)), field!(replication.replica_announce_port), Runtime, false, "Port a replica gives its primary (0: the listening port)"),
+    row("repl-timeout", ("replication", "repl_timeout"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_timeout), Runtime, false, "Seconds of silence after which a replication link is dropped"),
+    row("repl-ping-replica-period", ("replication", "repl_ping_replica_period"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_ping_replica_period), Runtime, false, "Seconds between a primary's PING records to its replicas"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -229,6 +252,8 @@ pub static FIXED: &[Fixed] = &[
     fixed("timeout", "0", true),
     fixed("cluster-enabled", "no", false),
     fixed("protected-mode", "no", true),
+    fixed("replica-read-only", "yes", true),
+    fixed("replica-serve-stale-data", "yes", true),
     fixed("daemonize", "no", false),
 ];
 
@@ -483,6 +508,26 @@ mod tests {
                 "argument must be between 0 and 2147483647 inclusive",
             ),
             ("hz", "x", "argument couldn't be parsed into an integer"),
+            (
+                "replica-priority",
+                "-1",
+                "argument must be between 0 and 2147483647 inclusive",
+            ),
+            (
+                "replica-announce-port",
+                "65536",
+                "argument must be between 0 and 65535 inclusive",
+            ),
+            (
+                "repl-timeout",
+                "0",
+                "argument must be between 1 and 2147483647 inclusive",
+            ),
+            (
+                "repl-ping-replica-period",
+                "0",
+                "argument must be between 1 and 2147483647 inclusive",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(

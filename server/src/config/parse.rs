@@ -127,6 +127,11 @@ pub enum Kind {
     /// A `loglevel`: Redis's names, tracing's levels, or tracing directives
     /// (see [`super::valid_log_level`]); kept in lower case.
     LogLevel,
+    /// `client-output-buffer-limit`: one or more groups `<class> <hard>
+    /// <soft> <soft seconds>` (class `normal`, `replica` or `slave`,
+    /// `pubsub`; sizes as [`Kind::Memory`] takes them, 0 for no limit),
+    /// kept as [`OutputLimits::render`] writes the classes given.
+    OutputLimits,
 }
 
 impl Kind {
@@ -145,6 +150,7 @@ impl Kind {
             Kind::Bool => parse_bool(v).map(Value::Bool),
             Kind::Text => Ok(Value::Text(v.to_string())),
             Kind::LogLevel => parse_log_level(v).map(Value::Text),
+            Kind::OutputLimits => OutputLimits::parse(v).map(|l| Value::Text(l.render())),
         }
     }
 
@@ -161,6 +167,7 @@ impl Kind {
                 "one of {}, or tracing directives",
                 super::LOG_LEVELS.join(", ")
             ),
+            Kind::OutputLimits => "groups of <class> <hard> <soft> <soft seconds>".into(),
         }
     }
 
@@ -172,6 +179,7 @@ impl Kind {
             Kind::Bool => "yes|no",
             Kind::Text => "STRING",
             Kind::LogLevel => "LEVEL",
+            Kind::OutputLimits => "LIMITS",
         }
     }
 }
@@ -211,6 +219,115 @@ fn parse_memory(v: &str, range: Range) -> Result<i64, &'static str> {
         return Err(range.error);
     }
     Ok(bytes)
+}
+
+/// One client class's output buffer limit (`client-output-buffer-limit`):
+/// a connection whose pending output passes `hard` bytes, or stays above
+/// `soft` bytes for `soft_seconds` seconds, is closed. 0 disables a limit
+/// (a `soft_seconds` of 0 closes as soon as `soft` is passed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutputLimit {
+    /// Hard limit, bytes; 0 for none.
+    pub hard: u64,
+    /// Soft limit, bytes; 0 for none.
+    pub soft: u64,
+    /// How long the soft limit may be passed, seconds.
+    pub soft_seconds: u64,
+}
+
+/// Redis's text for a group that is not four words.
+pub const LIMITS_ARITY: &str = "Wrong number of arguments in buffer limit configuration.";
+/// Redis's text for a class it has no limit for.
+pub const LIMITS_CLASS: &str = "Invalid client class specified in buffer limit configuration.";
+/// Redis's text for a size or a duration it cannot read.
+pub const LIMITS_VALUE: &str =
+    "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+
+/// `client-output-buffer-limit`'s value: a limit per client class, in
+/// Redis's class order (normal, replica, pubsub); `None` for a class a
+/// CONFIG SET did not name (it keeps its limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimits(pub [Option<OutputLimit>; 3]);
+
+impl OutputLimits {
+    /// The classes' names, as CONFIG GET shows them (Redis 7 still writes
+    /// `slave`).
+    pub const CLASSES: [&'static str; 3] = ["normal", "slave", "pubsub"];
+    /// Index of the pub/sub class.
+    pub const PUBSUB: usize = 2;
+
+    /// Redis's defaults: `normal 0 0 0 slave 256mb 64mb 60 pubsub 32mb 8mb
+    /// 60`.
+    pub const DEFAULT: OutputLimits = OutputLimits([
+        Some(OutputLimit {
+            hard: 0,
+            soft: 0,
+            soft_seconds: 0,
+        }),
+        Some(OutputLimit {
+            hard: 256 << 20,
+            soft: 64 << 20,
+            soft_seconds: 60,
+        }),
+        Some(OutputLimit {
+            hard: 32 << 20,
+            soft: 8 << 20,
+            soft_seconds: 60,
+        }),
+    ]);
+
+    /// Reads groups of `<class> <hard> <soft> <soft seconds>`.
+    ///
+    /// # Errors
+    /// [`LIMITS_ARITY`], [`LIMITS_CLASS`] or [`LIMITS_VALUE`].
+    pub fn parse(v: &str) -> Result<OutputLimits, &'static str> {
+        let words: Vec<&str> = v.split_whitespace().collect();
+        if words.is_empty() || words.len() % 4 != 0 {
+            return Err(LIMITS_ARITY);
+        }
+        let mut limits = OutputLimits([None; 3]);
+        for group in words.chunks(4) {
+            let class = match group[0].to_ascii_lowercase().as_str() {
+                "normal" => 0,
+                "slave" | "replica" => 1,
+                "pubsub" => 2,
+                _ => return Err(LIMITS_CLASS),
+            };
+            let size = |w: &str| parse_memory(w, range!(0, 9223372036854775807)).map(|n| n as u64);
+            let seconds = leasehold_protocol::int::parse_i64(group[3].as_bytes())
+                .and_then(|n| u64::try_from(n).ok());
+            let (Ok(hard), Ok(soft), Some(soft_seconds)) =
+                (size(group[1]), size(group[2]), seconds)
+            else {
+                return Err(LIMITS_VALUE);
+            };
+            limits.0[class] = Some(OutputLimit {
+                hard,
+                soft,
+                soft_seconds,
+            });
+        }
+        Ok(limits)
+    }
+
+    /// The classes it has, in class order, sizes in bytes:
+    /// `pubsub 33554432 8388608 60`.
+    pub fn render(&self) -> String {
+        let groups = self.0.iter().zip(Self::CLASSES).filter_map(|(l, name)| {
+            l.map(|l| format!("{name} {} {} {}", l.hard, l.soft, l.soft_seconds))
+        });
+        groups.collect::<Vec<_>>().join(" ")
+    }
+
+    /// These limits with the classes `other` names replaced.
+    pub fn merge(mut self, other: OutputLimits) -> OutputLimits {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
+        self
+    }
 }
 
 /// `yes` or `no`, in any case.

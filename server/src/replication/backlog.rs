@@ -69,6 +69,17 @@ impl Backlog {
     /// the readers. Returns the offset after them.
     pub fn append(&self, parts: &[&[u8]]) -> u64 {
         let mut r = self.ring.lock();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total > r.buf.len() / 2 {
+            // A record this big would leave a reader that has not copied it
+            // yet behind the ring: keep room for twice it, from now on.
+            let grown = (total * 2).next_power_of_two();
+            tracing::info!(
+                "replication: backlog grows from {} to {grown} bytes for a {total}-byte record",
+                r.buf.len()
+            );
+            r.grow(grown);
+        }
         for part in parts {
             r.push(part);
         }
@@ -149,6 +160,22 @@ impl Backlog {
 }
 
 impl Ring {
+    /// Moves the kept bytes into a ring of `capacity` bytes, each at its
+    /// offset's place.
+    fn grow(&mut self, capacity: usize) {
+        let cap = self.buf.len() as u64;
+        let mut kept = Vec::with_capacity(self.histlen as usize);
+        let from = self.offset - self.histlen;
+        let start = (from % cap) as usize;
+        let first = (self.histlen as usize).min(self.buf.len() - start);
+        kept.extend_from_slice(&self.buf[start..start + first]);
+        kept.extend_from_slice(&self.buf[..self.histlen as usize - first]);
+        self.buf = vec![0; capacity];
+        self.offset = from;
+        self.histlen = 0;
+        self.push(&kept);
+    }
+
     fn push(&mut self, mut bytes: &[u8]) {
         let cap = self.buf.len();
         // Only the last `cap` bytes of an oversized part can be kept.
@@ -174,7 +201,8 @@ mod tests {
     fn reads_wrap_and_old_positions_are_gone() {
         let b = Backlog::new(10);
         assert_eq!(b.first_byte_offset(), 1);
-        b.append(&[b"abcdef", b"ghij"]);
+        b.append(&[b"abc", b"de"]);
+        b.append(&[b"fghij"]);
         b.append(&[b"klm"]);
         assert_eq!(b.offset(), 13);
         assert_eq!(b.histlen(), 10);
@@ -188,6 +216,18 @@ mod tests {
         assert_eq!(b.read(8, 3, &mut out), Ok(3));
         assert_eq!(out, b"ijk");
         assert!(b.covers(13) && b.covers(3) && !b.covers(2));
+    }
+
+    #[test]
+    fn a_record_over_half_the_ring_grows_it_and_keeps_the_history() {
+        let b = Backlog::new(8);
+        b.append(&[b"abcdef"]);
+        b.append(&[b"0123456789"]);
+        assert_eq!(b.capacity(), 32);
+        assert_eq!((b.offset(), b.histlen()), (16, 16));
+        let mut out = Vec::new();
+        assert_eq!(b.read(0, 100, &mut out), Ok(16));
+        assert_eq!(out, b"abcdef0123456789");
     }
 
     #[test]

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, encode_request, Limits};
 
+use parking_lot::Mutex;
+
 use crate::replication::backlog::Gap;
 use crate::replication::role::random_hex40;
 use crate::session::ReplicaHello;
@@ -30,9 +32,11 @@ use crate::shard::{Cut, Mailbox, Msg};
 use crate::state::Shared;
 use crate::store::{ImagePart, ImageSink};
 
-/// Silence after which a replica is dropped, and the longest a write to it
-/// may block (Redis's `repl-timeout` default).
-pub const REPL_TIMEOUT: Duration = Duration::from_secs(60);
+/// `repl-timeout`: silence after which either side drops a link, and the
+/// longest a write to it may block.
+pub fn repl_timeout(shared: &Shared) -> Duration {
+    Duration::from_secs(u64::from(shared.config.read().replication.repl_timeout))
+}
 /// Most stream bytes copied per lock of the backlog.
 const READ_MAX: usize = 64 * 1024;
 /// Longest every shard may take to cut.
@@ -94,16 +98,17 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
     let generation = repl.generation();
     let mut w = f.stream;
     w.set_nonblocking(false)?;
-    w.set_write_timeout(Some(REPL_TIMEOUT))?;
+    w.set_write_timeout(Some(repl_timeout(&f.shared)))?;
     let _ = w.set_nodelay(true);
     w.write_all(&f.out)?;
     let alive = Arc::new(AtomicBool::new(true));
     let reader = w.try_clone()?;
+    let timeout = repl_timeout(&f.shared);
     {
         let (repl, alive) = (repl.clone(), alive.clone());
         std::thread::Builder::new()
             .name("leasehold-repl-acks".into())
-            .spawn(move || read_acks(reader, f.input, &repl, id, &alive))?;
+            .spawn(move || read_acks(reader, f.input, &repl, id, &alive, timeout))?;
     }
     let result = (|| {
         let from = match repl.answer_psync(&f.replid, f.offset) {
@@ -148,7 +153,7 @@ fn full_sync(
     alive: &AtomicBool,
 ) -> std::io::Result<u64> {
     let repl = &shared.repl;
-    let _one_at_a_time = repl.full_sync.lock();
+    let one_cut_at_a_time = repl.full_sync.lock();
     let started = Instant::now();
     let (tx, rx) = crossbeam_channel::unbounded();
     let queued = Arc::new(AtomicUsize::new(0));
@@ -174,6 +179,7 @@ fn full_sync(
     // rest: the stream's length now is the cut's offset.
     let m = repl.backlog.offset();
     drop(release);
+    drop(one_cut_at_a_time);
     let ids = repl.ids();
     repl.replica_state(id, "send_bulk");
     w.write_all(format!("+FULLRESYNC {} {m}\r\n", ids.replid).as_bytes())?;
@@ -188,11 +194,45 @@ fn full_sync(
     // The replica starts from nothing: its own keys go first.
     encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
     w.write_all(&head)?;
-    let mut records = 1u64;
+    // While the payload goes out (at the replica's pace), a thread copies
+    // the stream from M aside as it grows, so the backlog cannot wrap past
+    // it however slow the replica loads.
+    let tail = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let (records, pos) = std::thread::scope(|s| {
+        let copier = s.spawn(|| copy_aside(shared, m, &tail, &stop));
+        let sent = send_images(&rx, &queued, mailboxes.len(), w, alive, shared);
+        stop.store(true, Ordering::SeqCst);
+        let pos = copier
+            .join()
+            .unwrap_or_else(|_| Err(other("the copier panicked")));
+        Ok::<_, std::io::Error>((sent? + 1, pos?))
+    })?;
+    let mut end = BytesMut::new();
+    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
+    end.extend_from_slice(mark.as_bytes());
+    w.write_all(&end)?;
+    w.write_all(&tail.into_inner())?;
+    tracing::info!(
+        "replication: full sync of {records} records at offset {m} sent in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(pos)
+}
+
+/// Writes every shard's image chunks as they come, until all `shards` are
+/// done; returns how many records they held.
+fn send_images(
+    rx: &crossbeam_channel::Receiver<ImagePart>,
+    queued: &AtomicUsize,
+    shards: usize,
+    w: &mut TcpStream,
+    alive: &AtomicBool,
+    shared: &Shared,
+) -> std::io::Result<u64> {
+    let mut records = 0u64;
     let mut done = 0;
-    let mut pos = m;
-    let mut tail = Vec::new();
-    while done < mailboxes.len() {
+    while done < shards {
         match rx.recv_timeout(Duration::from_millis(10)) {
             Ok(ImagePart::Chunk(bytes, n)) => {
                 queued.fetch_sub(bytes.len(), Ordering::Relaxed);
@@ -205,34 +245,43 @@ fn full_sync(
                 return Err(other("a shard stopped its image"));
             }
         }
-        copy_aside(shared, &mut pos, &mut tail)?;
         if !alive.load(Ordering::SeqCst) || shared.shutting_down.load(Ordering::SeqCst) {
             return Err(other("the replica went away during its full sync"));
         }
     }
-    let mut end = BytesMut::new();
-    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
-    end.extend_from_slice(mark.as_bytes());
-    w.write_all(&end)?;
-    w.write_all(&tail)?;
-    tracing::info!(
-        "replication: full sync of {records} records at offset {m} sent in {} ms",
-        started.elapsed().as_millis()
-    );
-    Ok(pos)
+    Ok(records)
 }
 
-/// Copies the stream from `pos` into `tail` while a payload is sent.
-fn copy_aside(shared: &Shared, pos: &mut u64, tail: &mut Vec<u8>) -> std::io::Result<()> {
+/// Copies the stream from position `from` into `tail` as it grows, until
+/// `stop`; returns the position reached.
+fn copy_aside(
+    shared: &Shared,
+    from: u64,
+    tail: &Mutex<Vec<u8>>,
+    stop: &AtomicBool,
+) -> std::io::Result<u64> {
+    let backlog = &shared.repl.backlog;
+    let mut pos = from;
+    let mut chunk = Vec::with_capacity(READ_MAX);
     loop {
-        match shared.repl.backlog.read(*pos, READ_MAX, tail) {
-            Ok(0) => return Ok(()),
-            Ok(n) => *pos += n as u64,
-            Err(_) => return Err(other("the stream outran the backlog during a full sync")),
+        let done = stop.load(Ordering::SeqCst);
+        loop {
+            chunk.clear();
+            match backlog.read(pos, READ_MAX, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => pos += n as u64,
+                Err(_) => return Err(other("the stream outran the backlog during a full sync")),
+            }
+            let mut t = tail.lock();
+            t.extend_from_slice(&chunk);
+            if t.len() > TAIL_LIMIT {
+                return Err(other("output buffer limit reached during a full sync"));
+            }
         }
-        if tail.len() > TAIL_LIMIT {
-            return Err(other("output buffer limit reached during a full sync"));
+        if done {
+            return Ok(pos);
         }
+        backlog.wait_past(pos, Duration::from_millis(10));
     }
 }
 
@@ -270,13 +319,14 @@ fn stream_from(
 }
 
 /// Reads the replica's `REPLCONF ACK <offset>`s until its socket closes or
-/// the sender stops; a replica silent for [`REPL_TIMEOUT`] is dropped.
+/// the sender stops; a replica silent for `timeout` is dropped.
 fn read_acks(
     mut r: TcpStream,
     mut input: BytesMut,
     repl: &crate::replication::role::Replication,
     id: u64,
     alive: &AtomicBool,
+    timeout: Duration,
 ) {
     let _ = r.set_read_timeout(Some(Duration::from_millis(500)));
     let limits = Limits::default();
@@ -315,8 +365,8 @@ fn read_acks(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                if last.elapsed() > REPL_TIMEOUT {
-                    tracing::warn!("replication: replica silent for {REPL_TIMEOUT:?}, dropping it");
+                if last.elapsed() > timeout {
+                    tracing::warn!("replication: replica silent for {timeout:?}, dropping it");
                     break;
                 }
             }

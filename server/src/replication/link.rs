@@ -1,10 +1,13 @@
 //! The replication thread: on a replica, the link to its primary (connect,
 //! handshake, hand the connection to thread 0's event loop, `REPLCONF ACK`
-//! every second and when asked, reconnect after a drop); on a primary with
-//! replicas, a `PING` record every `repl-ping-replica-period`.
+//! every second and when asked, drop a primary silent for `repl-timeout`,
+//! reconnect after a drop); on a primary with replicas, a `PING` record
+//! every `repl-ping-replica-period`.
 //!
 //! The handshake is the one Redis replicas use, each step answered before
-//! the next: `PING`; `REPLCONF listening-port <port>`; `REPLCONF capa eof
+//! the next: `PING`; `AUTH [<masteruser>] <masterauth>` when a password is
+//! set; `REPLCONF listening-port <port>` (`replica-announce-port` if set);
+//! `REPLCONF ip-address <ip>` when `replica-announce-ip` is set; `REPLCONF capa eof
 //! capa psync2 capa lh1` (`lh1`: this replica loads Leasehold snapshots,
 //! version 1); `PSYNC <replid> <offset + 1>` (or `PSYNC ? -1` with nothing
 //! applied yet), answered `+FULLRESYNC <replid> <offset>` or `+CONTINUE
@@ -19,14 +22,11 @@ use bytes::BytesMut;
 use leasehold_protocol::encode_request;
 
 use crate::replication::backlog::PING_RECORD;
-use crate::replication::feed::REPL_TIMEOUT;
+use crate::replication::feed::repl_timeout;
 use crate::replication::role::Target;
 use crate::shard::{LinkStart, Mailbox, Msg};
 use crate::state::Shared;
 
-/// How often a primary with replicas writes a `PING` record (Redis's
-/// `repl-ping-replica-period` default).
-pub const PING_PERIOD: Duration = Duration::from_secs(10);
 /// How often a replica acknowledges its offset.
 pub const ACK_PERIOD: Duration = Duration::from_secs(1);
 /// Wait between two connection attempts.
@@ -58,7 +58,11 @@ fn run(shared: &Shared, mailboxes: &[Mailbox]) {
         .shutting_down
         .load(std::sync::atomic::Ordering::SeqCst)
     {
-        if !repl.is_replica() && last_ping.elapsed() >= PING_PERIOD {
+        let ping_period = {
+            let period = shared.config.read().replication.repl_ping_replica_period;
+            Duration::from_secs(u64::from(period))
+        };
+        if !repl.is_replica() && last_ping.elapsed() >= ping_period {
             if !repl.replicas().is_empty() {
                 repl.backlog.append(&[PING_RECORD]);
             }
@@ -75,13 +79,14 @@ fn run(shared: &Shared, mailboxes: &[Mailbox]) {
                 send_ack(shared, &mut acks);
                 last_ack = Instant::now();
             }
+            let timeout = repl_timeout(shared);
             let silent = repl
                 .link
                 .lock()
                 .last_io
-                .is_some_and(|t| t.elapsed() > REPL_TIMEOUT);
+                .is_some_and(|t| t.elapsed() > timeout);
             if silent {
-                tracing::warn!("replication: no data from the primary for {REPL_TIMEOUT:?}");
+                tracing::warn!("replication: no data from the primary for {timeout:?}");
                 let id = repl.link.lock().client;
                 if let Some(c) = id.and_then(|id| shared.clients.lock().get(&id).cloned()) {
                     c.kill();
@@ -213,15 +218,41 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
     let mut buf = BytesMut::new();
     // Any answer to PING (even -NOAUTH) shows a live server.
     command(&mut s, &mut buf, &["PING"])?;
-    let port = shared.local_addr.port().to_string();
+    let (auth, user, ip, port) = {
+        let c = shared.config.read();
+        let r = &c.replication;
+        let port = match r.replica_announce_port {
+            0 => shared.local_addr.port(),
+            p => p,
+        };
+        (
+            r.masterauth.clone(),
+            r.masteruser.clone(),
+            r.replica_announce_ip.clone(),
+            port.to_string(),
+        )
+    };
     let ok = |line: String, step: &str| match line.starts_with('+') {
         true => Ok(()),
         false => Err(io_error(format!("{step} answered {line}"))),
     };
+    if !auth.is_empty() {
+        let line = match user.is_empty() {
+            true => command(&mut s, &mut buf, &["AUTH", &auth])?,
+            false => command(&mut s, &mut buf, &["AUTH", &user, &auth])?,
+        };
+        ok(line, "AUTH")?;
+    }
     ok(
         command(&mut s, &mut buf, &["REPLCONF", "listening-port", &port])?,
         "REPLCONF listening-port",
     )?;
+    if !ip.is_empty() {
+        ok(
+            command(&mut s, &mut buf, &["REPLCONF", "ip-address", &ip])?,
+            "REPLCONF ip-address",
+        )?;
+    }
     ok(
         command(
             &mut s,
@@ -253,6 +284,6 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
         _ => return Err(io_error(format!("PSYNC answered {line}"))),
     };
     s.set_read_timeout(None)?;
-    s.set_write_timeout(Some(REPL_TIMEOUT))?;
+    s.set_write_timeout(Some(repl_timeout(shared)))?;
     Ok((s, buf, answer))
 }

@@ -14,6 +14,9 @@ use parking_lot::Mutex;
 
 use crate::replication::backlog::Backlog;
 
+/// The record that asks replicas for an immediate `REPLCONF ACK`.
+pub const GETACK_RECORD: &[u8] = b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n";
+
 /// `master_replid2` when there is no previous history: 40 zeros.
 pub const NO_REPLID: &str = "0000000000000000000000000000000000000000";
 
@@ -200,8 +203,9 @@ impl Replication {
         self.loading.store(false, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
         let mut link = self.link.lock();
+        let client = link.client.take();
         *link = Link::default();
-        link.client.take()
+        client
     }
 
     /// REPLICAOF host port: the node becomes (or stays) a replica of
@@ -277,10 +281,14 @@ impl Replication {
         link.down_since = None;
     }
 
-    /// The link's connection closed.
-    pub fn link_down(&self, client: u64) {
+    /// The link's connection closed; `untouched`: during a full sync whose
+    /// payload had not begun replacing the dataset (loading ends).
+    pub fn link_down(&self, client: u64, untouched: bool) {
         let mut link = self.link.lock();
         if link.client == Some(client) || link.client == Some(PENDING_LINK) {
+            if untouched {
+                self.loading.store(false, Ordering::SeqCst);
+            }
             if link.syncing {
                 // Half a payload is no history to continue: the next
                 // PSYNC must ask for a full sync.
@@ -343,9 +351,31 @@ impl Replication {
         }
     }
 
+    /// CLIENT KILL TYPE replica: every sender stops (its replica will
+    /// reconnect and resync). Returns how many replicas there were.
+    pub fn drop_replicas(&self) -> usize {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.replicas.lock().len()
+    }
+
     /// Forgets a replica whose connection closed.
     pub fn remove_replica(&self, id: u64) {
         self.replicas.lock().retain(|r| r.id != id);
+    }
+
+    /// How many replicas have acknowledged `offset` or more.
+    pub fn acked(&self, offset: u64) -> usize {
+        self.replicas
+            .lock()
+            .iter()
+            .filter(|r| r.ack >= offset)
+            .count()
+    }
+
+    /// Asks every replica for an acknowledgement now: a `REPLCONF GETACK *`
+    /// record in the stream.
+    pub fn request_acks(&self) {
+        self.backlog.append(&[GETACK_RECORD]);
     }
 
     /// The replicas, in connection order.
@@ -367,7 +397,9 @@ mod tests {
         });
         r.adopt_full_sync("a".repeat(40).as_str(), 100);
         r.backlog.append(&[b"0123456789"]);
-        assert!(r.promote().is_none(), "no link was attached");
+        r.link_up(7);
+        assert_eq!(r.promote(), Some(7), "the link's connection, to close");
+        assert!(!r.link_attached());
         let ids = r.ids();
         assert_eq!(ids.replid2, "a".repeat(40));
         assert_eq!(ids.second_offset, 111);

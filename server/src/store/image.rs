@@ -1,14 +1,16 @@
 //! A full sync's image of the shard: the records that recreate every key as
 //! of the cut, produced slot by slot while the shard keeps serving.
 //!
-//! [`Store::start_image`] is the cut. From then on the shard serialises
+//! [`Store::start_image`] is the cut (one per replica syncing; several may
+//! run at once). From then on the shard serialises
 //! whole slots in the background ([`Store::image_step`], a time slice
 //! between turns of its loop), and every write first serialises the slot
 //! it is about to change if that slot is not serialised yet
 //! (serialise-before-write, hooked into `locate`, the clearing of slots
 //! and the sweep), so each slot's image is the slot as of the cut. A slot
 //! is the unit, so a write pays at most one slot's serialisation (about 61
-//! keys per slot at 1M keys). Outside a sync the hook is one `Option` test.
+//! keys per slot at 1M keys). Outside a sync the hook is one test of an
+//! empty list.
 //!
 //! Keys already past their deadline are left out: they are absent to
 //! readers, and their `DEL`, when the primary reclaims them, follows in the
@@ -48,6 +50,8 @@ pub struct ImageSink {
 
 /// An image in progress.
 pub(super) struct Image {
+    /// Tells images apart while the list shifts.
+    id: u64,
     sink: ImageSink,
     /// Per slot table: serialised already.
     done: Vec<bool>,
@@ -69,60 +73,66 @@ pub enum ImageStep {
 }
 
 impl Store {
-    /// Cuts: the image of the store as it is now starts. Any image still in
-    /// progress is abandoned (its sender sees its channel close).
+    /// Cuts: an image of the store as it is now starts. Several may run at
+    /// once (one per replica syncing); each is sent to its own sink.
     pub fn start_image(&mut self, sink: ImageSink) {
         let n = self.tables.len();
-        self.image = Some(Image {
+        self.image_ids += 1;
+        self.images.push(Image {
+            id: self.image_ids,
             sink,
             done: vec![false; n],
             next: 0,
             left: n,
         });
         if n == 0 {
-            self.finish_image();
+            self.finish_image(self.images.len() - 1);
         }
     }
 
-    /// Serialises slots for about `budget`, unless the sender is behind.
+    /// Serialises slots for about `budget`, for the first image whose
+    /// sender is not behind.
     pub fn image_step(&mut self, budget: Duration) -> ImageStep {
-        let Some(img) = &self.image else {
+        if self.images.is_empty() {
             return ImageStep::Idle;
-        };
-        if img.sink.queued.load(Ordering::Relaxed) > IMAGE_QUEUE_LIMIT {
-            return ImageStep::Paused;
         }
+        let ready = |img: &Image| img.sink.queued.load(Ordering::Relaxed) <= IMAGE_QUEUE_LIMIT;
+        let Some(k) = self.images.iter().position(ready) else {
+            return ImageStep::Paused;
+        };
+        let id = self.images[k].id;
         let start = Instant::now();
-        while let Some(img) = &mut self.image {
+        while self.images.get(k).is_some_and(|img| img.id == id) {
+            let img = &mut self.images[k];
             let i = img.next;
             img.next += 1;
             if i < img.done.len() {
-                self.image_slot(i);
+                self.image_slot(k, i);
             }
             if start.elapsed() >= budget {
                 break;
             }
         }
-        match self.image {
-            Some(_) => ImageStep::More,
-            None => ImageStep::Idle,
+        match self.images.is_empty() {
+            true => ImageStep::Idle,
+            false => ImageStep::More,
         }
     }
 
     /// Serialise-before-write: table `i` is about to change.
     pub(super) fn before_write(&mut self, i: usize) {
-        if let Some(img) = &self.image {
-            if !img.done[i] {
-                self.image_slot(i);
+        // From the last image down, so a finished image leaving the list
+        // does not move the ones still to look at.
+        for k in (0..self.images.len()).rev() {
+            if !self.images[k].done[i] {
+                self.image_slot(k, i);
             }
         }
     }
 
-    /// Sends table `i`'s image, unless sent already.
-    fn image_slot(&mut self, i: usize) {
-        let Some(img) = &mut self.image else {
-            return;
-        };
+    /// Sends table `i`'s image to image `k`, unless sent already.
+    fn image_slot(&mut self, k: usize, i: usize) {
+        let img = &mut self.images[k];
         if std::mem::replace(&mut img.done[i], true) {
             return;
         }
@@ -157,19 +167,18 @@ impl Store {
                 .send(ImagePart::Chunk(out.freeze(), records))
                 .is_err()
             {
-                // The sender is gone (its replica dropped): stop imaging.
-                self.image = None;
+                // The sender is gone (its replica dropped): stop this image.
+                self.images.remove(k);
                 return;
             }
         }
         if img.left == 0 {
-            self.finish_image();
+            self.finish_image(k);
         }
     }
 
-    fn finish_image(&mut self) {
-        if let Some(img) = self.image.take() {
-            let _ = img.sink.tx.send(ImagePart::Done);
-        }
+    fn finish_image(&mut self, k: usize) {
+        let img = self.images.remove(k);
+        let _ = img.sink.tx.send(ImagePart::Done);
     }
 }

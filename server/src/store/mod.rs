@@ -81,8 +81,10 @@ pub struct Store {
     /// The replication backlog every change is written to; only the store
     /// writes it, one effect per mutation.
     effects: EffectLog,
-    /// A full sync's image in progress.
-    image: Option<image::Image>,
+    /// Full syncs' images in progress.
+    images: Vec<image::Image>,
+    /// Images started so far (each gets the next as its id).
+    image_ids: u64,
     /// On a replica: keys past their deadline are hidden from reads but
     /// never reclaimed (the primary's `DEL` removes them).
     replica: bool,
@@ -114,7 +116,8 @@ impl Store {
             sweep_pos: 0,
             clock: Now::default(),
             effects: EffectLog::new(backlog_bytes),
-            image: None,
+            images: Vec::new(),
+            image_ids: 0,
             replica: false,
             from_link: false,
         }

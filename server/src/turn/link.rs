@@ -61,12 +61,16 @@ fn payload_front<T>(c: &mut Conn<T>) -> Front {
                     link.mark = Some(Bytes::copy_from_slice(&mark[..MARK_LEN]));
                     Front::Framing
                 }
-                _ => Front::Bad("the payload does not start with $EOF:<mark>"),
+                _ => Front::Bad("the payload is not a Leasehold snapshot (no $EOF:<mark>)"),
             }
         }
         Some(mark) => {
             if c.rbuf.first() == Some(&b'*') {
                 return Front::Record;
+            }
+            if !link.started && !c.rbuf.is_empty() {
+                // A Leasehold payload starts with its LH.SNAPSHOT record.
+                return Front::Bad("the payload is not a Leasehold snapshot");
             }
             if c.rbuf.len() < MARK_LEN {
                 return Front::Partial;
@@ -136,7 +140,19 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                         c.state.close = true;
                         break;
                     }
+                    if let Some(l) = c.state.link.as_mut() {
+                        l.started = true;
+                    }
                     continue;
+                }
+                _ if !c.state.link.as_ref().is_some_and(|l| l.started) => {
+                    // Not a Leasehold payload (a Redis primary's RDB, say):
+                    // nothing of it is applied.
+                    tracing::warn!(
+                        "replication: closing the link: the payload is not a Leasehold snapshot"
+                    );
+                    c.state.close = true;
+                    break;
                 }
                 b"LH.SNAPEND" => {
                     let want = items

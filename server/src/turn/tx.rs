@@ -260,7 +260,12 @@ impl Running {
                     self.conn_cmd = Some((idx, args));
                     break;
                 }
-                let reply = run_conn_command(worker, state, idx, &mut args);
+                let mut reply = run_conn_command(worker, state, idx, &mut args);
+                // Nothing blocks inside a transaction: WAIT answers the
+                // acknowledgements so far, as in Redis.
+                if let Some(wait) = state.blocked.take() {
+                    reply = Reply::Int(worker.shared.repl.acked(wait.offset) as i64);
+                }
                 state.no_reply = false;
                 state.refresh(&worker.shared);
                 // UNWATCH inside the transaction: nothing is watched by now.

@@ -1,0 +1,164 @@
+//! Failover by stock Redis Sentinel, with real processes on loopback: three
+//! `leasehold-server` processes (a primary and two replicas started with
+//! `--replicaof`) and three sentinels (`redis-server --sentinel`, quorum 2,
+//! `down-after-milliseconds 1000`). A writer INCRs a counter and calls
+//! `WAIT 1 100` after each write; then the primary is killed (SIGKILL).
+//! Sentinel must promote a replica, point the other at it, and name it in
+//! `SENTINEL get-master-addr-by-name`; every value WAIT acknowledged must be
+//! on the new primary; the restarted old primary must come back as a
+//! replica; and `SENTINEL FAILOVER` must switch the primary again.
+//!
+//! `redis-server` is looked up on PATH; without it the test prints a notice
+//! and passes, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes it fail.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold_testkit::{
+    call, free_port, primary_of, replicas_seen, sentinel, sentinel_installed, started, text,
+    wait_for, Proc, Reply, MASTER,
+};
+
+fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-server"));
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "2",
+        "--loglevel",
+        "warn",
+    ]);
+    if let Some(p) = replicaof {
+        cmd.args(["--replicaof", &format!("127.0.0.1 {p}")]);
+    }
+    started(cmd.stderr(Stdio::inherit()), port, "leasehold-server")
+}
+
+/// `ROLE` of the node on `port`: ("master", _) or ("slave", its primary's port, link state).
+fn role(port: u16) -> Option<(String, u16, String)> {
+    let Reply::Array(r) = call(port, &["ROLE"])? else {
+        return None;
+    };
+    let kind = text(&r[0]);
+    match kind.as_str() {
+        "slave" => Some((kind, text(&r[2]).parse().ok()?, text(&r[3]))),
+        _ => Some((kind, 0, String::new())),
+    }
+}
+
+#[test]
+fn stock_sentinel_fails_over_and_no_acknowledged_write_is_lost() {
+    if !sentinel_installed("the Sentinel failover test") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("leasehold-sentinel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut nodes = vec![Some(leasehold(ports[0], None))];
+    nodes.push(Some(leasehold(ports[1], Some(ports[0]))));
+    nodes.push(Some(leasehold(ports[2], Some(ports[0]))));
+    let sport: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let _sentinels: Vec<Proc> = sport.iter().map(|&s| sentinel(&dir, s, ports[0])).collect();
+    // Sentinels learn the replicas from the primary's INFO (every 10 s) and
+    // each other from `__sentinel__:hello`.
+    wait_for(
+        "every sentinel sees both replicas",
+        Duration::from_secs(30),
+        || sport.iter().all(|&s| replicas_seen(s) == 2),
+    );
+
+    // A writer that remembers every value WAIT said a replica has.
+    let mut acked = 0i64;
+    for _ in 0..200 {
+        let Some(Reply::Int(v)) = call(ports[0], &["INCR", "counter"]) else {
+            panic!("INCR failed on the primary")
+        };
+        if let Some(Reply::Int(n)) = call(ports[0], &["WAIT", "1", "100"]) {
+            if n >= 1 {
+                acked = v;
+            }
+        }
+    }
+    assert_eq!(acked, 200, "every write was acknowledged by a replica");
+
+    let killed = Instant::now();
+    nodes[0] = None; // SIGKILL
+    let mut new = 0;
+    wait_for(
+        "a sentinel names a new primary",
+        Duration::from_secs(20),
+        || {
+            new = primary_of(sport[0]).unwrap_or(ports[0]);
+            new != ports[0]
+        },
+    );
+    let named = killed.elapsed();
+    wait_for(
+        "the new primary takes writes",
+        Duration::from_secs(10),
+        || matches!(call(new, &["INCR", "counter"]), Some(Reply::Int(_))),
+    );
+    let writable = killed.elapsed();
+    eprintln!("failover: new primary named after {named:?}, first write after {writable:?}");
+    assert!(
+        ports[1..].contains(&new),
+        "the new primary is one of the replicas"
+    );
+    let Some(Reply::Bulk(v)) = call(new, &["GET", "counter"]) else {
+        panic!("no counter on the new primary")
+    };
+    let value: i64 = String::from_utf8_lossy(&v).parse().expect("a number");
+    assert!(
+        value > acked,
+        "the new primary holds {value}, WAIT acknowledged {acked}"
+    );
+    let other = if new == ports[1] { ports[2] } else { ports[1] };
+    wait_for(
+        "the other replica follows the new primary",
+        Duration::from_secs(20),
+        || role(other).is_some_and(|(k, p, s)| k == "slave" && p == new && s == "connected"),
+    );
+    assert!(
+        sport.iter().all(|&s| primary_of(s) == Some(new)),
+        "every sentinel agrees"
+    );
+
+    // The old primary comes back empty and is made a replica of the new one.
+    nodes[0] = Some(leasehold(ports[0], None));
+    wait_for(
+        "the old primary is a replica of the new one",
+        Duration::from_secs(30),
+        || role(ports[0]).is_some_and(|(k, p, s)| k == "slave" && p == new && s == "connected"),
+    );
+    wait_for(
+        "the old primary has the data",
+        Duration::from_secs(10),
+        || call(ports[0], &["GET", "counter"]).is_some_and(|r| text(&r) == value.to_string()),
+    );
+
+    // A planned switch.
+    assert_eq!(
+        call(sport[1], &["SENTINEL", "FAILOVER", MASTER]).map(|r| text(&r)),
+        Some("OK".to_string())
+    );
+    let mut third = new;
+    wait_for(
+        "SENTINEL FAILOVER switches the primary",
+        Duration::from_secs(30),
+        || {
+            third = primary_of(sport[1]).unwrap_or(new);
+            third != new && role(third).is_some_and(|(k, _, _)| k == "master")
+        },
+    );
+    wait_for(
+        "the previous primary follows",
+        Duration::from_secs(30),
+        || role(new).is_some_and(|(k, p, s)| k == "slave" && p == third && s == "connected"),
+    );
+    assert!(matches!(
+        call(third, &["INCR", "counter"]),
+        Some(Reply::Int(_))
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}

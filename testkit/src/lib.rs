@@ -1,0 +1,163 @@
+//! Test support for tests that run real processes on loopback (a Leasehold
+//! node killed with SIGKILL, stock Redis Sentinel): child processes killed
+//! on drop, free ports, one-shot RESP calls, polling with a limit, and
+//! sentinels (`redis-server --sentinel`) with the settings the failover
+//! tests use. Depends on `leasehold-protocol` only, so the server's and the
+//! client's tests can both use it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+pub use leasehold_protocol::Reply;
+use leasehold_protocol::{decode_reply, encode_request};
+
+/// The master name the sentinels of [`sentinel`] monitor.
+pub const MASTER: &str = "mymaster";
+
+/// A child process killed (SIGKILL) and reaped on drop.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A port that was free on 127.0.0.1 a moment ago.
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Sends one request to 127.0.0.1:`port` on a new connection and returns
+/// its reply, or `None` when the connection fails (3 s read timeout).
+pub fn call(port: u16, args: &[&str]) -> Option<Reply> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let mut out = BytesMut::new();
+    encode_request(args, &mut out);
+    s.write_all(&out).ok()?;
+    let mut buf = BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some(r)) = decode_reply(&mut buf) {
+            return Some(r);
+        }
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A reply as text: a bulk or simple string's bytes, an error's text, an
+/// integer's digits, anything else in debug form.
+pub fn text(r: &Reply) -> String {
+    match r {
+        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Reply::Simple(s) | Reply::Error(s) => s.to_string(),
+        Reply::Int(i) => i.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Polls `ok` every 50 ms until it holds; returns how long that took.
+///
+/// # Panics
+/// When it does not hold within `limit` (the message names `what`).
+pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    start.elapsed()
+}
+
+/// Starts `cmd` (its standard output discarded) and waits, at most 10 s,
+/// until 127.0.0.1:`port` answers PING.
+///
+/// # Panics
+/// When it cannot be started or does not answer.
+pub fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
+    let proc = Proc(cmd.stdout(Stdio::null()).spawn().expect(what));
+    wait_for(what, Duration::from_secs(10), || {
+        call(port, &["PING"]).is_some()
+    });
+    proc
+}
+
+/// Whether `redis-server` (which runs sentinels with `--sentinel`) is on
+/// PATH. When it is not, prints a notice naming `test` and returns false,
+/// unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes it panic.
+///
+/// # Panics
+/// When it is missing and `LEASEHOLD_REQUIRE_REDIS=1`.
+pub fn sentinel_installed(test: &str) -> bool {
+    let ok = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("LEASEHOLD_REQUIRE_REDIS").as_deref() != Ok("1"),
+            "redis-server (for redis-server --sentinel) is not on PATH and LEASEHOLD_REQUIRE_REDIS=1"
+        );
+        eprintln!("NOTICE: redis-server is not on PATH; {test} is skipped");
+    }
+    ok
+}
+
+/// A stock sentinel on `port` (config file in `dir`) monitoring
+/// [`MASTER`] at 127.0.0.1:`primary` with quorum 2,
+/// `down-after-milliseconds 1000`, `failover-timeout 5000` and
+/// `parallel-syncs 1`.
+///
+/// # Panics
+/// When it cannot be started.
+pub fn sentinel(dir: &Path, port: u16, primary: u16) -> Proc {
+    let conf = dir.join(format!("sentinel-{port}.conf"));
+    let text = format!(
+        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER} 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n",
+        dir.display()
+    );
+    std::fs::write(&conf, text).expect("write the sentinel config");
+    let mut cmd = Command::new("redis-server");
+    started(cmd.arg(&conf).arg("--sentinel"), port, "a sentinel")
+}
+
+/// The primary's port as the sentinel on `sentinel` names it.
+pub fn primary_of(sentinel: u16) -> Option<u16> {
+    match call(sentinel, &["SENTINEL", "get-master-addr-by-name", MASTER])? {
+        Reply::Array(a) if a.len() == 2 => text(&a[1]).parse().ok(),
+        _ => None,
+    }
+}
+
+/// How many replicas the sentinel on `sentinel` knows and holds up
+/// (flags exactly `slave`).
+pub fn replicas_seen(sentinel: u16) -> usize {
+    let Some(Reply::Array(rs)) = call(sentinel, &["SENTINEL", "REPLICAS", MASTER]) else {
+        return 0;
+    };
+    rs.iter()
+        .filter(|r| {
+            let Reply::Array(kv) = r else { return false };
+            kv.chunks(2)
+                .any(|p| text(&p[0]) == "flags" && text(&p[1]) == "slave")
+        })
+        .count()
+}

@@ -1,0 +1,155 @@
+//! A replica's link against a scripted primary on loopback: the replica
+//! sends its primary nothing but the handshake and `REPLCONF ACK`s (the
+//! records' replies, for keys on either of its shards, are dropped), and a
+//! payload that is not a Leasehold snapshot (a Redis primary's RDB) changes
+//! nothing: the replica keeps its keys and serves them.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use leasehold_protocol::{decode_request, encode_request, Limits};
+use leasehold_tests::replication::field;
+use leasehold_tests::{keys_in_both_halves, TestServer};
+
+const ID: &str = "0123456789abcdef0123456789abcdef01234567";
+const MARK: &str = "fedcba9876543210fedcba9876543210fedcba98";
+
+/// The replica's next request, read from `s` (buffered in `buf`).
+fn request(s: &mut TcpStream, buf: &mut BytesMut) -> Option<Vec<String>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Ok(Some(items)) = decode_request(buf, &Limits::default()) {
+            return Some(
+                items
+                    .iter()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect(),
+            );
+        }
+        match s.read(&mut chunk) {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
+    }
+}
+
+/// Accepts the replica and answers its handshake up to PSYNC, which it
+/// returns with the connection.
+fn handshake(listener: &TcpListener) -> (TcpStream, BytesMut, Vec<String>) {
+    let (mut s, _) = listener.accept().expect("the replica connects");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = BytesMut::new();
+    loop {
+        let req = request(&mut s, &mut buf).expect("a handshake step");
+        match req[0].to_ascii_uppercase().as_str() {
+            "PING" => s.write_all(b"+PONG\r\n").unwrap(),
+            "REPLCONF" => s.write_all(b"+OK\r\n").unwrap(),
+            "PSYNC" => return (s, buf, req),
+            other => panic!("unexpected handshake step {other}"),
+        }
+    }
+}
+
+fn records(cmds: &[&[&str]]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for c in cmds {
+        encode_request(c, &mut out);
+    }
+    out.to_vec()
+}
+
+#[test]
+fn a_replica_sends_its_primary_nothing_but_acks() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let keys = keys_in_both_halves("k", 2);
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, mut buf, psync) = handshake(&listener);
+    assert_eq!(psync, ["PSYNC", "?", "-1"]);
+    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    let image: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k.as_str(), "v"]).collect();
+    let mut payload: Vec<&[&str]> = vec![
+        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
+        &["LH.FLUSHSLOTS", "0", "16383"],
+    ];
+    payload.extend(image.iter().map(Vec::as_slice));
+    let end = (image.len() + 1).to_string();
+    let end_record = ["LH.SNAPEND", end.as_str()];
+    payload.push(&end_record);
+    wire.extend(records(&payload));
+    wire.extend(MARK.as_bytes());
+    let stream: Vec<Vec<&str>> = keys
+        .iter()
+        .flat_map(|k| {
+            [
+                vec!["INCR", k.as_str()],
+                vec!["DEL", k.as_str()],
+                vec!["SET", k.as_str(), "w"],
+            ]
+        })
+        .collect();
+    let stream_bytes = records(&stream.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    wire.extend(&stream_bytes);
+    s.write_all(&wire).unwrap();
+    // Everything the replica sends from here on is an acknowledgement.
+    s.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let start = Instant::now();
+    let mut acks = Vec::new();
+    while start.elapsed() < Duration::from_millis(1500) {
+        let Some(req) = request(&mut s, &mut buf) else {
+            break;
+        };
+        assert_eq!(&req[..2], ["REPLCONF", "ACK"], "the replica sent {req:?}");
+        acks.push(req[2].parse::<u64>().unwrap());
+    }
+    assert_eq!(
+        acks.last().copied(),
+        Some(stream_bytes.len() as u64),
+        "acked: {acks:?}"
+    );
+    for k in &keys {
+        // INCR on "v" fails on the replica too; DEL then SET leave "w".
+        assert_eq!(r.call(&format!("GET {k}")), "$1\r\nw\r\n");
+    }
+    assert_eq!(
+        field(&mut r, "replication", "slave_repl_offset"),
+        stream_bytes.len().to_string()
+    );
+}
+
+#[test]
+fn a_payload_that_is_not_a_leasehold_snapshot_changes_nothing() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let mut r = replica.raw();
+    assert_eq!(r.call("SET kept yes"), "+OK\r\n");
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, _, _) = handshake(&listener);
+    // What a Redis 7 primary sends: an RDB payload.
+    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    wire.extend(b"REDIS0011\xfa\tredis-ver\x057.0.15");
+    s.write_all(&wire).unwrap();
+    let start = Instant::now();
+    loop {
+        let reply = r.call("GET kept");
+        if reply == "$3\r\nyes\r\n" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "GET kept answered {reply}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(field(&mut r, "replication", "master_link_status"), "down");
+    assert_eq!(r.call("DBSIZE"), ":1\r\n");
+    // And it can be pointed elsewhere or promoted.
+    assert_eq!(r.call("REPLICAOF NO ONE"), "+OK\r\n");
+    assert_eq!(r.call("SET after 1"), "+OK\r\n");
+}
