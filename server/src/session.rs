@@ -87,6 +87,10 @@ pub struct Multi {
     pub shards: Vec<bool>,
     /// Whether a connection command (CONFIG, CLIENT, ...) is queued.
     pub conn_commands: bool,
+    /// Bytes queued (arguments, plus 16 a request): past
+    /// `client-query-buffer-limit` the connection is closed, as a query
+    /// buffer past it is.
+    pub bytes: usize,
 }
 
 impl Multi {
@@ -97,6 +101,7 @@ impl Multi {
             aborted: false,
             shards: vec![false; shards],
             conn_commands: false,
+            bytes: 0,
         }
     }
 }

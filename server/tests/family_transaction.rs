@@ -307,3 +307,24 @@ fn nothing_blocks_inside_a_transaction() {
     );
     assert_eq!(h.cmd("PING"), Reply::simple("PONG"));
 }
+
+/// A transaction's queue is held to `client-query-buffer-limit`, like
+/// unread input: past it the connection closes.
+#[test]
+fn a_queue_past_the_query_buffer_limit_closes_the_connection() {
+    let mut config = Config::default();
+    config.limits.client_query_buffer_limit = 1 << 20;
+    let mut h = Harness::with_config(config, 2);
+    let mut other = h.new_connection();
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    let value = "v".repeat(1000);
+    let set = ["SET", "k", value.as_str()];
+    // About 1 KB a request: 900 fit under 1 MB, 200 more do not.
+    let replies = h.pipeline(&vec![set; 900]);
+    assert_eq!(replies.len(), 900);
+    assert!(replies.iter().all(|r| *r == QUEUED));
+    let replies = h.pipeline(&vec![set; 200]);
+    assert!(replies.len() < 200, "{} replies", replies.len());
+    assert!(h.is_closed());
+    assert_eq!(other.cmd("GET k"), Reply::Nil);
+}

@@ -45,6 +45,10 @@ pub(super) fn queue(
     spec: &CommandSpec,
     items: Vec<Bytes>,
 ) {
+    if conn.close {
+        // Closing (its queue passed the limit): nothing more is kept.
+        return;
+    }
     let args = Args::new(items);
     match shards_of(spec, &args, worker.shared.shards, worker.id) {
         Err(reply) => {
@@ -52,9 +56,25 @@ pub(super) fn queue(
             refuse(conn, pipe, reply);
         }
         Ok(shards) => {
+            let limit = conn.query_buffer_limit;
             let Some(multi) = conn.tx.multi.as_mut() else {
                 return;
             };
+            multi.bytes += args.all().iter().map(|a| a.len() + 16).sum::<usize>();
+            if multi.bytes > limit {
+                let h = &conn.handle;
+                tracing::warn!(
+                    "closing client {} at {}: MULTI queued {} bytes, over client-query-buffer-limit",
+                    h.id,
+                    h.addr,
+                    multi.bytes
+                );
+                // Still inside MULTI, aborted: what follows in this read is
+                // dropped, never run.
+                multi.aborted = true;
+                conn.close = true;
+                return;
+            }
             match shards {
                 None => multi.conn_commands = true,
                 Some(list) => list.into_iter().for_each(|s| multi.shards[s] = true),
