@@ -16,12 +16,17 @@
 //! pipeline's commands are not serialised with each other (as in any sharded
 //! store without transactions): a reader on another connection may see a
 //! later write of this pipeline before an earlier one on another shard.
+//! Inside MULTI, [`plan`] queues requests instead (`multi.rs`), and EXEC
+//! runs them atomically across shards (`turn/tx.rs`).
+
+mod multi;
 
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
+use crate::commands::transaction::runs_inside_multi;
 use crate::commands::{flags, pubsub, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
@@ -228,33 +233,16 @@ impl Pipeline {
     /// replies, and empties the pipeline. Call only when it owes nothing.
     pub fn encode(&mut self, worker: &Worker, proto: Protocol, out: &mut BytesMut) {
         debug_assert_eq!(self.owed, 0, "replies are still owed");
-        let lost = || OpError::ShardUnavailable.reply();
         for slot in self.slots.drain(..) {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Remote => lost(),
+                Slot::Remote => OpError::ShardUnavailable.reply(),
                 Slot::Sent => continue,
                 Slot::Rest(b) => {
                     out.extend_from_slice(&b);
                     continue;
                 }
-                Slot::Split {
-                    cmd,
-                    parts,
-                    merge,
-                    ordinals,
-                    nkeys,
-                } => {
-                    let replies = parts
-                        .into_iter()
-                        .map(|p| match p {
-                            Part::Ready(r) => r,
-                            Part::Remote => lost(),
-                        })
-                        .collect();
-                    let merged = merge_replies(merge, replies, &ordinals, nkeys);
-                    worker.shard.borrow().stats.count_call(cmd, Ok(merged))
-                }
+                split @ Slot::Split { .. } => merge_split(worker, split),
             };
             if reply.is_error() {
                 worker.shard.borrow().stats.count_reply(&reply);
@@ -262,6 +250,30 @@ impl Pipeline {
             reply.encode(proto, out);
         }
     }
+}
+
+/// A split slot's reply: its parts merged, the call counted once.
+fn merge_split(worker: &Worker, slot: Slot) -> Reply {
+    let lost = || OpError::ShardUnavailable.reply();
+    let Slot::Split {
+        cmd,
+        parts,
+        merge,
+        ordinals,
+        nkeys,
+    } = slot
+    else {
+        return lost();
+    };
+    let replies = parts
+        .into_iter()
+        .map(|p| match p {
+            Part::Ready(r) => r,
+            Part::Remote => lost(),
+        })
+        .collect();
+    let merged = merge_replies(merge, replies, &ordinals, nkeys);
+    worker.shard.borrow().stats.count_call(cmd, Ok(merged))
 }
 
 impl Pipeline {
@@ -360,18 +372,18 @@ pub fn plan(
     let worker = at.worker;
     let t = table();
     let Some((idx, spec)) = t.lookup(&items[0]) else {
-        pipe.slots.push(Slot::Ready(unknown_command(&items)));
+        multi::refuse(conn, pipe, unknown_command(&items));
         return Planned::Queued;
     };
     conn.note_command(idx);
     if !spec.arity_ok(items.len()) {
         count_rejected(worker, idx);
-        pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
+        multi::refuse(conn, pipe, wrong_arity(spec.name));
         return Planned::Queued;
     }
     if let Err(e) = check_state(&worker.shared, conn, spec) {
         count_rejected(worker, idx);
-        pipe.slots.push(Slot::Ready(e.reply()));
+        multi::refuse(conn, pipe, e.reply());
         return Planned::Queued;
     }
     // RESP2's subscribed mode refuses most commands and changes PING's
@@ -382,6 +394,10 @@ pub fn plan(
             pipe.slots.push(Slot::Ready(reply));
             return Planned::Queued;
         }
+    }
+    if conn.tx.multi.is_some() && !runs_inside_multi(spec) {
+        multi::queue(worker, conn, pipe, idx, spec, items);
+        return Planned::Queued;
     }
     let shards = worker.shared.shards;
     let args = Args::new(items);
@@ -400,13 +416,7 @@ pub fn plan(
             }
         },
         Exec::Cursor(run) => {
-            let slot = args
-                .all()
-                .get(1)
-                .and_then(|c| leasehold_protocol::int::parse_u64(c))
-                .unwrap_or(0)
-                .min(SLOTS as u64 - 1);
-            let shard = slot_shard(slot as u16, shards);
+            let shard = cursor_shard(&args, shards);
             let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
             pipe.push_part(part);
         }
@@ -428,12 +438,33 @@ pub fn plan(
     Planned::Queued
 }
 
+/// The shard a SCAN cursor (a hash slot) names.
+fn cursor_shard(args: &Args, shards: usize) -> usize {
+    let slot = args
+        .all()
+        .get(1)
+        .and_then(|c| leasehold_protocol::int::parse_u64(c))
+        .unwrap_or(0)
+        .min(SLOTS as u64 - 1);
+    slot_shard(slot as u16, shards)
+}
+
+/// Whether every key of a multi-key request of `argc` arguments has its
+/// companions (`MSET a 1 b` has not).
+fn groups_complete(spec: &CommandSpec, argc: usize) -> bool {
+    let step = spec.step.max(1) as usize;
+    (argc - spec.first_key as usize) % step == 0
+}
+
 fn count_rejected(worker: &Worker, idx: usize) {
     let stats = &worker.shard.borrow().stats;
     stats.rejected_calls[idx].add(1);
 }
 
-/// The one shard all keys of a request live on (`None`: no keys).
+/// The one shard all keys of a request live on (`None`: no keys). Always
+/// inlined: it is on every keyed command's path through [`plan`] (MULTI's
+/// queueing calls it too, which would otherwise make it a call).
+#[inline(always)]
 fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option<usize>, OpError> {
     let all = args.all();
     let mut found = None;
@@ -463,7 +494,7 @@ fn plan_split(
     let step = spec.step.max(1) as usize;
     // A key without its value (`MSET a 1 b`) fails the whole command before
     // any part runs, or the shards holding complete pairs would write them.
-    if (all.len() - spec.first_key as usize) % step != 0 {
+    if !groups_complete(spec, all.len()) {
         count_rejected(worker, cmd.idx);
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return;

@@ -29,6 +29,9 @@ use crate::clock::{unix_of, Now};
 use crate::ratelimit::RateState;
 use crate::replication::role::Replication;
 
+mod watch;
+pub use watch::Watches;
+
 /// Largest encoding buffer kept between records, bytes.
 const MAX_KEPT_SCRATCH: usize = 64 * 1024;
 
@@ -96,6 +99,8 @@ pub struct EffectLog {
     sink: Option<Arc<Replication>>,
     /// A full sync's cut holds this shard's publishes (see [`EffectLog::hold`]).
     holding: bool,
+    /// The keys clients WATCH on this shard: every keyed effect touches them.
+    pub watches: Watches,
 }
 
 impl std::fmt::Debug for EffectLog {
@@ -119,6 +124,7 @@ impl EffectLog {
             published: 0,
             sink: None,
             holding: false,
+            watches: Watches::default(),
         }
     }
 
@@ -132,6 +138,11 @@ impl EffectLog {
     /// than that goes to the merged stream at once, so no record is ever
     /// lost to the ring's wrap between two publishes.
     pub fn emit(&mut self, effect: Effect<'_>) {
+        if !self.watches.is_empty() {
+            if let Some(key) = effect.key() {
+                self.watches.touch(key);
+            }
+        }
         self.scratch.clear();
         effect.encode(&mut self.scratch);
         let half = (self.capacity / 2) as u64;
@@ -237,6 +248,18 @@ impl EffectLog {
 }
 
 impl Effect<'_> {
+    /// The one key this effect changes (`None` for a slot range).
+    pub fn key(&self) -> Option<&[u8]> {
+        match *self {
+            Effect::Set { key, .. }
+            | Effect::Del { key }
+            | Effect::ExpireAt { key, .. }
+            | Effect::Persist { key }
+            | Effect::Rate { key, .. } => Some(key),
+            Effect::FlushSlots { .. } => None,
+        }
+    }
+
     /// Appends this effect's RESP encoding (one command) to `out`.
     pub fn encode(&self, out: &mut bytes::BytesMut) {
         let mut num = itoa::Buffer::new();

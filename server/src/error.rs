@@ -149,6 +149,19 @@ pub enum OpError {
     /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
     /// to a replica (no chained replication).
     NoChainedReplication,
+    /// `ERR MULTI calls can not be nested`.
+    NestedMulti,
+    /// `ERR EXEC without MULTI`.
+    ExecWithoutMulti,
+    /// `ERR DISCARD without MULTI`.
+    DiscardWithoutMulti,
+    /// `ERR WATCH inside MULTI is not allowed`.
+    WatchInsideMulti,
+    /// `EXECABORT Transaction discarded because of previous errors.`: a
+    /// command was refused while MULTI queued it.
+    ExecAbort,
+    /// `ERR Command not allowed inside a transaction` (PSYNC in MULTI).
+    NotInMulti,
     /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
     /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
     /// (RESP2's subscribed mode), the command in lower case.
@@ -245,6 +258,14 @@ impl OpError {
             )),
             OpError::NoConfigFile => Reply::err("ERR The server is running without a config file"),
             OpError::ConfigRewrite(e) => err_echoing_input(format!("ERR Rewriting config file: {e}")),
+            OpError::NestedMulti => Reply::err("ERR MULTI calls can not be nested"),
+            OpError::ExecWithoutMulti => Reply::err("ERR EXEC without MULTI"),
+            OpError::DiscardWithoutMulti => Reply::err("ERR DISCARD without MULTI"),
+            OpError::WatchInsideMulti => Reply::err("ERR WATCH inside MULTI is not allowed"),
+            OpError::ExecAbort => {
+                Reply::err("EXECABORT Transaction discarded because of previous errors.")
+            }
+            OpError::NotInMulti => Reply::err("ERR Command not allowed inside a transaction"),
             OpError::ReadOnly => Reply::err("READONLY You can't write against a read only replica."),
             OpError::Loading => Reply::err("LOADING Redis is loading the dataset in memory"),
             OpError::NoMasterLink => {

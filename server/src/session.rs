@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use leasehold_protocol::{Limits, Protocol};
 
 use crate::config::parse::OutputLimit;
@@ -47,6 +48,8 @@ pub struct ConnState {
     /// The pub/sub class of `client-output-buffer-limit`, refreshed with
     /// `limits`: what a subscribed connection may hold unwritten.
     pub pubsub_limit: OutputLimit,
+    /// MULTI's queue and WATCH's keys.
+    pub tx: TxState,
 }
 
 /// A WAIT in progress.
@@ -58,6 +61,61 @@ pub struct WaitAcks {
     pub replicas: usize,
     /// When WAIT gives up (`None`: never, for a timeout of 0).
     pub deadline: Option<std::time::Instant>,
+}
+
+/// A connection's transaction state: the commands MULTI queued, the keys
+/// it WATCHes, and the shard work a transaction command leaves for the
+/// connection's thread (`turn` does it right after the command).
+#[derive(Debug, Default)]
+pub struct TxState {
+    /// Inside MULTI: what is queued.
+    pub multi: Option<Multi>,
+    /// The keys WATCHed since the last EXEC, DISCARD or UNWATCH, each once.
+    pub watched: Vec<Bytes>,
+    /// What the last transaction command left for the thread to do.
+    pub pending: Option<TxWork>,
+}
+
+/// The commands queued since MULTI.
+#[derive(Debug)]
+pub struct Multi {
+    /// Each queued request, as sent (name first).
+    pub queued: Vec<Vec<Bytes>>,
+    /// A command was refused while queueing: EXEC answers `EXECABORT`.
+    pub aborted: bool,
+    /// Per shard, whether a queued command runs on it.
+    pub shards: Vec<bool>,
+    /// Whether a connection command (CONFIG, CLIENT, ...) is queued.
+    pub conn_commands: bool,
+    /// Bytes queued (arguments, plus 16 a request): past
+    /// `client-query-buffer-limit` the connection is closed, as a query
+    /// buffer past it is.
+    pub bytes: usize,
+}
+
+impl Multi {
+    /// An empty queue on a server of `shards` shards.
+    pub fn new(shards: usize) -> Multi {
+        Multi {
+            queued: Vec::new(),
+            aborted: false,
+            shards: vec![false; shards],
+            conn_commands: false,
+            bytes: 0,
+        }
+    }
+}
+
+/// Shard work a transaction command leaves for the connection's thread.
+#[derive(Debug)]
+pub enum TxWork {
+    /// WATCH: register these keys (newly watched) on their shards.
+    Watch(Vec<Bytes>),
+    /// UNWATCH, DISCARD, EXECABORT: forget these keys on their shards.
+    Unwatch(Vec<Bytes>),
+    /// EXEC: run the queue atomically, checking the watched keys first
+    /// (the reply comes from the thread, not from the command).
+    Exec(Multi, Vec<Bytes>),
 }
 
 /// REPLCONF facts a replica gives before PSYNC.
@@ -177,6 +235,7 @@ impl ConnState {
             blocked: None,
             pubsub: Subscriptions::default(),
             pubsub_limit: OutputLimit::default(),
+            tx: TxState::default(),
         };
         conn.refresh(shared);
         conn

@@ -26,6 +26,9 @@ use crate::error::OpError;
 use crate::state::{Doorbell, ShardStats, Shared};
 use crate::store::{ImageSink, ImageStep, Store};
 
+mod tx;
+pub use tx::{TxId, TxMsg};
+
 /// A handler that runs on the shard owning its keys.
 pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
 
@@ -56,6 +59,9 @@ pub struct Shard {
     shared: Arc<Shared>,
     /// The configuration generation `conf` was read at.
     config_gen: u64,
+    /// Locked by a transaction over several shards: the turn runs only its
+    /// jobs here, publishing and active expiry wait until it is released.
+    pub locked: bool,
 }
 
 impl std::fmt::Debug for Shard {
@@ -140,6 +146,8 @@ pub enum Msg {
         /// One answer per job.
         answers: Vec<Answer>,
     },
+    /// A transaction's step (see [`TxMsg`]).
+    Tx(TxMsg),
     /// A PUBLISH's message for this thread's subscribers.
     Publish(crate::pubsub::Publish),
 }
@@ -267,6 +275,7 @@ impl Shard {
             stats,
             shared,
             config_gen: u64::MAX,
+            locked: false,
         };
         shard.tick();
         shard
@@ -333,7 +342,11 @@ impl Shard {
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
         self.stats.effect_offset.set(self.store.effects().offset());
-        self.store.effects_mut().publish();
+        // A locked shard's effects are a transaction's, published whole by
+        // its last jobs (`TxMsg::Run`).
+        if !self.locked {
+            self.store.effects_mut().publish();
+        }
     }
 
     /// A full sync's cut, between two batches: what was written so far
@@ -365,6 +378,10 @@ impl Shard {
     /// to `budget`, as Redis's adaptive cycle does, so a mass expiry is
     /// reclaimed at up to a quarter of a core.
     pub fn expiry_cycle(&mut self, budget: Duration) -> u64 {
+        // A transaction holding the shard sees no key expire under it.
+        if self.locked {
+            return 0;
+        }
         // A replica never expires keys itself: the primary's DEL does.
         if self.shared.repl.is_replica() {
             self.publish();

@@ -18,8 +18,15 @@
 //! without reading waits on itself alone. A connection command (CONFIG,
 //! CLIENT, HELLO, ...) runs only once everything before it is answered, so it
 //! sees their effects; it waits parked until then.
+//!
+//! EXEC is such a command; `tx.rs` runs its transaction, inline, as one
+//! message to one other shard, or over several shards locked in ascending
+//! order. While a transaction holds this thread's shard, [`Turn::deliver`]
+//! keeps the batches and lock requests other threads send until the
+//! release, and [`Turn::serve`] serves no connection (`docs/transactions.md`).
 
 mod link;
+mod tx;
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -101,6 +108,10 @@ pub struct Conn<T> {
     pub hangup: bool,
     /// The handoff of the reply another shard writes directly, while owed.
     handoff: Option<Arc<Handoff>>,
+    /// Its EXEC, while it runs on other shards.
+    running: Option<Box<tx::Running>>,
+    /// Not served until a transaction releases this thread's shard.
+    held: bool,
 }
 
 impl<T> Conn<T> {
@@ -119,10 +130,11 @@ impl<T> Conn<T> {
         (self.io.as_mut(), &mut self.out)
     }
 
-    /// Whether the connection waits for replies from other shards (and so
-    /// is not read until they come back).
+    /// Whether the connection waits for replies from other shards, or for
+    /// a transaction to release this thread's shard (and so is not read
+    /// until they come back, or it is released).
     pub fn waiting(&self) -> bool {
-        self.pipe.owed() > 0
+        self.pipe.owed() > 0 || self.held
     }
 
     /// Called when the connection is readable while it waits: true when the
@@ -144,6 +156,8 @@ pub struct Turn<T> {
     posted: Vec<bool>,
     /// Where a reply written directly is encoded.
     scratch: BytesMut,
+    /// This thread's shard lock, for transactions over several shards.
+    locks: tx::Locks,
     /// Connections blocked in WAIT.
     blocked: Vec<usize>,
     /// Bytes of published messages appended this turn.
@@ -163,6 +177,7 @@ impl<T: Transport> Turn<T> {
             resumed: Vec::new(),
             posted,
             scratch: BytesMut::new(),
+            locks: tx::Locks::default(),
             blocked: Vec::new(),
             pushed: 0,
         }
@@ -190,6 +205,8 @@ impl<T: Transport> Turn<T> {
             unread: true,
             hangup: false,
             handoff: None,
+            running: None,
+            held: false,
         })
     }
 
@@ -198,9 +215,12 @@ impl<T: Transport> Turn<T> {
         self.conns.get_mut(key).filter(|c| c.io.is_some())
     }
 
-    /// Starts a turn: every command of it sees one clock reading.
+    /// Starts a turn: every command of it sees one clock reading (a shard
+    /// a transaction holds keeps the reading of its grant).
     pub fn begin(&mut self) {
-        self.worker.shard.borrow_mut().tick();
+        if !self.locks.held() {
+            self.worker.shard.borrow_mut().tick();
+        }
         self.pushed = 0;
     }
 
@@ -217,7 +237,10 @@ impl<T: Transport> Turn<T> {
     /// cuts or releases the shard for a full sync. A new connection is
     /// handed back to the caller, which owns sockets.
     pub fn deliver(&mut self, msg: Msg) -> Option<Incoming> {
+        // A shard a transaction holds runs nothing else until its release.
+        let msg = self.locks.defer(msg)?;
         match msg {
+            Msg::Tx(m) => self.deliver_tx(m),
             Msg::Conn(stream) => return Some(Incoming::Client(stream)),
             Msg::Link(start) => return Some(Incoming::Link(start)),
             Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
@@ -362,6 +385,13 @@ impl<T: Transport> Turn<T> {
     /// a connection command that must wait, and at the end of the connection
     /// (QUIT, CLIENT KILL of itself, a protocol error: `state.close`).
     pub fn serve(&mut self, key: usize) {
+        // This thread's shard is held by a transaction: not before its release.
+        if self.locks.hold(key) {
+            if let Some(c) = self.conns.get_mut(key) {
+                c.held = true;
+            }
+            return;
+        }
         let worker = &*self.worker;
         let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
             return;
@@ -527,6 +557,8 @@ impl<T: Transport> Turn<T> {
         let c = self.conns.get_mut(key)?;
         let io = c.io.take()?;
         let shared = &self.worker.shared;
+        let watched = std::mem::take(&mut c.state.tx.watched);
+        tx::watch(&self.worker, c.state.handle.id, watched, false);
         shared.clients.lock().remove(&c.state.handle.id);
         if let Some(link) = &c.state.link {
             // A payload that never began replaced nothing: the dataset is
@@ -570,6 +602,15 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     // does to the other shards' next batches.
                     c.state.refresh(&worker.shared);
                     worker.shard.borrow_mut().tick();
+                    let reply = match tx::has_work(c) {
+                        true => tx::after_command(at, c, reply),
+                        false => Some(reply),
+                    };
+                    let Some(reply) = reply else {
+                        // EXEC runs on other shards: nothing more is read
+                        // from this connection until its reply is in.
+                        return false;
+                    };
                     if !std::mem::take(&mut c.state.no_reply) {
                         reply.encode(c.state.proto, &mut c.out);
                     }

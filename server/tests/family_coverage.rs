@@ -37,6 +37,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         include_str!("family_replication.rs"),
     ),
     (
+        "family_transaction.rs",
+        commands::transaction::COMMANDS,
+        include_str!("family_transaction.rs"),
+    ),
+    (
         "family_pubsub.rs",
         commands::pubsub::COMMANDS,
         include_str!("family_pubsub.rs"),

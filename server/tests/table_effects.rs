@@ -161,6 +161,12 @@ const SAMPLES: &[Sample] = &[
         &[],
         &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
     ),
+    // Transactions: the commands themselves write nothing (a queued read).
+    ("multi", &[], &["MULTI"]),
+    ("exec", &["MULTI", "GET a"], &["EXEC"]),
+    ("discard", &["MULTI", "SET a 1"], &["DISCARD"]),
+    ("watch", &["SET a 1"], &["WATCH a", "WATCH a missing"]),
+    ("unwatch", &["WATCH a"], &["UNWATCH"]),
     // Replication: role changes and the handshake write nothing.
     ("replicaof", READ_SETUP, &["REPLICAOF NO ONE"]),
     ("slaveof", READ_SETUP, &["SLAVEOF NO ONE"]),

@@ -415,3 +415,28 @@ fn hello_without_id(reply: &str) -> String {
     let kind = &reply[..1];
     format!("{kind}{:?}", blank(pairs))
 }
+
+on_1_and_2_threads! {
+    fn transactions(threads) {
+        let Some(mut p) = Pair::start(threads) else { return };
+        let keys = keys_in_both_halves("tx", 2);
+        let (a, b) = (&keys[0], &keys[1]);
+        p.same(&[
+            "EXEC", "DISCARD", "MULTI", "MULTI", "WATCH x", "SET a 1", "INCR a b", "EXEC", "GET a",
+            "MULTI", "SET a x", "INCR a", "GET a", "EXEC",
+            "MULTI", "FOO", "SET a 2", "EXEC", "GET a",
+            "MULTI", "MSET a 1 b", "EXEC",
+            "MULTI", "EXEC",
+            "MULTI", "PING", "ECHO hi", "UNWATCH", "DISCARD", "DISCARD",
+            "WATCH a", "SET a 3", "MULTI", "GET a", "EXEC",
+            "WATCH a", "MULTI", "GET a", "EXEC",
+            "WATCH a nokey", "UNWATCH", "SET a 4", "MULTI", "GET a", "EXEC",
+            "WATCH a", "FLUSHALL", "MULTI", "GET a", "EXEC",
+            "MULTI", &format!("SET {a} 1"), &format!("SET {b} 2"), &format!("MGET {a} {b}"),
+            &format!("INCR {a}"), &format!("DEL {a} {b}"), "DBSIZE", "EXEC",
+        ]);
+        let (r, l) = p.both_raw(&cmd("HELLO 3"));
+        assert_eq!(hello_without_id(&r), hello_without_id(&l));
+        p.same(&["WATCH a", "SET a 5", "MULTI", "GET a", "EXEC", "MULTI", "GET a", "EXEC"]);
+    }
+}

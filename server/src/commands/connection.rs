@@ -161,6 +161,12 @@ fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
     *ctx.conn.handle.name.lock() = None;
     let open = ctx.shared.config.read().security.requirepass.is_empty();
     ctx.conn.set_authenticated(open);
+    // Out of MULTI, and nothing watched any more.
+    let tx = &mut ctx.conn.tx;
+    tx.multi = None;
+    tx.pending = Some(crate::session::TxWork::Unwatch(std::mem::take(
+        &mut tx.watched,
+    )));
     Ok(Reply::simple("RESET"))
 }
 

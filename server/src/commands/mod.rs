@@ -17,9 +17,10 @@
 //!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
-//! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE.
+//! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
 //! - [`pubsub`]: SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH,
-//!   PUBSUB (the registry is [`crate::pubsub`]).
+//!   PUBSUB (the registry is [`crate::pubsub`]);
+//! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -42,6 +43,7 @@ pub mod ratelimit;
 pub mod replication;
 pub mod server;
 pub mod strings;
+pub mod transaction;
 
 /// Command flags, as `COMMAND INFO` names them. Every flag is reported by
 /// COMMAND INFO (cluster clients and proxies route by `write` / `readonly`);
@@ -67,10 +69,14 @@ pub mod flags {
     /// Allowed on a replica whose link to its primary is down, once
     /// `replica-serve-stale-data no` exists.
     pub const STALE: u32 = 1 << 7;
+    /// Refused inside MULTI (`ERR Command not allowed inside a
+    /// transaction`, which aborts the transaction): PSYNC, whose connection
+    /// leaves the event loop.
+    pub const NO_MULTI: u32 = 1 << 8;
 
     /// Flag names for COMMAND INFO, in bit order.
-    pub const NAMES: [&str; 8] = [
-        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale",
+    pub const NAMES: [&str; 9] = [
+        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale", "no_multi",
     ];
 }
 
@@ -216,6 +222,7 @@ impl Table {
             ratelimit::COMMANDS,
             replication::COMMANDS,
             pubsub::COMMANDS,
+            transaction::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_protocol::{Args, Reply};
 
-use super::flags::{ADMIN, FAST, LOADING, STALE};
+use super::flags::{ADMIN, FAST, LOADING, NO_MULTI, STALE};
 use super::{cmd, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::replication::role::Target;
@@ -25,7 +25,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("replicaof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
     cmd("slaveof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
     cmd("replconf", -1, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
-    cmd("psync", -3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
+    cmd("psync", -3, ADMIN | LOADING | STALE | NO_MULTI, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
     cmd("role", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
     cmd("wait", 3, 0, NO_KEYS, Exec::Conn(wait), "Blocks until the asynchronous replication of all preceding write commands sent by the connection are completed."),
 ];

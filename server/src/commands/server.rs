@@ -275,6 +275,8 @@ fn command_group(name: &str) -> &'static str {
         "generic"
     } else if member(super::connection::COMMANDS) {
         "connection"
+    } else if member(super::transaction::COMMANDS) {
+        "transactions"
     } else if member(super::pubsub::COMMANDS) {
         "pubsub"
     } else {

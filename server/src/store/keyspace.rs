@@ -290,6 +290,7 @@ impl Store {
         if lo >= hi {
             return 0;
         }
+        self.touch_watched_in(lo..hi);
         let mut gone = 0u64;
         for i in lo - self.first_slot..hi - self.first_slot {
             self.before_write(i);

@@ -28,6 +28,7 @@
 //! - `expiry.rs`: the TTL counters and the active-expiry sweep;
 //! - `emit.rs`: the store's side of the replication stream (it is the only
 //!   writer of the shard's effect log);
+//! - `watch.rs`: WATCH on this shard's keys (registering, EXEC's check);
 //! - `image.rs`: a full sync's image of the shard, slot by slot, while it
 //!   keeps serving;
 //! - `table.rs`: one slot's table: 48-byte entries, their hash tags and, for
@@ -43,6 +44,7 @@ mod image;
 mod keyspace;
 mod table;
 mod value;
+mod watch;
 
 use crate::clock::Now;
 use crate::effects::EffectLog;

@@ -1,0 +1,95 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//!
+//! These rows run on the connection's thread ([`Exec::Conn`]) and change
+//! only the connection's transaction state ([`crate::session::TxState`]):
+//! what needs shards (registering watched keys, running the queue at
+//! EXEC) they leave in [`TxState::pending`] for the thread, which does it
+//! right after the command (`turn/tx.rs`). While MULTI is open the
+//! dispatcher queues every other command (answering `+QUEUED`) instead of
+//! running it; `docs/transactions.md` describes how EXEC runs the queue
+//! atomically, on one shard or across several.
+//!
+//! [`TxState::pending`]: crate::session::TxState::pending
+
+use leasehold_protocol::{Args, Reply};
+
+use super::flags::{FAST, LOADING, STALE};
+use super::{cmd, CommandSpec, Exec, NO_KEYS};
+use crate::error::OpError;
+use crate::session::{ConnCtx, Multi, TxWork};
+
+/// The family's rows.
+#[rustfmt::skip]
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("multi", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(multi), "Starts a transaction."),
+    cmd("exec", 1, LOADING | STALE, NO_KEYS, Exec::Conn(exec), "Executes all commands in a transaction."),
+    cmd("discard", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(discard), "Discards a transaction."),
+    cmd("watch", -2, FAST | LOADING | STALE, (1, -1, 1), Exec::Conn(watch), "Monitors changes to keys to determine the execution of a transaction."),
+    cmd("unwatch", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(unwatch), "Forgets about watched keys of a transaction."),
+];
+
+/// Whether a row runs at once inside MULTI instead of being queued: the
+/// transaction commands themselves, and QUIT and RESET, which end the
+/// connection's state whatever it is.
+pub fn runs_inside_multi(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
+}
+
+fn multi(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    a.finish()?;
+    let tx = &mut ctx.conn.tx;
+    if tx.multi.is_some() {
+        return Err(OpError::NestedMulti);
+    }
+    tx.multi = Some(Multi::new(ctx.shared.shards));
+    Ok(Reply::ok())
+}
+
+fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    a.finish()?;
+    let tx = &mut ctx.conn.tx;
+    let multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
+    let watched = std::mem::take(&mut tx.watched);
+    if multi.aborted {
+        tx.pending = Some(TxWork::Unwatch(watched));
+        return Err(OpError::ExecAbort);
+    }
+    tx.pending = Some(TxWork::Exec(multi, watched));
+    // The thread replaces this with the transaction's replies.
+    Ok(Reply::NilArray)
+}
+
+fn discard(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    a.finish()?;
+    let tx = &mut ctx.conn.tx;
+    tx.multi.take().ok_or(OpError::DiscardWithoutMulti)?;
+    tx.pending = Some(TxWork::Unwatch(std::mem::take(&mut tx.watched)));
+    Ok(Reply::ok())
+}
+
+fn watch(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let tx = &mut ctx.conn.tx;
+    if tx.multi.is_some() {
+        return Err(OpError::WatchInsideMulti);
+    }
+    let mut fresh = Vec::new();
+    while a.remaining() > 0 {
+        let key = a.key()?;
+        if !tx.watched.contains(&key) && !fresh.contains(&key) {
+            fresh.push(key);
+        }
+    }
+    tx.watched.extend(fresh.iter().cloned());
+    tx.pending = Some(TxWork::Watch(fresh));
+    Ok(Reply::ok())
+}
+
+fn unwatch(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    a.finish()?;
+    let tx = &mut ctx.conn.tx;
+    tx.pending = Some(TxWork::Unwatch(std::mem::take(&mut tx.watched)));
+    Ok(Reply::ok())
+}

@@ -1,0 +1,510 @@
+//! Transactions, on the connection's thread and on the shards they take
+//! (`docs/transactions.md` tells the whole protocol).
+//!
+//! EXEC runs its queue one of three ways, chosen from the shards its
+//! commands and watched keys live on:
+//! - **inline**: all on this thread's shard (or none): checked and run now,
+//!   synchronously, so nothing else can run in between;
+//! - **once**: all on one other shard, no connection command: the whole
+//!   queue goes there as one [`TxMsg::Once`], which runs to the end before
+//!   anything else on that shard, like any batch;
+//! - **locked**: several shards, or connection commands among shard ones:
+//!   the shards are locked one at a time in ascending order
+//!   ([`TxMsg::Lock`], [`TxMsg::Granted`]), the queue runs in phases (the
+//!   shard commands between two connection commands go out together as
+//!   [`TxMsg::Run`]s), the last phase has every held shard publish its
+//!   effects, and each shard is released ([`TxMsg::Release`]).
+//!
+//! A locked shard ([`Locks`]) runs only its holder's jobs: other batches,
+//! one-shard transactions and lock requests wait in order, and its thread
+//! serves none of its own connections (their commands could run here
+//! inline), until the release. Every other message is taken as usual, so a
+//! thread waiting for a lock keeps granting its own shard to others: with
+//! ascending order, the holder of the highest lock in any chain of waiters
+//! has all it needs, so it finishes and no cycle can form.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Reply};
+
+use super::{Conn, Transport, Turn};
+use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
+use crate::session::{ConnState, Multi, TxWork};
+use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
+use crate::slot::{key_slot, slot_shard};
+
+/// One thread's shard lock: the transaction holding it, the messages that
+/// wait for its release, and the connections not served meanwhile.
+#[derive(Default)]
+pub(super) struct Locks {
+    holder: Option<TxId>,
+    deferred: VecDeque<Msg>,
+    held: Vec<usize>,
+}
+
+impl Locks {
+    /// Whether a transaction holds this thread's shard.
+    pub(super) fn held(&self) -> bool {
+        self.holder.is_some()
+    }
+
+    /// Keeps `msg` until the release when the shard is locked and `msg`
+    /// would run something on it; otherwise hands it back. Unlocked, this
+    /// costs one branch per message.
+    pub(super) fn defer(&mut self, msg: Msg) -> Option<Msg> {
+        if self.holder.is_none() {
+            return Some(msg);
+        }
+        match msg {
+            Msg::Batch { .. }
+            | Msg::Cut(_)
+            | Msg::Release
+            | Msg::Tx(TxMsg::Lock { .. } | TxMsg::Once { .. }) => {
+                self.deferred.push_back(msg);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// True when the shard is locked: connection `key` is then served only
+    /// after the release. Unlocked, one branch.
+    pub(super) fn hold(&mut self, key: usize) -> bool {
+        if self.holder.is_none() {
+            return false;
+        }
+        if !self.held.contains(&key) {
+            self.held.push(key);
+        }
+        true
+    }
+}
+
+/// How an EXEC runs (see the module documentation).
+enum Mode {
+    Inline,
+    Once(usize),
+    Locked {
+        /// Ascending.
+        shards: Vec<usize>,
+        /// How many of them are held (a prefix).
+        granted: usize,
+    },
+}
+
+/// A connection's EXEC while it runs.
+pub(super) struct Running {
+    tx: TxId,
+    /// EXEC's slot in the connection's pipeline (none inline).
+    route: Option<Route>,
+    mode: Mode,
+    /// The requests not planned yet.
+    queue: VecDeque<Vec<Bytes>>,
+    /// A connection command waiting for the replies before it.
+    conn_cmd: Option<(usize, Args)>,
+    /// The transaction's replies, in order.
+    pipe: Pipeline,
+    /// Its jobs for other shards, per phase.
+    outbox: Outbox,
+    watched: Vec<Bytes>,
+    /// `Run` or `Once` messages not answered yet.
+    runs: usize,
+    /// A watched key changed: the reply is the null array.
+    dirty: bool,
+    /// The last phase was sent: only its replies are awaited.
+    last_sent: bool,
+}
+
+fn shard_of(key: &[u8], shards: usize) -> usize {
+    slot_shard(key_slot(key), shards)
+}
+
+/// Does what a transaction command left in `TxState::pending` right after
+/// it ran, and returns the reply to send now: `reply`, or `None` when it is
+/// EXEC's and comes once the transaction ran (the connection then waits).
+pub(super) fn after_command<T>(at: &mut At<'_>, c: &mut Conn<T>, reply: Reply) -> Option<Reply> {
+    let work = c.state.tx.pending.take()?;
+    let client = c.state.handle.id;
+    match work {
+        TxWork::Watch(keys) => watch(at.worker, client, keys, true),
+        TxWork::Unwatch(keys) => watch(at.worker, client, keys, false),
+        TxWork::Exec(multi, watched) => return start(at, c, multi, watched),
+    }
+    Some(reply)
+}
+
+/// Whether `c` has a transaction command's work to do after the command.
+pub(super) fn has_work<T>(c: &Conn<T>) -> bool {
+    c.state.tx.pending.is_some()
+}
+
+/// Registers (`on`) or forgets client `client`'s watches of `keys` on
+/// their shards: this thread's at once, the others' by message (after
+/// anything this connection sent them before).
+pub(super) fn watch(worker: &Worker, client: u64, keys: Vec<Bytes>, on: bool) {
+    if keys.is_empty() {
+        return;
+    }
+    let shards = worker.shared.shards;
+    let mut per: Vec<Vec<Bytes>> = vec![Vec::new(); shards];
+    for k in keys {
+        per[shard_of(&k, shards)].push(k);
+    }
+    for (s, keys) in per.into_iter().enumerate() {
+        if keys.is_empty() {
+            continue;
+        }
+        if s == worker.id {
+            let store = &mut worker.shard.borrow_mut().store;
+            match on {
+                true => store.watch(client, &keys),
+                false => store.unwatch(client, &keys),
+            }
+            continue;
+        }
+        let msg = match on {
+            true => TxMsg::Watch { client, keys },
+            false => TxMsg::Unwatch { client, keys },
+        };
+        worker.mailboxes[s].send(Msg::Tx(msg));
+    }
+}
+
+/// Starts EXEC: inline it runs now and returns the reply; otherwise the
+/// connection owes EXEC's reply (a slot of its pipeline) until it ran.
+fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>) -> Option<Reply> {
+    let worker = at.worker;
+    let n = worker.shared.shards;
+    let mut touched = multi.shards;
+    for k in &watched {
+        touched[shard_of(k, n)] = true;
+    }
+    let list: Vec<usize> = (0..n).filter(|&s| touched[s]).collect();
+    let mode = if list.iter().all(|&s| s == worker.id) {
+        Mode::Inline
+    } else if list.len() == 1 && !multi.conn_commands {
+        Mode::Once(list[0])
+    } else {
+        Mode::Locked {
+            shards: list,
+            granted: 0,
+        }
+    };
+    let tx = TxId {
+        thread: worker.id,
+        conn: at.conn,
+        client: c.state.handle.id,
+    };
+    let mut run = Running {
+        tx,
+        route: None,
+        mode,
+        queue: multi.queued.into(),
+        conn_cmd: None,
+        pipe: Pipeline::default(),
+        outbox: Outbox::new(n),
+        watched,
+        runs: 0,
+        dirty: false,
+        last_sent: false,
+    };
+    match &run.mode {
+        Mode::Inline => {
+            if !run.watched.is_empty() {
+                let mut shard = worker.shard.borrow_mut();
+                run.dirty = shard.store.watch_dirty(tx.client, &run.watched);
+            }
+            if !run.dirty {
+                run.advance(worker, &mut c.state);
+            }
+            return Some(run.finish(worker));
+        }
+        Mode::Once(_) => {
+            run.route = Some(c.pipe.expect(at.conn));
+            run.advance(worker, &mut c.state);
+        }
+        Mode::Locked { shards, .. } => {
+            run.route = Some(c.pipe.expect(at.conn));
+            run.lock(worker, shards[0]);
+        }
+    }
+    c.running = Some(Box::new(run));
+    None
+}
+
+impl Running {
+    /// Asks `shard` for its lock, with the watched keys it holds.
+    fn lock(&self, worker: &Worker, shard: usize) {
+        let n = worker.shared.shards;
+        let watch = self.watched_on(shard, n);
+        let msg = TxMsg::Lock { tx: self.tx, watch };
+        worker.mailboxes[shard].send(Msg::Tx(msg));
+    }
+
+    fn watched_on(&self, shard: usize, shards: usize) -> Vec<Bytes> {
+        let on = |k: &&Bytes| shard_of(k, shards) == shard;
+        self.watched.iter().filter(on).cloned().collect()
+    }
+
+    /// Plans the queue up to the next connection command that must wait
+    /// for replies (this shard's commands run as they are planned), sends
+    /// the phase's jobs, and returns whether the transaction is complete.
+    fn advance(&mut self, worker: &Worker, state: &mut ConnState) -> bool {
+        if self.last_sent {
+            return self.runs == 0 && self.pipe.owed() == 0;
+        }
+        loop {
+            if let Some((idx, mut args)) = self.conn_cmd.take() {
+                if self.pipe.owed() > 0 {
+                    self.conn_cmd = Some((idx, args));
+                    break;
+                }
+                let mut reply = run_conn_command(worker, state, idx, &mut args);
+                // Nothing blocks inside a transaction: WAIT answers the
+                // acknowledgements so far, as in Redis.
+                if let Some(wait) = state.blocked.take() {
+                    reply = Reply::Int(worker.shared.repl.acked(wait.offset) as i64);
+                }
+                state.no_reply = false;
+                state.refresh(&worker.shared);
+                // UNWATCH inside the transaction: nothing is watched by now.
+                if let Some(TxWork::Watch(k) | TxWork::Unwatch(k)) = state.tx.pending.take() {
+                    watch(worker, self.tx.client, k, false);
+                }
+                self.pipe.push_ready(reply);
+                continue;
+            }
+            let Some(items) = self.queue.pop_front() else {
+                break;
+            };
+            let mut at = At {
+                worker,
+                outbox: &mut self.outbox,
+                conn: self.tx.conn,
+            };
+            if let Planned::Conn(idx, args) = plan(&mut at, state, &mut self.pipe, items) {
+                self.conn_cmd = Some((idx, args));
+            }
+        }
+        let last = self.queue.is_empty() && self.conn_cmd.is_none();
+        let tx = self.tx;
+        match &self.mode {
+            Mode::Inline => {}
+            &Mode::Once(s) => {
+                let jobs = self.outbox.take(s).unwrap_or_default();
+                let watch = self.watched.clone();
+                worker.mailboxes[s].send(Msg::Tx(TxMsg::Once { tx, jobs, watch }));
+                self.runs += 1;
+            }
+            Mode::Locked { shards, .. } => {
+                for &s in shards.iter().filter(|&&s| s != worker.id) {
+                    let jobs = self.outbox.take(s);
+                    if jobs.is_none() && !last {
+                        continue;
+                    }
+                    let jobs = jobs.unwrap_or_default();
+                    let msg = TxMsg::Run {
+                        tx,
+                        jobs,
+                        publish: last,
+                    };
+                    worker.mailboxes[s].send(Msg::Tx(msg));
+                    self.runs += 1;
+                }
+            }
+        }
+        self.last_sent = last;
+        last && self.runs == 0 && self.pipe.owed() == 0
+    }
+
+    /// Ends the transaction: forgets the watches, releases the shards held
+    /// (this one's effects published first, while still held), and returns
+    /// EXEC's reply.
+    fn finish(&mut self, worker: &Worker) -> Reply {
+        watch(
+            worker,
+            self.tx.client,
+            std::mem::take(&mut self.watched),
+            false,
+        );
+        if let Mode::Locked { shards, granted } = &self.mode {
+            for &s in &shards[..*granted] {
+                if s == worker.id {
+                    worker.shard.borrow_mut().store.effects_mut().publish();
+                }
+                let msg = TxMsg::Release { tx: self.tx };
+                worker.mailboxes[s].send(Msg::Tx(msg));
+            }
+        }
+        match self.dirty {
+            true => Reply::NilArray,
+            false => Reply::Array(self.pipe.take_replies(worker)),
+        }
+    }
+}
+
+/// Runs a transaction's jobs on `shard`, in order.
+fn run_jobs(shard: &mut Shard, jobs: Vec<Job>) -> Vec<Reply> {
+    let run = |mut j: Job| shard.run(j.cmd, j.run, j.counted, j.link, &mut j.args);
+    jobs.into_iter().map(run).collect()
+}
+
+impl<T: Transport> Turn<T> {
+    /// Handles a transaction's message (see [`TxMsg`]).
+    pub(super) fn deliver_tx(&mut self, msg: TxMsg) {
+        let worker = self.worker.clone();
+        let me = worker.id;
+        let answer = |tx: TxId, msg: TxMsg| worker.mailboxes[tx.thread].send(Msg::Tx(msg));
+        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool| {
+            let shard = me;
+            answer(
+                tx,
+                TxMsg::Ran {
+                    tx,
+                    shard,
+                    replies,
+                    dirty,
+                },
+            )
+        };
+        match msg {
+            TxMsg::Lock { tx, watch } => {
+                self.locks.holder = Some(tx);
+                let mut shard = worker.shard.borrow_mut();
+                shard.locked = true;
+                shard.tick();
+                let dirty = !watch.is_empty() && shard.store.watch_dirty(tx.client, &watch);
+                drop(shard);
+                answer(
+                    tx,
+                    TxMsg::Granted {
+                        tx,
+                        shard: me,
+                        dirty,
+                    },
+                );
+            }
+            TxMsg::Run { tx, jobs, publish } => {
+                let mut shard = worker.shard.borrow_mut();
+                let replies = run_jobs(&mut shard, jobs);
+                if publish {
+                    shard.store.effects_mut().publish();
+                }
+                drop(shard);
+                ran(tx, replies, false);
+            }
+            TxMsg::Once { tx, jobs, watch } => {
+                let mut shard = worker.shard.borrow_mut();
+                shard.tick();
+                let dirty = !watch.is_empty() && shard.store.watch_dirty(tx.client, &watch);
+                let replies = match dirty {
+                    true => Vec::new(),
+                    false => run_jobs(&mut shard, jobs),
+                };
+                shard.publish();
+                drop(shard);
+                ran(tx, replies, dirty);
+            }
+            TxMsg::Release { .. } => {
+                self.locks.holder = None;
+                {
+                    let mut shard = worker.shard.borrow_mut();
+                    shard.locked = false;
+                    shard.publish();
+                }
+                while self.locks.holder.is_none() {
+                    let Some(m) = self.locks.deferred.pop_front() else {
+                        break;
+                    };
+                    // Only batches and transactions are deferred: no
+                    // connection comes back from them.
+                    let _ = self.deliver(m);
+                }
+                if self.locks.holder.is_none() {
+                    for key in self.locks.held.drain(..) {
+                        if let Some(c) = self.conns.get_mut(key) {
+                            c.held = false;
+                            self.resumed.push(key);
+                        }
+                    }
+                }
+            }
+            TxMsg::Watch { client, keys } => worker.shard.borrow_mut().store.watch(client, &keys),
+            TxMsg::Unwatch { client, keys } => {
+                worker.shard.borrow_mut().store.unwatch(client, &keys)
+            }
+            TxMsg::Granted { tx, dirty, .. } => self.granted(tx, dirty),
+            TxMsg::Ran {
+                tx,
+                shard,
+                replies,
+                dirty,
+            } => self.ran(tx, shard, replies, dirty),
+        }
+    }
+
+    /// The running EXEC of `tx`, with its connection's state.
+    fn running(&mut self, tx: TxId) -> Option<(&mut Running, &mut ConnState)> {
+        let c = self.conns.get_mut(tx.conn)?;
+        let run = c.running.as_deref_mut().filter(|r| r.tx == tx)?;
+        Some((run, &mut c.state))
+    }
+
+    fn granted(&mut self, tx: TxId, dirty: bool) {
+        let worker = self.worker.clone();
+        let Some((run, state)) = self.running(tx) else {
+            return;
+        };
+        let Mode::Locked { shards, granted } = &mut run.mode else {
+            return;
+        };
+        *granted += 1;
+        let done = if dirty {
+            run.dirty = true;
+            true
+        } else if *granted < shards.len() {
+            let next = shards[*granted];
+            run.lock(&worker, next);
+            false
+        } else {
+            run.advance(&worker, state)
+        };
+        if done {
+            self.complete(tx);
+        }
+    }
+
+    fn ran(&mut self, tx: TxId, shard: usize, replies: Vec<Reply>, dirty: bool) {
+        let worker = self.worker.clone();
+        let Some((run, state)) = self.running(tx) else {
+            return;
+        };
+        run.runs -= 1;
+        run.dirty |= dirty;
+        let routes = run.outbox.answered(shard);
+        for (route, reply) in routes.into_iter().zip(replies) {
+            run.pipe.fill(route, Answer::Reply(reply));
+        }
+        if run.runs > 0 {
+            return;
+        }
+        if run.dirty || run.advance(&worker, state) {
+            self.complete(tx);
+        }
+    }
+
+    /// Finishes `tx` and puts EXEC's reply in its connection's slot.
+    fn complete(&mut self, tx: TxId) {
+        let Some(c) = self.conns.get_mut(tx.conn) else {
+            return;
+        };
+        let Some(mut run) = c.running.take() else {
+            return;
+        };
+        let reply = run.finish(&self.worker);
+        if let Some(route) = run.route {
+            self.fill(route, Answer::Reply(reply));
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Transactions over raw connections, on 1 and 2 threads: queueing and
+//! EXECABORT, runtime errors inside EXEC, WATCH against another client's
+//! write (RESP2 and RESP3 null arrays), misplaced MULTI/EXEC/DISCARD,
+//! Sentinel's failover transaction of connection commands, atomicity over
+//! two shards under 50 concurrent writers, and redis-rs's atomic pipeline.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_server::slot::{key_slot, SLOTS};
+use leasehold_tests::{block_on, on_1_and_2_threads, TestServer, LIMIT};
+
+const QUEUED: &str = "+QUEUED\r\n";
+const EXECABORT: &str = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+
+on_1_and_2_threads! {
+    fn a_refused_command_discards_the_transaction(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET a 1", QUEUED),
+            ("INCR a b", "-ERR wrong number of arguments for 'incr' command\r\n"),
+            ("EXEC", EXECABORT),
+            ("GET a", "$-1\r\n"),
+            // An unknown command aborts too; the connection goes on.
+            ("MULTI", "+OK\r\n"),
+            ("SET a 1", QUEUED),
+            ("NOSUCH", "-ERR unknown command 'NOSUCH', with args beginning with: \r\n"),
+            ("EXEC", EXECABORT),
+            ("EXISTS a", ":0\r\n"),
+        ]);
+    }
+
+    fn a_runtime_error_does_not_stop_the_others(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET a x", QUEUED),
+            ("INCR a", QUEUED),
+            ("GET a", QUEUED),
+            ("EXEC", "*3\r\n+OK\r\n-ERR value is not an integer or out of range\r\n$1\r\nx\r\n"),
+        ]);
+        // The same, pipelined in one write.
+        c.send(b"MULTI\r\nSET a y\r\nINCR a\r\nGET a\r\nEXEC\r\nGET a\r\n");
+        for expected in ["+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "+QUEUED\r\n"] {
+            assert_eq!(c.read_text(), expected);
+        }
+        assert_eq!(
+            c.read_text(),
+            "*3\r\n+OK\r\n-ERR value is not an integer or out of range\r\n$1\r\ny\r\n"
+        );
+        assert_eq!(c.read_text(), "$1\r\ny\r\n");
+    }
+
+    fn another_clients_write_to_a_watched_key_fails_exec(threads) {
+        let server = TestServer::start(threads);
+        let mut a = server.raw();
+        let mut b = server.raw();
+        assert_eq!(a.call("WATCH w"), "+OK\r\n");
+        assert_eq!(b.call("SET w 1"), "+OK\r\n");
+        a.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET w 2", QUEUED),
+            ("EXEC", "*-1\r\n"),
+            ("GET w", "$1\r\n1\r\n"),
+        ]);
+        // In RESP3 the null array is `_`.
+        assert!(a.call("HELLO 3").starts_with('%'));
+        assert_eq!(a.call("WATCH w"), "+OK\r\n");
+        assert_eq!(b.call("SET w 3"), "+OK\r\n");
+        a.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET w 4", QUEUED),
+            ("EXEC", "_\r\n"),
+            ("GET w", "$1\r\n3\r\n"),
+        ]);
+        // Unchanged since WATCH: it runs.
+        assert_eq!(a.call("WATCH w"), "+OK\r\n");
+        a.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET w 5", QUEUED),
+            ("EXEC", "*1\r\n+OK\r\n"),
+        ]);
+    }
+
+    fn misplaced_transaction_commands_answer_errors(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("EXEC", "-ERR EXEC without MULTI\r\n"),
+            ("DISCARD", "-ERR DISCARD without MULTI\r\n"),
+            ("MULTI", "+OK\r\n"),
+            ("MULTI", "-ERR MULTI calls can not be nested\r\n"),
+            ("WATCH k", "-ERR WATCH inside MULTI is not allowed\r\n"),
+            ("SET k 1", QUEUED),
+            ("DISCARD", "+OK\r\n"),
+            ("EXEC", "-ERR EXEC without MULTI\r\n"),
+            ("GET k", "$-1\r\n"),
+            ("PING", "+PONG\r\n"),
+        ]);
+    }
+
+    fn sentinels_failover_transaction_runs_its_connection_commands(threads) {
+        let server = TestServer::start(threads);
+        let mut victim = server.raw();
+        assert_eq!(victim.call("PING"), "+PONG\r\n");
+        let mut c = server.raw();
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SLAVEOF NO ONE", QUEUED),
+            ("CONFIG REWRITE", QUEUED),
+            ("CLIENT KILL TYPE normal", QUEUED),
+            ("CLIENT KILL TYPE pubsub", QUEUED),
+            // Without a config file CONFIG REWRITE fails; the rest runs, and
+            // CLIENT KILL spares the connection that sent it.
+            ("EXEC", "*4\r\n+OK\r\n-ERR The server is running without a config file\r\n:1\r\n:0\r\n"),
+            ("PING", "+PONG\r\n"),
+        ]);
+        assert!(matches!(
+            victim.read_until_closed(Duration::from_secs(5)),
+            leasehold_tests::Closed::Yes(_)
+        ));
+    }
+}
+
+// The transaction Sentinel sends a replica it points at a new primary
+// (`SLAVEOF host port`), with a fifth command that promotes it back:
+// five replies, in order, the role changed twice.
+on_1_and_2_threads! {
+    fn a_five_command_failover_transaction_answers_five_replies(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SLAVEOF 127.0.0.1 1", QUEUED),
+            ("CONFIG REWRITE", QUEUED),
+            ("CLIENT KILL TYPE normal", QUEUED),
+            ("CLIENT KILL TYPE pubsub", QUEUED),
+            ("REPLICAOF NO ONE", QUEUED),
+            ("EXEC", "*5\r\n+OK\r\n-ERR The server is running without a config file\r\n:0\r\n:0\r\n+OK\r\n"),
+            ("ROLE", "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"),
+        ]);
+    }
+}
+
+/// Whether `a` and `b` hash to different halves of the slots (different
+/// shards on two threads).
+fn apart(a: &str, b: &str) -> bool {
+    let half = |k: &str| key_slot(k.as_bytes()) as usize >= SLOTS / 2;
+    half(a) != half(b)
+}
+
+on_1_and_2_threads! {
+    // 50 connections each run 200 transactions incrementing `{t}a` and `b`
+    // (on different shards on two threads) while a reader's transactions
+    // read both: no reader ever sees one increment without the other, and
+    // at the end both counters are 10000.
+    fn transactions_over_two_shards_are_atomic(threads) {
+        assert!(apart("{t}a", "b"), "the keys must live on both shards");
+        assert!(apart("{t}c", "{b}d"), "the keys must live on both shards");
+        let server = TestServer::start(threads);
+        const WRITERS: usize = 50;
+        const ROUNDS: usize = 200;
+        let started = Instant::now();
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let mut r = server.raw();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    r.send(b"MULTI\r\nMGET {t}a b\r\nEXEC\r\n");
+                    assert_eq!(r.read_text(), "+OK\r\n");
+                    assert_eq!(r.read_text(), QUEUED);
+                    let exec = r.read_text();
+                    let values: Vec<&str> = exec.split("\r\n").collect();
+                    // *1 *2 then two values, each `$-1` or `$n` + digits.
+                    let (x, y) = match values[2] {
+                        "$-1" => (values[2], values[3]),
+                        _ => (values[3], values[values.len() - 2]),
+                    };
+                    assert_eq!(x, y, "a half-applied transaction: {exec:?}");
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        // Ordinary commands on both shards meanwhile: held back while a
+        // transaction holds their shard, never lost.
+        let bystander = {
+            let mut c = server.raw();
+            std::thread::spawn(move || {
+                for i in 1..=500 {
+                    c.send(b"INCR {t}c\r\nINCR {b}d\r\nMGET {t}c {b}d\r\n");
+                    assert_eq!(c.read_text(), format!(":{i}\r\n"));
+                    assert_eq!(c.read_text(), format!(":{i}\r\n"));
+                    let n = i.to_string();
+                    let l = n.len();
+                    assert_eq!(c.read_text(), format!("*2\r\n${l}\r\n{n}\r\n${l}\r\n{n}\r\n"));
+                }
+            })
+        };
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let mut w = server.raw();
+                std::thread::spawn(move || {
+                    for _ in 0..ROUNDS {
+                        w.send(b"MULTI\r\nINCR {t}a\r\nINCR b\r\nEXEC\r\n");
+                        assert_eq!(w.read_text(), "+OK\r\n");
+                        assert_eq!(w.read_text(), QUEUED);
+                        assert_eq!(w.read_text(), QUEUED);
+                        let exec = w.read_text();
+                        let parts: Vec<&str> = exec.split("\r\n").collect();
+                        assert_eq!(parts[0], "*2", "{exec:?}");
+                        assert_eq!(parts[1], parts[2], "one transaction's two counters: {exec:?}");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("a writer failed");
+        }
+        bystander.join().expect("an ordinary command was lost or reordered");
+        done.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("the reader saw a half-applied transaction");
+        assert!(reads > 0);
+        let total = WRITERS * ROUNDS;
+        assert_eq!(
+            server.raw().call("MGET {t}a b"),
+            format!("*2\r\n${}\r\n{total}\r\n${}\r\n{total}\r\n", total.to_string().len(), total.to_string().len())
+        );
+        assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    }
+}
+
+on_1_and_2_threads! {
+    // Writes queued on a replica are refused at queue time: EXEC aborts.
+    fn writes_queued_on_a_replica_abort(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("REPLICAOF 127.0.0.1 1", "+OK\r\n"),
+            ("MULTI", "+OK\r\n"),
+            ("GET a", QUEUED),
+            ("SET a 1", "-READONLY You can't write against a read only replica.\r\n"),
+            ("EXEC", EXECABORT),
+            ("REPLICAOF NO ONE", "+OK\r\n"),
+        ]);
+    }
+}
+
+/// redis-rs's atomic pipeline sends MULTI ... EXEC and reads EXEC's array.
+#[test]
+fn redis_rs_atomic_pipeline() {
+    let server = TestServer::start(2);
+    block_on(LIMIT, async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let (set, a, b, values): (String, i64, i64, Vec<i64>) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg("{t}a")
+            .arg(10)
+            .cmd("INCR")
+            .arg("{t}a")
+            .cmd("INCRBY")
+            .arg("b")
+            .arg(5)
+            .cmd("MGET")
+            .arg("{t}a")
+            .arg("b")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!((set.as_str(), a, b, values), ("OK", 11, 5, vec![11, 5]));
+        // A failed WATCH: the pipeline's result is nil.
+        let mut watcher = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("WATCH")
+            .arg("b")
+            .query_async(&mut watcher)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("b")
+            .arg(1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let result: Option<(i64,)> = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg("b")
+            .query_async(&mut watcher)
+            .await
+            .unwrap();
+        assert_eq!(result, None);
+    });
+}
+
+/// A transaction's effects on both shards reach a replica, which refuses
+/// writes queued inside MULTI on its own clients.
+#[test]
+fn a_replica_applies_transactions_and_refuses_queued_writes() {
+    use leasehold_tests::replication::{follow, wait_caught_up};
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    let mut p = primary.raw();
+    for i in 1..=20 {
+        p.send(b"MULTI\r\nINCR {t}a\r\nINCR b\r\nSET {t}last x\r\nDEL b:gone\r\nEXEC\r\n");
+        for _ in 0..5 {
+            p.read_text();
+        }
+        assert_eq!(
+            p.read_text(),
+            format!("*4\r\n:{i}\r\n:{i}\r\n+OK\r\n:0\r\n")
+        );
+    }
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let mut r = replica.raw();
+    assert_eq!(
+        r.call("MGET {t}a b {t}last"),
+        "*3\r\n$2\r\n20\r\n$2\r\n20\r\n$1\r\nx\r\n"
+    );
+    r.script(&[
+        ("MULTI", "+OK\r\n"),
+        ("MGET {t}a b", QUEUED),
+        (
+            "INCR b",
+            "-READONLY You can't write against a read only replica.\r\n",
+        ),
+        ("EXEC", EXECABORT),
+        ("MULTI", "+OK\r\n"),
+        ("MGET {t}a b", QUEUED),
+        ("EXEC", "*1\r\n*2\r\n$2\r\n20\r\n$2\r\n20\r\n"),
+    ]);
+}
