@@ -15,8 +15,13 @@
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, encode_request, Limits};
 
-use super::{Conn, MAX_PIPELINE};
+use super::Conn;
 use crate::dispatch::{plan, At, Planned};
+
+/// Most records of the stream planned before their replies (dropped) are
+/// waited for: far more than a client's pipeline, since every round trip
+/// to another shard holds the link back.
+pub const LINK_PIPELINE: usize = 4096;
 
 /// The payload version this replica loads (`LH.SNAPSHOT 1 ...`).
 pub const SNAPSHOT_VERSION: &[u8] = b"1";
@@ -86,19 +91,30 @@ fn payload_front<T>(c: &mut Conn<T>) -> Front {
 }
 
 /// Applies what the link's buffer holds. True when it stopped at
-/// [`MAX_PIPELINE`] with records left (the caller serves it again).
+/// [`LINK_PIPELINE`] with records left (the caller serves it again).
+///
+/// The stream's bytes go to this node's backlog as read: when no payload
+/// is loading, the buffer is copied once up front and the part consumed is
+/// appended (cut at each `GETACK`, whose ACK must count it); a call that
+/// starts inside a payload re-encodes the records after it instead.
 pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
     let repl = worker.shared.repl.clone();
     let limits = link_limits();
+    let streaming = !c.state.link.as_ref().is_some_and(|l| l.loading);
     let mut applied = BytesMut::new();
+    let start_len = c.rbuf.len();
+    let mut flushed = 0;
+    if streaming {
+        applied.extend_from_slice(&c.rbuf);
+    }
     let mut more = false;
     discard(c);
     if !c.rbuf.is_empty() {
         repl.link.lock().last_io = Some(std::time::Instant::now());
     }
     loop {
-        if c.pipe.len() >= MAX_PIPELINE {
+        if c.pipe.len() >= LINK_PIPELINE {
             more = true;
             break;
         }
@@ -175,7 +191,9 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 }
             }
         } else {
-            encode_request(&items, &mut applied);
+            if !streaming {
+                encode_request(&items, &mut applied);
+            }
             match name.as_slice() {
                 b"PING" => continue,
                 b"REPLCONF" => {
@@ -184,8 +202,12 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                         .is_some_and(|s| s.eq_ignore_ascii_case(b"GETACK"));
                     if getack {
                         // The ACK counts this record: append before asking.
-                        repl.backlog.append(&[&applied]);
-                        applied.clear();
+                        flushed = flush(
+                            &repl,
+                            &applied,
+                            flushed,
+                            streaming.then(|| start_len - c.rbuf.len()),
+                        );
                         repl.want_ack();
                     }
                     continue;
@@ -198,11 +220,30 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             tracing::warn!("replication: ignoring connection command '{name}' in the stream");
         }
     }
-    if !applied.is_empty() {
-        repl.backlog.append(&[&applied]);
-    }
+    flush(
+        &repl,
+        &applied,
+        flushed,
+        streaming.then(|| start_len - c.rbuf.len()),
+    );
     discard(c);
     more
+}
+
+/// Appends `applied[flushed..upto]` to the backlog (`upto`: the bytes
+/// consumed when `applied` is a copy of the buffer; `None`: all of it,
+/// re-encoded records). Returns the new `flushed`.
+fn flush(
+    repl: &crate::replication::role::Replication,
+    applied: &[u8],
+    flushed: usize,
+    upto: Option<usize>,
+) -> usize {
+    let end = upto.unwrap_or(applied.len());
+    if end > flushed {
+        repl.backlog.append(&[&applied[flushed..end]]);
+    }
+    end
 }
 
 /// Drops the replies of records applied, once all are back, logging errors.
