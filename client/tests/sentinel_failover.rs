@@ -32,8 +32,8 @@ use leasehold_client::{
 };
 use leasehold_protocol::{decode_reply, encode_request};
 use leasehold_testkit::{
-    call, free_port, primary_of, replicas_seen, sentinel, sentinel_installed, started, text,
-    wait_for, Proc, Reply, MASTER,
+    call, free_port, primary_of, sentinel_installed, sentinels_watching, started, text, wait_for,
+    Proc, Reply, MASTER,
 };
 
 /// The child-process entry reads its port and `replicaof` from these.
@@ -192,14 +192,7 @@ fn the_lease_manager_rides_through_a_sentinel_failover() {
         leasehold(ports[1], Some(ports[0])),
         leasehold(ports[2], Some(ports[0])),
     ];
-    let sport: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let _sentinels: Vec<Proc> = sport.iter().map(|&s| sentinel(&dir, s, ports[0])).collect();
-    // Sentinels learn the replicas from the primary's INFO (every 10 s).
-    wait_for(
-        "every sentinel sees both replicas",
-        Duration::from_secs(30),
-        || sport.iter().all(|&s| replicas_seen(s) == 2),
-    );
+    let (sport, _sentinels) = sentinels_watching(&dir, ports[0], 2);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -15,8 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::{
-    call, free_port, primary_of, replicas_seen, sentinel, sentinel_installed, started, text,
-    wait_for, Proc, Reply, MASTER,
+    call, free_port, primary_of, sentinel_installed, sentinels_watching, started, text, wait_for,
+    Proc, Reply, MASTER,
 };
 
 fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
@@ -71,15 +71,7 @@ fn stock_sentinel_fails_over_and_no_acknowledged_write_is_lost() {
     let mut nodes = vec![Some(leasehold(ports[0], None))];
     nodes.push(Some(leasehold(ports[1], Some(ports[0]))));
     nodes.push(Some(leasehold(ports[2], Some(ports[0]))));
-    let sport: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let _sentinels: Vec<Proc> = sport.iter().map(|&s| sentinel(&dir, s, ports[0])).collect();
-    // Sentinels learn the replicas from the primary's INFO (every 10 s) and
-    // each other from `__sentinel__:hello`.
-    wait_for(
-        "every sentinel sees both replicas",
-        Duration::from_secs(30),
-        || sport.iter().all(|&s| replicas_seen(s) == 2),
-    );
+    let (sport, _sentinels) = sentinels_watching(&dir, ports[0], 2);
 
     // A writer that remembers every value WAIT said a replica has.
     let mut acked = 0i64;

@@ -161,3 +161,21 @@ pub fn replicas_seen(sentinel: u16) -> usize {
         })
         .count()
 }
+
+/// Three sentinels (see [`sentinel`]) watching the primary on `primary`,
+/// returned once each knows `replicas` replicas (they learn them from the
+/// primary's INFO, every 10 s, and each other from `__sentinel__:hello`),
+/// with their ports.
+///
+/// # Panics
+/// When they cannot be started, or do not see the replicas within 30 s.
+pub fn sentinels_watching(dir: &Path, primary: u16, replicas: usize) -> (Vec<u16>, Vec<Proc>) {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let procs = ports.iter().map(|&s| sentinel(dir, s, primary)).collect();
+    wait_for(
+        "every sentinel sees the replicas",
+        Duration::from_secs(30),
+        || ports.iter().all(|&s| replicas_seen(s) == replicas),
+    );
+    (ports, procs)
+}
