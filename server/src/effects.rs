@@ -17,9 +17,9 @@
 //! ([`EffectLog::publish`], called by `Shard::publish`) the bytes appended
 //! since the last publish are copied, whole records only, into the server's
 //! merged stream (`replication::backlog`), under one lock; a log that grows
-//! past half its ring within one batch publishes early. On a replica the
-//! shard's own effects are dropped at publish: its stream is the one its
-//! primary sent.
+//! past half its ring within one batch publishes early. A replica records
+//! none of its own effects (its watches still see them): its stream is the
+//! one its primary sent.
 
 use std::sync::Arc;
 
@@ -142,6 +142,11 @@ impl EffectLog {
             if let Some(key) = effect.key() {
                 self.watches.touch(key);
             }
+        }
+        // A replica's stream is the one its primary sent: its own effects
+        // would be dropped at the publish, so they are not even encoded.
+        if self.sink.as_ref().is_some_and(|r| r.is_replica()) {
+            return;
         }
         self.scratch.clear();
         effect.encode(&mut self.scratch);
