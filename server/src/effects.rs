@@ -196,11 +196,14 @@ impl EffectLog {
             match (from_ring, self.since(self.published)) {
                 (true, Some([a, b])) => repl.backlog.append(&[a, b]),
                 (true, None) => {
-                    // Only a hold longer than the ring can get here.
+                    // Only a hold longer than the ring can get here: records
+                    // are lost to the merged stream, so its history ends and
+                    // every replica syncs fully.
                     tracing::error!(
-                        "replication: a shard's effects outran its ring; replicas must resync"
+                        "replication: a shard's effects outran its ring during a cut; every replica must resync"
                     );
-                    repl.backlog.append(&[])
+                    repl.break_history();
+                    repl.backlog.offset()
                 }
                 (false, _) => repl.backlog.append(&[&self.scratch]),
             };

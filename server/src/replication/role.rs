@@ -351,6 +351,17 @@ impl Replication {
         }
     }
 
+    /// The merged stream lost records (a shard's effects outran its ring):
+    /// a new `replid` with no previous history, and every sender stops, so
+    /// no replica continues partially over the gap.
+    pub fn break_history(&self) {
+        let mut ids = self.ids.lock();
+        ids.replid = random_hex40();
+        ids.replid2 = NO_REPLID.to_string();
+        ids.second_offset = -1;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// CLIENT KILL TYPE replica: every sender stops (its replica will
     /// reconnect and resync). Returns how many replicas there were.
     pub fn drop_replicas(&self) -> usize {
@@ -416,5 +427,11 @@ mod tests {
             "before the history kept"
         );
         assert_eq!(r.continue_from("?", -1), None);
+        // Records lost to the stream: no history can be continued.
+        let before = r.generation();
+        r.break_history();
+        assert_eq!(r.continue_from(&ids.replid, 111), None);
+        assert_eq!(r.continue_from(&"a".repeat(40), 111), None);
+        assert!(!r.generation_is(before), "senders stop");
     }
 }
