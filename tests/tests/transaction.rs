@@ -338,3 +338,49 @@ fn a_replica_applies_transactions_and_refuses_queued_writes() {
         ("EXEC", "*1\r\n*2\r\n$2\r\n20\r\n$2\r\n20\r\n"),
     ]);
 }
+
+// A queued CLIENT KILL of the connection itself, among writes on both
+// shards: every write runs, and the connection closes (as Redis closes
+// it) instead of waiting forever for EXEC's end.
+on_1_and_2_threads! {
+    fn a_transaction_that_kills_its_own_connection_closes_it(threads) {
+        let server = TestServer::start(threads);
+        let keys = leasehold_tests::keys_in_both_halves("self", 1);
+        let mut c = server.raw();
+        let id = leasehold_tests::int_of(&c.call("CLIENT ID"));
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            (&format!("SET {} 1", keys[0]), QUEUED),
+            (&format!("CLIENT KILL ID {id} SKIPME no"), QUEUED),
+            (&format!("SET {} 1", keys[1]), QUEUED),
+        ]);
+        c.send_cmd("EXEC");
+        assert!(
+            matches!(c.read_until_closed(Duration::from_secs(5)), leasehold_tests::Closed::Yes(_)),
+            "the connection stays open"
+        );
+        let mut other = server.raw();
+        for k in &keys {
+            assert_eq!(other.call(&format!("GET {k}")), "$1\r\n1\r\n");
+        }
+        let list = other.call("CLIENT LIST");
+        assert!(!list.contains(&format!("id={id} ")), "still listed: {list}");
+    }
+}
+
+// SHUTDOWN is refused inside MULTI (Redis flags it no-multi), which
+// discards the transaction; the server goes on.
+on_1_and_2_threads! {
+    fn shutdown_is_refused_inside_a_transaction(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        c.script(&[
+            ("MULTI", "+OK\r\n"),
+            ("SET a 1", QUEUED),
+            ("SHUTDOWN NOSAVE", "-ERR Command not allowed inside a transaction\r\n"),
+            ("EXEC", EXECABORT),
+            ("GET a", "$-1\r\n"),
+            ("PING", "+PONG\r\n"),
+        ]);
+    }
+}

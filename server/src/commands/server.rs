@@ -22,7 +22,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
     cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
-    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Bytes allocated by the process, from jemalloc when it is the allocator.

@@ -96,6 +96,9 @@ enum Mode {
 /// A connection's EXEC while it runs.
 pub(super) struct Running {
     tx: TxId,
+    /// A queued command asked to close the connection (CLIENT KILL of
+    /// itself): done once EXEC's reply is out.
+    close_after: bool,
     /// EXEC's slot in the connection's pipeline (none inline).
     route: Option<Route>,
     mode: Mode,
@@ -208,6 +211,7 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
         runs: 0,
         dirty: false,
         last_sent: false,
+        close_after: false,
     };
     match &run.mode {
         Mode::Inline => {
@@ -218,6 +222,7 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
             if !run.dirty {
                 run.advance(worker, &mut c.state);
             }
+            c.state.close |= run.close_after;
             return Some(run.finish(worker));
         }
         Mode::Once(_) => {
@@ -261,6 +266,9 @@ impl Running {
                     break;
                 }
                 let mut reply = run_conn_command(worker, state, idx, &mut args);
+                // CLIENT KILL of itself: the connection closes once EXEC
+                // has answered, not before the rest of the queue ran.
+                self.close_after |= std::mem::take(&mut state.close);
                 // Nothing blocks inside a transaction: WAIT answers the
                 // acknowledgements so far, as in Redis.
                 if let Some(wait) = state.blocked.take() {
@@ -503,8 +511,18 @@ impl<T: Transport> Turn<T> {
             return;
         };
         let reply = run.finish(&self.worker);
+        let close = run.close_after;
+        c.state.close |= close;
         if let Some(route) = run.route {
             self.fill(route, Answer::Reply(reply));
+        }
+        // A connection closing by itself is not served again: list it for
+        // the write that closes it.
+        if let Some(c) = self.conns.get_mut(tx.conn).filter(|_| close) {
+            if !c.listed {
+                c.listed = true;
+                self.dirty.push(tx.conn);
+            }
         }
     }
 }
