@@ -132,9 +132,6 @@ pub enum OpError {
     /// `ERR Leasehold replication needs a Leasehold replica (REPLCONF capa
     /// lh1)`: a PSYNC from a replica that cannot load our snapshot.
     NotLeaseholdReplica,
-    /// `ERR this command is only accepted from a replication link`: a
-    /// replication-link record (`LH.SNAPSHOT`) sent by a client.
-    LinkOnly,
     /// `ERR Invalid master port` (REPLICAOF).
     InvalidMasterPort,
     /// `ERR WAIT cannot be used with replica instances. Please also note
@@ -274,9 +271,6 @@ impl OpError {
             OpError::NotLeaseholdReplica => Reply::err(
                 "ERR Leasehold replication needs a Leasehold replica (REPLCONF capa lh1)",
             ),
-            OpError::LinkOnly => {
-                Reply::err("ERR this command is only accepted from a replication link")
-            }
             OpError::InvalidMasterPort => Reply::err("ERR Invalid master port"),
             OpError::WaitOnReplica => Reply::err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated."),
             OpError::NegativeTimeout => Reply::err("ERR timeout is negative"),

@@ -40,11 +40,8 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::MAX_CLIENTS;
 use crate::replication::feed;
-use crate::session::ConnState;
-use crate::session::{Handover, LinkState};
-use crate::shard::LinkStart;
-use crate::shard::ReplySink;
-use crate::shard::{Msg, Worker};
+use crate::session::{ConnState, Handover, LinkState};
+use crate::shard::{LinkStart, Msg, ReplySink, Worker};
 use crate::state::{ClientHandle, Doorbell, Shared};
 use crate::store::ImageStep;
 use crate::turn::{Incoming, Transport, Turn, READ_CHUNK};

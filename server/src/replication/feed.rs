@@ -100,14 +100,14 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
     let shared = &f.shared;
     let repl = shared.repl.clone();
     let generation = repl.generation();
+    let timeout = repl_timeout(shared);
     let mut w = f.stream;
     w.set_nonblocking(false)?;
-    w.set_write_timeout(Some(repl_timeout(shared)))?;
+    w.set_write_timeout(Some(timeout))?;
     let _ = w.set_nodelay(true);
     w.write_all(&f.out)?;
     let alive = Arc::new(AtomicBool::new(true));
     let reader = w.try_clone()?;
-    let timeout = repl_timeout(shared);
     {
         let (repl, alive) = (repl.clone(), alive.clone());
         std::thread::Builder::new()

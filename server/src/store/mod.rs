@@ -128,11 +128,6 @@ impl Store {
         self.replica = yes;
     }
 
-    /// Whether the store is in replica mode.
-    pub fn is_replica(&self) -> bool {
-        self.replica
-    }
-
     /// Marks the commands that follow as coming from the replication link
     /// (every present entry is live to them), or not.
     pub fn set_from_link(&mut self, yes: bool) {
