@@ -62,6 +62,7 @@ pub mod error;
 pub mod glob;
 pub mod harness;
 pub mod net;
+pub mod persist;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;

@@ -136,6 +136,11 @@ mod tests {
             "replicaof",
             "masterauth",
             "replica-priority",
+            "dir",
+            "dbfilename",
+            "save",
+            "appendonly",
+            "appendfsync",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }
