@@ -362,7 +362,11 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
         if shared.repl.is_replica() {
             return Err(OpError::ReadOnly);
         }
-        if shared.persist.refuse_writes.load(std::sync::atomic::Ordering::Relaxed) {
+        if shared
+            .persist
+            .refuse_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             return Err(OpError::Misconf);
         }
     }

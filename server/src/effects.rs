@@ -152,7 +152,11 @@ impl EffectLog {
         // would be dropped at the publish, so they are not even encoded; a
         // server loading its files at the start replays what is on disk
         // already.
-        if self.sink.as_ref().is_some_and(|r| r.is_replica() || r.is_loading()) {
+        if self
+            .sink
+            .as_ref()
+            .is_some_and(|r| r.is_replica() || r.is_loading())
+        {
             return;
         }
         self.scratch.clear();

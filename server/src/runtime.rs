@@ -45,9 +45,16 @@ impl ServerHandle {
     /// SIGTERM), then stops the server. A failed snapshot is logged.
     pub fn shutdown_saving(self) {
         let rules = !self.shared.config.read().persistence.save.trim().is_empty();
-        if rules && !self.shared.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+        if rules
+            && !self
+                .shared
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
             let ticket = Arc::new(Ticket::default());
-            self.shared.persist.request(Request::Save(Some(ticket.clone())));
+            self.shared
+                .persist
+                .request(Request::Save(Some(ticket.clone())));
             while ticket.outcome().is_none() {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -105,8 +112,9 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     // Clients that connect now get -LOADING until the data is loaded and
     // the append-only log runs.
     shared.repl.set_loading(true);
-    let started = load_at_start(&shared, &mailboxes)
-        .and_then(|loaded| Daemon::spawn(shared.clone(), mailboxes.clone(), loaded).map_err(|e| e.to_string()));
+    let started = load_at_start(&shared, &mailboxes).and_then(|loaded| {
+        Daemon::spawn(shared.clone(), mailboxes.clone(), loaded).map_err(|e| e.to_string())
+    });
     shared.repl.set_loading(false);
     let files = match started {
         Ok(files) => files,

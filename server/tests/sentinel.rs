@@ -28,6 +28,10 @@ fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
         "2",
         "--loglevel",
         "warn",
+        "--save",
+        "",
+        "--dir",
+        &leasehold_testkit::scratch_dir().display().to_string(),
     ]);
     if let Some(p) = replicaof {
         cmd.args(["--replicaof", &format!("127.0.0.1 {p}")]);

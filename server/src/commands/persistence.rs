@@ -32,7 +32,9 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// the server after it (SHUTDOWN).
 pub fn block_on_save(ctx: &mut ConnCtx<'_>, shutdown: bool) {
     let ticket = Arc::new(Ticket::default());
-    ctx.shared.persist.request(Request::Save(Some(ticket.clone())));
+    ctx.shared
+        .persist
+        .request(Request::Save(Some(ticket.clone())));
     ctx.conn.blocked = Some(Blocked::Save { ticket, shutdown });
     ctx.conn.no_reply = true;
 }

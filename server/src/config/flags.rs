@@ -141,6 +141,8 @@ mod tests {
             "save",
             "appendonly",
             "appendfsync",
+            "aof-load-truncated",
+            "load-corrupt-snapshot",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -227,8 +227,8 @@ pub static PARAMS: &[Param] = &[
     row("appenddirname", ("persistence", "appenddirname"), Kind::Text, field!(persistence.appenddirname), Immutable, false, "Directory of the append-only files inside dir"),
     row("auto-aof-rewrite-percentage", ("persistence", "auto_aof_rewrite_percentage"), Kind::Int(range!(0, 2147483647)), field!(persistence.auto_aof_rewrite_percentage), Runtime, false, "Rewrite the log when it grew by this percentage since the last rewrite (0: never)"),
     row("auto-aof-rewrite-min-size", ("persistence", "auto_aof_rewrite_min_size"), Kind::Memory(range!(0, 9223372036854775807)), field!(persistence.auto_aof_rewrite_min_size), Runtime, false, "No automatic log rewrite below this size, bytes"),
-    row("aof-load-truncated", ("persistence", "aof_load_truncated"), Kind::Bool, field!(persistence.aof_load_truncated), Runtime, false, "Drop a log's last record cut short (yes) or refuse to start (no)"),
-    row("load-corrupt-snapshot", ("persistence", "load_corrupt_snapshot"), Kind::Bool, field!(persistence.load_corrupt_snapshot), Runtime, false, "Start from a snapshot whose checksum fails (yes) or refuse (no)"),
+    row("aof-load-truncated", ("persistence", "aof_load_truncated"), Kind::Bool, field!(persistence.aof_load_truncated), Runtime, true, "Drop a log's last record cut short (yes) or refuse to start (no)"),
+    row("load-corrupt-snapshot", ("persistence", "load_corrupt_snapshot"), Kind::Bool, field!(persistence.load_corrupt_snapshot), Runtime, true, "Start from a snapshot whose checksum fails (yes) or refuse (no)"),
     row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, false, "Refuse writes while the last snapshot failed"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
@@ -596,11 +596,17 @@ mod tests {
         assert_eq!(c.set("databases", "1"), Err(SetError::Immutable));
         assert_eq!(c.set("save", "900 1"), Ok(()));
         assert_eq!(c.persistence.save, "900 1");
-        assert_eq!(c.set("save", "900"), Err(SetError::Invalid("Invalid save parameters")));
+        assert_eq!(
+            c.set("save", "900"),
+            Err(SetError::Invalid("Invalid save parameters"))
+        );
         assert_eq!(c.set("save", ""), Ok(()));
         assert_eq!(c.set("appendfsync", "ALWAYS"), Ok(()));
         assert_eq!(c.persistence.appendfsync, "always");
-        assert!(matches!(c.set("appendfsync", "sometimes"), Err(SetError::Invalid(_))));
+        assert!(matches!(
+            c.set("appendfsync", "sometimes"),
+            Err(SetError::Invalid(_))
+        ));
         assert_eq!(c.set("max-inline-len", "4096"), Err(SetError::Unknown));
         assert_eq!(c.set("nosuch", "1"), Err(SetError::Unknown));
         assert!(find("max-inline-len").is_none());

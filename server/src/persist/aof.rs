@@ -209,7 +209,8 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
             }
             state.pos.store(pos, Ordering::SeqCst);
             let stop_at = state.stop_at.load(Ordering::SeqCst);
-            let stopping = pos >= stop_at || state.copier_done.load(Ordering::SeqCst) && chunk.is_empty();
+            let stopping =
+                pos >= stop_at || state.copier_done.load(Ordering::SeqCst) && chunk.is_empty();
             let due = match policy {
                 Fsync::Always => true,
                 Fsync::EverySec => last_sync.elapsed() >= Duration::from_secs(1),
@@ -219,7 +220,10 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
                 let t = Instant::now();
                 file.sync_data()?;
                 if policy == Fsync::EverySec && t.elapsed() > DELAYED_FSYNC {
-                    shared.persist.delayed_fsyncs.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .persist
+                        .delayed_fsyncs
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 last_sync = Instant::now();
                 unsynced = false;
@@ -233,7 +237,10 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
         }
     })();
     if let Err(e) = result {
-        shared.persist.aof_write_failed.store(true, Ordering::SeqCst);
+        shared
+            .persist
+            .aof_write_failed
+            .store(true, Ordering::SeqCst);
         if Fsync::of(shared) == Fsync::Always {
             tracing::error!(
                 "Can't recover from an append-only log write error ({e}) when appendfsync is 'always'. Exiting..."
@@ -241,7 +248,10 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
             std::process::exit(1);
         }
         tracing::error!("append-only log write failed: {e}");
-        state.failed.lock().get_or_insert(format!("append-only log write: {e}"));
+        state
+            .failed
+            .lock()
+            .get_or_insert(format!("append-only log write: {e}"));
     }
     shared.repl.backlog.set_sync_always(false, 0);
 }

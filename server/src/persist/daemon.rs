@@ -4,7 +4,7 @@
 //! the log when asked or when it has grown past `auto-aof-rewrite-*`.
 //!
 //! **A snapshot** (SAVE, BGSAVE, a `save` rule, SHUTDOWN) is a full sync's
-//! cut and image (`replication::snapshot`) written to `temp-<pid>.lhs` in
+//! cut and image (`replication::snapshot`) written to `temp-<pid>-<run>.lhs` in
 //! `dir`, fsynced, renamed over `dbfilename` and the directory fsynced:
 //! a crash at any point leaves the old snapshot or the new one, whole. The
 //! server keeps serving throughout; the snapshot holds every write before
@@ -60,9 +60,15 @@ impl Daemon {
     ) -> std::io::Result<Daemon> {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let unix_s = shared.clock.now().unix_ms / 1000;
-        shared.persist.last_save_unix.store(unix_s, Ordering::Relaxed);
+        shared
+            .persist
+            .last_save_unix
+            .store(unix_s, Ordering::Relaxed);
         shared.persist.last_save_secs.store(-1, Ordering::Relaxed);
-        shared.persist.last_rewrite_secs.store(-1, Ordering::Relaxed);
+        shared
+            .persist
+            .last_rewrite_secs
+            .store(-1, Ordering::Relaxed);
         let mut d = Files {
             shared,
             mailboxes,
@@ -182,7 +188,9 @@ impl Files {
                 if let Some(loaded) = self.loaded.take() {
                     match self.go_on(loaded) {
                         Ok(()) => return,
-                        Err(e) => tracing::warn!("cannot go on with the loaded log: {e}; rewriting it"),
+                        Err(e) => {
+                            tracing::warn!("cannot go on with the loaded log: {e}; rewriting it")
+                        }
                     }
                 }
                 if self.retry_rewrite.is_none_or(|t| Instant::now() >= t) {
@@ -203,7 +211,10 @@ impl Files {
                 let (pct, min) = {
                     let c = self.shared.config.read();
                     let p = &c.persistence;
-                    (u64::from(p.auto_aof_rewrite_percentage), p.auto_aof_rewrite_min_size as u64)
+                    (
+                        u64::from(p.auto_aof_rewrite_percentage),
+                        p.auto_aof_rewrite_min_size as u64,
+                    )
                 };
                 let base = persist.aof_base_size.load(Ordering::Relaxed).max(1);
                 if pct > 0 && size > min && size * 100 >= base * (100 + pct) {
@@ -230,6 +241,12 @@ impl Files {
         rules.iter().any(|&(secs, n)| changes >= n && since >= secs)
     }
 
+    /// The process id and the start of the run id: two servers in one
+    /// process (tests) never write the same temporary file.
+    fn temp_id(&self) -> String {
+        format!("{}-{}", std::process::id(), &self.shared.run_id[..8])
+    }
+
     fn changes(&self) -> u64 {
         self.shared.sum(|s| s.changes.get())
     }
@@ -247,7 +264,7 @@ impl Files {
             .save_started_ms
             .store(self.shared.clock.now().unix_ms, Ordering::Relaxed);
         let path = snapshot_path(&self.shared);
-        let tmp = path.with_file_name(format!("temp-{}.lhs", std::process::id()));
+        let tmp = path.with_file_name(format!("temp-{}.lhs", self.temp_id()));
         let mut changes = 0;
         let r = self
             .write_snapshot(&tmp, |_| changes = self.changes())
@@ -263,7 +280,9 @@ impl Files {
                 let unix_s = self.shared.clock.now().unix_ms / 1000;
                 persist.last_save_unix.store(unix_s, Ordering::Relaxed);
                 persist.last_save_failed.store(false, Ordering::SeqCst);
-                persist.last_save_secs.store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
+                persist
+                    .last_save_secs
+                    .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
                 persist.saves.fetch_add(1, Ordering::Relaxed);
                 self.retry_save = None;
                 tracing::info!(
@@ -291,7 +310,9 @@ impl Files {
         w.write_all(SNAPSHOT_MAGIC)?;
         let done = cut(&self.shared, &self.mailboxes, at_cut)?;
         let shared = &self.shared;
-        let records = write_body(shared, &done, &mut w, || !shared.shutting_down.load(Ordering::SeqCst))?;
+        let records = write_body(shared, &done, &mut w, || {
+            !shared.shutting_down.load(Ordering::SeqCst)
+        })?;
         let mut crc = w.into_inner().map_err(|e| e.into_error())?;
         let t = trailer(crc.hasher.clone().finalize());
         crc.file.write_all(&t)?;
@@ -310,11 +331,16 @@ impl Files {
         match r {
             Ok(()) => {
                 persist.last_rewrite_failed.store(false, Ordering::SeqCst);
-                persist.last_rewrite_secs.store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
+                persist
+                    .last_rewrite_secs
+                    .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
                 persist.rewrites.fetch_add(1, Ordering::Relaxed);
                 persist.aof_on.store(true, Ordering::SeqCst);
                 self.retry_rewrite = None;
-                tracing::info!("Background append-only log rewrite finished in {} ms", started.elapsed().as_millis());
+                tracing::info!(
+                    "Background append-only log rewrite finished in {} ms",
+                    started.elapsed().as_millis()
+                );
             }
             Err(e) => {
                 persist.last_rewrite_failed.store(true, Ordering::SeqCst);
@@ -329,11 +355,19 @@ impl Files {
         let (dir, manifest) = aof_paths(&self.shared);
         let name = self.shared.config.read().persistence.appendfilename.clone();
         std::fs::create_dir_all(&dir)?;
-        let seq = self.log.as_ref().map_or_else(|| newest_seq(&dir, &name), |l| l.seq) + 1;
+        let seq = self
+            .log
+            .as_ref()
+            .map_or_else(|| newest_seq(&dir, &name), |l| l.seq)
+            + 1;
         let incr_name = format!("{name}.{seq}.incr.aof");
         let base_name = format!("{name}.{seq}.base.lhs");
         let incr = File::create(dir.join(&incr_name))?;
-        let incr_entry = ManifestEntry { name: incr_name, seq, kind: 'i' };
+        let incr_entry = ManifestEntry {
+            name: incr_name,
+            seq,
+            kind: 'i',
+        };
         if let Some(log) = &self.log {
             // A crash before the rewrite ends loads the old files, then the
             // new increment: they continue each other.
@@ -341,7 +375,7 @@ impl Files {
             entries.push(incr_entry.clone());
             write_manifest(&manifest, &entries)?;
         }
-        let tmp = dir.join(format!("temp-rewrite-{}.lhs", std::process::id()));
+        let tmp = dir.join(format!("temp-rewrite-{}.lhs", self.temp_id()));
         let shared = self.shared.clone();
         let mut started: Option<std::io::Result<Writer>> = None;
         let mut at = 0;
@@ -362,7 +396,12 @@ impl Files {
         };
         if let Some(w) = started {
             let writer = w?;
-            self.log = Some(Log { writer, entries: Vec::new(), settled: 0, seq });
+            self.log = Some(Log {
+                writer,
+                entries: Vec::new(),
+                settled: 0,
+                seq,
+            });
         }
         std::fs::rename(&tmp, dir.join(&base_name))?;
         let Some(log) = self.log.as_mut() else {
@@ -375,7 +414,14 @@ impl Files {
         if !log.writer.switched() {
             return Err(std::io::Error::other("the writer did not reach the cut"));
         }
-        let entries = vec![ManifestEntry { name: base_name, seq, kind: 'b' }, incr_entry];
+        let entries = vec![
+            ManifestEntry {
+                name: base_name,
+                seq,
+                kind: 'b',
+            },
+            incr_entry,
+        ];
         write_manifest(&manifest, &entries)?;
         for old in &log.entries {
             if !entries.iter().any(|e| e.name == old.name) {
@@ -388,7 +434,10 @@ impl Files {
         let persist = &self.shared.persist;
         persist.aof_base_size.store(base_bytes, Ordering::Relaxed);
         persist.aof_size.store(base_bytes, Ordering::Relaxed);
-        tracing::info!("append-only log rewritten at offset {at}: base {} bytes", base_bytes);
+        tracing::info!(
+            "append-only log rewritten at offset {at}: base {} bytes",
+            base_bytes
+        );
         Ok(())
     }
 
@@ -398,7 +447,9 @@ impl Files {
         let Some(last) = loaded.entries.iter().rev().find(|e| e.kind == 'i') else {
             return Err(std::io::Error::other("the manifest lists no increment"));
         };
-        let file = std::fs::OpenOptions::new().append(true).open(dir.join(&last.name))?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(&last.name))?;
         let from = self.shared.repl.backlog.offset();
         let writer = Writer::start(self.shared.clone(), file, from, loaded.last_incr_len)?;
         let seq = loaded.entries.iter().map(|e| e.seq).max().unwrap_or(0);

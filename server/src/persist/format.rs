@@ -251,13 +251,31 @@ mod tests {
         let mut f = seg.clone();
         f.extend_from_slice(&segment_crc(crc32(&seg)));
         let clean = f.len();
-        assert_eq!(check_increment(&f), Ok(Increment { verified: clean, torn: 0 }));
+        assert_eq!(
+            check_increment(&f),
+            Ok(Increment {
+                verified: clean,
+                torn: 0
+            })
+        );
         // A segment written without its checksum yet: torn.
         f.extend_from_slice(&seg);
-        assert_eq!(check_increment(&f), Ok(Increment { verified: clean, torn: seg.len() }));
+        assert_eq!(
+            check_increment(&f),
+            Ok(Increment {
+                verified: clean,
+                torn: seg.len()
+            })
+        );
         // Half a record: torn too.
         let half = &f[..clean + 5];
-        assert_eq!(check_increment(half), Ok(Increment { verified: clean, torn: 5 }));
+        assert_eq!(
+            check_increment(half),
+            Ok(Increment {
+                verified: clean,
+                torn: 5
+            })
+        );
         // A flipped byte inside a verified segment's value: corrupt.
         let mut g = f.clone();
         g[seg.len() - 3] = b'x';
@@ -267,8 +285,16 @@ mod tests {
     #[test]
     fn manifests_round_trip() {
         let e = vec![
-            ManifestEntry { name: "appendonly.aof.1.base.lhs".into(), seq: 1, kind: 'b' },
-            ManifestEntry { name: "appendonly.aof.1.incr.aof".into(), seq: 1, kind: 'i' },
+            ManifestEntry {
+                name: "appendonly.aof.1.base.lhs".into(),
+                seq: 1,
+                kind: 'b',
+            },
+            ManifestEntry {
+                name: "appendonly.aof.1.incr.aof".into(),
+                seq: 1,
+                kind: 'i',
+            },
         ];
         assert_eq!(parse_manifest(&render_manifest(&e)), Ok(e));
         assert!(parse_manifest("file x seq one type b\n").is_err());

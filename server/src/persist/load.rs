@@ -19,7 +19,9 @@ use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Args};
 
 use crate::commands::{table, Exec};
-use crate::persist::format::{check_increment, check_snapshot, file_limits, parse_manifest, Damage, ManifestEntry};
+use crate::persist::format::{
+    check_increment, check_snapshot, file_limits, parse_manifest, Damage, ManifestEntry,
+};
 use crate::shard::{Job, Mailbox, Msg};
 use crate::slot::{key_slot, slot_shard};
 use crate::state::Shared;
@@ -162,7 +164,9 @@ fn apply(applier: &mut Applier<'_>, body: &[u8], snapshot: bool) -> Result<(), S
             return Err("no LH.SNAPSHOT header".into());
         }
         if snapshot && items[0].eq_ignore_ascii_case(b"LH.SNAPEND") {
-            let want = items.get(1).and_then(|n| leasehold_protocol::int::parse_u64(n));
+            let want = items
+                .get(1)
+                .and_then(|n| leasehold_protocol::int::parse_u64(n));
             if want != Some(records) {
                 return Err(format!("{records} records, the end says {want:?}"));
             }
@@ -287,7 +291,8 @@ fn load_log(
     };
     for (i, e) in entries.iter().enumerate() {
         let path = dir.join(&e.name);
-        let file = std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let file =
+            std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         loaded.size += file.len() as u64;
         if e.name.ends_with(".lhs") {
             loaded.base_size += file.len() as u64;
@@ -296,7 +301,8 @@ fn load_log(
             apply(applier, body, true).map_err(|err| format!("{}: {err}", path.display()))?;
             continue;
         }
-        let inc = check_increment(&file).map_err(|d| format!("append-only file {} is {d}", path.display()))?;
+        let inc = check_increment(&file)
+            .map_err(|d| format!("append-only file {} is {d}", path.display()))?;
         if inc.torn > 0 {
             let last = Some(i) == last_incr;
             if !last || !truncated_ok {
@@ -324,7 +330,8 @@ fn load_log(
         if Some(i) == last_incr {
             loaded.last_incr_len = inc.verified as u64;
         }
-        apply(applier, &file[..inc.verified], false).map_err(|err| format!("{}: {err}", path.display()))?;
+        apply(applier, &file[..inc.verified], false)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
     }
     Ok(loaded)
 }

@@ -107,7 +107,10 @@ impl Backlog {
         }
         let mut s = self.durable.synced.lock();
         while *s < offset && self.durable.always.load(Ordering::Acquire) {
-            let _ = self.durable.moved.wait_for(&mut s, Duration::from_millis(100));
+            let _ = self
+                .durable
+                .moved
+                .wait_for(&mut s, Duration::from_millis(100));
         }
     }
 

@@ -134,7 +134,9 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             let stop = move |_| stopped(shared, alive_ref, generation);
             let copier = s.spawn(move || {
                 copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, stop).map_err(|e| {
-                    other(format!("replica stream: {e} (client-output-buffer-limit replica)"))
+                    other(format!(
+                        "replica stream: {e} (client-output-buffer-limit replica)"
+                    ))
                 })
             });
             let sent = (|| {

@@ -143,7 +143,11 @@ pub fn write_body(
 
 /// Writes every shard's image chunks as they come, until all are done;
 /// returns how many records they held.
-fn write_images(cut: &CutDone, w: &mut impl Write, go_on: impl Fn() -> bool) -> std::io::Result<u64> {
+fn write_images(
+    cut: &CutDone,
+    w: &mut impl Write,
+    go_on: impl Fn() -> bool,
+) -> std::io::Result<u64> {
     let mut records = 0u64;
     let mut done = 0;
     while done < cut.shards {

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::{Conn, Transport, Turn};
-use crate::session::Blocked;
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
+use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
 use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
 use crate::slot::{key_slot, slot_shard};
