@@ -96,8 +96,10 @@ impl Writer {
             copier_done: AtomicBool::new(false),
         });
         let out = Arc::new(Outbuf::default());
+        // Everything before `from` is in the base (or the files loaded).
+        shared.repl.backlog.mark_synced(from);
         if Fsync::of(&shared) == Fsync::Always {
-            shared.repl.backlog.set_sync_always(true, from);
+            shared.repl.backlog.set_sync_always(true);
         }
         let copier = {
             let (shared, state, out) = (shared.clone(), state.clone(), out.clone());
@@ -148,7 +150,7 @@ impl Writer {
     }
 
     /// Bytes of the current increment file.
-    pub fn len(&self) -> u64 {
+    pub fn file_len(&self) -> u64 {
         self.state.len.load(Ordering::Relaxed)
     }
 
@@ -165,7 +167,7 @@ impl Writer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        shared.repl.backlog.set_sync_always(false, 0);
+        shared.repl.backlog.set_sync_always(false);
     }
 }
 
@@ -253,7 +255,7 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
             .lock()
             .get_or_insert(format!("append-only log write: {e}"));
     }
-    shared.repl.backlog.set_sync_always(false, 0);
+    shared.repl.backlog.set_sync_always(false);
 }
 
 /// Appends one segment and its checksum record in one write.

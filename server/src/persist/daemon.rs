@@ -69,6 +69,12 @@ impl Daemon {
             .persist
             .last_rewrite_secs
             .store(-1, Ordering::Relaxed);
+        // What was loaded is on disk already: no change since the last save.
+        let changes = shared.sum(|s| s.changes.get());
+        shared
+            .persist
+            .changes_at_save
+            .store(changes, Ordering::Relaxed);
         let mut d = Files {
             shared,
             mailboxes,
@@ -150,12 +156,16 @@ impl Files {
             }
             self.keep_log();
             let now = Fsync::of(&self.shared);
-            if let Some(log) = &self.log {
-                if policy != Some(now) {
+            // CONFIG SET appendfsync: writers wait for the disk from now on,
+            // or stop waiting.
+            match self.log.is_some() {
+                true if policy != Some(now) => {
                     let backlog = &self.shared.repl.backlog;
-                    backlog.set_sync_always(now == Fsync::Always, log.writer.pos());
+                    backlog.set_sync_always(now == Fsync::Always);
                     policy = Some(now);
                 }
+                true => {}
+                false => policy = None,
             }
             if self.save_due() {
                 let _ = self.save();
@@ -198,7 +208,7 @@ impl Files {
                 }
             }
             (Some(log), true) => {
-                let size = log.settled + log.writer.len();
+                let size = log.settled + log.writer.file_len();
                 persist.aof_size.store(size, Ordering::Relaxed);
                 if let Some(why) = log.writer.failure() {
                     tracing::warn!("{why}; rewriting the append-only log");

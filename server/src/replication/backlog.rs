@@ -80,10 +80,10 @@ impl Backlog {
     }
 
     /// Makes writers wait for [`Backlog::mark_synced`] after each append
-    /// (`true`, from the offset `synced` on) or releases them (`false`).
-    pub fn set_sync_always(&self, yes: bool, synced: u64) {
+    /// (`true`) or releases them (`false`).
+    pub fn set_sync_always(&self, yes: bool) {
         use std::sync::atomic::Ordering;
-        *self.durable.synced.lock() = synced;
+        let _s = self.durable.synced.lock();
         self.durable.always.store(yes, Ordering::SeqCst);
         self.durable.moved.notify_all();
     }
