@@ -9,20 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{call, free_port, scratch_dir, text, wait_for, Conn, Proc, Reply};
+use leasehold_testkit::{
+    call, free_port, node_command, scratch_dir, text, wait_for, Conn, Proc, Reply,
+};
 
 /// A node on `port` with its files in `dir`, plus `extra` flags.
 fn command(dir: &Path, port: u16, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-server"));
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--threads",
-        "2",
-        "--loglevel",
-        "warn",
-    ]);
-    cmd.args(["--dir", &dir.display().to_string(), "--save", ""]);
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, dir);
     cmd.args(extra);
     cmd
 }

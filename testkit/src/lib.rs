@@ -45,6 +45,17 @@ pub fn scratch_dir() -> std::path::PathBuf {
     dir
 }
 
+/// The command line of a `leasehold-server` node (the binary at `exe`) for
+/// a process test: 127.0.0.1:`port`, 2 threads, warnings only, no `save`
+/// rules, its files in `dir`.
+pub fn node_command(exe: &str, port: u16, dir: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--port", &port.to_string(), "--threads", "2"]);
+    cmd.args(["--loglevel", "warn", "--save", ""]);
+    cmd.args(["--dir", &dir.display().to_string()]);
+    cmd
+}
+
 /// A port that was free on 127.0.0.1 a moment ago.
 ///
 /// # Panics
