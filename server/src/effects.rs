@@ -180,6 +180,11 @@ impl EffectLog {
         }
     }
 
+    /// Whether records appended since the last publish wait for one.
+    pub fn unpublished(&self) -> bool {
+        self.published != self.offset
+    }
+
     /// Publishes to `repl`'s merged stream from now on.
     pub fn attach(&mut self, repl: Arc<Replication>) {
         self.published = self.offset;
