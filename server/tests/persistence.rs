@@ -20,7 +20,8 @@ fn command(dir: &Path, port: u16, extra: &[&str]) -> Command {
     cmd
 }
 
-/// Starts a node and waits until it answers PING with PONG (not -LOADING).
+/// Starts a node and waits until it has loaded its files (DBSIZE answers
+/// a count, not -LOADING).
 fn node(dir: &Path, port: u16, extra: &[&str]) -> Proc {
     let p = Proc(
         command(dir, port, extra)
@@ -29,8 +30,8 @@ fn node(dir: &Path, port: u16, extra: &[&str]) -> Proc {
             .spawn()
             .expect("start leasehold-server"),
     );
-    wait_for("the node answers PONG", Duration::from_secs(20), || {
-        call(port, &["PING"]).is_some_and(|r| text(&r) == "PONG")
+    wait_for("the node has loaded", Duration::from_secs(20), || {
+        matches!(call(port, &["DBSIZE"]), Some(Reply::Int(_)))
     });
     p
 }
@@ -44,6 +45,19 @@ fn refused(dir: &Path, extra: &[&str]) -> (bool, String) {
     let log =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), log)
+}
+
+/// Waits (at most 10 s) for a node told to SHUTDOWN to exit by itself, so
+/// its log is written to the end; true when it exited cleanly.
+fn exited(mut p: Proc) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(status)) = p.0.try_wait() {
+            return status.success();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 fn kill9(mut p: Proc) {
@@ -284,7 +298,7 @@ fn a_torn_log_tail_is_dropped_and_a_flipped_bit_refuses_the_start() {
         );
     }
     assert_eq!(call(port, &["SHUTDOWN", "NOSAVE"]), None);
-    drop(n);
+    assert!(exited(n), "SHUTDOWN NOSAVE exits cleanly");
     let incr = incr_file(&dir);
     let whole = std::fs::read(&incr).unwrap();
     assert!(whole.len() > 100, "the increment holds the writes");
@@ -367,7 +381,7 @@ fn a_restart_between_two_tokenleases_grants_what_time_refilled() {
     let after_first = Instant::now();
     assert_eq!(text(&call(port, &["SAVE"]).unwrap()), "OK");
     assert_eq!(call(port, &["SHUTDOWN", "NOSAVE"]), None);
-    drop(n);
+    assert!(exited(n), "SHUTDOWN NOSAVE exits cleanly");
     let _n = node(&dir, port, &[]);
     let before_second = Instant::now();
     let granted = lease(port);
