@@ -372,7 +372,11 @@ fn a_restart_between_two_tokenleases_grants_what_time_refilled() {
     let n = node(&dir, port, &[]);
     // 1 token per 100 ms, capacity 1000: the first lease empties it.
     let lease = |port| {
-        let r = call(port, &["TOKENLEASE", "b", "1000", "1", "100", "1000"]).unwrap();
+        let r = call(
+            port,
+            &["TOKENLEASE", "b", "1000", "1", "100", "1000", "MIN", "1"],
+        )
+        .unwrap();
         let Reply::Array(r) = r else { panic!("{r:?}") };
         int(&r[0])
     };
