@@ -344,8 +344,8 @@ impl Cmd {
 /// write is refused whole, never half-applied): authentication (`NOAUTH`
 /// unless the row has `NO_AUTH`); while a replica loads a full sync,
 /// `-LOADING` unless the row has `LOADING`; on a replica, `-READONLY` for
-/// `WRITE` rows, and `-MISCONF` for them while snapshots fail (see
-/// `Persistence::refuse_writes`). The replication link's own records pass
+/// `WRITE` rows, and `-MISCONF` for them while snapshots or the
+/// append-only log fail (see `Persistence::refuse_writes`). The replication link's own records pass
 /// the last three.
 /// Cluster redirections will belong here too.
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
@@ -362,12 +362,14 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
         if shared.repl.is_replica() {
             return Err(OpError::ReadOnly);
         }
-        if shared
+        match shared
             .persist
             .refuse_writes
             .load(std::sync::atomic::Ordering::Relaxed)
         {
-            return Err(OpError::Misconf);
+            0 => {}
+            crate::persist::status::REFUSE_LOG => return Err(OpError::MisconfLog),
+            _ => return Err(OpError::Misconf),
         }
     }
     Ok(())

@@ -180,6 +180,11 @@ impl EffectLog {
         }
     }
 
+    /// Whether a cut holds this log's publishes.
+    pub fn holding(&self) -> bool {
+        self.holding
+    }
+
     /// Whether records appended since the last publish wait for one.
     pub fn unpublished(&self) -> bool {
         self.published != self.offset

@@ -159,6 +159,9 @@ pub enum OpError {
     /// `MISCONF ...`: writes are refused while the last snapshot failed
     /// (`stop-writes-on-bgsave-error yes`).
     Misconf,
+    /// `MISCONF Errors writing to the AOF file ...`: `appendonly yes` and
+    /// the log cannot be written.
+    MisconfLog,
     /// `ERR MULTI calls can not be nested`.
     NestedMulti,
     /// `ERR EXEC without MULTI`.
@@ -295,12 +298,15 @@ impl OpError {
                 Reply::err("ERR Background append only file rewriting already in progress")
             }
             OpError::BgsaveWhileRewriting => Reply::err(
-                "ERR An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
+                "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
             ),
             OpError::SaveFailed(why) => Reply::err_owned(format!("ERR Error saving the snapshot: {why}")),
             OpError::ShutdownSaveFailed => Reply::err("ERR Errors trying to SHUTDOWN. Check logs."),
             OpError::Misconf => Reply::err(
                 "MISCONF Leasehold is configured to save snapshots, but it is currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if snapshotting fails (stop-writes-on-bgsave-error option). Please check the Leasehold logs for details about the snapshot error.",
+            ),
+            OpError::MisconfLog => Reply::err(
+                "MISCONF Errors writing to the AOF file: the append-only log is not running (see the Leasehold logs); writes are refused until it is",
             ),
             OpError::NoChainedReplication => {
                 Reply::err("ERR a Leasehold replica does not serve replicas of its own")

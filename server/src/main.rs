@@ -59,15 +59,25 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut poll = tokio::time::interval(std::time::Duration::from_millis(100));
         loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT received, shutting down"); break }
-                _ = term.recv() => { tracing::info!("SIGTERM received, shutting down"); break }
-                _ = poll.tick() => if shared.shutting_down.load(std::sync::atomic::Ordering::SeqCst) { break },
+            let why = tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+                _ = poll.tick() => match shared.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+                    true => break,
+                    false => continue,
+                },
+            };
+            tracing::info!("{why} received, scheduling shutdown...");
+            // As Redis: a snapshot the rules ask for that fails keeps the
+            // server running, so the writes since the last one are not lost.
+            match handle.save_before_exit() {
+                Ok(()) => break,
+                Err(e) => tracing::error!("Error trying to save the DB ({e}), can't exit."),
             }
         }
         Ok::<_, std::io::Error>(())
     })?;
-    handle.shutdown_saving();
+    handle.shutdown();
     tracing::info!("Leasehold is now ready to exit, bye bye...");
     Ok(())
 }

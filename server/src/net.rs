@@ -462,6 +462,10 @@ impl Loop {
     /// connection that asked to leave the loop (PSYNC) is handed over.
     fn write(&mut self, k: usize) {
         self.turn.publish_pending();
+        if self.turn.output_held() {
+            self.turn.hold_write(k);
+            return;
+        }
         let shared = self.turn.worker().shared.clone();
         let Some(c) = self.turn.get_mut(k) else {
             return;

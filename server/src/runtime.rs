@@ -41,28 +41,32 @@ impl ServerHandle {
         self.join();
     }
 
-    /// Writes a snapshot when `save` rules are set (as Redis does on
-    /// SIGTERM), then stops the server. A failed snapshot is logged.
-    pub fn shutdown_saving(self) {
+    /// Writes a snapshot when `save` rules are set, as Redis does before
+    /// it exits on SIGTERM or SIGINT (nothing to do once a SHUTDOWN began:
+    /// it saved already).
+    ///
+    /// # Errors
+    /// The snapshot failed: as Redis, the caller should not exit.
+    pub fn save_before_exit(&self) -> Result<(), String> {
         let rules = !self.shared.config.read().persistence.save.trim().is_empty();
-        if rules
-            && !self
+        if !rules
+            || self
                 .shared
                 .shutting_down
                 .load(std::sync::atomic::Ordering::SeqCst)
         {
-            let ticket = Arc::new(Ticket::default());
-            self.shared
-                .persist
-                .request(Request::Save(Some(ticket.clone())));
-            while ticket.outcome().is_none() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if let Some(Err(e)) = ticket.outcome() {
-                tracing::error!("Error trying to save the DB before exiting: {e}");
-            }
+            return Ok(());
         }
-        self.shutdown();
+        let ticket = Arc::new(Ticket::default());
+        self.shared
+            .persist
+            .request(Request::Save(Some(ticket.clone())));
+        loop {
+            if let Some(outcome) = ticket.outcome() {
+                return outcome;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Waits until the server stops (SHUTDOWN or [`ServerHandle::shutdown`]);

@@ -162,6 +162,11 @@ pub struct Turn<T> {
     blocked: Vec<usize>,
     /// Bytes of published messages appended this turn.
     pushed: usize,
+    /// Under `appendfsync always`, while a cut holds effects this shard
+    /// wrote: the answers of batches run meanwhile, and the connections
+    /// whose output waits (see [`Turn::output_held`]).
+    held_answers: Vec<(usize, Vec<Reply>, Vec<Direct>)>,
+    held_writes: Vec<usize>,
 }
 
 impl<T: Transport> Turn<T> {
@@ -179,6 +184,8 @@ impl<T: Transport> Turn<T> {
             scratch: BytesMut::new(),
             locks: tx::Locks::default(),
             blocked: Vec::new(),
+            held_answers: Vec::new(),
+            held_writes: Vec::new(),
             pushed: 0,
         }
     }
@@ -244,7 +251,21 @@ impl<T: Transport> Turn<T> {
             Msg::Conn(stream) => return Some(Incoming::Client(stream)),
             Msg::Link(start) => return Some(Incoming::Link(start)),
             Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
-            Msg::Release => self.worker.shard.borrow_mut().release(),
+            Msg::Release => {
+                // The held effects enter the stream (and, under `always`,
+                // the disk): what waited for them may leave.
+                self.worker.shard.borrow_mut().release();
+                for (from, replies, direct) in std::mem::take(&mut self.held_answers) {
+                    self.answer(from, replies, direct);
+                }
+                // Listed (as `hold_write` left them) and written this turn.
+                for key in std::mem::take(&mut self.held_writes) {
+                    if let Some(c) = self.conns.get_mut(key) {
+                        c.listed = true;
+                        self.dirty.push(key);
+                    }
+                }
+            }
             Msg::Apply { jobs, done } => {
                 let replies = self.worker.shard.borrow_mut().run_batch(jobs);
                 let _ = done.send(replies.iter().filter(|r| r.is_error()).count() as u64);
@@ -256,29 +277,9 @@ impl<T: Transport> Turn<T> {
                     true => vec![OpError::ShardUnavailable.reply(); jobs.len()],
                     false => self.worker.shard.borrow_mut().run_batch(jobs),
                 };
-                let mut answers: Vec<Answer> = replies.into_iter().map(Answer::Reply).collect();
-                for d in &direct {
-                    let answer = std::mem::replace(&mut answers[d.job], Answer::Sent);
-                    if let Answer::Reply(reply) = answer {
-                        answers[d.job] = self.write_direct(d, reply);
-                    }
-                }
-                // Replies the sender must write get it rung before this
-                // thread sleeps; answers already sent need no ring (the
-                // handoff below covers a sender that waits for them).
-                let ring = answers.iter().any(|a| !matches!(a, Answer::Sent));
-                let msg = Msg::Replies {
-                    from: self.worker.id,
-                    answers,
-                };
-                // A sender that is gone (shutdown) wants no replies.
-                let mailbox = &self.worker.mailboxes[from];
-                let _ = mailbox.post(msg);
-                self.posted[from] |= ring;
-                // Every handoff is marked, then one ring if any was wanted.
-                let wanted = direct.iter().filter(|d| d.handoff.done()).count();
-                if wanted > 0 {
-                    mailbox.ring();
+                match self.output_held() {
+                    true => self.held_answers.push((from, replies, direct)),
+                    false => self.answer(from, replies, direct),
                 }
             }
             Msg::Replies { from, answers } => {
@@ -290,6 +291,58 @@ impl<T: Transport> Turn<T> {
             Msg::Publish(p) => self.publish(&p),
         }
         None
+    }
+
+    /// Sends the answers of a batch from thread `from`: the replies the
+    /// shard may write to their connections itself (`direct`) are written,
+    /// the rest posted back.
+    fn answer(&mut self, from: usize, replies: Vec<Reply>, direct: Vec<Direct>) {
+        let mut answers: Vec<Answer> = replies.into_iter().map(Answer::Reply).collect();
+        for d in &direct {
+            let answer = std::mem::replace(&mut answers[d.job], Answer::Sent);
+            if let Answer::Reply(reply) = answer {
+                answers[d.job] = self.write_direct(d, reply);
+            }
+        }
+        // Replies the sender must write get it rung before this
+        // thread sleeps; answers already sent need no ring (the
+        // handoff below covers a sender that waits for them).
+        let ring = answers.iter().any(|a| !matches!(a, Answer::Sent));
+        let msg = Msg::Replies {
+            from: self.worker.id,
+            answers,
+        };
+        // A sender that is gone (shutdown) wants no replies.
+        let mailbox = &self.worker.mailboxes[from];
+        let _ = mailbox.post(msg);
+        self.posted[from] |= ring;
+        // Every handoff is marked, then one ring if any was wanted.
+        let wanted = direct.iter().filter(|d| d.handoff.done()).count();
+        if wanted > 0 {
+            mailbox.ring();
+        }
+    }
+
+    /// Whether no output may leave this thread now: under `appendfsync
+    /// always`, a cut holds effects this shard wrote since it cut, so
+    /// neither they nor anything read after them is on disk yet. Until the
+    /// release (at most the slowest shard's way to its cut) the answers of
+    /// batches wait, and `net` holds its writes ([`Turn::hold_write`]).
+    pub fn output_held(&self) -> bool {
+        let shard = self.worker.shard.borrow();
+        let effects = shard.store.effects();
+        effects.holding() && effects.unpublished() && self.worker.shared.repl.backlog.sync_always()
+    }
+
+    /// Connection `key`'s output waits for the release (see
+    /// [`Turn::output_held`]).
+    pub fn hold_write(&mut self, key: usize) {
+        if let Some(c) = self.conns.get_mut(key) {
+            c.listed = true;
+        }
+        if !self.held_writes.contains(&key) {
+            self.held_writes.push(key);
+        }
     }
 
     /// Appends a published message to each receiver's output, between whole

@@ -48,7 +48,7 @@ fn bgsave_during_a_rewrite_needs_schedule() {
     );
     assert_eq!(
         h.cmd("BGSAVE"),
-        err("ERR An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.")
+        err("ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.")
     );
     assert_eq!(
         h.cmd("BGSAVE SCHEDULE"),

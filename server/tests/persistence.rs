@@ -399,3 +399,94 @@ fn a_restart_between_two_tokenleases_grants_what_time_refilled() {
         "granted {granted} after the restart, an uninterrupted server grants {lo}..={hi}"
     );
 }
+
+/// Every kind of effect a log holds loads back: deletes (DEL, UNLINK,
+/// GETDEL, an EXPIRE into the past) and values larger than the log
+/// writer's copies, whose segments must still end on whole records.
+#[test]
+fn deletes_and_large_values_come_back_from_the_log() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let flags = ["--appendonly", "yes", "--appendfsync", "always"];
+    let n = node(&dir, port, &flags);
+    let mut c = Conn::open(port).expect("connect");
+    for i in 0..20 {
+        assert_eq!(
+            text(&c.call(&["SET", &format!("k{i}"), "v"]).unwrap()),
+            "OK"
+        );
+    }
+    assert_eq!(
+        c.call(&["DEL", "k0", "k1", "k2", "k3"]),
+        Some(Reply::Int(4))
+    );
+    assert_eq!(c.call(&["UNLINK", "k4", "k5"]), Some(Reply::Int(2)));
+    assert_eq!(text(&c.call(&["GETDEL", "k6"]).unwrap()), "v");
+    assert_eq!(c.call(&["EXPIRE", "k7", "0"]), Some(Reply::Int(1)));
+    // 300 KB and 3 MB values, and many pipelined writes around them.
+    let big: String = (0..300_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let huge = big.repeat(10);
+    assert_eq!(text(&c.call(&["SET", "big", &big]).unwrap()), "OK");
+    assert_eq!(text(&c.call(&["SET", "huge", &huge]).unwrap()), "OK");
+    for i in 0..200 {
+        assert_eq!(
+            text(
+                &c.call(&["SET", &format!("after{i}"), &big[..1000]])
+                    .unwrap()
+            ),
+            "OK"
+        );
+    }
+    kill9(n);
+    let _n = node(&dir, port, &flags);
+    assert_eq!(call(port, &["DBSIZE"]).map(|r| int(&r)), Some(12 + 2 + 200));
+    for gone in ["k0", "k3", "k4", "k6", "k7"] {
+        assert_eq!(
+            call(port, &["EXISTS", gone]).map(|r| int(&r)),
+            Some(0),
+            "{gone}"
+        );
+    }
+    assert_eq!(text(&call(port, &["GET", "big"]).unwrap()), big);
+    assert_eq!(
+        call(port, &["STRLEN", "huge"]).map(|r| int(&r)),
+        Some(3_000_000)
+    );
+    assert_eq!(
+        text(&call(port, &["GET", "after199"]).unwrap()),
+        &big[..1000]
+    );
+}
+
+/// `dbfilename` is a file name, never a path.
+#[test]
+fn dbfilename_is_a_name_and_a_log_without_its_manifest_is_refused() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let n = node(&dir, port, &["--appendonly", "yes"]);
+    for bad in ["../escaped.lhs", "sub/x.lhs", "", ".."] {
+        let r = text(&call(port, &["CONFIG", "SET", "dbfilename", bad]).unwrap());
+        assert_eq!(
+            r,
+            "ERR CONFIG SET failed (possibly related to argument 'dbfilename') - can't be a path, just a filename",
+            "{bad:?}"
+        );
+    }
+    call(port, &["SET", "k", "v"]).unwrap();
+    assert_eq!(call(port, &["SHUTDOWN", "NOSAVE"]), None);
+    assert!(exited(n));
+    std::fs::remove_file(dir.join("appendonlydir/appendonly.aof.manifest")).unwrap();
+    let (ok, log) = refused(&dir, &["--appendonly", "yes"]);
+    assert!(
+        !ok && log.contains("no manifest"),
+        "a log without its manifest: {log}"
+    );
+    std::fs::write(dir.join("appendonlydir/appendonly.aof.manifest"), "").unwrap();
+    let (ok, log) = refused(&dir, &["--appendonly", "yes"]);
+    assert!(
+        !ok && log.contains("lists no files"),
+        "an empty manifest: {log}"
+    );
+}

@@ -137,10 +137,14 @@ pub enum Kind {
     SavePoints,
     /// One of a few words, in any case; kept in lower case.
     OneOf(&'static [&'static str]),
+    /// A file name inside a directory: not empty, no `/`, not `.` or `..`.
+    FileName,
 }
 
 /// Redis's text for `save` rules that are not pairs of integers.
 pub const NOT_SAVE_POINTS: &str = "Invalid save parameters";
+/// Redis's text for a file name that is a path (`dbfilename`).
+pub const NOT_FILE_NAME: &str = "can't be a path, just a filename";
 /// Redis's text for a word outside its set (`appendfsync`).
 pub const NOT_ONE_OF: &str = "argument(s) must be one of the following";
 
@@ -164,6 +168,10 @@ impl Kind {
             Kind::SavePoints => super::save_rules(v)
                 .map(|_| Value::Text(v.split_whitespace().collect::<Vec<_>>().join(" ")))
                 .ok_or(NOT_SAVE_POINTS),
+            Kind::FileName => match v.is_empty() || v.contains('/') || v == "." || v == ".." {
+                true => Err(NOT_FILE_NAME),
+                false => Ok(Value::Text(v.to_string())),
+            },
             Kind::OneOf(words) => {
                 let w = v.to_ascii_lowercase();
                 match words.contains(&w.as_str()) {
@@ -190,6 +198,7 @@ impl Kind {
             Kind::OutputLimits => "groups of <class> <hard> <soft> <soft seconds>".into(),
             Kind::SavePoints => "pairs of <seconds> <changes>, or empty".into(),
             Kind::OneOf(words) => format!("one of {}", words.join(", ")),
+            Kind::FileName => "a file name (no /)".into(),
         }
     }
 
@@ -204,6 +213,7 @@ impl Kind {
             Kind::OutputLimits => "LIMITS",
             Kind::SavePoints => "RULES",
             Kind::OneOf(_) => "WORD",
+            Kind::FileName => "NAME",
         }
     }
 }

@@ -70,6 +70,10 @@ struct State {
     failed: Mutex<Option<String>>,
     /// The copier ended.
     copier_done: AtomicBool,
+    /// Whether what it fsyncs counts as on disk for `appendfsync always`
+    /// (false while the first base file is not written yet: its increment
+    /// is in no manifest).
+    armed: AtomicBool,
 }
 
 /// A running log writer.
@@ -82,11 +86,17 @@ pub struct Writer {
 
 impl Writer {
     /// Starts writing the stream from offset `from` to `file`, whose
-    /// length is `len` bytes.
+    /// length is `len` bytes; `armed` as [`Writer::arm`] makes it.
     ///
     /// # Errors
     /// The system refused a thread.
-    pub fn start(shared: Arc<Shared>, file: File, from: u64, len: u64) -> std::io::Result<Writer> {
+    pub fn start(
+        shared: Arc<Shared>,
+        file: File,
+        from: u64,
+        len: u64,
+        armed: bool,
+    ) -> std::io::Result<Writer> {
         let state = Arc::new(State {
             switch: Mutex::new(None),
             pos: AtomicU64::new(from),
@@ -94,13 +104,11 @@ impl Writer {
             stop_at: AtomicU64::new(u64::MAX),
             failed: Mutex::new(None),
             copier_done: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
         });
         let out = Arc::new(Outbuf::default());
         // Everything before `from` is in the base (or the files loaded).
         shared.repl.backlog.mark_synced(from);
-        if Fsync::of(&shared) == Fsync::Always {
-            shared.repl.backlog.set_sync_always(true);
-        }
         let copier = {
             let (shared, state, out) = (shared.clone(), state.clone(), out.clone());
             std::thread::Builder::new()
@@ -110,7 +118,15 @@ impl Writer {
                     let stop = |pos: u64| {
                         pos >= state.stop_at.load(Ordering::SeqCst) || state.failed.lock().is_some()
                     };
-                    let r = copy_stream(&shared.repl.backlog, from, &out, BUFFER_LIMIT, stop);
+                    // Whole records only: a segment never ends inside one.
+                    let r = copy_stream(
+                        &shared.repl.backlog,
+                        from,
+                        &out,
+                        BUFFER_LIMIT,
+                        usize::MAX,
+                        stop,
+                    );
                     if let Err(e) = r {
                         let mut f = state.failed.lock();
                         f.get_or_insert(format!("append-only log stream: {e}"));
@@ -120,16 +136,34 @@ impl Writer {
                 })?
         };
         let writer = {
-            let (state, out) = (state.clone(), out.clone());
+            let (shared, state, out) = (shared.clone(), state.clone(), out.clone());
             std::thread::Builder::new()
                 .name("leasehold-aof".into())
                 .spawn(move || write_loop(&shared, file, &state, &out))?
         };
-        Ok(Writer {
+        let w = Writer {
             state,
             out,
             threads: vec![copier, writer],
-        })
+        };
+        if armed {
+            w.arm(&shared);
+        }
+        Ok(w)
+    }
+
+    /// From now on what it fsyncs is on disk for good (its increment is in
+    /// the manifest): under `appendfsync always` writers wait for it.
+    pub fn arm(&self, shared: &Shared) {
+        self.state.armed.store(true, Ordering::SeqCst);
+        if Fsync::of(shared) == Fsync::Always {
+            shared.repl.backlog.set_sync_always(true);
+        }
+    }
+
+    /// Whether [`Writer::arm`] was called.
+    pub fn armed(&self) -> bool {
+        self.state.armed.load(Ordering::SeqCst)
     }
 
     /// From stream offset `at` on (not yet written), bytes go to `file`
@@ -230,7 +264,7 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
                 last_sync = Instant::now();
                 unsynced = false;
             }
-            if !unsynced {
+            if !unsynced && state.armed.load(Ordering::SeqCst) {
                 shared.repl.backlog.mark_synced(pos);
             }
             if stopping {

@@ -29,7 +29,7 @@ use crate::config::save_rules;
 use crate::persist::aof::{Fsync, Writer};
 use crate::persist::format::{render_manifest, trailer, ManifestEntry, SNAPSHOT_MAGIC};
 use crate::persist::load::{aof_paths, snapshot_path, LoadedLog};
-use crate::persist::status::Request;
+use crate::persist::status::{Request, REFUSE_LOG, REFUSE_SNAPSHOT};
 use crate::replication::snapshot::{cut, write_body};
 use crate::shard::Mailbox;
 use crate::state::Shared;
@@ -69,12 +69,14 @@ impl Daemon {
             .persist
             .last_rewrite_secs
             .store(-1, Ordering::Relaxed);
+        remove_temp_files(&shared);
         // What was loaded is on disk already: no change since the last save.
         let changes = shared.sum(|s| s.changes.get());
         shared
             .persist
             .changes_at_save
             .store(changes, Ordering::Relaxed);
+        let full_syncs_seen = shared.repl.full_syncs_taken.load(Ordering::SeqCst);
         let mut d = Files {
             shared,
             mailboxes,
@@ -82,8 +84,17 @@ impl Daemon {
             loaded,
             retry_save: None,
             retry_rewrite: None,
+            rewrite_wanted: false,
+            full_syncs_seen,
+            log_error: None,
         };
         d.keep_log();
+        if d.shared.config.read().persistence.appendonly && d.log.is_none() {
+            let why = d.log_error.take().unwrap_or_default();
+            return Err(std::io::Error::other(format!(
+                "cannot start the append-only log: {why}"
+            )));
+        }
         let thread = {
             let stop = stop.clone();
             std::thread::Builder::new()
@@ -110,12 +121,23 @@ impl Daemon {
 /// The log as it is on disk, with its writer.
 struct Log {
     writer: Writer,
+    /// The directory its files are in (`dir`/`appenddirname` when it began).
+    dir: PathBuf,
     /// The manifest's entries, in load order.
     entries: Vec<ManifestEntry>,
-    /// Bytes of the files listed, less the writer's current increment.
-    settled: u64,
     /// Sequence number of the newest file.
     seq: u64,
+}
+
+impl Log {
+    /// Bytes of its files on disk.
+    fn size(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter_map(|e| std::fs::metadata(self.dir.join(&e.name)).ok())
+            .map(|m| m.len())
+            .sum()
+    }
 }
 
 struct Files {
@@ -125,6 +147,12 @@ struct Files {
     loaded: Option<LoadedLog>,
     retry_save: Option<Instant>,
     retry_rewrite: Option<Instant>,
+    /// A rewrite asked for while a replica loaded its primary's payload.
+    rewrite_wanted: bool,
+    /// The replica's full syncs seen: each needs a rewrite of the log.
+    full_syncs_seen: u64,
+    /// Why the log last failed to start.
+    log_error: Option<String>,
 }
 
 impl Files {
@@ -146,19 +174,21 @@ impl Files {
                         }
                     }
                     // A replica loading its primary's payload has half a
-                    // dataset: the rules rewrite once it is loaded.
-                    Request::Rewrite if self.shared.repl.is_loading() => {}
-                    Request::Rewrite => self.rewrite_logged(),
+                    // dataset: the rewrite waits until it is loaded.
+                    Request::Rewrite => self.rewrite_wanted = true,
                 }
             }
             if self.shared.repl.is_loading() || self.shared.shutting_down.load(Ordering::SeqCst) {
                 continue;
             }
+            if std::mem::take(&mut self.rewrite_wanted) {
+                let _ = self.rewrite_logged();
+            }
             self.keep_log();
             let now = Fsync::of(&self.shared);
             // CONFIG SET appendfsync: writers wait for the disk from now on,
             // or stop waiting.
-            match self.log.is_some() {
+            match self.log.as_ref().is_some_and(|l| l.writer.armed()) {
                 true if policy != Some(now) => {
                     let backlog = &self.shared.repl.backlog;
                     backlog.set_sync_always(now == Fsync::Always);
@@ -173,65 +203,89 @@ impl Files {
             let refuse = {
                 let c = self.shared.config.read();
                 let p = &c.persistence;
-                p.stop_writes_on_bgsave_error
+                if p.appendonly && self.log.is_none() {
+                    REFUSE_LOG
+                } else if p.stop_writes_on_bgsave_error
                     && !p.save.trim().is_empty()
                     && persist.last_save_failed.load(Ordering::SeqCst)
+                {
+                    REFUSE_SNAPSHOT
+                } else {
+                    0
+                }
             };
             persist.refuse_writes.store(refuse, Ordering::Relaxed);
         }
     }
 
-    /// Starts, stops or rewrites the log as `appendonly` and its size say.
+    /// Starts, stops or rewrites the log as `appendonly`, its writer's
+    /// health, `dir` and its size say.
     fn keep_log(&mut self) {
         let on = self.shared.config.read().persistence.appendonly;
-        let persist = &self.shared.persist;
-        match (&self.log, on) {
-            (None, false) => {}
-            (Some(_), false) => {
-                if let Some(log) = self.log.take() {
-                    log.writer.finish(&self.shared);
-                }
-                persist.aof_on.store(false, Ordering::SeqCst);
-                tracing::info!("append-only log stopped (appendonly no)");
+        let shared = self.shared.clone();
+        let persist = &shared.persist;
+        let Some(log) = &self.log else {
+            if !on {
+                return;
             }
-            (None, true) => {
-                if let Some(loaded) = self.loaded.take() {
-                    match self.go_on(loaded) {
-                        Ok(()) => return,
-                        Err(e) => {
-                            tracing::warn!("cannot go on with the loaded log: {e}; rewriting it")
-                        }
+            if let Some(loaded) = self.loaded.take() {
+                match self.go_on(loaded) {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!("cannot go on with the loaded log: {e}; rewriting it")
                     }
                 }
-                if self.retry_rewrite.is_none_or(|t| Instant::now() >= t) {
-                    self.rewrite_logged();
-                }
             }
-            (Some(log), true) => {
-                let size = log.settled + log.writer.file_len();
-                persist.aof_size.store(size, Ordering::Relaxed);
-                if let Some(why) = log.writer.failure() {
-                    tracing::warn!("{why}; rewriting the append-only log");
-                    if let Some(log) = self.log.take() {
-                        log.writer.finish(&self.shared);
-                    }
-                    self.rewrite_logged();
-                    return;
-                }
-                let (pct, min) = {
-                    let c = self.shared.config.read();
-                    let p = &c.persistence;
-                    (
-                        u64::from(p.auto_aof_rewrite_percentage),
-                        p.auto_aof_rewrite_min_size as u64,
-                    )
-                };
-                let base = persist.aof_base_size.load(Ordering::Relaxed).max(1);
-                if pct > 0 && size > min && size * 100 >= base * (100 + pct) {
-                    tracing::info!("Starting automatic rewriting of the append-only log: {size} bytes, {base} after the last rewrite");
-                    self.rewrite_logged();
-                }
+            if self.retry_rewrite.is_none_or(|t| Instant::now() >= t) {
+                let _ = self.rewrite_logged();
             }
+            return;
+        };
+        if !on {
+            if let Some(log) = self.log.take() {
+                log.writer.finish(&shared);
+            }
+            persist.aof_on.store(false, Ordering::SeqCst);
+            tracing::info!("append-only log stopped (appendonly no)");
+            return;
+        }
+        let size = log.size();
+        persist.aof_size.store(size, Ordering::Relaxed);
+        if let Some(why) = log.writer.failure() {
+            tracing::warn!("{why}; rewriting the append-only log");
+            if let Some(log) = self.log.take() {
+                log.writer.finish(&shared);
+            }
+            persist.aof_on.store(false, Ordering::SeqCst);
+            persist.aof_write_failed.store(true, Ordering::SeqCst);
+            let _ = self.rewrite_logged();
+            return;
+        }
+        let full_syncs = shared.repl.full_syncs_taken.load(Ordering::SeqCst);
+        if full_syncs != self.full_syncs_seen {
+            // The dataset was replaced and the stream restarted.
+            self.full_syncs_seen = full_syncs;
+            tracing::info!("a full sync replaced the dataset: rewriting the append-only log");
+            let _ = self.rewrite_logged();
+            return;
+        }
+        if aof_paths(&shared).0 != log.dir {
+            tracing::info!("dir changed: the append-only log moves there with a rewrite");
+            let _ = self.rewrite_logged();
+            return;
+        }
+        let (pct, min) = {
+            let c = shared.config.read();
+            let p = &c.persistence;
+            (
+                u64::from(p.auto_aof_rewrite_percentage),
+                p.auto_aof_rewrite_min_size as u64,
+            )
+        };
+        let base = persist.aof_base_size.load(Ordering::Relaxed).max(1);
+        if pct > 0 && size > min && size * 100 >= base * (100 + pct) {
+            tracing::info!("Starting automatic rewriting of the append-only log: {size} bytes, {base} after the last rewrite");
+            let _ = self.rewrite_logged();
         }
     }
 
@@ -331,7 +385,7 @@ impl Files {
         Ok((records, crc.len))
     }
 
-    fn rewrite_logged(&mut self) {
+    fn rewrite_logged(&mut self) -> Result<(), String> {
         let shared = self.shared.clone();
         let persist = &shared.persist;
         let started = Instant::now();
@@ -341,114 +395,178 @@ impl Files {
         match r {
             Ok(()) => {
                 persist.last_rewrite_failed.store(false, Ordering::SeqCst);
+                persist.aof_write_failed.store(false, Ordering::SeqCst);
                 persist
                     .last_rewrite_secs
                     .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
                 persist.rewrites.fetch_add(1, Ordering::Relaxed);
                 persist.aof_on.store(true, Ordering::SeqCst);
                 self.retry_rewrite = None;
+                self.log_error = None;
                 tracing::info!(
                     "Background append-only log rewrite finished in {} ms",
                     started.elapsed().as_millis()
                 );
+                Ok(())
             }
             Err(e) => {
                 persist.last_rewrite_failed.store(true, Ordering::SeqCst);
                 self.retry_rewrite = Some(Instant::now() + RETRY);
                 tracing::warn!("Background append-only log rewrite failed: {e}");
+                self.log_error = Some(e.to_string());
+                Err(e.to_string())
             }
         }
     }
 
-    /// Rewrites the log (or starts it: no log yet) from a cut.
+    /// Rewrites the log (or starts it: no log yet, or a new `dir`) from a
+    /// cut; see the module's docs for the steps and why a crash at any of
+    /// them loses nothing.
     fn rewrite(&mut self) -> std::io::Result<()> {
         let (dir, manifest) = aof_paths(&self.shared);
         let name = self.shared.config.read().persistence.appendfilename.clone();
         std::fs::create_dir_all(&dir)?;
-        let seq = self
-            .log
-            .as_ref()
-            .map_or_else(|| newest_seq(&dir, &name), |l| l.seq)
-            + 1;
+        // A log in another directory (`dir` changed) is left as it is: the
+        // new one starts from this cut.
+        let same_dir = self.log.as_ref().filter(|l| l.dir == dir);
+        let seq = same_dir.map_or(0, |l| l.seq).max(newest_seq(&dir, &name)) + 1;
         let incr_name = format!("{name}.{seq}.incr.aof");
         let base_name = format!("{name}.{seq}.base.lhs");
-        let incr = File::create(dir.join(&incr_name))?;
+        let incr_path = dir.join(&incr_name);
+        // Never an existing file: it could be the one the writer appends to.
+        let incr = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&incr_path)?;
         let incr_entry = ManifestEntry {
             name: incr_name,
             seq,
             kind: 'i',
         };
-        if let Some(log) = &self.log {
+        let history: Vec<ManifestEntry> = match same_dir {
             // A crash before the rewrite ends loads the old files, then the
             // new increment: they continue each other.
-            let mut entries = log.entries.clone();
-            entries.push(incr_entry.clone());
-            write_manifest(&manifest, &entries)?;
+            Some(l) => l
+                .entries
+                .iter()
+                .cloned()
+                .chain([incr_entry.clone()])
+                .collect(),
+            None => Vec::new(),
+        };
+        if !history.is_empty() {
+            if let Err(e) = write_manifest(&manifest, &history) {
+                let _ = std::fs::remove_file(&incr_path);
+                return Err(e);
+            }
         }
         let tmp = dir.join(format!("temp-rewrite-{}.lhs", self.temp_id()));
         let shared = self.shared.clone();
         let mut started: Option<std::io::Result<Writer>> = None;
-        let mut at = 0;
+        let mut cut_at = None;
         let log = &self.log;
         let written = self.write_snapshot(&tmp, |m| {
-            at = m;
+            cut_at = Some(m);
             match log {
                 Some(log) => log.writer.switch_at(m, incr),
-                None => started = Some(Writer::start(shared, incr, m, 0)),
+                None => started = Some(Writer::start(shared, incr, m, 0, false)),
             }
         });
-        let (_, base_bytes) = match written {
-            Ok(w) => w,
-            Err(e) => {
+        let Some(at) = cut_at else {
+            // No cut: the writer never saw the new increment.
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&incr_path);
+            if let Some(l) = self
+                .log
+                .as_ref()
+                .filter(|l| !history.is_empty() && l.dir == dir)
+            {
+                let _ = write_manifest(&manifest, &l.entries);
+            }
+            return Err(written
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("no cut")));
+        };
+        // From the cut on the writer appends to the new increment: the log's
+        // files are the history the manifest on disk lists.
+        match started {
+            Some(Ok(writer)) => {
+                self.log = Some(Log {
+                    writer,
+                    dir: dir.clone(),
+                    entries: vec![incr_entry.clone()],
+                    seq,
+                })
+            }
+            Some(Err(e)) => {
                 let _ = std::fs::remove_file(&tmp);
+                let _ = std::fs::remove_file(&incr_path);
                 return Err(e);
             }
-        };
-        if let Some(w) = started {
-            let writer = w?;
-            self.log = Some(Log {
-                writer,
-                entries: Vec::new(),
-                settled: 0,
-                seq,
-            });
-        }
-        std::fs::rename(&tmp, dir.join(&base_name))?;
-        let Some(log) = self.log.as_mut() else {
-            return Err(std::io::Error::other("no log writer"));
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !log.writer.switched() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if !log.writer.switched() {
-            return Err(std::io::Error::other("the writer did not reach the cut"));
-        }
-        let entries = vec![
-            ManifestEntry {
-                name: base_name,
-                seq,
-                kind: 'b',
-            },
-            incr_entry,
-        ];
-        write_manifest(&manifest, &entries)?;
-        for old in &log.entries {
-            if !entries.iter().any(|e| e.name == old.name) {
-                let _ = std::fs::remove_file(dir.join(&old.name));
+            None => {
+                if let Some(log) = self.log.as_mut() {
+                    log.entries = match history.is_empty() {
+                        true => vec![incr_entry.clone()],
+                        false => history.clone(),
+                    };
+                    log.dir = dir.clone();
+                    log.seq = seq;
+                }
             }
         }
-        log.entries = entries;
-        log.settled = base_bytes;
-        log.seq = seq;
-        let persist = &self.shared.persist;
-        persist.aof_base_size.store(base_bytes, Ordering::Relaxed);
-        persist.aof_size.store(base_bytes, Ordering::Relaxed);
-        tracing::info!(
-            "append-only log rewritten at offset {at}: base {} bytes",
-            base_bytes
-        );
-        Ok(())
+        let finish = (|| -> std::io::Result<u64> {
+            let (_, base_bytes) = written?;
+            std::fs::rename(&tmp, dir.join(&base_name))?;
+            let Some(log) = self.log.as_mut() else {
+                return Err(std::io::Error::other("no log writer"));
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !log.writer.switched() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if !log.writer.switched() {
+                return Err(std::io::Error::other("the writer did not reach the cut"));
+            }
+            let entries = vec![
+                ManifestEntry {
+                    name: base_name.clone(),
+                    seq,
+                    kind: 'b',
+                },
+                incr_entry.clone(),
+            ];
+            write_manifest(&manifest, &entries)?;
+            for old in &log.entries {
+                if !entries.iter().any(|e| e.name == old.name) {
+                    let _ = std::fs::remove_file(dir.join(&old.name));
+                }
+            }
+            log.entries = entries;
+            if !log.writer.armed() {
+                log.writer.arm(&self.shared);
+            }
+            Ok(base_bytes)
+        })();
+        match finish {
+            Ok(base_bytes) => {
+                let persist = &self.shared.persist;
+                persist.aof_base_size.store(base_bytes, Ordering::Relaxed);
+                persist.aof_size.store(base_bytes, Ordering::Relaxed);
+                tracing::info!("append-only log rewritten at offset {at}: base {base_bytes} bytes");
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                // A first log whose base failed is in no manifest: it stops.
+                if self.log.as_ref().is_some_and(|l| !l.writer.armed()) {
+                    if let Some(log) = self.log.take() {
+                        log.writer.finish(&self.shared);
+                    }
+                    let _ = std::fs::remove_file(&incr_path);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Goes on appending to the log loaded at the start.
@@ -461,7 +579,7 @@ impl Files {
             .append(true)
             .open(dir.join(&last.name))?;
         let from = self.shared.repl.backlog.offset();
-        let writer = Writer::start(self.shared.clone(), file, from, loaded.last_incr_len)?;
+        let writer = Writer::start(self.shared.clone(), file, from, loaded.last_incr_len, true)?;
         let seq = loaded.entries.iter().map(|e| e.seq).max().unwrap_or(0);
         let persist = &self.shared.persist;
         persist.aof_base_size.store(loaded.size, Ordering::Relaxed);
@@ -469,11 +587,38 @@ impl Files {
         persist.aof_on.store(true, Ordering::SeqCst);
         self.log = Some(Log {
             writer,
-            settled: loaded.size - loaded.last_incr_len,
+            dir,
             entries: loaded.entries,
             seq,
         });
         Ok(())
+    }
+}
+
+/// Removes the temporary files a killed snapshot or rewrite left (each a
+/// whole dataset's size): `temp-*.lhs` in `dir`, `temp-rewrite-*.lhs` in
+/// the log's directory.
+fn remove_temp_files(shared: &Shared) {
+    let (aof_dir, _) = aof_paths(shared);
+    let snapshot = snapshot_path(shared);
+    let dirs = [
+        (snapshot.parent().map(Path::to_path_buf), "temp-"),
+        (Some(aof_dir), "temp-rewrite-"),
+    ];
+    for (dir, prefix) in dirs {
+        let Some(Ok(rd)) = dir.map(std::fs::read_dir) else {
+            continue;
+        };
+        for e in rd.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(prefix) && name.ends_with(".lhs") {
+                tracing::info!(
+                    "removing {}, left by an interrupted snapshot",
+                    e.path().display()
+                );
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 }
 

@@ -33,6 +33,9 @@ pub fn trailer(crc: u32) -> Vec<u8> {
     format!("*2\r\n$11\r\nLH.CHECKSUM\r\n$8\r\n{crc:08x}\r\n").into_bytes()
 }
 
+/// The length of a log segment's checksum record.
+pub const SEGMENT_CRC_LEN: usize = 30;
+
 /// A log segment's checksum record: `*2\r\n$6\r\nLH.CRC\r\n$8\r\n<8 hex>\r\n`.
 pub fn segment_crc(crc: u32) -> Vec<u8> {
     format!("*2\r\n$6\r\nLH.CRC\r\n$8\r\n{crc:08x}\r\n").into_bytes()
@@ -145,10 +148,25 @@ pub fn check_increment(file: &[u8]) -> Result<Increment, Damage> {
                 pos += len;
             }
             Ok(None) => {
+                // A torn write is a prefix of one segment and its LH.CRC: a
+                // whole LH.CRC record after the last verified segment means
+                // a record's length was damaged, and the bytes that look
+                // torn were written, checksummed, and fsynced.
+                let tail = &file[segment..];
+                let head = b"*2\r\n$6\r\nLH.CRC\r\n$8\r\n";
+                let whole_crc = tail
+                    .windows(head.len())
+                    .position(|w| w == head)
+                    .is_some_and(|p| p + SEGMENT_CRC_LEN <= tail.len());
+                if whole_crc {
+                    return Err(Damage::Corrupt(format!(
+                        "a record's length at or after byte {segment} runs past later checksummed segments"
+                    )));
+                }
                 return Ok(Increment {
                     verified: segment,
                     torn: file.len() - segment,
-                })
+                });
             }
             Err(e) => {
                 return Err(Damage::Corrupt(format!("bad record at byte {pos}: {e}")));
@@ -224,7 +242,7 @@ mod tests {
     #[test]
     fn trailer_has_its_fixed_length() {
         assert_eq!(trailer(0xdeadbeef).len(), TRAILER_LEN);
-        assert_eq!(segment_crc(1).len(), 30);
+        assert_eq!(segment_crc(1).len(), SEGMENT_CRC_LEN);
     }
 
     #[test]
@@ -276,6 +294,19 @@ mod tests {
                 torn: 5
             })
         );
+        // A value's length made longer than the rest of the file swallows
+        // the checksummed segments after it: corrupt, not torn.
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n".to_vec();
+        let mut g = f[..clean].to_vec();
+        for s in [&set, &seg] {
+            g.extend_from_slice(s);
+            g.extend_from_slice(&segment_crc(crc32(s)));
+        }
+        let at = clean + set.len() - 7; // the value's `$1`
+        assert_eq!(&g[at..at + 2], b"$1");
+        g[at + 1] = b'9';
+        g.insert(at + 2, b'9');
+        assert!(matches!(check_increment(&g), Err(Damage::Corrupt(_))));
         // A flipped byte inside a verified segment's value: corrupt.
         let mut g = f.clone();
         g[seg.len() - 3] = b'x';

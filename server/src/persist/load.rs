@@ -65,29 +65,44 @@ impl<'a> Applier<'a> {
         if SKIPPED.iter().any(|s| items[0].eq_ignore_ascii_case(s)) {
             return Ok(());
         }
-        let name = || String::from_utf8_lossy(&items[0]).into_owned();
+        let name_text = String::from_utf8_lossy(&items[0]).into_owned();
+        let name = || name_text.clone();
         let Some((idx, spec)) = table().lookup(&items[0]) else {
             return Err(format!("unknown record '{}'", name()));
         };
         if !spec.arity_ok(items.len()) {
             return Err(format!("record '{}' has {} arguments", name(), items.len()));
         }
-        let (run, shards): (_, Vec<usize>) = match spec.exec {
-            Exec::Key(run) => {
-                let pos = spec.key_positions(items.len()).next().unwrap_or(1);
-                let slot = key_slot(&items[pos.min(items.len() - 1)]);
-                (run, vec![slot_shard(slot, self.shards)])
+        let owner = |items: &[Bytes]| {
+            let pos = spec.key_positions(items.len()).next().unwrap_or(1);
+            slot_shard(key_slot(&items[pos.min(items.len() - 1)]), self.shards)
+        };
+        let parts: Vec<(usize, Vec<Bytes>)> = match spec.exec {
+            Exec::Key(_) => vec![(owner(&items), items)],
+            Exec::AllShards(..) => (0..self.shards).map(|s| (s, items.clone())).collect(),
+            // DEL and its kind: each key to its shard (effects name one).
+            Exec::Keys(..) => {
+                let step = spec.step.max(1) as usize;
+                let mut per: Vec<Vec<Bytes>> = vec![Vec::new(); self.shards];
+                for p in spec.key_positions(items.len()) {
+                    let s = slot_shard(key_slot(&items[p]), self.shards);
+                    if per[s].is_empty() {
+                        per[s].push(items[0].clone());
+                    }
+                    per[s].extend_from_slice(&items[p..(p + step).min(items.len())]);
+                }
+                per.into_iter()
+                    .enumerate()
+                    .filter(|(_, a)| !a.is_empty())
+                    .collect()
             }
-            Exec::AllShards(run, _) => (run, (0..self.shards).collect()),
             _ => return Err(format!("record '{}' is not an effect", name())),
         };
-        let last = shards.len() - 1;
-        let mut items = Some(items);
-        for (i, s) in shards.into_iter().enumerate() {
-            let args = match i == last {
-                true => items.take().unwrap_or_default(),
-                false => items.clone().unwrap_or_default(),
-            };
+        let run = match spec.exec {
+            Exec::Key(run) | Exec::AllShards(run, _) | Exec::Keys(run, _) => run,
+            _ => return Err(format!("record '{}' is not an effect", name())),
+        };
+        for (s, args) in parts {
             self.batches[s].push(Job {
                 cmd: idx,
                 run,
@@ -223,6 +238,9 @@ pub fn load_at_start(shared: &Shared, mailboxes: &[Mailbox]) -> Result<Option<Lo
     };
     let (dir, manifest) = aof_paths(shared);
     let snapshot = snapshot_path(shared);
+    if appendonly {
+        check_log_dir(shared, &dir, &manifest)?;
+    }
     let use_log = appendonly && manifest.exists();
     if !use_log && !snapshot.exists() {
         return Ok(None);
@@ -246,6 +264,37 @@ pub fn load_at_start(shared: &Shared, mailboxes: &[Mailbox]) -> Result<Option<Lo
     };
     tracing::info!("DB loaded from {what}: {records} records in {ms} ms, {keys} keys");
     Ok(loaded)
+}
+
+/// With `appendonly yes`: the log's directory is a directory, and one that
+/// holds log files has their manifest (without it, which files make the
+/// dataset is unknown: Redis refuses too).
+fn check_log_dir(shared: &Shared, dir: &Path, manifest: &Path) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "{} is not a directory (appenddirname)",
+            dir.display()
+        ));
+    }
+    if manifest.exists() || !dir.exists() {
+        return Ok(());
+    }
+    let name = shared.config.read().persistence.appendfilename.clone();
+    let files: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with(&format!("{name}.")) && !f.ends_with(".tmp"))
+        .collect();
+    match files.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "{} holds append-only files ({}) but no manifest {}; refusing to start without knowing which make the dataset",
+            dir.display(),
+            files.join(", "),
+            manifest.display()
+        )),
+    }
 }
 
 fn load_snapshot(applier: &mut Applier<'_>, path: &Path, corrupt_ok: bool) -> Result<(), String> {
@@ -281,7 +330,12 @@ fn load_log(
 ) -> Result<LoadedLog, String> {
     let text = std::fs::read_to_string(manifest)
         .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
-    let entries = parse_manifest(&text).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let mut entries = parse_manifest(&text).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    // History files are being replaced: they hold nothing to load.
+    entries.retain(|e| e.kind != 'h');
+    if entries.is_empty() {
+        return Err(format!("{} lists no files", manifest.display()));
+    }
     let last_incr = entries.iter().rposition(|e| e.kind == 'i');
     let mut loaded = LoadedLog {
         entries: entries.clone(),

@@ -3,11 +3,16 @@
 //! command never touches a file: SAVE, BGSAVE, BGREWRITEAOF and SHUTDOWN
 //! post a request here and the thread does the work.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+
+/// [`Persistence::refuse_writes`]: snapshots fail.
+pub const REFUSE_SNAPSHOT: u8 = 1;
+/// [`Persistence::refuse_writes`]: the append-only log cannot be written.
+pub const REFUSE_LOG: u8 = 2;
 
 /// The outcome of one requested save, for the connection waiting on it.
 #[derive(Debug, Default)]
@@ -43,9 +48,11 @@ pub struct Persistence {
     wake: Condvar,
     /// A snapshot is being written.
     pub saving: AtomicBool,
-    /// Writes are refused (`-MISCONF`): the last snapshot failed, save
-    /// rules are set and `stop-writes-on-bgsave-error` is on.
-    pub refuse_writes: AtomicBool,
+    /// Writes are refused (`-MISCONF`): [`REFUSE_SNAPSHOT`] when the last
+    /// snapshot failed, save rules are set and `stop-writes-on-bgsave-error`
+    /// is on; [`REFUSE_LOG`] when `appendonly yes` and the log is not
+    /// running (it failed and is being retried); 0 otherwise.
+    pub refuse_writes: AtomicU8,
     /// Unix seconds of the last successful snapshot (LASTSAVE), or of the
     /// start when there was none.
     pub last_save_unix: AtomicU64,
@@ -104,6 +111,15 @@ impl Persistence {
                 .lock()
                 .iter()
                 .any(|r| matches!(r, Request::Save(_)))
+    }
+
+    /// Whether a rewrite is requested and not begun (INFO
+    /// `aof_rewrite_scheduled`).
+    pub fn rewrite_queued(&self) -> bool {
+        self.requests
+            .lock()
+            .iter()
+            .any(|r| matches!(r, Request::Rewrite))
     }
 
     /// Whether a rewrite is in progress or requested.

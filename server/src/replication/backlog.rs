@@ -88,6 +88,13 @@ impl Backlog {
         self.durable.moved.notify_all();
     }
 
+    /// Whether writers wait for the append-only log (`appendfsync always`).
+    pub fn sync_always(&self) -> bool {
+        self.durable
+            .always
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The append-only log has fsynced the stream up to `offset`.
     pub fn mark_synced(&self, offset: u64) {
         let mut s = self.durable.synced.lock();

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, Limits};
 
-use crate::replication::outbuf::{copy_stream, Outbuf};
+use crate::replication::outbuf::{copy_stream, Outbuf, READ_MAX};
 use crate::replication::role::random_hex40;
 use crate::replication::snapshot::{cut, write_body, CutDone};
 use crate::session::ReplicaHello;
@@ -133,7 +133,7 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             let (alive_ref, out_ref, backlog) = (&alive, &out, &repl.backlog);
             let stop = move |_| stopped(shared, alive_ref, generation);
             let copier = s.spawn(move || {
-                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, stop).map_err(|e| {
+                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, READ_MAX, stop).map_err(|e| {
                     other(format!(
                         "replica stream: {e} (client-output-buffer-limit replica)"
                     ))

@@ -42,8 +42,12 @@ impl Outbuf {
     }
 }
 
-/// Copies the stream from position `from` into `out` as it grows, until
-/// `stopped` (given the position copied up to) says so.
+/// Copies the stream from position `from` into `out` as it grows, at most
+/// `max_read` bytes per lock of the backlog, until `stopped` (given the
+/// position copied up to) says so. With `max_read` `usize::MAX` every copy
+/// reaches the stream's end at that moment, which is a record boundary
+/// (the backlog takes whole records), so `out` always ends with a whole
+/// record.
 ///
 /// # Errors
 /// The backlog wrapped past the copier (it fell behind by more than the
@@ -54,6 +58,7 @@ pub fn copy_stream(
     from: u64,
     out: &Outbuf,
     limit: usize,
+    max_read: usize,
     stopped: impl Fn(u64) -> bool,
 ) -> Result<(), String> {
     let mut pos = from;
@@ -61,7 +66,7 @@ pub fn copy_stream(
     while !stopped(pos) {
         loop {
             chunk.clear();
-            match backlog.read(pos, READ_MAX, &mut chunk) {
+            match backlog.read(pos, max_read, &mut chunk) {
                 Ok(0) => break,
                 Ok(n) => pos += n as u64,
                 Err(Gap::Gone) => return Err("fell behind the backlog".into()),

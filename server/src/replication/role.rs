@@ -119,6 +119,9 @@ pub struct Replication {
     next_replica: AtomicU64,
     /// Held for the whole of a full sync: one snapshot at a time.
     pub full_sync: Mutex<()>,
+    /// Full syncs this node took as a replica (each replaced its dataset
+    /// and restarted its stream: a log of it must be rewritten).
+    pub full_syncs_taken: AtomicU64,
     /// PSYNC outcomes.
     pub syncs: SyncCounts,
     /// Signalled when the stream asks for an ACK (`REPLCONF GETACK`).
@@ -147,6 +150,7 @@ impl Replication {
             replicas: Mutex::new(Vec::new()),
             next_replica: AtomicU64::new(1),
             full_sync: Mutex::new(()),
+            full_syncs_taken: AtomicU64::new(0),
             syncs: SyncCounts::default(),
             acks: crossbeam_channel::bounded(1),
         }
@@ -230,6 +234,7 @@ impl Replication {
         ids.replid2 = NO_REPLID.to_string();
         ids.second_offset = -1;
         self.backlog.restart_at(offset);
+        self.full_syncs_taken.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The primary continues the stream under `replid` (`+CONTINUE`): a new
