@@ -95,6 +95,9 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
     let (polls, bells) = polls(threads)?;
     let shared = new_shared(&config, clock, local_addr, bells);
     let (mailboxes, receivers) = mailboxes(&shared);
+    // Clients that connect get -LOADING until the data is loaded and the
+    // append-only log runs (set before the listener's thread starts).
+    shared.repl.set_loading(true);
     let mut listener = Some(listener);
     let mut handles = Vec::new();
     for ((id, rx), poll) in receivers.into_iter().enumerate().zip(polls) {
@@ -113,9 +116,6 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
             })?;
         handles.push(handle);
     }
-    // Clients that connect now get -LOADING until the data is loaded and
-    // the append-only log runs.
-    shared.repl.set_loading(true);
     let started = load_at_start(&shared, &mailboxes).and_then(|loaded| {
         Daemon::spawn(shared.clone(), mailboxes.clone(), loaded).map_err(|e| e.to_string())
     });

@@ -257,3 +257,38 @@ fn the_log_starts_and_stops_at_run_time() {
         persistence(&mut c)["aof_enabled"] == "0"
     });
 }
+
+/// A replica with `appendonly yes` logs its primary's dataset: the full
+/// sync replaces its keys and restarts its stream, and its log is
+/// rewritten from that, so a restart after a promotion has every key.
+#[test]
+fn a_replicas_log_holds_its_full_sync() {
+    use leasehold_tests::replication::{follow, wait_caught_up};
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    for i in 0..300 {
+        assert_eq!(p.call(&format!("SET k{i} v{i}")), "+OK\r\n");
+    }
+    let dir = leasehold_testkit::scratch_dir();
+    let mut config = config_in(&dir, 2);
+    config.persistence.appendonly = true;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let replica = TestServer::with_config(config.clone(), clock);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, Duration::from_secs(10));
+    let mut r = replica.raw();
+    // Its log is rewritten once the payload is loaded.
+    wait("the replica's rewrite", || {
+        persistence(&mut r)["aof_rewrites"] == "2"
+    });
+    assert_eq!(r.call("REPLICAOF NO ONE"), "+OK\r\n");
+    assert_eq!(r.call("SET promoted yes"), "+OK\r\n");
+    drop(r);
+    drop(replica);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let restarted = TestServer::with_config(config, clock);
+    let mut c = restarted.raw();
+    assert_eq!(c.call("DBSIZE"), ":301\r\n");
+    assert_eq!(c.call("GET k299"), "$4\r\nv299\r\n");
+    assert_eq!(c.call("GET promoted"), "$3\r\nyes\r\n");
+}
