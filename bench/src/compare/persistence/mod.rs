@@ -36,6 +36,9 @@ pub const POLL: Duration = Duration::from_millis(5);
 /// The share of the restart's keys written after the rewrite, into the
 /// log's increment (token buckets); the rest are strings in its base.
 pub const INCREMENT_SHARE: u64 = 10;
+/// BGSAVEs per server per round: one takes well under a second, and the
+/// probes' p99 needs more samples than one gives.
+pub const BGSAVE_ROUNDS_PER_ROUND: usize = 3;
 /// The longest BGSAVE or rewrite waited for.
 const SAVE_LIMIT: Duration = Duration::from_secs(120);
 /// The longest restart waited for.
@@ -52,7 +55,8 @@ pub struct Settings {
     pub leasehold_bin: PathBuf,
     /// Leasehold's `--threads`.
     pub threads: usize,
-    /// Rounds of each measurement.
+    /// Rounds of the throughput rows and the restarts; the BGSAVE runs
+    /// [`Settings::bgsave_rounds`].
     pub rounds: usize,
     /// Keys of the BGSAVE and of the restart.
     pub keys: u64,
@@ -63,6 +67,11 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// BGSAVE rounds: [`BGSAVE_ROUNDS_PER_ROUND`] per round.
+    pub fn bgsave_rounds(&self) -> usize {
+        self.rounds * BGSAVE_ROUNDS_PER_ROUND
+    }
+
     fn bin(&self, kind: Kind) -> &Path {
         match kind {
             Kind::Redis => &self.redis_bin,
@@ -171,6 +180,9 @@ pub struct Restart {
     /// Each round in which PING answered PONG before the data was there
     /// (DBSIZE then answered `-LOADING` or fewer keys): when it first did.
     pub early_pongs: Vec<Duration>,
+    /// Why a restart failed (the server did not start on its files, or did
+    /// not load them); no rounds run after it.
+    pub failure: Option<String>,
 }
 
 /// The whole section.
@@ -180,7 +192,8 @@ pub struct Section {
     pub quick: bool,
     /// Leasehold's `--threads`.
     pub threads: usize,
-    /// Rounds of each measurement.
+    /// Rounds of the throughput rows and the restarts (the BGSAVE runs
+    /// [`BGSAVE_ROUNDS_PER_ROUND`] times as many).
     pub rounds: usize,
     /// Seconds per throughput run.
     pub duration: f64,
@@ -280,12 +293,17 @@ fn throughput(s: &Settings, runner: &Runner) -> Result<Throughput, String> {
     for kind in KINDS {
         servers.push(Server::start_with(kind, s.bin(kind), s.threads, &[]).map_err(e)?);
         let with = Server::start_with(kind, s.bin(kind), s.threads, &log).map_err(e)?;
-        if persistence_field(&with, "aof_enabled") != Some(1) {
-            return Err(format!(
-                "{} with {LOG_FLAGS:?}: INFO says aof_enabled is not 1",
-                kind.label()
-            ));
-        }
+        // Leasehold can answer PING a moment before its log runs.
+        wait_until(
+            &format!(
+                "{} with {}: aof_enabled:1",
+                kind.label(),
+                LOG_FLAGS.join(" ")
+            ),
+            Duration::from_secs(10),
+            POLL,
+            || persistence_field(&with, "aof_enabled") == Some(1),
+        )?;
         servers.push(with);
     }
     let mut out = Throughput {
@@ -504,7 +522,7 @@ fn bgsaves(s: &Settings, runner: &Runner, dir: &Path) -> (PerKind<Bgsave>, Sourc
             (kind, bgsave_setup(s, runner, kind, &d))
         })
         .collect();
-    for round in 0..s.rounds {
+    for round in 0..s.bgsave_rounds() {
         for k in 0..KINDS.len() {
             let i = (k + round) % KINDS.len();
             let (kind, f) = &mut filled[i];
@@ -514,7 +532,7 @@ fn bgsaves(s: &Settings, runner: &Runner, dir: &Path) -> (PerKind<Bgsave>, Sourc
                 Ok(()) => eprintln!(
                     "[bgsave {}/{}] {} of {} keys: {:.2} s, {} bytes",
                     round + 1,
-                    s.rounds,
+                    s.bgsave_rounds(),
                     kind.label(),
                     f.result.keys,
                     f.result.took.last().map_or(0.0, Duration::as_secs_f64),
@@ -568,6 +586,7 @@ fn snapshot_source(f: &Filled) -> Result<Source, String> {
             incr_bytes: None,
             took: Vec::new(),
             early_pongs: Vec::new(),
+            failure: None,
         },
     })
 }
@@ -669,6 +688,7 @@ fn log_setup(s: &Settings, runner: &Runner, kind: Kind, dir: &Path) -> Result<So
             incr_bytes: Some(incr_bytes),
             took: Vec::new(),
             early_pongs: Vec::new(),
+            failure: None,
         },
     })
 }
@@ -755,6 +775,9 @@ fn restarts(s: &Settings, mut sources: [Sources; 2]) -> [PerKind<Restart>; 2] {
             let (kind, src) = &mut sources[which][i];
             let kind = *kind;
             let Ok(src) = src else { continue };
+            if src.result.failure.is_some() {
+                continue;
+            }
             match restart_once(s, kind, src) {
                 Ok(()) => eprintln!(
                     "[restart {}/{}] {} from its {} with {} keys: {:.2} s to PONG",
@@ -772,7 +795,7 @@ fn restarts(s: &Settings, mut sources: [Sources; 2]) -> [PerKind<Restart>; 2] {
                         kind.label(),
                         WHAT[which]
                     );
-                    sources[which][i].1 = Err(e);
+                    src.result.failure = Some(e);
                 }
             }
         }
