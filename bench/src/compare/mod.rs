@@ -362,6 +362,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         let page = std::fs::read_to_string(&args.out).unwrap_or_default();
         write_page(&args.out, &replication::render::splice(&page, &text))?;
         eprintln!("replaced the replication section of {}", args.out.display());
+        servers::remove_scratch_root();
         return Ok(());
     }
     if args.persistence_only {
@@ -370,6 +371,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         let page = std::fs::read_to_string(&args.out).unwrap_or_default();
         write_page(&args.out, &persistence::render::splice(&page, &text))?;
         eprintln!("replaced the persistence section of {}", args.out.display());
+        servers::remove_scratch_root();
         return Ok(());
     }
     let started = Instant::now();
@@ -514,6 +516,8 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
+    drop((redis, leasehold));
+    servers::remove_scratch_root();
     Ok(())
 }
 

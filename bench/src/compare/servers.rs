@@ -267,6 +267,18 @@ pub fn has_flag(args: &[String], flag: &str) -> bool {
     args.iter().any(|a| a == flag)
 }
 
+/// `leasehold-bench-<pid>` under the system's temp directory: where
+/// [`scratch_dir`] makes the servers' directories.
+fn scratch_root() -> PathBuf {
+    std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()))
+}
+
+/// Removes [`scratch_root`] once every server is gone (it is then empty;
+/// a directory still in use is left).
+pub fn remove_scratch_root() {
+    let _ = std::fs::remove_dir(scratch_root());
+}
+
 /// A new empty directory for one server: `leasehold-bench-<pid>/<kind>-<n>`
 /// under the system's temp directory.
 ///
@@ -275,9 +287,7 @@ pub fn has_flag(args: &[String], flag: &str) -> bool {
 pub fn scratch_dir(kind: Kind) -> std::io::Result<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir()
-        .join(format!("leasehold-bench-{}", std::process::id()))
-        .join(format!("{}-{n}", kind.label().to_lowercase()));
+    let dir = scratch_root().join(format!("{}-{n}", kind.label().to_lowercase()));
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
@@ -349,6 +359,7 @@ mod tests {
         assert!(a.starts_with(std::env::temp_dir()));
         let _ = std::fs::remove_dir_all(a);
         let _ = std::fs::remove_dir_all(b);
+        remove_scratch_root();
     }
 
     #[test]
