@@ -10,6 +10,8 @@
 #   bench/compare.sh --replication-only
 #                               # only the replication section, put into the existing
 #                               # docs/benchmarks.md in place of its old one (3-4 minutes)
+#   bench/compare.sh --persistence-only
+#                               # only the persistence section, likewise (about 3 minutes)
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

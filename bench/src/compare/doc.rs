@@ -26,6 +26,8 @@ pub struct Page<'a> {
     pub reclaim: Option<&'a ReclaimPair>,
     /// The replication section (None with `--skip-replication`).
     pub replication: Option<&'a super::replication::Section>,
+    /// The persistence section (None with `--skip-persistence`).
+    pub persistence: Option<&'a super::persistence::Section>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
     /// The lease manager's measurements (empty with `--skip-lease`).
@@ -215,6 +217,9 @@ pub fn render(p: &Page<'_>) -> String {
     if let Some(r) = p.replication {
         s.push_str(&super::replication::render::section(r));
     }
+    if let Some(r) = p.persistence {
+        s.push_str(&super::persistence::render::section(r));
+    }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \
          start their own in-process Leasehold server. The accuracy run checks the drift bound of leasing \
@@ -230,4 +235,48 @@ pub fn render(p: &Page<'_>) -> String {
     }
     s.push_str("```\n");
     s
+}
+
+/// `page` with its section headed `heading` (a `## ` line) replaced by
+/// `section` (a whole section from that heading on), leaving the rest of the
+/// page as it was; when the page has none, the section goes before
+/// `## Lease manager`, else before `## Exact commands`, else at the end.
+/// This is how `--replication-only` and `--persistence-only` update a page.
+pub fn splice(page: &str, heading: &str, section: &str) -> String {
+    let starts: Vec<usize> = page
+        .match_indices("\n## ")
+        .map(|(i, _)| i + 1)
+        .chain(page.starts_with("## ").then_some(0))
+        .collect();
+    let heading_at = |h: &str| {
+        starts
+            .iter()
+            .copied()
+            .find(|&i| page[i..].lines().next() == Some(h))
+    };
+    let (from, to) = match heading_at(heading) {
+        Some(from) => {
+            let to = starts
+                .iter()
+                .copied()
+                .filter(|&i| i > from)
+                .min()
+                .unwrap_or(page.len());
+            (from, to)
+        }
+        None => {
+            let at = heading_at("## Lease manager")
+                .or_else(|| heading_at("## Exact commands"))
+                .unwrap_or(page.len());
+            (at, at)
+        }
+    };
+    let mut out = String::with_capacity(page.len() + section.len());
+    out.push_str(&page[..from]);
+    if from > 0 && !out.ends_with("\n\n") {
+        out.push('\n');
+    }
+    out.push_str(section);
+    out.push_str(&page[to..]);
+    out
 }

@@ -17,6 +17,8 @@
 //! - [`redis_benchmark`]: running redis-benchmark and reading its `--csv`.
 //! - [`replication`]: throughput with a replica, replica lag, full sync and
 //!   Sentinel failover.
+//! - [`persistence`]: throughput with the append-only log, BGSAVE, and a
+//!   restart from the log.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
@@ -24,6 +26,7 @@ pub mod doc;
 pub mod first;
 pub mod lease;
 pub mod memory;
+pub mod persistence;
 pub mod redis_benchmark;
 pub mod replication;
 pub mod servers;
@@ -124,6 +127,19 @@ pub struct CompareArgs {
     /// Sentinel failover rounds per server (1 with --quick).
     #[arg(long, default_value_t = 2)]
     pub failover_rounds: usize,
+    /// Skip the persistence section (throughput with the append-only log,
+    /// BGSAVE, restart from the log).
+    #[arg(long)]
+    pub skip_persistence: bool,
+    /// Run only the persistence section and put it into the existing --out
+    /// page in place of its previous persistence section, leaving the other
+    /// sections as they are (for trials).
+    #[arg(long, conflicts_with_all = ["skip_persistence", "first_only", "replication_only"])]
+    pub persistence_only: bool,
+    /// Keys of the persistence section's BGSAVE and restart (50 000 with
+    /// --quick).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub persistence_keys: u64,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -145,6 +161,7 @@ impl CompareArgs {
             a.first_requests = a.first_requests.min(10_000);
             a.sync_keys = a.sync_keys.min(50_000);
             a.failover_rounds = a.failover_rounds.min(1);
+            a.persistence_keys = a.persistence_keys.min(50_000);
         }
         if a.first_only {
             a.skip_throughput = true;
@@ -152,6 +169,7 @@ impl CompareArgs {
             a.skip_memory = true;
             a.skip_lease = true;
             a.skip_replication = true;
+            a.skip_persistence = true;
         }
         if a.replication_only {
             a.skip_first = true;
@@ -159,6 +177,15 @@ impl CompareArgs {
             a.skip_crosscheck = true;
             a.skip_memory = true;
             a.skip_lease = true;
+            a.skip_persistence = true;
+        }
+        if a.persistence_only {
+            a.skip_first = true;
+            a.skip_throughput = true;
+            a.skip_crosscheck = true;
+            a.skip_memory = true;
+            a.skip_lease = true;
+            a.skip_replication = true;
         }
         a
     }
@@ -320,12 +347,31 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         connections: args.connections,
         keyspace: args.keyspace,
     };
+    let persistence_settings = persistence::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.rounds,
+        keys: args.persistence_keys,
+        quick: args.quick,
+        duration: args.duration,
+    };
     if args.replication_only {
         let section = replication::run(&replication_settings, &runner);
         let text = replication::render::section(&section);
         let page = std::fs::read_to_string(&args.out).unwrap_or_default();
         write_page(&args.out, &replication::render::splice(&page, &text))?;
         eprintln!("replaced the replication section of {}", args.out.display());
+        servers::remove_scratch_root();
+        return Ok(());
+    }
+    if args.persistence_only {
+        let section = persistence::run(&persistence_settings, &runner);
+        let text = persistence::render::section(&section);
+        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
+        write_page(&args.out, &persistence::render::splice(&page, &text))?;
+        eprintln!("replaced the persistence section of {}", args.out.display());
+        servers::remove_scratch_root();
         return Ok(());
     }
     let started = Instant::now();
@@ -442,6 +488,8 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     let replication =
         (!args.skip_replication).then(|| replication::run(&replication_settings, &runner));
+    let persistence =
+        (!args.skip_persistence).then(|| persistence::run(&persistence_settings, &runner));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -455,6 +503,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         memory: &memory_rows,
         reclaim: reclaim.as_ref(),
         replication: replication.as_ref(),
+        persistence: persistence.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,
@@ -467,6 +516,8 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
+    drop((redis, leasehold));
+    servers::remove_scratch_root();
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Starting and stopping the two servers under test on free loopback ports.
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::resp::Conn;
@@ -26,7 +27,8 @@ impl Kind {
     }
 }
 
-/// A server process this program started; killed (by its pid) on drop.
+/// A server process this program started; killed (by its pid) on drop,
+/// and its scratch directory (if it made one) removed.
 #[derive(Debug)]
 pub struct Server {
     /// Which server.
@@ -36,7 +38,13 @@ pub struct Server {
     /// The command line that started it, for the report.
     pub command_line: String,
     child: Child,
+    scratch: Option<PathBuf>,
 }
+
+/// Flags every server gets unless `extra` sets them: no snapshot rules
+/// (Leasehold, like Redis, has default `save` rules that would snapshot in
+/// the middle of a measurement) and no append-only log.
+pub const NO_PERSISTENCE: [(&str, &str); 2] = [("--save", ""), ("--appendonly", "no")];
 
 impl Server {
     /// Starts `bin` on a free loopback port and waits (at most 10 s) until it
@@ -49,10 +57,13 @@ impl Server {
     }
 
     /// As [`Server::start`], with `extra` arguments after the usual ones
-    /// (`--replicaof ...`, `--dir ...`).
+    /// (`--replicaof ...`, `--dir ...`). Without `--dir` in `extra` the
+    /// server gets a new empty directory of its own under the system's temp
+    /// directory, removed when it stops, so nothing it writes lands in the
+    /// working directory and it loads no file another server left.
     ///
     /// # Errors
-    /// As [`Server::start`].
+    /// As [`Server::start`], or the scratch directory cannot be made.
     pub fn start_with(
         kind: Kind,
         bin: &Path,
@@ -60,34 +71,46 @@ impl Server {
         extra: &[String],
     ) -> std::io::Result<Server> {
         let port = free_port()?;
-        let mut args: Vec<String> = match kind {
-            Kind::Redis => [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]
-            .map(String::from)
-            .to_vec(),
-            Kind::Leasehold => [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--threads",
-                &threads.to_string(),
-                "--loglevel",
-                "warn",
-            ]
-            .map(String::from)
-            .to_vec(),
+        let mut extra = extra.to_vec();
+        let scratch = if has_flag(&extra, "--dir") {
+            None
+        } else {
+            let dir = scratch_dir(kind)?;
+            extra.extend(["--dir".into(), dir.display().to_string()]);
+            Some(dir)
         };
+        let args = Server::args(kind, port, threads, &extra);
+        let mut server = Server::launch(kind, bin, port, args);
+        match &mut server {
+            Ok(s) => s.scratch = scratch,
+            Err(_) => {
+                if let Some(dir) = scratch {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+        }
+        server
+    }
+
+    /// The command line of a `kind` server on `port`: the address, Leasehold's
+    /// `--threads` and `--loglevel warn`, [`NO_PERSISTENCE`] for the flags
+    /// `extra` does not set, then `extra`.
+    pub fn args(kind: Kind, port: u16, threads: usize, extra: &[String]) -> Vec<String> {
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .map(String::from)
+            .to_vec();
+        if kind == Kind::Leasehold {
+            args.extend(
+                ["--threads", &threads.to_string(), "--loglevel", "warn"].map(String::from),
+            );
+        }
+        for (flag, value) in NO_PERSISTENCE {
+            if !has_flag(extra, flag) {
+                args.extend([flag.to_string(), value.to_string()]);
+            }
+        }
         args.extend_from_slice(extra);
-        Server::launch(kind, bin, port, args)
+        args
     }
 
     /// Runs `bin args` (which must listen on `port`) and waits (at most 10 s)
@@ -96,20 +119,87 @@ impl Server {
     /// # Errors
     /// The spawn error, or a server that does not answer in time.
     pub fn launch(kind: Kind, bin: &Path, port: u16, args: Vec<String>) -> std::io::Result<Server> {
+        let server = Server::spawn(kind, bin, port, args)?;
+        server.wait_ready(Duration::from_secs(10), Duration::from_millis(50))?;
+        Ok(server)
+    }
+
+    /// Runs `bin args` (which must listen on `port`) without waiting for it.
+    ///
+    /// # Errors
+    /// The spawn error.
+    pub fn spawn(kind: Kind, bin: &Path, port: u16, args: Vec<String>) -> std::io::Result<Server> {
+        Server::spawn_to(kind, bin, port, args, None)
+    }
+
+    /// As [`Server::spawn`]; with `log`, the process's stdout and stderr go
+    /// to that file (Redis logs to stdout), else stdout is dropped and
+    /// stderr is this program's.
+    ///
+    /// # Errors
+    /// The spawn error, or the log file cannot be made.
+    pub fn spawn_to(
+        kind: Kind,
+        bin: &Path,
+        port: u16,
+        args: Vec<String>,
+        log: Option<&Path>,
+    ) -> std::io::Result<Server> {
         let command_line = format!("{} {}", display_path(bin), shell_join(&args));
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = std::fs::File::create(path)?;
+                (Stdio::from(file.try_clone()?), Stdio::from(file))
+            }
+            None => (Stdio::null(), Stdio::inherit()),
+        };
         let child = Command::new(bin)
             .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()?;
-        let server = Server {
+        Ok(Server {
             kind,
             port,
             command_line,
             child,
-        };
-        server.wait_ready(Duration::from_secs(10))?;
-        Ok(server)
+            scratch: None,
+        })
+    }
+
+    /// Whether the process has exited (and how), without waiting.
+    ///
+    /// # Errors
+    /// The wait failed.
+    pub fn exited(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Sends `SHUTDOWN` and waits (at most `limit`) until the process has
+    /// exited; killed if it has not by then.
+    ///
+    /// # Errors
+    /// The process still running after `limit` (it is killed), or the wait
+    /// failed.
+    pub fn shutdown(mut self, limit: Duration) -> std::io::Result<()> {
+        // The connection closes without a reply when the server stops.
+        let _ = self.conn().and_then(|mut c| c.call(&["SHUTDOWN"]));
+        let start = Instant::now();
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} still running {limit:?} after SHUTDOWN",
+                        self.kind.label()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// CPU time (user + system, all threads) the process has used so far, in
@@ -138,12 +228,17 @@ impl Server {
         Conn::connect(&self.addr())
     }
 
-    fn wait_ready(&self, limit: Duration) -> std::io::Result<()> {
+    /// Polls `PING` every `every` until it answers `PONG` (not `-LOADING`),
+    /// at most `limit`; the time it took from this call.
+    ///
+    /// # Errors
+    /// No PONG within `limit`, or the process exited.
+    pub fn wait_ready(&self, limit: Duration, every: Duration) -> std::io::Result<Duration> {
         let start = Instant::now();
         loop {
             if let Ok(text) = self.conn().and_then(|mut c| c.call_text(&["PING"])) {
                 if text == "PONG" {
-                    return Ok(());
+                    return Ok(start.elapsed());
                 }
             }
             if start.elapsed() > limit {
@@ -152,7 +247,7 @@ impl Server {
                     format!("{} did not answer PING within {limit:?}", self.kind.label()),
                 ));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(every);
         }
     }
 }
@@ -161,7 +256,43 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = self.scratch.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// Whether `args` holds `flag` as one of its words.
+pub fn has_flag(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| a == flag)
+}
+
+/// `leasehold-bench-<pid>` under the system's temp directory: where
+/// [`scratch_dir`] makes the servers' directories.
+fn scratch_root() -> PathBuf {
+    std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()))
+}
+
+/// Removes [`scratch_root`] once every server is gone (it is then empty;
+/// a directory still in use is left).
+pub fn remove_scratch_root() {
+    let _ = std::fs::remove_dir(scratch_root());
+}
+
+/// A new empty directory for one server: `leasehold-bench-<pid>/<kind>-<n>`
+/// under the system's temp directory.
+///
+/// # Errors
+/// The directory cannot be made.
+pub fn scratch_dir(kind: Kind) -> std::io::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch_root().join(format!("{}-{n}", kind.label().to_lowercase()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// A port that was free on 127.0.0.1 a moment ago.
@@ -201,6 +332,35 @@ pub fn shell_join<S: AsRef<str>>(args: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_server_gets_no_persistence_unless_asked() {
+        let extra = ["--dir".to_string(), "/tmp/x".to_string()];
+        let redis = Server::args(Kind::Redis, 7000, 2, &extra);
+        assert_eq!(
+            shell_join(&redis),
+            "--port 7000 --bind 127.0.0.1 --save '' --appendonly no --dir /tmp/x"
+        );
+        let log = ["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from);
+        let lh = Server::args(Kind::Leasehold, 7001, 2, &log);
+        assert_eq!(
+            shell_join(&lh),
+            "--port 7001 --bind 127.0.0.1 --threads 2 --loglevel warn --save '' \
+             --appendonly yes --appendfsync everysec"
+        );
+    }
+
+    #[test]
+    fn scratch_directories_are_new_and_empty() {
+        let a = scratch_dir(Kind::Leasehold).unwrap();
+        let b = scratch_dir(Kind::Leasehold).unwrap();
+        assert_ne!(a, b);
+        assert!(a.is_dir() && std::fs::read_dir(&a).unwrap().next().is_none());
+        assert!(a.starts_with(std::env::temp_dir()));
+        let _ = std::fs::remove_dir_all(a);
+        let _ = std::fs::remove_dir_all(b);
+        remove_scratch_root();
+    }
 
     #[test]
     fn shell_quoting() {

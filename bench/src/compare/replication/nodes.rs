@@ -22,9 +22,11 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    /// Extra arguments of every node: Redis gets its own `--dir` and
+    /// Extra arguments of every node: Redis gets its own `--dir` here and
     /// `--repl-diskless-sync-delay 0` (Leasehold starts a sync at once, Redis
-    /// would first wait 5 s for more replicas); Leasehold needs none.
+    /// would first wait 5 s for more replicas); Leasehold needs neither (its
+    /// scratch `--dir` comes from [`Server::start_with`]). Both get
+    /// `--save ""` and `--appendonly no` there.
     fn extra(&self, name: &str) -> std::io::Result<Vec<String>> {
         Ok(match self.kind {
             Kind::Redis => {

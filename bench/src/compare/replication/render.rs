@@ -454,45 +454,9 @@ pub fn section(sec: &Section) -> String {
 }
 
 /// `page` with its replication section replaced by `section` (a whole
-/// section from [`HEADING`] on); when the page has none, the section goes
-/// before `## Lease manager`, else before `## Exact commands`, else at the end.
+/// section from [`HEADING`] on); see [`crate::compare::doc::splice`].
 pub fn splice(page: &str, section: &str) -> String {
-    let starts: Vec<usize> = page
-        .match_indices("\n## ")
-        .map(|(i, _)| i + 1)
-        .chain(page.starts_with("## ").then_some(0))
-        .collect();
-    let heading_at = |h: &str| {
-        starts
-            .iter()
-            .copied()
-            .find(|&i| page[i..].lines().next() == Some(h))
-    };
-    let (from, to) = match heading_at(HEADING) {
-        Some(from) => {
-            let to = starts
-                .iter()
-                .copied()
-                .filter(|&i| i > from)
-                .min()
-                .unwrap_or(page.len());
-            (from, to)
-        }
-        None => {
-            let at = heading_at("## Lease manager")
-                .or_else(|| heading_at("## Exact commands"))
-                .unwrap_or(page.len());
-            (at, at)
-        }
-    };
-    let mut out = String::with_capacity(page.len() + section.len());
-    out.push_str(&page[..from]);
-    if from > 0 && !out.ends_with("\n\n") {
-        out.push('\n');
-    }
-    out.push_str(section);
-    out.push_str(&page[to..]);
-    out
+    crate::compare::doc::splice(page, HEADING, section)
 }
 
 #[cfg(test)]
