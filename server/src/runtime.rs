@@ -214,6 +214,10 @@ pub fn new_shared(
     // CONFIG GET port answers the port actually bound (port 0 picks one).
     let mut live = config.clone();
     live.net.port = local_addr.port();
+    // CONFIG GET dir answers an absolute path, as Redis's (which chdirs).
+    if let Ok(dir) = std::path::absolute(&live.persistence.dir) {
+        live.persistence.dir = dir.display().to_string();
+    }
     Arc::new(Shared {
         config: RwLock::new(live),
         config_gen: AtomicU64::new(1),

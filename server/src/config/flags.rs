@@ -143,6 +143,11 @@ mod tests {
             "appendfsync",
             "aof-load-truncated",
             "load-corrupt-snapshot",
+            "appendfilename",
+            "appenddirname",
+            "auto-aof-rewrite-percentage",
+            "auto-aof-rewrite-min-size",
+            "stop-writes-on-bgsave-error",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -223,13 +223,13 @@ pub static PARAMS: &[Param] = &[
     row("save", ("persistence", "save"), Kind::SavePoints, field!(persistence.save), Runtime, true, "Snapshot rules: \"<seconds> <changes> ...\" (empty: none)"),
     row("appendonly", ("persistence", "appendonly"), Kind::Bool, field!(persistence.appendonly), Runtime, true, "Log every write to the append-only files"),
     row("appendfsync", ("persistence", "appendfsync"), Kind::OneOf(&["always", "everysec", "no"]), field!(persistence.appendfsync), Runtime, true, "When the append-only log is fsynced: always, everysec or no"),
-    row("appendfilename", ("persistence", "appendfilename"), Kind::FileName, field!(persistence.appendfilename), Immutable, false, "Base name of the append-only files"),
-    row("appenddirname", ("persistence", "appenddirname"), Kind::FileName, field!(persistence.appenddirname), Immutable, false, "Directory of the append-only files inside dir"),
-    row("auto-aof-rewrite-percentage", ("persistence", "auto_aof_rewrite_percentage"), Kind::Int(range!(0, 2147483647)), field!(persistence.auto_aof_rewrite_percentage), Runtime, false, "Rewrite the log when it grew by this percentage since the last rewrite (0: never)"),
-    row("auto-aof-rewrite-min-size", ("persistence", "auto_aof_rewrite_min_size"), Kind::Memory(range!(0, 9223372036854775807)), field!(persistence.auto_aof_rewrite_min_size), Runtime, false, "No automatic log rewrite below this size, bytes"),
+    row("appendfilename", ("persistence", "appendfilename"), Kind::FileName, field!(persistence.appendfilename), Immutable, true, "Base name of the append-only files"),
+    row("appenddirname", ("persistence", "appenddirname"), Kind::FileName, field!(persistence.appenddirname), Immutable, true, "Directory of the append-only files inside dir"),
+    row("auto-aof-rewrite-percentage", ("persistence", "auto_aof_rewrite_percentage"), Kind::Int(range!(0, 2147483647)), field!(persistence.auto_aof_rewrite_percentage), Runtime, true, "Rewrite the log when it grew by this percentage since the last rewrite (0: never)"),
+    row("auto-aof-rewrite-min-size", ("persistence", "auto_aof_rewrite_min_size"), Kind::Memory(range!(0, 9223372036854775807)), field!(persistence.auto_aof_rewrite_min_size), Runtime, true, "No automatic log rewrite below this size, bytes"),
     row("aof-load-truncated", ("persistence", "aof_load_truncated"), Kind::Bool, field!(persistence.aof_load_truncated), Runtime, true, "Drop a log's last record cut short (yes) or refuse to start (no)"),
     row("load-corrupt-snapshot", ("persistence", "load_corrupt_snapshot"), Kind::Bool, field!(persistence.load_corrupt_snapshot), Runtime, true, "Start from a snapshot whose checksum fails (yes) or refuse (no)"),
-    row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, false, "Refuse writes while the last snapshot failed"),
+    row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, true, "Refuse writes while the last snapshot failed"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::save_rules;
 use crate::persist::aof::{Fsync, Writer};
-use crate::persist::format::{render_manifest, trailer, ManifestEntry, SNAPSHOT_MAGIC};
+use crate::persist::format::{
+    parse_manifest, render_manifest, trailer, ManifestEntry, SNAPSHOT_MAGIC,
+};
 use crate::persist::load::{aof_paths, snapshot_path, LoadedLog};
 use crate::persist::status::{Request, REFUSE_LOG, REFUSE_SNAPSHOT};
 use crate::replication::snapshot::{cut, write_body};
@@ -443,6 +445,16 @@ impl Files {
             seq,
             kind: 'i',
         };
+        // A log this server did not load (appendonly was off at the start,
+        // or `dir` changed) that a manifest here lists: replaced by this
+        // rewrite, its files go once it is done.
+        let replaced: Vec<ManifestEntry> = match same_dir {
+            Some(_) => Vec::new(),
+            None => std::fs::read_to_string(&manifest)
+                .ok()
+                .and_then(|t| parse_manifest(&t).ok())
+                .unwrap_or_default(),
+        };
         let history: Vec<ManifestEntry> = match same_dir {
             // A crash before the rewrite ends loads the old files, then the
             // new increment: they continue each other.
@@ -536,7 +548,7 @@ impl Files {
                 incr_entry.clone(),
             ];
             write_manifest(&manifest, &entries)?;
-            for old in &log.entries {
+            for old in log.entries.iter().chain(&replaced) {
                 if !entries.iter().any(|e| e.name == old.name) {
                     let _ = std::fs::remove_file(dir.join(&old.name));
                 }

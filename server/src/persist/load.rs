@@ -154,19 +154,31 @@ impl<'a> Applier<'a> {
 }
 
 /// Applies every record of `body`; `snapshot` checks the `LH.SNAPSHOT`
-/// header and the `LH.SNAPEND` count.
-fn apply(applier: &mut Applier<'_>, body: &[u8], snapshot: bool) -> Result<(), String> {
+/// header and the `LH.SNAPEND` count. `lenient` (a damaged snapshot loaded
+/// on purpose) skips records that decode but are no effect, and the checks,
+/// and stops only at bytes that do not decode.
+fn apply(
+    applier: &mut Applier<'_>,
+    body: &[u8],
+    snapshot: bool,
+    lenient: bool,
+) -> Result<(), String> {
     let limits = file_limits();
     let mut buf = BytesMut::from(body);
     let mut records = 0u64;
-    let mut started = !snapshot;
+    let mut skipped = 0u64;
+    let mut started = !snapshot || lenient;
     loop {
         let items = match decode_request(&mut buf, &limits) {
             Ok(Some(items)) if items.is_empty() => continue,
             Ok(Some(items)) => items,
             Ok(None) if buf.is_empty() => return Ok(()),
             Ok(None) => return Err("the last record is cut short".into()),
-            Err(e) => return Err(format!("bad record: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "bad record: {e} ({skipped} records skipped before)"
+                ))
+            }
         };
         if snapshot && items[0].eq_ignore_ascii_case(b"LH.SNAPSHOT") {
             if items.get(1).map(|v| &v[..]) != Some(b"1") {
@@ -182,13 +194,20 @@ fn apply(applier: &mut Applier<'_>, body: &[u8], snapshot: bool) -> Result<(), S
             let want = items
                 .get(1)
                 .and_then(|n| leasehold_protocol::int::parse_u64(n));
-            if want != Some(records) {
+            if want != Some(records) && !lenient {
                 return Err(format!("{records} records, the end says {want:?}"));
             }
             return Ok(());
         }
         records += 1;
-        applier.record(items)?;
+        match applier.record(items) {
+            Ok(()) => {}
+            Err(e) if lenient => {
+                skipped += 1;
+                tracing::warn!("skipping a damaged record: {e}");
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -309,7 +328,9 @@ fn load_snapshot(applier: &mut Applier<'_>, path: &Path, corrupt_ok: bool) -> Re
                 "snapshot {} is {damage}; loading the records that decode (load-corrupt-snapshot yes)",
                 path.display()
             );
-            let _ = apply(applier, body, true);
+            if let Err(e) = apply(applier, body, true, true) {
+                tracing::warn!("the damaged snapshot's load stopped: {e}");
+            }
             return Ok(());
         }
         Err((damage, _)) => {
@@ -319,7 +340,7 @@ fn load_snapshot(applier: &mut Applier<'_>, path: &Path, corrupt_ok: bool) -> Re
             ));
         }
     };
-    apply(applier, body, true).map_err(|e| format!("snapshot {}: {e}", path.display()))
+    apply(applier, body, true, false).map_err(|e| format!("snapshot {}: {e}", path.display()))
 }
 
 fn load_log(
@@ -352,7 +373,8 @@ fn load_log(
             loaded.base_size += file.len() as u64;
             let body = check_snapshot(&file)
                 .map_err(|(d, _)| format!("append-only base {} is {d}", path.display()))?;
-            apply(applier, body, true).map_err(|err| format!("{}: {err}", path.display()))?;
+            apply(applier, body, true, false)
+                .map_err(|err| format!("{}: {err}", path.display()))?;
             continue;
         }
         let inc = check_increment(&file)
@@ -384,7 +406,7 @@ fn load_log(
         if Some(i) == last_incr {
             loaded.last_incr_len = inc.verified as u64;
         }
-        apply(applier, &file[..inc.verified], false)
+        apply(applier, &file[..inc.verified], false, false)
             .map_err(|err| format!("{}: {err}", path.display()))?;
     }
     Ok(loaded)
