@@ -40,6 +40,12 @@ impl PolicyId {
     /// The first policy of a set (sets built with [`PolicySet::from_policies`]
     /// number policies in order).
     pub const FIRST: PolicyId = PolicyId(0);
+
+    /// The policy's position in its set's [`PolicySet::policies`] (0-based),
+    /// for callers that keep something per policy in a `Vec`.
+    pub fn index(self) -> usize {
+        self.0
+    }
 }
 
 /// What to do when the ledger cannot answer.

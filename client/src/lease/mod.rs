@@ -67,6 +67,8 @@
 //! - `calls.rs`: the ledger calls: a key's one TOKENLEASE (its size, its
 //!   result landed in the key's record) and TOKENRETURN.
 //! - `sweeper.rs`: the background sweeper and [`LeaseManager::maintain`].
+//! - `refund.rs`: [`LeaseManager::put_back`] (a caller undoes a decision's
+//!   token) and [`LeaseManager::return_to_ledger`] (TOKENRETURN on request).
 //! - `shutdown.rs`: [`LeaseManager::shutdown`]: every key's unspent tokens
 //!   returned.
 //! - `map.rs`: one policy's keys, in 64 shards.
@@ -83,6 +85,7 @@ mod decide;
 mod local;
 mod map;
 mod metrics;
+mod refund;
 mod shard_lock;
 mod shutdown;
 mod sweeper;

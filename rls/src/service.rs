@@ -1,0 +1,412 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: a
+//! request's descriptors decided together against the limits in force.
+//!
+//! Per descriptor: the policy its entries match (as Envoy's reference
+//! service matches them), and its hits (`hits_addend` of the descriptor,
+//! else of the request; 0 counts as 1). The lease manager's key is the
+//! descriptor's entries as `key=value` joined by `/`, so each value of a
+//! `key`-only descriptor gets its own bucket.
+//!
+//! **All or nothing.** Descriptors are charged in order, one token per hit
+//! from the policy's lease manager. When one is denied, every token this
+//! request took from the others is put back ([`LeaseManager::put_back`]),
+//! so none of them is charged and their statuses say `OK` with the
+//! balance they keep. (A concurrent request may see those tokens missing
+//! for the microseconds in between, never a lasting charge.) A descriptor
+//! whose hits exceed its policy's burst is denied without charging
+//! anything: no wait would ever admit it.
+//!
+//! **Negative hits** (`is_negative_hits`) are given back to the ledger
+//! (TOKENRETURN, one call) and never denied.
+//!
+//! The response carries, for Envoy to add: the IETF draft's
+//! `RateLimit-Policy` and `RateLimit` of the most constrained limited
+//! descriptor (the denied one, else the one with the least remaining), and
+//! `Retry-After` (whole seconds, rounded up) when denied.
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    rate_limit::Unit, Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use leasehold_client::{Decision, LeaseManager, Outcome, Policy, PolicyId};
+use metrics::{counter, histogram, Counter, Histogram};
+use tonic::{Request, Response, Status};
+
+use crate::limits::{Domain, Shared};
+
+/// The gRPC service: decides against the limits in `Shared`.
+///
+/// Metrics: `leasehold_rls_requests_total{code="ok"|"over_limit"|"error"}`
+/// and `leasehold_rls_request_seconds` (histogram, the whole
+/// ShouldRateLimit call).
+#[derive(Debug, Clone)]
+pub struct Service {
+    limits: Shared,
+    ok: Counter,
+    over: Counter,
+    error: Counter,
+    seconds: Histogram,
+}
+
+impl Service {
+    /// A service deciding against `limits` (swapped whole by reloads).
+    pub fn new(limits: Shared) -> Service {
+        Service {
+            limits,
+            ok: counter!("leasehold_rls_requests_total", "code" => "ok"),
+            over: counter!("leasehold_rls_requests_total", "code" => "over_limit"),
+            error: counter!("leasehold_rls_requests_total", "code" => "error"),
+            seconds: histogram!("leasehold_rls_request_seconds"),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let limits = self.limits.snapshot();
+        let res =
+            should_rate_limit(limits.domain(&request.get_ref().domain), request.get_ref()).await;
+        self.seconds.record(started.elapsed().as_secs_f64());
+        match &res {
+            Ok(r) if r.overall_code == Code::OverLimit as i32 => self.over.increment(1),
+            Ok(_) => self.ok.increment(1),
+            Err(_) => self.error.increment(1),
+        }
+        res.map(Response::new)
+    }
+}
+
+/// What a request asks of one descriptor.
+enum Plan {
+    /// No policy matches: OK, unlimited.
+    Unlimited,
+    /// Take `hits` tokens under `id`.
+    Charge {
+        id: PolicyId,
+        key: Vec<u8>,
+        hits: u64,
+    },
+    /// Give `hits` tokens back under `id`.
+    Return {
+        id: PolicyId,
+        key: Vec<u8>,
+        hits: u64,
+    },
+}
+
+/// One descriptor's result.
+struct Verdict {
+    /// The decision (`None`: unlimited).
+    decision: Option<Decision>,
+    /// Tokens this request took locally (put back if another is denied).
+    taken: u64,
+    policy_name: String,
+}
+
+/// Decides `req` against `domain` (`None`: the domain is not configured,
+/// and every descriptor is unlimited, as in Envoy's reference service).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for an empty domain, an empty descriptor list, or a
+/// descriptor with no entries.
+pub async fn should_rate_limit(
+    domain: Option<&Domain>,
+    req: &RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    if req.domain.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit domain must not be empty",
+        ));
+    }
+    if req.descriptors.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit descriptor list must not be empty",
+        ));
+    }
+    let mut plans = Vec::with_capacity(req.descriptors.len());
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {i} has no entries"
+            )));
+        }
+        plans.push(plan(domain, d, req.hits_addend));
+    }
+    let mut verdicts: Vec<Verdict> = Vec::with_capacity(plans.len());
+    let mut denied: Option<usize> = None;
+    for plan in &plans {
+        let v = match plan {
+            Plan::Unlimited => Verdict {
+                decision: None,
+                taken: 0,
+                policy_name: String::new(),
+            },
+            Plan::Return { id, key, hits } => {
+                let domain = domain.expect("a policy implies its domain");
+                give_back(domain, *id, key, *hits).await
+            }
+            Plan::Charge { id, key, hits } => {
+                let domain = domain.expect("a policy implies its domain");
+                charge(domain, *id, key, *hits).await
+            }
+        };
+        let refused = v.decision.is_some_and(|d| !d.allowed);
+        verdicts.push(v);
+        if refused {
+            denied = Some(verdicts.len() - 1);
+            break;
+        }
+    }
+    if let Some(denied) = denied {
+        // Undo every token this request took, so only the denial stands.
+        for (plan, v) in plans.iter().zip(verdicts.iter_mut()) {
+            if let (Plan::Charge { id, key, .. }, true) = (plan, v.taken > 0) {
+                let domain = domain.expect("a policy implies its domain");
+                domain.manager(*id).put_back(PolicyId::FIRST, key, v.taken);
+                if let Some(d) = v.decision.as_mut() {
+                    d.remaining = d.remaining.saturating_add(v.taken);
+                }
+                v.taken = 0;
+            }
+        }
+        // Descriptors after the denied one were not decided: report their
+        // limits without a charge.
+        for plan in &plans[denied + 1..] {
+            verdicts.push(undecided(domain, plan));
+        }
+    }
+    Ok(response(&verdicts, denied))
+}
+
+/// The descriptor's policy, manager key and hits.
+fn plan(domain: Option<&Domain>, d: &RateLimitDescriptor, request_hits: u32) -> Plan {
+    let entries: Vec<(&str, &str)> = d
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect();
+    let Some(id) = domain.and_then(|dom| dom.set.find(&entries)) else {
+        return Plan::Unlimited;
+    };
+    let hits = d
+        .hits_addend
+        .map_or(u64::from(request_hits), |h| h.value)
+        .max(1);
+    let mut key = Vec::new();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            key.push(b'/');
+        }
+        key.extend_from_slice(k.as_bytes());
+        key.push(b'=');
+        key.extend_from_slice(v.as_bytes());
+    }
+    if d.is_negative_hits {
+        Plan::Return { id, key, hits }
+    } else {
+        Plan::Charge { id, key, hits }
+    }
+}
+
+/// Takes `hits` tokens, one decision each, stopping at the first denial.
+async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
+    let policy = domain.policy(id);
+    let m: &LeaseManager = domain.manager(id);
+    if hits > policy.burst {
+        return Verdict {
+            decision: Some(never(policy)),
+            taken: 0,
+            policy_name: policy.name.clone(),
+        };
+    }
+    let mut taken = 0;
+    let mut last = None;
+    for _ in 0..hits {
+        let d = m.decide(PolicyId::FIRST, key).await;
+        if d.outcome == Outcome::Allowed {
+            taken += 1;
+        }
+        last = Some(d);
+        if !d.allowed {
+            break;
+        }
+    }
+    Verdict {
+        decision: last,
+        taken,
+        policy_name: policy.name.clone(),
+    }
+}
+
+/// Gives `hits` tokens back to the ledger; never denied. A failed return
+/// is logged: the ledger refills on its own, so it costs only quota.
+async fn give_back(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
+    let policy = domain.policy(id);
+    let remaining = match domain
+        .manager(id)
+        .return_to_ledger(PolicyId::FIRST, key, hits)
+        .await
+    {
+        Ok(balance) => balance,
+        Err(e) => {
+            tracing::warn!(policy = %policy.name, "negative hits not returned: {e}");
+            0
+        }
+    };
+    let mut d = full(policy);
+    d.remaining = remaining;
+    Verdict {
+        decision: Some(d),
+        taken: 0,
+        policy_name: policy.name.clone(),
+    }
+}
+
+/// A descriptor after a denied one: its limit, not decided.
+fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
+    match (domain, plan) {
+        (Some(domain), Plan::Charge { id, key, .. } | Plan::Return { id, key, .. }) => {
+            let policy = domain.policy(*id);
+            let mut d = full(policy);
+            d.remaining = domain.manager(*id).local_tokens(PolicyId::FIRST, key);
+            d.reset = Duration::ZERO;
+            Verdict {
+                decision: Some(d),
+                taken: 0,
+                policy_name: policy.name.clone(),
+            }
+        }
+        _ => Verdict {
+            decision: None,
+            taken: 0,
+            policy_name: String::new(),
+        },
+    }
+}
+
+/// An allowed decision reporting the policy's full burst.
+fn full(p: &Policy) -> Decision {
+    Decision {
+        allowed: true,
+        outcome: Outcome::Allowed,
+        limit: p.requests_per_unit,
+        window: p.unit,
+        remaining: p.burst,
+        reset: Duration::ZERO,
+        retry_after: None,
+        over_quota: false,
+    }
+}
+
+/// The denial of a request for more hits than the policy's burst: no wait
+/// would admit it, so there is no `retry_after`.
+fn never(p: &Policy) -> Decision {
+    Decision {
+        allowed: false,
+        outcome: Outcome::Limited,
+        remaining: 0,
+        over_quota: true,
+        ..full(p)
+    }
+}
+
+/// The protobuf unit of a policy's window (`UNKNOWN` for a window Envoy's
+/// enum has no name for).
+fn unit(window: Duration) -> Unit {
+    match window.as_secs() {
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3600 => Unit::Hour,
+        86_400 => Unit::Day,
+        604_800 => Unit::Week,
+        _ => Unit::Unknown,
+    }
+}
+
+fn pb_duration(d: Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..HeaderValue::default()
+    }
+}
+
+fn response(verdicts: &[Verdict], denied: Option<usize>) -> RateLimitResponse {
+    let statuses = verdicts
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let Some(d) = v.decision else {
+                return DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                };
+            };
+            let over = Some(i) == denied;
+            DescriptorStatus {
+                code: if over { Code::OverLimit } else { Code::Ok } as i32,
+                current_limit: Some(RateLimit {
+                    name: v.policy_name.clone(),
+                    requests_per_unit: u32::try_from(d.limit).unwrap_or(u32::MAX),
+                    unit: unit(d.window) as i32,
+                }),
+                limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+                duration_until_reset: Some(pb_duration(d.reset)),
+                ..DescriptorStatus::default()
+            }
+        })
+        .collect();
+    // The headers describe the tightest limit: the denied one, else the
+    // limited descriptor with the least remaining.
+    let tightest = denied.or_else(|| {
+        verdicts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i, v.decision?.remaining)))
+            .min_by_key(|&(_, r)| r)
+            .map(|(i, _)| i)
+    });
+    let mut headers = Vec::new();
+    if let Some(i) = tightest {
+        let v = &verdicts[i];
+        let d = v.decision.expect("only decided descriptors are picked");
+        headers.push(header(
+            "RateLimit-Policy",
+            d.ratelimit_policy_header(&v.policy_name),
+        ));
+        headers.push(header("RateLimit", d.ratelimit_header(&v.policy_name)));
+        if denied.is_some() {
+            if let Some(ra) = d.retry_after_header() {
+                headers.push(header("Retry-After", ra));
+            }
+        }
+    }
+    RateLimitResponse {
+        overall_code: if denied.is_some() {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        } as i32,
+        statuses,
+        response_headers_to_add: headers,
+        ..RateLimitResponse::default()
+    }
+}
