@@ -236,6 +236,8 @@ async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict
         let d = m.decide(PolicyId::FIRST, key).await;
         if d.outcome == Outcome::Allowed {
             taken += 1;
+        } else {
+            tracing::debug!(policy = %policy.name, outcome = ?d.outcome, "not a local token");
         }
         last = Some(d);
         if !d.allowed {
@@ -279,7 +281,7 @@ fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
         (Some(domain), Plan::Charge { id, key, .. } | Plan::Return { id, key, .. }) => {
             let policy = domain.policy(*id);
             let mut d = full(policy);
-            d.remaining = domain.manager(*id).local_tokens(PolicyId::FIRST, key);
+            d.remaining = domain.manager(*id).remaining(PolicyId::FIRST, key);
             d.reset = Duration::ZERO;
             Verdict {
                 decision: Some(d),

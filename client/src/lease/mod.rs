@@ -230,6 +230,19 @@ impl LeaseManager {
         self.peek(id, key, |b| b.hot.tokens()).unwrap_or(0)
     }
 
+    /// Requests left for `key` as an allowed decision would report them
+    /// (tokens: its local ones plus the ledger's balance at its last lease),
+    /// without deciding; the policy's burst for a key not tracked.
+    pub fn remaining(&self, id: PolicyId, key: &[u8]) -> u64 {
+        let state = &self.inner.policies[id.0];
+        self.peek(id, key, |b| {
+            b.hot
+                .tokens()
+                .saturating_add(Self::ledger_balance(state, b))
+        })
+        .unwrap_or(state.policy.burst)
+    }
+
     /// The observed decisions per second for `key` (0 if unknown).
     pub fn observed_qps(&self, id: PolicyId, key: &[u8]) -> f64 {
         self.peek(id, key, |b| b.cold().qps()).unwrap_or(0.0)

@@ -13,7 +13,7 @@ use crate::policy::{FailureMode, Mode};
 impl LeaseManager {
     /// The ledger's balance at the last lease: the burst minus its deficit.
     #[inline]
-    fn ledger_balance(state: &PolicyState, bucket: Bucket<'_>) -> u64 {
+    pub(super) fn ledger_balance(state: &PolicyState, bucket: Bucket<'_>) -> u64 {
         state
             .policy
             .burst

@@ -1,0 +1,298 @@
+//! ShouldRateLimit over gRPC with a tonic client, against `leasehold-rls`
+//! (a child process) leasing from a real Leasehold ledger on loopback.
+//!
+//! Limits are per hour so the ledger refills nothing within a test: a
+//! descriptor's `limit_remaining` is then exactly its burst minus the hits
+//! charged (the lease manager reports its local tokens plus the ledger's
+//! balance at its last lease).
+
+mod support;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{rate_limit::Unit, Code};
+use leasehold_testkit::{call, text, wait_for, Reply};
+use support::*;
+
+const LIMITS: &str = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 10 }
+  - key: path
+    value: /pay
+    rate_limit: { unit: hour, requests_per_unit: 2 }
+";
+
+/// Runs `f` with an rls on `yaml` and its ledger's port, at most 60 s.
+async fn with_rls<F, Fut>(yaml: &str, f: F)
+where
+    F: FnOnce(Rls, u16) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let dir = Scratch::new("grpc");
+    let ledger = Ledger::start();
+    let rls = Rls::start(&dir, ledger.port, yaml, &[]);
+    tokio::time::timeout(Duration::from_secs(60), f(rls, ledger.port))
+        .await
+        .expect("the test finishes within 60 s");
+}
+
+/// The ledger's own balance for `key` (TOKENLEASE peek).
+fn ledger_balance(port: u16, key: &str, cap: u64, rate: u64, period_ms: u64) -> i64 {
+    let (c, r, p) = (cap.to_string(), rate.to_string(), period_ms.to_string());
+    match call(port, &["TOKENLEASE", key, &c, &r, &p, "0"]) {
+        Some(Reply::Array(a)) => text(&a[1]).parse().expect("an integer"),
+        other => panic!("TOKENLEASE peek: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_descriptor_leaves_the_others_uncharged() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let both = || {
+            request(
+                "edge",
+                vec![desc(&[("user", "alice")]), desc(&[("path", "/pay")])],
+            )
+        };
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(codes(&r), [(Code::Ok, 9), (Code::Ok, 1)]);
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("user", 10, Unit::Hour as i32)
+        );
+        // 1 token missing at 10 an hour: 360 s until whole again.
+        assert_eq!(r.statuses[0].duration_until_reset.unwrap().seconds, 360);
+        assert_eq!(header(&r, "RateLimit"), Some(r#""path=/pay";r=1;t=1800"#));
+        assert_eq!(
+            header(&r, "RateLimit-Policy"),
+            Some(r#""path=/pay";q=2;w=3600"#)
+        );
+        assert_eq!(header(&r, "Retry-After"), None);
+
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 8), (Code::Ok, 0)]);
+
+        // /pay is spent: the request is denied, and alice's token, taken
+        // first, is put back (her status shows the 8 she keeps).
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(codes(&r), [(Code::Ok, 8), (Code::OverLimit, 0)]);
+        let retry: u64 = header(&r, "Retry-After").unwrap().parse().unwrap();
+        assert!((1..=1800).contains(&retry), "Retry-After {retry}");
+        assert!(header(&r, "RateLimit")
+            .unwrap()
+            .starts_with(r#""path=/pay";r=0;"#));
+
+        // Denied again with the limited descriptor first: the later one is
+        // not decided at all, and still reports 8.
+        let r = ask(
+            &mut c,
+            request(
+                "edge",
+                vec![desc(&[("path", "/pay")]), desc(&[("user", "alice")])],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(codes(&r), [(Code::OverLimit, 0), (Code::Ok, 8)]);
+
+        // Alice alone: charged from the 8 the denials left her.
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "alice")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 7)]);
+        // Another user has a bucket of her own.
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "bob")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9)]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_addend_charges_that_many_tokens_and_more_than_the_burst_is_never_admitted() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let mut req = request("edge", vec![desc(&[("user", "carol")])]);
+        req.hits_addend = 3;
+        let r = ask(&mut c, req.clone()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 7)]);
+        // The descriptor's own hits_addend wins over the request's.
+        req.descriptors = vec![desc_hits(&[("user", "carol")], 4, false)];
+        let r = ask(&mut c, req.clone()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 3)]);
+        // 4 more than the 3 left: denied, and the 3 it took are put back.
+        let r = ask(&mut c, req.clone()).await.unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(codes(&r), [(Code::OverLimit, 3)]);
+        // More than the burst of 10 can never be admitted: denied at once,
+        // with no Retry-After, and nothing charged.
+        req.descriptors = vec![desc_hits(&[("user", "dave")], 11, false)];
+        let r = ask(&mut c, req).await.unwrap();
+        assert_eq!(codes(&r), [(Code::OverLimit, 0)]);
+        assert_eq!(header(&r, "Retry-After"), None);
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "dave")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9)]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_hits_give_tokens_back_to_the_ledger() {
+    with_rls(LIMITS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        // 3 of the first lease's 5: above its renewal watermark, so no
+        // lease runs while the ledger is read below.
+        let mut req = request("edge", vec![desc(&[("user", "erin")])]);
+        req.hits_addend = 3;
+        let r = ask(&mut c, req).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 7)]);
+        let key = "edge:user:user=erin";
+        let before = ledger_balance(ledger, key, 10, 10, 3_600_000);
+        assert_eq!(before, 5, "one lease of 5");
+        let r = ask(
+            &mut c,
+            request("edge", vec![desc_hits(&[("user", "erin")], 3, true)]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(overall(&r), Code::Ok);
+        let after = ledger_balance(ledger, key, 10, 10, 3_600_000);
+        assert_eq!(after, before + 3, "the ledger got 3 tokens back");
+        assert_eq!(codes(&r), [(Code::Ok, after as u32)]);
+        // The ledger caps a return at the burst.
+        let r = ask(
+            &mut c,
+            request("edge", vec![desc_hits(&[("user", "erin")], 50, true)]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 10)]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_domain_or_descriptor_is_unlimited_and_empty_requests_are_refused() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let r = ask(&mut c, request("nope", vec![desc(&[("user", "x")])]))
+            .await
+            .unwrap();
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(codes(&r), [(Code::Ok, 0)]);
+        assert_eq!(r.statuses[0].current_limit, None);
+        assert!(r.response_headers_to_add.is_empty());
+        let r = ask(
+            &mut c,
+            request(
+                "edge",
+                vec![desc(&[("path", "/other")]), desc(&[("user", "x")])],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 0), (Code::Ok, 9)]);
+        assert_eq!(r.statuses[0].current_limit, None);
+
+        let e = ask(&mut c, request("edge", vec![])).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert_eq!(e.message(), "rate limit descriptor list must not be empty");
+        let e = ask(&mut c, request("", vec![desc(&[("user", "x")])]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let e = ask(&mut c, request("edge", vec![desc(&[])]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.code(), e.message()),
+            (tonic::Code::InvalidArgument, "descriptor 0 has no entries")
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_10_mb_request_is_refused_and_the_service_keeps_serving() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let huge = "x".repeat(10 << 20);
+        let e = ask(&mut c, request("edge", vec![desc(&[("user", &huge)])]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+        assert!(e.message().contains("too large"), "{e:?}");
+        // The same channel, and a new one, are served as before.
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "y")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9)]);
+        let mut fresh = rls.client().await;
+        let r = ask(&mut fresh, request("edge", vec![desc(&[("user", "y")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 8)]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_config_applies_keeping_unchanged_limits_and_a_bad_one_is_refused_by_line() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let alice = || request("edge", vec![desc(&[("user", "alice")])]);
+        let team = || request("edge", vec![desc(&[("team", "red")])]);
+        for want in [9, 8] {
+            assert_eq!(codes(&ask(&mut c, alice()).await.unwrap()), [(Code::Ok, want)]);
+        }
+        assert_eq!(
+            ask(&mut c, team()).await.unwrap().statuses[0].current_limit,
+            None
+        );
+        // A new limit, and a changed one (/pay); `user` is unchanged.
+        let changed = LIMITS.replace("requests_per_unit: 2", "requests_per_unit: 5")
+            + "  - key: team\n    rate_limit: { unit: hour, requests_per_unit: 3 }\n";
+        std::fs::write(&rls.config, &changed).unwrap();
+        let mut applied = None;
+        for _ in 0..100 {
+            let r = ask(&mut c, team()).await.unwrap();
+            if r.statuses[0].current_limit.is_some() {
+                applied = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let r = applied.expect("the changed file is applied within 5 s");
+        assert_eq!(codes(&r), [(Code::Ok, 2)]);
+        // Alice's bucket kept its state through the reload.
+        assert_eq!(codes(&ask(&mut c, alice()).await.unwrap()), [(Code::Ok, 7)]);
+        let pay = ask(&mut c, request("edge", vec![desc(&[("path", "/pay")])]))
+            .await
+            .unwrap();
+        assert_eq!(pay.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 5);
+
+        // A bad file (line 9) is refused by line; the config in force stays.
+        let bad = changed.replace("unit: hour, requests_per_unit: 3", "unit: fortnight, requests_per_unit: 3");
+        std::fs::write(&rls.config, bad).unwrap();
+        wait_for("the refusal is logged", Duration::from_secs(5), || {
+            rls.log_text().contains("refused")
+        });
+        let log = rls.log_text();
+        assert!(
+            log.contains(r#"refused: line 9: descriptors[2].rate_limit.unit: unknown unit "fortnight"; the previous config stays in force"#),
+            "{log}"
+        );
+        assert_eq!(codes(&ask(&mut c, team()).await.unwrap()), [(Code::Ok, 1)]);
+        assert_eq!(codes(&ask(&mut c, alice()).await.unwrap()), [(Code::Ok, 6)]);
+    })
+    .await;
+}
