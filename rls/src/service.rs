@@ -22,7 +22,10 @@
 //! The response carries, for Envoy to add: the IETF draft's
 //! `RateLimit-Policy` and `RateLimit` of the most constrained limited
 //! descriptor (the denied one, else the one with the least remaining), and
-//! `Retry-After` (whole seconds, rounded up) when denied.
+//! `Retry-After` (whole seconds, rounded up) when denied, and
+//! `RateLimit-Warning: "<policy>"` for each descriptor a `mode: soft` policy
+//! admitted over quota. A `mode: shadow` policy admits over quota silently
+//! (counted as `rate_limit_decisions_total{outcome="shadow_limited"}`).
 
 use std::time::{Duration, Instant};
 
@@ -343,6 +346,25 @@ fn pb_duration(d: Duration) -> PbDuration {
     }
 }
 
+/// A structured-field string: `"name"`, with `"` and `\\` escaped and
+/// bytes outside printable ASCII as `?` (as the RateLimit headers render it).
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn header(key: &str, value: String) -> HeaderValue {
     HeaderValue {
         key: key.to_owned(),
@@ -399,6 +421,14 @@ fn response(verdicts: &[Verdict], denied: Option<usize>) -> RateLimitResponse {
             if let Some(ra) = d.retry_after_header() {
                 headers.push(header("Retry-After", ra));
             }
+        }
+    }
+    // Soft mode: admitted over quota, and said so.
+    for v in verdicts {
+        if v.decision
+            .is_some_and(|d| d.outcome == Outcome::SoftOverQuota)
+        {
+            headers.push(header("RateLimit-Warning", sf_string(&v.policy_name)));
         }
     }
     RateLimitResponse {

@@ -296,3 +296,114 @@ async fn a_changed_config_applies_keeping_unchanged_limits_and_a_bad_one_is_refu
     })
     .await;
 }
+
+/// GET /metrics from 127.0.0.1:`port` (Prometheus text).
+fn metrics_text(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_serving_and_metrics_count_requests_and_decisions() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let dir = Scratch::new("health");
+    let ledger = Ledger::start();
+    let metrics = leasehold_testkit::free_port();
+    let rls = Rls::start(
+        &dir,
+        ledger.port,
+        LIMITS,
+        &["--metrics-port", &metrics.to_string()],
+    );
+    let run = async {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", rls.port))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut h = HealthClient::new(channel);
+        for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+            let r = h
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+        }
+        let mut c = rls.client().await;
+        for _ in 0..3 {
+            ask(&mut c, request("edge", vec![desc(&[("path", "/pay")])]))
+                .await
+                .unwrap();
+        }
+        let text = metrics_text(metrics);
+        for line in [
+            r#"leasehold_rls_requests_total{code="ok"} 2"#,
+            r#"leasehold_rls_requests_total{code="over_limit"} 1"#,
+            r#"rate_limit_decisions_total{policy="path=/pay",outcome="allowed"} 2"#,
+            r#"rate_limit_decisions_total{policy="path=/pay",outcome="limited"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_admits_silently_and_soft_admits_with_a_warning() {
+    let limits = "\
+domain: edge
+descriptors:
+  - key: shadowed
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+    mode: shadow
+  - key: soft
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+    mode: soft
+  - key: enforced
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+";
+    with_rls(limits, |rls, _| async move {
+        let mut c = rls.client().await;
+        for key in ["shadowed", "soft", "enforced"] {
+            let one = || request("edge", vec![desc(&[(key, "k")])]);
+            let r = ask(&mut c, one()).await.unwrap();
+            assert_eq!(codes(&r), [(Code::Ok, 0)], "{key}: the one token");
+            assert_eq!(header(&r, "RateLimit-Warning"), None);
+            let r = ask(&mut c, one()).await.unwrap();
+            match key {
+                "shadowed" => {
+                    assert_eq!(overall(&r), Code::Ok);
+                    assert_eq!(header(&r, "RateLimit-Warning"), None);
+                }
+                "soft" => {
+                    assert_eq!(overall(&r), Code::Ok);
+                    assert_eq!(header(&r, "RateLimit-Warning"), Some(r#""soft""#));
+                }
+                _ => {
+                    assert_eq!(overall(&r), Code::OverLimit);
+                    assert!(header(&r, "Retry-After").is_some());
+                }
+            }
+        }
+    })
+    .await;
+}
