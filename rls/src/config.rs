@@ -277,6 +277,13 @@ descriptors:
     }
 
     #[test]
+    fn the_example_file_loads() {
+        let sets = parse(include_str!("../limits.example.yaml")).unwrap();
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].policies().len(), 3);
+    }
+
+    #[test]
     fn a_domain_twice_or_no_domain_is_refused() {
         let twice = format!("{TWO}---\ndomain: edge\n");
         assert_eq!(

@@ -42,7 +42,7 @@ struct Flags {
     #[arg(long, default_value_t = 1000)]
     reload_interval_ms: u64,
     /// Largest request accepted, in bytes; a larger one is refused with
-    /// RESOURCE_EXHAUSTED.
+    /// OUT_OF_RANGE (the connection stays open).
     #[arg(long, default_value_t = 1 << 20)]
     max_request_bytes: usize,
 }
