@@ -21,6 +21,7 @@
 //!   headers.
 //! - [`limits`]: the limits in force (a manager per policy), their reload.
 //! - [`config`]: the YAML file (one document per domain), errors by line.
+//! - [`overrides`]: emergency overrides published on the ledger's pub/sub.
 //!
 //! `main.rs` is wiring: flags, logging, the ledger client, the gRPC server
 //! with the health service, the Prometheus listener, shutdown.
@@ -29,4 +30,5 @@
 
 pub mod config;
 pub mod limits;
+pub mod overrides;
 pub mod service;

@@ -11,21 +11,27 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use leasehold_client::{Client, Clock, LeaseConfig, LeaseManager, Policy, PolicyId, PolicySet};
 use metrics::counter;
 
 use crate::config::{self, ConfigError};
+use crate::overrides::{self, Action, Overrides};
 
 /// One domain: its descriptor tree and a manager per policy.
 #[derive(Debug)]
 pub struct Domain {
-    /// The domain's policies and descriptor tree.
+    /// The domain's policies (as the file has them) and descriptor tree.
     pub set: PolicySet,
+    /// `effective[id.index()]`: policy `id` as it decides now (widened by
+    /// an override, or as in `set`).
+    effective: Vec<Policy>,
+    /// `disabled[id.index()]`: an override makes policy `id` unlimited.
+    disabled: Vec<bool>,
     /// `managers[id.index()]` decides for policy `id` of `set`; each holds
-    /// that one policy as its [`PolicyId::FIRST`].
+    /// that one (effective) policy as its [`PolicyId::FIRST`].
     managers: Vec<LeaseManager>,
 }
 
@@ -35,16 +41,25 @@ impl Domain {
         &self.managers[id.index()]
     }
 
-    /// The policy `id` of this domain's set.
+    /// The policy `id` of this domain's set as it decides now (an override
+    /// may have widened it).
     pub fn policy(&self, id: PolicyId) -> &Policy {
-        self.set.get(id)
+        &self.effective[id.index()]
+    }
+
+    /// Whether an override disabled policy `id` (it admits everything).
+    pub fn disabled(&self, id: PolicyId) -> bool {
+        self.disabled[id.index()]
     }
 }
 
-/// Every domain in force.
+/// Every domain in force, with the file's sets and the overrides it was
+/// built from.
 #[derive(Debug, Default)]
 pub struct Limits {
     domains: HashMap<String, Domain>,
+    sets: Vec<PolicySet>,
+    overrides: Overrides,
 }
 
 impl Limits {
@@ -65,10 +80,14 @@ impl Limits {
         }
     }
 
+    /// The overrides in force.
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
+    }
+
     fn managers(&self) -> impl Iterator<Item = (&str, &Policy, &LeaseManager)> {
         self.domains.values().flat_map(|d| {
-            d.set
-                .policies()
+            d.effective
                 .iter()
                 .zip(&d.managers)
                 .map(move |(p, m)| (d.set.domain.as_str(), p, m))
@@ -107,13 +126,15 @@ pub struct Reloaded {
     pub retired: usize,
 }
 
-/// Builds the limits for `sets`, reusing `old`'s manager for every policy
-/// whose domain, name and settings are unchanged. Returns the new limits
-/// and the managers of `old` no longer in use (to be shut down).
+/// Builds the limits for `sets` under `overrides`, reusing `old`'s manager
+/// for every policy whose domain, name and (effective) settings are
+/// unchanged. Returns the new limits and the managers of `old` no longer
+/// in use (to be shut down).
 ///
 /// Must run inside a tokio runtime (a new manager starts its sweeper).
 pub fn build(
     sets: Vec<PolicySet>,
+    overrides: Overrides,
     old: &Limits,
     ledger: &Ledger,
 ) -> (Limits, Vec<LeaseManager>, Reloaded) {
@@ -124,9 +145,23 @@ pub fn build(
     let mut kept = 0;
     let mut in_use: Vec<LeaseManager> = Vec::new();
     let mut domains = HashMap::new();
-    for set in sets {
-        let managers: Vec<LeaseManager> = set
+    for set in &sets {
+        let over: Vec<Option<Action>> = set
             .policies()
+            .iter()
+            .map(|p| overrides.get(&set.domain, &p.name).map(|o| o.action))
+            .collect();
+        let effective: Vec<Policy> = set
+            .policies()
+            .iter()
+            .zip(&over)
+            .map(|(p, o)| match o {
+                Some(Action::Widen(f)) => Overrides::widened(p, *f),
+                _ => p.clone(),
+            })
+            .collect();
+        let disabled = over.iter().map(|o| *o == Some(Action::Disable)).collect();
+        let managers: Vec<LeaseManager> = effective
             .iter()
             .map(|p| {
                 let id = (set.domain.clone(), p.name.clone());
@@ -150,10 +185,22 @@ pub fn build(
             })
             .collect();
         in_use.extend(managers.iter().cloned());
-        domains.insert(set.domain.clone(), Domain { set, managers });
+        domains.insert(
+            set.domain.clone(),
+            Domain {
+                set: set.clone(),
+                effective,
+                disabled,
+                managers,
+            },
+        );
     }
     let retired: Vec<LeaseManager> = reusable.into_values().map(|(_, m)| m.clone()).collect();
-    let limits = Limits { domains };
+    let limits = Limits {
+        domains,
+        sets,
+        overrides,
+    };
     let r = Reloaded {
         policies: limits.policy_count(),
         kept,
@@ -166,23 +213,57 @@ pub fn build(
 /// snapshot (an `Arc` clone under a read lock held for nanoseconds) and
 /// decides all its descriptors against it.
 #[derive(Debug, Clone, Default)]
-pub struct Shared(Arc<RwLock<Arc<Limits>>>);
+pub struct Shared {
+    current: Arc<RwLock<Arc<Limits>>>,
+    /// Serializes rebuilds (a file reload and an override at once).
+    rebuilding: Arc<Mutex<()>>,
+}
 
 impl Shared {
     /// Shares `limits`.
     pub fn new(limits: Limits) -> Shared {
-        Shared(Arc::new(RwLock::new(Arc::new(limits))))
+        Shared {
+            current: Arc::new(RwLock::new(Arc::new(limits))),
+            rebuilding: Arc::default(),
+        }
     }
 
     /// The limits in force now.
     pub fn snapshot(&self) -> Arc<Limits> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn replace(&self, limits: Limits) -> Arc<Limits> {
-        let mut g = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.current.write().unwrap_or_else(|e| e.into_inner());
         std::mem::replace(&mut *g, Arc::new(limits))
     }
+}
+
+/// Rebuilds the limits in force after `change` edits a copy of their file
+/// sets and overrides (nothing happens when it returns false): unchanged
+/// policies keep their managers, the retired ones are shut down in the
+/// background (their unspent tokens go back to the ledger).
+pub fn reconfigure(
+    shared: &Shared,
+    ledger: &Ledger,
+    change: impl FnOnce(&mut Vec<PolicySet>, &mut Overrides) -> bool,
+) -> Option<Reloaded> {
+    let _one = shared.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+    let old = shared.snapshot();
+    let (mut sets, mut over) = (old.sets.clone(), old.overrides.clone());
+    if !change(&mut sets, &mut over) {
+        return None;
+    }
+    let (limits, retired, r) = build(sets, over, &old, ledger);
+    drop(old);
+    shared.replace(limits);
+    for m in retired {
+        tokio::spawn(async move { m.shutdown().await });
+    }
+    Some(r)
 }
 
 /// Reads and parses the file at `path`.
@@ -198,18 +279,76 @@ pub fn load(path: &Path) -> Result<(String, Vec<PolicySet>), ConfigError> {
     Ok((text, sets))
 }
 
-/// Applies `sets` (parsed from a changed file) to `shared`: builds the new
-/// limits from the old, swaps them in, and shuts the retired managers down
-/// in the background (their unspent tokens go back to the ledger).
+/// Applies `sets` (parsed from a changed file) to `shared`, under the
+/// overrides in force ([`reconfigure`]).
 pub fn apply(shared: &Shared, sets: Vec<PolicySet>, ledger: &Ledger) -> Reloaded {
-    let old = shared.snapshot();
-    let (limits, retired, r) = build(sets, &old, ledger);
-    drop(old);
-    shared.replace(limits);
-    for m in retired {
-        tokio::spawn(async move { m.shutdown().await });
+    reconfigure(shared, ledger, |s, _| {
+        *s = sets;
+        true
+    })
+    .expect("a reload always rebuilds")
+}
+
+/// Applies one override message's text (from the ledger's pub/sub): logs
+/// and counts it, and rebuilds the limits when it changes an override.
+/// A message for a policy not configured is refused.
+pub fn on_override(shared: &Shared, ledger: &Ledger, text: &str) {
+    let m = match overrides::parse(text) {
+        Ok(m) => m,
+        Err(e) => {
+            overrides::count("refused");
+            tracing::warn!("override {text:?} refused: {e}");
+            return;
+        }
+    };
+    let known = |sets: &[PolicySet], m: &overrides::Message| {
+        let (overrides::Message::Set { domain, policy, .. }
+        | overrides::Message::Clear { domain, policy }) = m;
+        sets.iter()
+            .any(|s| &s.domain == domain && s.id(policy).is_some())
+    };
+    let mut unknown = false;
+    reconfigure(shared, ledger, |sets, over| {
+        if !known(sets, &m) {
+            unknown = true;
+            return false;
+        }
+        over.apply(m, std::time::Instant::now())
+    });
+    if unknown {
+        overrides::count("refused");
+        tracing::warn!("override {text:?} refused: no such domain and policy");
+    } else {
+        overrides::count("applied");
+        tracing::warn!("override applied: {text:?}");
     }
-    r
+}
+
+/// Ends overrides whose time is up, checking every `every`. Runs until its
+/// task is dropped.
+pub async fn expire_overrides(shared: Shared, ledger: Ledger, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let now = std::time::Instant::now();
+        if shared
+            .snapshot()
+            .overrides
+            .next_end()
+            .is_none_or(|t| t > now)
+        {
+            continue;
+        }
+        let mut ended = Vec::new();
+        reconfigure(&shared, &ledger, |_, over| {
+            ended = over.expire(now);
+            !ended.is_empty()
+        });
+        for (domain, policy) in ended {
+            overrides::count("expired");
+            tracing::warn!(domain, policy, "override expired");
+        }
+    }
 }
 
 /// Watches `path` every `every` and applies a changed file; a file that

@@ -41,6 +41,11 @@ struct Flags {
     /// How often the config file is checked for changes, in ms.
     #[arg(long, default_value_t = 1000)]
     reload_interval_ms: u64,
+    /// The ledger's pub/sub channel carrying emergency overrides
+    /// (`<domain> <policy> disable <ttl ms>`, `... widen <factor> <ttl ms>`,
+    /// `... clear`).
+    #[arg(long, default_value = "leasehold-rls:override")]
+    override_channel: String,
     /// Largest request accepted, in bytes; a larger one is refused with
     /// OUT_OF_RANGE (the connection stays open).
     #[arg(long, default_value_t = 1 << 20)]
@@ -97,7 +102,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         lease: LeaseConfig::default(),
         clock: Arc::new(SystemClock::new()),
     };
-    let (limits, _, _) = limits::build(sets, &Limits::default(), &ledger);
+    let (limits, _, _) = limits::build(sets, Default::default(), &Limits::default(), &ledger);
     let shared = Shared::new(limits);
     let watcher = tokio::spawn(limits::watch(
         flags.config.clone(),
@@ -105,6 +110,18 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         text,
         shared.clone(),
         ledger.clone(),
+    ));
+
+    let subscriber = tokio::spawn({
+        let (shared, ledger) = (shared.clone(), ledger.clone());
+        leasehold_rls::overrides::subscribe(ledger_addr, flags.override_channel.clone(), move |m| {
+            limits::on_override(&shared, &ledger, m)
+        })
+    });
+    let expiry = tokio::spawn(limits::expire_overrides(
+        shared.clone(),
+        ledger.clone(),
+        Duration::from_millis(100),
     ));
 
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -132,6 +149,8 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     watcher.abort();
+    subscriber.abort();
+    expiry.abort();
     let limits = shared.snapshot();
     limits.shutdown().await;
     tracing::info!("leasehold-rls stopped");

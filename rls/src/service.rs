@@ -199,7 +199,11 @@ fn plan(domain: Option<&Domain>, d: &RateLimitDescriptor, request_hits: u32) -> 
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    let Some(id) = domain.and_then(|dom| dom.set.find(&entries)) else {
+    let Some(id) = domain.and_then(|dom| {
+        Some(dom.set.find(&entries))
+            .flatten()
+            .filter(|&id| !dom.disabled(id))
+    }) else {
         return Plan::Unlimited;
     };
     let hits = d

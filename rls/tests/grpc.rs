@@ -407,3 +407,121 @@ descriptors:
     })
     .await;
 }
+
+/// Subscribers of `channel` on the ledger (PUBSUB NUMSUB).
+fn subscribers(ledger: u16, channel: &str) -> i64 {
+    match call(ledger, &["PUBSUB", "NUMSUB", channel]) {
+        Some(Reply::Array(a)) => text(&a[1]).parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_published_on_the_ledger_reaches_every_instance_and_expires() {
+    const CHANNEL: &str = "leasehold-rls:override";
+    let limits = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+";
+    let dir = Scratch::new("override");
+    let ledger = Ledger::start();
+    let a = Rls::start(&dir, ledger.port, limits, &[]);
+    let dir_b = Scratch::new("override");
+    let b = Rls::start(&dir_b, ledger.port, limits, &[]);
+    let port = ledger.port;
+    let run = async {
+        wait_for("both instances subscribe", Duration::from_secs(10), || {
+            subscribers(port, CHANNEL) == 2
+        });
+        let (mut ca, mut cb) = (a.client().await, b.client().await);
+        let alice = || request("edge", vec![desc(&[("user", "alice")])]);
+        assert_eq!(overall(&ask(&mut ca, alice()).await.unwrap()), Code::Ok);
+        for c in [&mut ca, &mut cb] {
+            assert_eq!(overall(&ask(c, alice()).await.unwrap()), Code::OverLimit);
+        }
+
+        // Disabled for 1.5 s on both instances, then back by itself.
+        let published = std::time::Instant::now();
+        let n = call(port, &["PUBLISH", CHANNEL, "edge user disable 1500"]);
+        assert_eq!(n, Some(Reply::Int(2)));
+        for c in [&mut ca, &mut cb] {
+            loop {
+                let r = ask(c, alice()).await.unwrap();
+                if overall(&r) == Code::Ok {
+                    assert_eq!(r.statuses[0].current_limit, None, "unlimited");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let took = published.elapsed();
+        assert!(took < Duration::from_secs(3), "override took {took:?}");
+        for c in [&mut ca, &mut cb] {
+            loop {
+                if overall(&ask(c, alice()).await.unwrap()) == Code::OverLimit {
+                    break;
+                }
+                assert!(
+                    published.elapsed() < Duration::from_secs(5),
+                    "never expired"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+
+        // Widened 5x: a fresh bucket of 5 under its own name, then cleared.
+        call(port, &["PUBLISH", CHANNEL, "edge user widen 5 60000"]);
+        let r = eventually(&mut ca, alice, Code::Ok).await;
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit),
+            ("user@x5", 5)
+        );
+        assert_eq!(r.statuses[0].limit_remaining, 4);
+        call(port, &["PUBLISH", CHANNEL, "edge user clear"]);
+        eventually(&mut ca, alice, Code::OverLimit).await;
+
+        // A bad message, or one for a policy not configured, changes nothing.
+        call(port, &["PUBLISH", CHANNEL, "edge user pause 5"]);
+        call(port, &["PUBLISH", CHANNEL, "edge nobody disable 5000"]);
+        wait_for("the refusals are logged", Duration::from_secs(3), || {
+            a.log_text().matches("refused").count() == 2
+        });
+        let log = a.log_text();
+        assert!(
+            log.contains(
+                "override \"edge nobody disable 5000\" refused: no such domain and policy"
+            ),
+            "{log}"
+        );
+        assert_eq!(
+            overall(&ask(&mut ca, alice()).await.unwrap()),
+            Code::OverLimit
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("within 60 s");
+}
+
+/// Asks `req()` every 20 ms until the overall code is `want` (at most 3 s).
+async fn eventually(
+    c: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    req: impl Fn() -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+    want: Code,
+) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse {
+    let start = std::time::Instant::now();
+    loop {
+        let r = ask(c, req()).await.unwrap();
+        if overall(&r) == want {
+            return r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "not {want:?} within 3 s: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
