@@ -12,7 +12,7 @@ use clap::Parser;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_client::{Client, ClientConfig, LeaseConfig, SystemClock};
 use leasehold_rls::limits::{self, Ledger, Limits, Shared};
-use leasehold_rls::service::Service;
+use leasehold_rls::service::{Decide, Service};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 /// Envoy rate limit service backed by Leasehold leases.
@@ -46,6 +46,11 @@ struct Flags {
     /// `... clear`).
     #[arg(long, default_value = "leasehold-rls:override")]
     override_channel: String,
+    /// Decide every descriptor with its own TOKENLEASE call to the ledger,
+    /// with no local buckets (for comparisons: the model of services that
+    /// call their store on every request).
+    #[arg(long)]
+    ledger_per_request: bool,
     /// Largest request accepted, in bytes; a larger one is refused with
     /// OUT_OF_RANGE (the connection stays open).
     #[arg(long, default_value_t = 1 << 20)]
@@ -128,7 +133,12 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     reporter
         .set_serving::<RateLimitServiceServer<Service>>()
         .await;
-    let rls = RateLimitServiceServer::new(Service::new(shared.clone()))
+    let decide = if flags.ledger_per_request {
+        Decide::LedgerPerRequest
+    } else {
+        Decide::Leases
+    };
+    let rls = RateLimitServiceServer::new(Service::new(shared.clone(), decide))
         .max_decoding_message_size(flags.max_request_bytes);
     let addr = SocketAddr::new(flags.bind, flags.port);
     let listener = tokio::net::TcpListener::bind(addr)

@@ -43,6 +43,20 @@ use tonic::{Request, Response, Status};
 
 use crate::limits::{Domain, Shared};
 
+/// Where decisions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Decide {
+    /// The lease manager's local buckets, leased in the background.
+    #[default]
+    Leases,
+    /// One all-or-nothing TOKENLEASE per descriptor per request, straight
+    /// to the ledger (the model of services that call their store on every
+    /// request; kept for comparisons). A ledger failure follows the
+    /// policy's `failure_mode`.
+    LedgerPerRequest,
+}
+
 /// The gRPC service: decides against the limits in `Shared`.
 ///
 /// Metrics: `leasehold_rls_requests_total{code="ok"|"over_limit"|"error"}`
@@ -51,6 +65,7 @@ use crate::limits::{Domain, Shared};
 #[derive(Debug, Clone)]
 pub struct Service {
     limits: Shared,
+    decide: Decide,
     ok: Counter,
     over: Counter,
     error: Counter,
@@ -58,10 +73,12 @@ pub struct Service {
 }
 
 impl Service {
-    /// A service deciding against `limits` (swapped whole by reloads).
-    pub fn new(limits: Shared) -> Service {
+    /// A service deciding against `limits` (swapped whole by reloads), from
+    /// `decide`.
+    pub fn new(limits: Shared, decide: Decide) -> Service {
         Service {
             limits,
+            decide,
             ok: counter!("leasehold_rls_requests_total", "code" => "ok"),
             over: counter!("leasehold_rls_requests_total", "code" => "over_limit"),
             error: counter!("leasehold_rls_requests_total", "code" => "error"),
@@ -78,8 +95,8 @@ impl RateLimitService for Service {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
         let limits = self.limits.snapshot();
-        let res =
-            should_rate_limit(limits.domain(&request.get_ref().domain), request.get_ref()).await;
+        let domain = limits.domain(&request.get_ref().domain);
+        let res = should_rate_limit(domain, request.get_ref(), self.decide).await;
         self.seconds.record(started.elapsed().as_secs_f64());
         match &res {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => self.over.increment(1),
@@ -114,11 +131,15 @@ struct Verdict {
     decision: Option<Decision>,
     /// Tokens this request took locally (put back if another is denied).
     taken: u64,
+    /// Tokens this request took from the ledger directly (returned if
+    /// another is denied).
+    taken_from_ledger: u64,
     policy_name: String,
 }
 
 /// Decides `req` against `domain` (`None`: the domain is not configured,
-/// and every descriptor is unlimited, as in Envoy's reference service).
+/// and every descriptor is unlimited, as in Envoy's reference service),
+/// from `decide`.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for an empty domain, an empty descriptor list, or a
@@ -126,6 +147,7 @@ struct Verdict {
 pub async fn should_rate_limit(
     domain: Option<&Domain>,
     req: &RateLimitRequest,
+    decide: Decide,
 ) -> Result<RateLimitResponse, Status> {
     if req.domain.is_empty() {
         return Err(Status::invalid_argument(
@@ -153,6 +175,7 @@ pub async fn should_rate_limit(
             Plan::Unlimited => Verdict {
                 decision: None,
                 taken: 0,
+                taken_from_ledger: 0,
                 policy_name: String::new(),
             },
             Plan::Return { id, key, hits } => {
@@ -161,7 +184,10 @@ pub async fn should_rate_limit(
             }
             Plan::Charge { id, key, hits } => {
                 let domain = domain.expect("a policy implies its domain");
-                charge(domain, *id, key, *hits).await
+                match decide {
+                    Decide::Leases => charge(domain, *id, key, *hits).await,
+                    Decide::LedgerPerRequest => charge_ledger(domain, *id, key, *hits).await,
+                }
             }
         };
         let refused = v.decision.is_some_and(|d| !d.allowed);
@@ -181,6 +207,20 @@ pub async fn should_rate_limit(
                     d.remaining = d.remaining.saturating_add(v.taken);
                 }
                 v.taken = 0;
+            }
+            if let (Plan::Charge { id, key, .. }, true) = (plan, v.taken_from_ledger > 0) {
+                let domain = domain.expect("a policy implies its domain");
+                let m = domain.manager(*id);
+                if let Err(e) = m
+                    .return_to_ledger(PolicyId::FIRST, key, v.taken_from_ledger)
+                    .await
+                {
+                    tracing::warn!("tokens of a denied request not returned: {e}");
+                }
+                if let Some(d) = v.decision.as_mut() {
+                    d.remaining = d.remaining.saturating_add(v.taken_from_ledger);
+                }
+                v.taken_from_ledger = 0;
             }
         }
         // Descriptors after the denied one were not decided: report their
@@ -234,6 +274,7 @@ async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict
         return Verdict {
             decision: Some(never(policy)),
             taken: 0,
+            taken_from_ledger: 0,
             policy_name: policy.name.clone(),
         };
     }
@@ -254,8 +295,65 @@ async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict
     Verdict {
         decision: last,
         taken,
+        taken_from_ledger: 0,
         policy_name: policy.name.clone(),
     }
+}
+
+/// Takes `hits` tokens from the ledger in one all-or-nothing call.
+async fn charge_ledger(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
+    let policy = domain.policy(id);
+    let mut v = Verdict {
+        decision: Some(never(policy)),
+        taken: 0,
+        taken_from_ledger: 0,
+        policy_name: policy.name.clone(),
+    };
+    if hits > policy.burst {
+        return v;
+    }
+    let d = v.decision.as_mut().expect("set above");
+    match domain
+        .manager(id)
+        .take_from_ledger(PolicyId::FIRST, key, hits)
+        .await
+    {
+        Ok(lease) => {
+            d.remaining = lease.remaining;
+            d.reset = lease.reset_after;
+            if lease.granted >= hits {
+                (d.allowed, d.outcome, d.over_quota) = (true, Outcome::Allowed, false);
+                v.taken_from_ledger = hits;
+            } else {
+                d.retry_after = lease.retry_after;
+            }
+        }
+        Err(e) => {
+            let reason = if e.is_timeout() {
+                leasehold_client::BypassReason::LedgerTimeout
+            } else if e.is_circuit_open() {
+                leasehold_client::BypassReason::CircuitOpen
+            } else {
+                leasehold_client::BypassReason::LedgerError
+            };
+            if policy.failure_mode == leasehold_client::FailureMode::FailOpen {
+                (d.allowed, d.outcome, d.over_quota) = (true, Outcome::Bypassed(reason), false);
+            } else {
+                d.outcome = Outcome::FailedClosed(reason);
+            }
+        }
+    }
+    if !d.allowed && policy.mode != leasehold_client::Mode::Enforce && d.outcome == Outcome::Limited
+    {
+        d.allowed = true;
+        d.retry_after = None;
+        d.outcome = if policy.mode == leasehold_client::Mode::Soft {
+            Outcome::SoftOverQuota
+        } else {
+            Outcome::ShadowLimited
+        };
+    }
+    v
 }
 
 /// Gives `hits` tokens back to the ledger; never denied. A failed return
@@ -278,6 +376,7 @@ async fn give_back(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verd
     Verdict {
         decision: Some(d),
         taken: 0,
+        taken_from_ledger: 0,
         policy_name: policy.name.clone(),
     }
 }
@@ -293,12 +392,14 @@ fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
             Verdict {
                 decision: Some(d),
                 taken: 0,
+                taken_from_ledger: 0,
                 policy_name: policy.name.clone(),
             }
         }
         _ => Verdict {
             decision: None,
             taken: 0,
+            taken_from_ledger: 0,
             policy_name: String::new(),
         },
     }

@@ -525,3 +525,52 @@ async fn eventually(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Calls of `command` the ledger has executed (INFO commandstats).
+fn ledger_calls(port: u16, command: &str) -> u64 {
+    let info = call(port, &["INFO", "commandstats"]).map_or_else(String::new, |r| text(&r));
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_per_request_mode_calls_the_ledger_per_descriptor_and_stays_all_or_nothing() {
+    let dir = Scratch::new("direct");
+    let ledger = Ledger::start();
+    let rls = Rls::start(&dir, ledger.port, LIMITS, &["--ledger-per-request"]);
+    let port = ledger.port;
+    let run = async {
+        let mut c = rls.client().await;
+        let both = || {
+            request(
+                "edge",
+                vec![desc(&[("user", "alice")]), desc(&[("path", "/pay")])],
+            )
+        };
+        assert_eq!(
+            codes(&ask(&mut c, both()).await.unwrap()),
+            [(Code::Ok, 9), (Code::Ok, 1)]
+        );
+        assert_eq!(
+            codes(&ask(&mut c, both()).await.unwrap()),
+            [(Code::Ok, 8), (Code::Ok, 0)]
+        );
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 8), (Code::OverLimit, 0)]);
+        assert!(header(&r, "Retry-After").is_some());
+        // Every descriptor was a ledger call, and alice's token of the
+        // denied request went back to the ledger.
+        assert_eq!(ledger_calls(port, "tokenlease"), 6);
+        assert_eq!(ledger_calls(port, "tokenreturn"), 1);
+        assert_eq!(
+            ledger_balance(port, "edge:user:user=alice", 10, 10, 3_600_000),
+            8
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("within 60 s");
+}

@@ -68,7 +68,8 @@
 //!   result landed in the key's record) and TOKENRETURN.
 //! - `sweeper.rs`: the background sweeper and [`LeaseManager::maintain`].
 //! - `refund.rs`: [`LeaseManager::put_back`] (a caller undoes a decision's
-//!   token) and [`LeaseManager::return_to_ledger`] (TOKENRETURN on request).
+//!   token), [`LeaseManager::return_to_ledger`] (TOKENRETURN on request) and
+//!   [`LeaseManager::take_from_ledger`] (a TOKENLEASE with no local bucket).
 //! - `shutdown.rs`: [`LeaseManager::shutdown`]: every key's unspent tokens
 //!   returned.
 //! - `map.rs`: one policy's keys, in 64 shards.

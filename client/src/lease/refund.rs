@@ -1,10 +1,15 @@
-//! Undoing and reversing decisions: [`LeaseManager::put_back`] returns
-//! tokens that allowed decisions took to the key's local count (a caller
-//! that decided several keys for one request and must charge none of them
-//! when one is denied), and [`LeaseManager::return_to_ledger`] gives tokens
-//! back to the ledger itself (a request that reports hits it did not use).
+//! Undoing and reversing decisions, and going to the ledger directly:
+//! [`LeaseManager::put_back`] returns tokens that allowed decisions took to
+//! the key's local count (a caller that decided several keys for one
+//! request and must charge none of them when one is denied),
+//! [`LeaseManager::return_to_ledger`] gives tokens back to the ledger
+//! itself (a request that reports hits it did not use), and
+//! [`LeaseManager::take_from_ledger`] takes tokens from the ledger with no
+//! local bucket (one call a decision: for comparisons with services that
+//! work that way).
 
 use super::LeaseManager;
+use crate::commands::Lease;
 use crate::error::Error;
 use crate::policy::PolicyId;
 
@@ -41,13 +46,44 @@ impl LeaseManager {
         tokens: u64,
     ) -> Result<u64, Error> {
         let state = &self.inner.policies[id.0];
-        let mut ledger_key = Vec::with_capacity(state.prefix.len() + key.len());
-        ledger_key.extend_from_slice(&state.prefix);
-        ledger_key.extend_from_slice(key);
         self.inner.ledger.returns.increment(1);
         self.inner
             .client
-            .token_return(&ledger_key, state.policy.bucket(), tokens)
+            .token_return(&self.ledger_key(id, key), state.policy.bucket(), tokens)
             .await
+    }
+
+    /// `TOKENLEASE` of exactly `tokens` (all or nothing) from the ledger's
+    /// bucket for `key` under policy `id`, leaving the local count alone:
+    /// one ledger call under the lease deadline. `granted` is `tokens` or 0.
+    ///
+    /// # Errors
+    /// As [`Client::token_lease`](crate::Client::token_lease).
+    pub async fn take_from_ledger(
+        &self,
+        id: PolicyId,
+        key: &[u8],
+        tokens: u64,
+    ) -> Result<Lease, Error> {
+        let state = &self.inner.policies[id.0];
+        self.inner.ledger.leases.increment(1);
+        self.inner
+            .client
+            .token_lease(
+                &self.ledger_key(id, key),
+                state.policy.bucket(),
+                tokens,
+                tokens,
+            )
+            .await
+    }
+
+    /// `{domain}:{policy name}:{key}`, the ledger's key for `key`.
+    fn ledger_key(&self, id: PolicyId, key: &[u8]) -> Vec<u8> {
+        let prefix = &self.inner.policies[id.0].prefix;
+        let mut ledger_key = Vec::with_capacity(prefix.len() + key.len());
+        ledger_key.extend_from_slice(prefix);
+        ledger_key.extend_from_slice(key);
+        ledger_key
     }
 }
