@@ -1,0 +1,269 @@
+//! `leasehold-rls-bench`: ShouldRateLimit throughput and latency of
+//! `leasehold-rls` deciding from leases, against the same service with
+//! `--ledger-per-request` (one TOKENLEASE per descriptor per request, the
+//! model of services that call their store on every request), with one and
+//! four descriptors per request. Each run starts its own `leasehold-server`
+//! and `leasehold-rls` (release binaries) on free loopback ports, drives
+//! them from a gRPC load generator for a fixed time, and counts the
+//! ledger's TOKENLEASE and TOKENRETURN calls (INFO commandstats) per 1000
+//! decisions. Prints a Markdown table (and writes it to `--out`).
+//!
+//! ```sh
+//! cargo build --release --bin leasehold-server --bin leasehold-rls --bin leasehold-rls-bench
+//! target/release/leasehold-rls-bench --duration-ms 3000
+//! ```
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use hdrhistogram::Histogram;
+use leasehold_testkit::{call, free_port, started, text, wait_for, Proc};
+
+/// ShouldRateLimit load against leasehold-rls, leases against a ledger call per descriptor.
+#[derive(Debug, Parser)]
+struct Flags {
+    /// The leasehold-server binary (default: the release build next to this one).
+    #[arg(long)]
+    server: Option<PathBuf>,
+    /// The leasehold-rls binary (default: the release build next to this one).
+    #[arg(long)]
+    rls: Option<PathBuf>,
+    /// Measured time per run, in ms (after a 500 ms warm-up).
+    #[arg(long, default_value_t = 3000)]
+    duration_ms: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// gRPC connections the requests are spread over.
+    #[arg(long, default_value_t = 4)]
+    channels: usize,
+    /// Distinct values per descriptor key (each its own bucket).
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    /// Ledger threads.
+    #[arg(long, default_value_t = 1)]
+    ledger_threads: usize,
+    /// Also write the table to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Four limits that the load never reaches (a million a second each), so
+/// every request is decided and allowed.
+const LIMITS: &str = "\
+domain: bench
+descriptors:
+  - key: d0
+    rate_limit: { unit: second, requests_per_unit: 1000000 }
+  - key: d1
+    rate_limit: { unit: second, requests_per_unit: 1000000 }
+  - key: d2
+    rate_limit: { unit: second, requests_per_unit: 1000000 }
+  - key: d3
+    rate_limit: { unit: second, requests_per_unit: 1000000 }
+";
+
+struct Row {
+    mode: &'static str,
+    descriptors: usize,
+    requests: u64,
+    seconds: f64,
+    hist: Histogram<u64>,
+    ledger_calls: u64,
+    not_ok: u64,
+}
+
+fn sibling(name: &str) -> PathBuf {
+    let me = std::env::current_exe().expect("this binary's path");
+    me.with_file_name(name)
+}
+
+/// TOKENLEASE plus TOKENRETURN calls the ledger has executed.
+fn ledger_calls(port: u16) -> u64 {
+    let info = call(port, &["INFO", "commandstats"]).map_or_else(String::new, |r| text(&r));
+    ["cmdstat_tokenlease:calls=", "cmdstat_tokenreturn:calls="]
+        .iter()
+        .map(|p| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(p))
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn request(descriptors: usize, n: u64, keys: u64) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: (0..descriptors)
+            .map(|d| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: format!("d{d}"),
+                    value: format!("k{}", (n.wrapping_mul(2_654_435_761) + d as u64) % keys),
+                }],
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
+    let dir = std::env::temp_dir().join(format!("leasehold-rls-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch dir");
+    let config = dir.join("limits.yaml");
+    std::fs::write(&config, LIMITS).expect("config written");
+
+    let ledger = free_port();
+    let server = flags
+        .server
+        .clone()
+        .unwrap_or_else(|| sibling("leasehold-server"));
+    let _ledger = started(
+        Command::new(&server)
+            .args(["--port", &ledger.to_string(), "--loglevel", "warning"])
+            .args(["--threads", &flags.ledger_threads.to_string()]),
+        ledger,
+        "leasehold-server",
+    );
+    let port = free_port();
+    let rls = flags
+        .rls
+        .clone()
+        .unwrap_or_else(|| sibling("leasehold-rls"));
+    let mut cmd = Command::new(&rls);
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["--ledger", &format!("127.0.0.1:{ledger}")])
+        .args(["--port", &port.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    if mode == "ledger per request" {
+        cmd.arg("--ledger-per-request");
+    }
+    let _rls = Proc(cmd.spawn().expect("leasehold-rls starts"));
+    wait_for("leasehold-rls listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let row = rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..flags.channels.max(1) {
+            let c = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+                .await
+                .expect("a channel");
+            clients.push(c);
+        }
+        let measuring = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let seq = Arc::new(AtomicU64::new(0));
+        let not_ok = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for t in 0..flags.concurrency.max(1) {
+            let mut c = clients[t % clients.len()].clone();
+            let (measuring, stop, seq, not_ok) =
+                (measuring.clone(), stop.clone(), seq.clone(), not_ok.clone());
+            let keys = flags.keys.max(1);
+            tasks.push(tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+                let mut done = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let req = request(descriptors, seq.fetch_add(1, Ordering::Relaxed), keys);
+                    let t0 = Instant::now();
+                    let res = c.should_rate_limit(req).await;
+                    let us = t0.elapsed().as_micros() as u64;
+                    if measuring.load(Ordering::Relaxed) {
+                        hist.saturating_record(us.max(1));
+                        done += 1;
+                        let ok = res.is_ok_and(|r| r.get_ref().overall_code == Code::Ok as i32);
+                        if !ok {
+                            not_ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                (hist, done)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let calls_before = ledger_calls(ledger);
+        measuring.store(true, Ordering::Relaxed);
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_millis(flags.duration_ms)).await;
+        measuring.store(false, Ordering::Relaxed);
+        let seconds = t0.elapsed().as_secs_f64();
+        let calls = ledger_calls(ledger) - calls_before;
+        stop.store(true, Ordering::Relaxed);
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        let mut requests = 0;
+        for t in tasks {
+            let (h, n) = t.await.expect("a load task");
+            hist.add(h).expect("same bounds");
+            requests += n;
+        }
+        Row {
+            mode,
+            descriptors,
+            requests,
+            seconds,
+            hist,
+            ledger_calls: calls,
+            not_ok: not_ok.load(Ordering::Relaxed),
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    row
+}
+
+fn main() {
+    let flags = Flags::parse();
+    let mut rows = Vec::new();
+    for descriptors in [1, 4] {
+        for mode in ["leases", "ledger per request"] {
+            let row = run(&flags, mode, descriptors);
+            eprintln!(
+                "{mode}, {descriptors} descriptor(s): {:.0} requests/s",
+                row.requests as f64 / row.seconds
+            );
+            rows.push(row);
+        }
+    }
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} requests in flight over {} connections, {} values per descriptor key, ledger on {} thread(s), {} ms a run.\n\n",
+        flags.concurrency, flags.channels, flags.keys, flags.ledger_threads, flags.duration_ms
+    ));
+    out.push_str("| decisions from | descriptors | requests/s | p50 µs | p99 µs | ledger calls / 1000 decisions | not OK |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for r in &rows {
+        let decisions = (r.requests * r.descriptors as u64).max(1);
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {:.1} | {} |\n",
+            r.mode,
+            r.descriptors,
+            r.requests as f64 / r.seconds,
+            r.hist.value_at_quantile(0.5),
+            r.hist.value_at_quantile(0.99),
+            r.ledger_calls as f64 * 1000.0 / decisions as f64,
+            r.not_ok,
+        ));
+    }
+    print!("{out}");
+    if let Some(path) = &flags.out {
+        std::fs::write(path, &out).expect("--out written");
+    }
+}
