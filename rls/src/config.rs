@@ -187,11 +187,9 @@ fn locate(doc: &str, path: &str) -> Option<usize> {
             })
         });
         let Some(k) = found else {
-            // A flow mapping on the line found last: `rate_limit: {unit: x}`.
-            return at
-                .filter(|&a: &usize| ls[a].text.contains(&format!("{key}:")))
-                .map(|a| a + 1)
-                .or(at.map(|a| a + 1));
+            // Not a line of its own: a flow mapping on the line found last
+            // (`rate_limit: {unit: x}`), which is then the line to name.
+            return at.map(|a| a + 1);
         };
         at = Some(k);
         let key_col = ls[k].content_col;

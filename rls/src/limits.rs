@@ -351,7 +351,12 @@ pub async fn expire_overrides(shared: Shared, ledger: Ledger, every: Duration) {
     }
 }
 
-/// Watches `path` every `every` and applies a changed file; a file that
+/// How long a changed config file must stay unchanged before it is read
+/// as the new config.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// Watches `path` every `every` and applies a changed file (once it reads
+/// the same twice, 20 ms apart); a file that
 /// fails to load is logged (with its line) and counted, and the limits in
 /// force stay. `last` is the text in force. Runs until the task is
 /// dropped.
@@ -374,6 +379,12 @@ pub async fn watch(
             continue; // mid-replace, or removed: the limits in force stay
         };
         if text == last {
+            continue;
+        }
+        // A file being written in place can be read half-written: act only
+        // on a text that reads the same twice, SETTLE apart.
+        tokio::time::sleep(SETTLE).await;
+        if std::fs::read_to_string(&path).ok().as_ref() != Some(&text) {
             continue;
         }
         match config::parse(&text) {

@@ -17,7 +17,8 @@
 //! anything: no wait would ever admit it.
 //!
 //! **Negative hits** (`is_negative_hits`) are given back to the ledger
-//! (TOKENRETURN, one call) and never denied.
+//! (TOKENRETURN, one call) after the charges, whether or not those were
+//! denied, and are never denied themselves.
 //!
 //! The response carries, for Envoy to add: the IETF draft's
 //! `RateLimit-Policy` and `RateLimit` of the most constrained limited
@@ -168,20 +169,13 @@ pub async fn should_rate_limit(
         }
         plans.push(plan(domain, d, req.hits_addend));
     }
-    let mut verdicts: Vec<Verdict> = Vec::with_capacity(plans.len());
+    // Charges first, in order, stopping at the first denial.
+    let mut slots: Vec<Option<Verdict>> = plans.iter().map(|_| None).collect();
     let mut denied: Option<usize> = None;
-    for plan in &plans {
+    for (i, plan) in plans.iter().enumerate() {
         let v = match plan {
-            Plan::Unlimited => Verdict {
-                decision: None,
-                taken: 0,
-                taken_from_ledger: 0,
-                policy_name: String::new(),
-            },
-            Plan::Return { id, key, hits } => {
-                let domain = domain.expect("a policy implies its domain");
-                give_back(domain, *id, key, *hits).await
-            }
+            Plan::Unlimited => unlimited(),
+            Plan::Return { .. } => continue,
             Plan::Charge { id, key, hits } => {
                 let domain = domain.expect("a policy implies its domain");
                 match decide {
@@ -191,43 +185,50 @@ pub async fn should_rate_limit(
             }
         };
         let refused = v.decision.is_some_and(|d| !d.allowed);
-        verdicts.push(v);
+        slots[i] = Some(v);
         if refused {
-            denied = Some(verdicts.len() - 1);
+            denied = Some(i);
             break;
         }
     }
-    if let Some(denied) = denied {
+    if denied.is_some() {
         // Undo every token this request took, so only the denial stands.
-        for (plan, v) in plans.iter().zip(verdicts.iter_mut()) {
-            if let (Plan::Charge { id, key, .. }, true) = (plan, v.taken > 0) {
-                let domain = domain.expect("a policy implies its domain");
-                domain.manager(*id).put_back(PolicyId::FIRST, key, v.taken);
-                if let Some(d) = v.decision.as_mut() {
-                    d.remaining = d.remaining.saturating_add(v.taken);
-                }
-                v.taken = 0;
+        for (plan, v) in plans.iter().zip(slots.iter_mut()) {
+            let (Plan::Charge { id, key, .. }, Some(v)) = (plan, v) else {
+                continue;
+            };
+            let domain = domain.expect("a policy implies its domain");
+            let m = domain.manager(*id);
+            if v.taken > 0 {
+                m.put_back(PolicyId::FIRST, key, v.taken);
             }
-            if let (Plan::Charge { id, key, .. }, true) = (plan, v.taken_from_ledger > 0) {
-                let domain = domain.expect("a policy implies its domain");
-                let m = domain.manager(*id);
+            if v.taken_from_ledger > 0 {
                 if let Err(e) = m
                     .return_to_ledger(PolicyId::FIRST, key, v.taken_from_ledger)
                     .await
                 {
                     tracing::warn!("tokens of a denied request not returned: {e}");
                 }
-                if let Some(d) = v.decision.as_mut() {
-                    d.remaining = d.remaining.saturating_add(v.taken_from_ledger);
-                }
-                v.taken_from_ledger = 0;
             }
+            if let Some(d) = v.decision.as_mut() {
+                d.remaining = d.remaining.saturating_add(v.taken + v.taken_from_ledger);
+            }
+            (v.taken, v.taken_from_ledger) = (0, 0);
         }
-        // Descriptors after the denied one were not decided: report their
-        // limits without a charge.
-        for plan in &plans[denied + 1..] {
-            verdicts.push(undecided(domain, plan));
-        }
+    }
+    // Then the tokens given back (whether or not the charges were denied),
+    // and the limits of descriptors a denial left undecided.
+    let mut verdicts = Vec::with_capacity(plans.len());
+    for (plan, v) in plans.iter().zip(slots) {
+        let v = match (v, plan) {
+            (Some(v), _) => v,
+            (None, Plan::Return { id, key, hits }) => {
+                let domain = domain.expect("a policy implies its domain");
+                give_back(domain, *id, key, *hits).await
+            }
+            (None, plan) => undecided(domain, plan),
+        };
+        verdicts.push(v);
     }
     Ok(response(&verdicts, denied))
 }
@@ -239,11 +240,8 @@ fn plan(domain: Option<&Domain>, d: &RateLimitDescriptor, request_hits: u32) -> 
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
         .collect();
-    let Some(id) = domain.and_then(|dom| {
-        Some(dom.set.find(&entries))
-            .flatten()
-            .filter(|&id| !dom.disabled(id))
-    }) else {
+    let Some(id) = domain.and_then(|dom| dom.set.find(&entries).filter(|&id| !dom.disabled(id)))
+    else {
         return Plan::Unlimited;
     };
     let hits = d
@@ -381,6 +379,15 @@ async fn give_back(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verd
     }
 }
 
+fn unlimited() -> Verdict {
+    Verdict {
+        decision: None,
+        taken: 0,
+        taken_from_ledger: 0,
+        policy_name: String::new(),
+    }
+}
+
 /// A descriptor after a denied one: its limit, not decided.
 fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
     match (domain, plan) {
@@ -388,7 +395,7 @@ fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
             let policy = domain.policy(*id);
             let mut d = full(policy);
             d.remaining = domain.manager(*id).remaining(PolicyId::FIRST, key);
-            d.reset = Duration::ZERO;
+            d.reset = refill_time(policy, d.remaining);
             Verdict {
                 decision: Some(d),
                 taken: 0,
@@ -396,13 +403,16 @@ fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
                 policy_name: policy.name.clone(),
             }
         }
-        _ => Verdict {
-            decision: None,
-            taken: 0,
-            taken_from_ledger: 0,
-            policy_name: String::new(),
-        },
+        _ => unlimited(),
     }
+}
+
+/// How long the policy's bucket takes from `remaining` tokens to full: the
+/// missing tokens times `unit / requests_per_unit`, rounded up to the ns.
+fn refill_time(p: &Policy, remaining: u64) -> Duration {
+    let missing = u128::from(p.burst.saturating_sub(remaining));
+    let ns = (missing * p.unit.as_nanos()).div_ceil(u128::from(p.requests_per_unit.max(1)));
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
 /// An allowed decision reporting the policy's full burst.

@@ -100,6 +100,8 @@ async fn a_denied_descriptor_leaves_the_others_uncharged() {
         .await
         .unwrap();
         assert_eq!(codes(&r), [(Code::OverLimit, 0), (Code::Ok, 8)]);
+        // 2 tokens missing at 10 an hour.
+        assert_eq!(r.statuses[1].duration_until_reset.unwrap().seconds, 720);
 
         // Alice alone: charged from the 8 the denials left her.
         let r = ask(&mut c, request("edge", vec![desc(&[("user", "alice")])]))
@@ -168,6 +170,22 @@ async fn negative_hits_give_tokens_back_to_the_ledger() {
         let after = ledger_balance(ledger, key, 10, 10, 3_600_000);
         assert_eq!(after, before + 3, "the ledger got 3 tokens back");
         assert_eq!(codes(&r), [(Code::Ok, after as u32)]);
+        // Given back even when the request's charges are denied (3 of a
+        // burst of 2 is never admitted).
+        let r = ask(
+            &mut c,
+            request(
+                "edge",
+                vec![
+                    desc_hits(&[("path", "/pay")], 3, false),
+                    desc_hits(&[("user", "erin")], 1, true),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(codes(&r), [(Code::OverLimit, 0), (Code::Ok, 9)]);
         // The ledger caps a return at the burst.
         let r = ask(
             &mut c,
@@ -284,7 +302,7 @@ async fn a_changed_config_applies_keeping_unchanged_limits_and_a_bad_one_is_refu
         let bad = changed.replace("unit: hour, requests_per_unit: 3", "unit: fortnight, requests_per_unit: 3");
         std::fs::write(&rls.config, bad).unwrap();
         wait_for("the refusal is logged", Duration::from_secs(5), || {
-            rls.log_text().contains("refused")
+            rls.log_text().contains("refused: line")
         });
         let log = rls.log_text();
         assert!(
