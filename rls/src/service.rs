@@ -25,7 +25,8 @@
 //! descriptor (the denied one, else the one with the least remaining), and
 //! `Retry-After` (whole seconds, rounded up) when denied, and
 //! `RateLimit-Warning: "<policy>"` for each descriptor a `mode: soft` policy
-//! admitted over quota. A `mode: shadow` policy admits over quota silently
+//! (or a `mode: canary` policy, outside its share of keys) admitted over
+//! quota. A `mode: shadow` policy admits over quota silently
 //! (counted as `rate_limit_decisions_total{outcome="shadow_limited"}`).
 
 use std::time::{Duration, Instant};
@@ -341,14 +342,13 @@ async fn charge_ledger(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> 
             }
         }
     }
-    if !d.allowed && policy.mode != leasehold_client::Mode::Enforce && d.outcome == Outcome::Limited
-    {
+    if d.outcome == Outcome::Limited && !policy.enforces(key) {
         d.allowed = true;
         d.retry_after = None;
-        d.outcome = if policy.mode == leasehold_client::Mode::Soft {
-            Outcome::SoftOverQuota
-        } else {
+        d.outcome = if policy.mode == leasehold_client::Mode::Shadow {
             Outcome::ShadowLimited
+        } else {
+            Outcome::SoftOverQuota
         };
     }
     v

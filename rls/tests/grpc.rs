@@ -592,3 +592,39 @@ async fn ledger_per_request_mode_calls_the_ledger_per_descriptor_and_stays_all_o
         .await
         .expect("within 60 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_denies_on_its_share_of_keys_and_warns_on_the_others() {
+    let limits = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+    mode: canary
+    canary_percent: 30
+";
+    let policy = leasehold_client::PolicySet::from_yaml(limits)
+        .unwrap()
+        .policies()[0]
+        .clone();
+    with_rls(limits, |rls, _| async move {
+        let mut c = rls.client().await;
+        let mut denied = 0;
+        for i in 0..40 {
+            let value = format!("u{i}");
+            let one = || request("edge", vec![desc(&[("user", &value)])]);
+            assert_eq!(overall(&ask(&mut c, one()).await.unwrap()), Code::Ok);
+            let r = ask(&mut c, one()).await.unwrap();
+            // The same keys as the policy's own hash picks, in any process.
+            if policy.enforces(format!("user={value}").as_bytes()) {
+                denied += 1;
+                assert_eq!(overall(&r), Code::OverLimit, "{value}");
+            } else {
+                assert_eq!(overall(&r), Code::Ok, "{value}");
+                assert_eq!(header(&r, "RateLimit-Warning"), Some(r#""user""#));
+            }
+        }
+        assert!((4..=20).contains(&denied), "{denied} of 40 at 30%");
+    })
+    .await;
+}

@@ -114,7 +114,7 @@ impl LeaseManager {
         bucket.sample(now, us(self.inner.config.qps_decay), MIN_SAMPLE_US);
         let cold = bucket.cold();
         if cold.blocked(now).is_some() {
-            return Some(self.finish(state, self.limited(state, bucket, now)));
+            return Some(self.finish(state, cold.key(), self.limited(state, bucket, now)));
         }
         if self.inner.client.breaker_would_refuse() {
             return Some(self.bypass(state, cold, Some(BypassReason::CircuitOpen), now));
