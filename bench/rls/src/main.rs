@@ -50,6 +50,9 @@ struct Flags {
     /// Distinct values per descriptor key (each its own bucket).
     #[arg(long, default_value_t = 1000)]
     keys: u64,
+    /// The rls's deadline for one ledger call, in ms (its own default is 5).
+    #[arg(long, default_value_t = 5)]
+    lease_deadline_ms: u64,
     /// Ledger threads.
     #[arg(long, default_value_t = 1)]
     ledger_threads: usize,
@@ -59,18 +62,24 @@ struct Flags {
 }
 
 /// Four limits that the load never reaches (a million a second each), so
-/// every request is decided and allowed.
+/// every request is decided and allowed; they fail closed, so a ledger
+/// call that fails or misses its deadline shows as a request not OK
+/// rather than as a decision that skipped the ledger.
 const LIMITS: &str = "\
 domain: bench
 descriptors:
   - key: d0
     rate_limit: { unit: second, requests_per_unit: 1000000 }
+    failure_mode: fail_closed
   - key: d1
     rate_limit: { unit: second, requests_per_unit: 1000000 }
+    failure_mode: fail_closed
   - key: d2
     rate_limit: { unit: second, requests_per_unit: 1000000 }
+    failure_mode: fail_closed
   - key: d3
     rate_limit: { unit: second, requests_per_unit: 1000000 }
+    failure_mode: fail_closed
 ";
 
 struct Row {
@@ -146,6 +155,7 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
         .arg(&config)
         .args(["--ledger", &format!("127.0.0.1:{ledger}")])
         .args(["--port", &port.to_string()])
+        .args(["--lease-deadline-ms", &flags.lease_deadline_ms.to_string()])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     if mode == "ledger per request" {
@@ -244,8 +254,8 @@ fn main() {
     }
     let mut out = String::new();
     out.push_str(&format!(
-        "{} requests in flight over {} connections, {} values per descriptor key, ledger on {} thread(s), {} ms a run.\n\n",
-        flags.concurrency, flags.channels, flags.keys, flags.ledger_threads, flags.duration_ms
+        "{} requests in flight over {} connections, {} values per descriptor key, ledger on {} thread(s), ledger call deadline {} ms, {} ms a run. Not OK: requests denied or failed (the limits fail closed).\n\n",
+        flags.concurrency, flags.channels, flags.keys, flags.ledger_threads, flags.lease_deadline_ms, flags.duration_ms
     ));
     out.push_str("| decisions from | descriptors | requests/s | p50 µs | p99 µs | ledger calls / 1000 decisions | not OK |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
