@@ -18,6 +18,8 @@ fn server(port: u16) -> std::io::Result<ServerHandle> {
     c.net.bind = "127.0.0.1".into();
     c.net.port = port;
     c.shards.threads = 2;
+    c.persistence.save = String::new();
+    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
     leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new()))
 }
 

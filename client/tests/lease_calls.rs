@@ -87,6 +87,8 @@ async fn dynamic_lease_makes_about_ten_times_fewer_ledger_calls_than_a_fixed_lea
     c.net.bind = "127.0.0.1".into();
     c.net.port = 0;
     c.shards.threads = 1;
+    c.persistence.save = String::new();
+    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
     let server =
         leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new())).unwrap();
     let fixed = LeaseConfig {

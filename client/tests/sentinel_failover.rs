@@ -59,6 +59,8 @@ fn leasehold_node() {
     c.net.bind = "127.0.0.1".into();
     c.net.port = port.parse().expect("a port");
     c.shards.threads = 2;
+    c.persistence.save = String::new();
+    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
     c.replication.replicaof = std::env::var(NODE_REPLICAOF).unwrap_or_default();
     let clock = Arc::new(leasehold_server::clock::SystemClock::new());
     leasehold_server::start(c, clock).expect("listen").join();

@@ -344,7 +344,9 @@ impl Cmd {
 /// write is refused whole, never half-applied): authentication (`NOAUTH`
 /// unless the row has `NO_AUTH`); while a replica loads a full sync,
 /// `-LOADING` unless the row has `LOADING`; on a replica, `-READONLY` for
-/// `WRITE` rows. The replication link's own records pass the last two.
+/// `WRITE` rows, and `-MISCONF` for them while snapshots fail (see
+/// `Persistence::refuse_writes`). The replication link's own records pass
+/// the last three.
 /// Cluster redirections will belong here too.
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
     if !conn.authenticated && !spec.has(flags::NO_AUTH) {
@@ -356,8 +358,17 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
     if shared.repl.is_loading() && !spec.has(flags::LOADING) {
         return Err(OpError::Loading);
     }
-    if spec.has(flags::WRITE) && shared.repl.is_replica() {
-        return Err(OpError::ReadOnly);
+    if spec.has(flags::WRITE) {
+        if shared.repl.is_replica() {
+            return Err(OpError::ReadOnly);
+        }
+        if shared
+            .persist
+            .refuse_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(OpError::Misconf);
+        }
     }
     Ok(())
 }

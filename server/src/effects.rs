@@ -101,6 +101,9 @@ pub struct EffectLog {
     holding: bool,
     /// The keys clients WATCH on this shard: every keyed effect touches them.
     pub watches: Watches,
+    /// Effects emitted since the shard started (the changes a snapshot
+    /// rule counts).
+    pub changes: u64,
 }
 
 impl std::fmt::Debug for EffectLog {
@@ -125,6 +128,7 @@ impl EffectLog {
             sink: None,
             holding: false,
             watches: Watches::default(),
+            changes: 0,
         }
     }
 
@@ -138,14 +142,21 @@ impl EffectLog {
     /// than that goes to the merged stream at once, so no record is ever
     /// lost to the ring's wrap between two publishes.
     pub fn emit(&mut self, effect: Effect<'_>) {
+        self.changes += 1;
         if !self.watches.is_empty() {
             if let Some(key) = effect.key() {
                 self.watches.touch(key);
             }
         }
         // A replica's stream is the one its primary sent: its own effects
-        // would be dropped at the publish, so they are not even encoded.
-        if self.sink.as_ref().is_some_and(|r| r.is_replica()) {
+        // would be dropped at the publish, so they are not even encoded; a
+        // server loading its files at the start replays what is on disk
+        // already.
+        if self
+            .sink
+            .as_ref()
+            .is_some_and(|r| r.is_replica() || r.is_loading())
+        {
             return;
         }
         self.scratch.clear();
@@ -167,6 +178,11 @@ impl EffectLog {
         if self.scratch.capacity() > MAX_KEPT_SCRATCH {
             self.scratch = bytes::BytesMut::new();
         }
+    }
+
+    /// Whether records appended since the last publish wait for one.
+    pub fn unpublished(&self) -> bool {
+        self.published != self.offset
     }
 
     /// Publishes to `repl`'s merged stream from now on.
@@ -193,7 +209,7 @@ impl EffectLog {
             return;
         };
         if !repl.is_replica() {
-            match (from_ring, self.since(self.published)) {
+            let end = match (from_ring, self.since(self.published)) {
                 (true, Some([a, b])) => repl.backlog.append(&[a, b]),
                 (true, None) => {
                     // Only a hold longer than the ring can get here: records
@@ -207,6 +223,8 @@ impl EffectLog {
                 }
                 (false, _) => repl.backlog.append(&[&self.scratch]),
             };
+            // `appendfsync always`: the batch's replies wait for the disk.
+            repl.backlog.wait_synced(end);
         }
         self.published = self.offset;
     }

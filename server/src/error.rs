@@ -146,6 +146,19 @@ pub enum OpError {
     /// `ERR a Leasehold replica does not serve replicas of its own`: PSYNC
     /// to a replica (no chained replication).
     NoChainedReplication,
+    /// `ERR Background save already in progress`.
+    BgsaveInProgress,
+    /// `ERR Background append only file rewriting already in progress`.
+    RewriteInProgress,
+    /// BGSAVE without SCHEDULE while a log rewrite runs.
+    BgsaveWhileRewriting,
+    /// `ERR Error saving the snapshot: <why>` (SAVE).
+    SaveFailed(String),
+    /// `ERR Errors trying to SHUTDOWN. Check logs.`: its snapshot failed.
+    ShutdownSaveFailed,
+    /// `MISCONF ...`: writes are refused while the last snapshot failed
+    /// (`stop-writes-on-bgsave-error yes`).
+    Misconf,
     /// `ERR MULTI calls can not be nested`.
     NestedMulti,
     /// `ERR EXEC without MULTI`.
@@ -277,6 +290,18 @@ impl OpError {
             OpError::UnrecognizedReplconf(o) => {
                 Reply::err_owned(format!("ERR Unrecognized REPLCONF option: {o}"))
             }
+            OpError::BgsaveInProgress => Reply::err("ERR Background save already in progress"),
+            OpError::RewriteInProgress => {
+                Reply::err("ERR Background append only file rewriting already in progress")
+            }
+            OpError::BgsaveWhileRewriting => Reply::err(
+                "ERR An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
+            ),
+            OpError::SaveFailed(why) => Reply::err_owned(format!("ERR Error saving the snapshot: {why}")),
+            OpError::ShutdownSaveFailed => Reply::err("ERR Errors trying to SHUTDOWN. Check logs."),
+            OpError::Misconf => Reply::err(
+                "MISCONF Leasehold is configured to save snapshots, but it is currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if snapshotting fails (stop-writes-on-bgsave-error option). Please check the Leasehold logs for details about the snapshot error.",
+            ),
             OpError::NoChainedReplication => {
                 Reply::err("ERR a Leasehold replica does not serve replicas of its own")
             }
@@ -317,7 +342,7 @@ impl OpError {
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 9] = [
+pub const ERROR_CODES: [&str; 10] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
@@ -327,6 +352,7 @@ pub const ERROR_CODES: [&str; 9] = [
     "READONLY",
     "LOADING",
     "NOMASTERLINK",
+    "MISCONF",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another

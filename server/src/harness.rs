@@ -187,8 +187,11 @@ impl Harness {
     }
 
     /// A server with `shards` shards (at least 1) running `config` (its
-    /// `shards.threads` is ignored), clock at [`T0_MS`] and monotonic 0 ms.
-    pub fn with_config(config: Config, shards: usize) -> Harness {
+    /// `shards.threads` is ignored, and its `save` rules too: no
+    /// persistence thread runs here), clock at [`T0_MS`] and monotonic 0 ms.
+    pub fn with_config(mut config: Config, shards: usize) -> Harness {
+        // No persistence thread runs here: no rule may ask it for anything.
+        config.persistence.save = String::new();
         let shards = shards.max(1);
         let clock = Arc::new(ManualClock::new(T0_MS, 0));
         let addr = SocketAddr::from(([127, 0, 0, 1], config.net.port));

@@ -10,6 +10,8 @@
 //! 8 runtime    threads: each gets a Shard, a mailbox, an event loop, an expiry timer
 //! 7 net        sockets: each thread's mio event loop, accepting, reading, writing
 //!   replication::feed, ::link   a sender thread per replica; the replica's link
+//!   replication::snapshot       the cut of every shard, the image's records
+//!   persist::daemon, ::aof, ::load   the files' thread, the log's writer, loading
 //! 6 turn       one thread's connections and one turn of its loop, without sockets
 //! 5 dispatch   the command table's checks (arity, auth), routing, batching, merging
 //! 4 commands   the command table, one file of handlers per family
@@ -20,6 +22,8 @@
 //!   effects    the replication stream: one RESP record per change, a ring
 //!   pubsub     the subscription registry; a connection's subscriptions
 //!   replication::backlog, ::role   the merged stream; role, ids, replicas
+//!   replication::outbuf   a follower's own copy of the stream
+//!   persist::status       requests to the persistence thread, its status
 //! 1 ratelimit  the algorithms and their state types (pure)
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
@@ -27,11 +31,12 @@
 //!   config     flags, the TOML file, defaults
 //!   glob       Redis's glob patterns
 //!   replication  declares its files, each on its own rung (above)
+//!   persist      likewise; persist::format, the files' formats, sits here
 //! ```
 //!
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
-//! (whose files sit on layers 2 and 7);
+//! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
 //! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
@@ -62,6 +67,7 @@ pub mod error;
 pub mod glob;
 pub mod harness;
 pub mod net;
+pub mod persist;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;

@@ -461,6 +461,7 @@ impl Loop {
     /// closes it when it is to close and everything is written. A
     /// connection that asked to leave the loop (PSYNC) is handed over.
     fn write(&mut self, k: usize) {
+        self.turn.publish_pending();
         let shared = self.turn.worker().shared.clone();
         let Some(c) = self.turn.get_mut(k) else {
             return;

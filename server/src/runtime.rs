@@ -14,6 +14,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::persist::daemon::Daemon;
+use crate::persist::load::load_at_start;
+use crate::persist::status::{Request, Ticket};
 use crate::replication::role::{random_hex40, Replication, Target};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
 use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
@@ -28,6 +31,7 @@ pub struct ServerHandle {
     /// Its shared state (statistics, configuration, shutdown).
     pub shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    files: Option<Daemon>,
 }
 
 impl ServerHandle {
@@ -37,19 +41,49 @@ impl ServerHandle {
         self.join();
     }
 
-    /// Waits until the server stops (SHUTDOWN or [`ServerHandle::shutdown`]).
+    /// Writes a snapshot when `save` rules are set (as Redis does on
+    /// SIGTERM), then stops the server. A failed snapshot is logged.
+    pub fn shutdown_saving(self) {
+        let rules = !self.shared.config.read().persistence.save.trim().is_empty();
+        if rules
+            && !self
+                .shared
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let ticket = Arc::new(Ticket::default());
+            self.shared
+                .persist
+                .request(Request::Save(Some(ticket.clone())));
+            while ticket.outcome().is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if let Some(Err(e)) = ticket.outcome() {
+                tracing::error!("Error trying to save the DB before exiting: {e}");
+            }
+        }
+        self.shutdown();
+    }
+
+    /// Waits until the server stops (SHUTDOWN or [`ServerHandle::shutdown`]);
+    /// the append-only log is written to its end and fsynced last.
     pub fn join(self) {
         for t in self.threads {
             let _ = t.join();
         }
+        if let Some(d) = self.files {
+            d.finish(&self.shared);
+        }
     }
 }
 
-/// Binds the listener and starts `config.threads()` threads.
+/// Binds the listener, starts `config.threads()` threads and loads the
+/// snapshot or append-only log (clients get `-LOADING` meanwhile).
 ///
 /// # Errors
-/// The bind error (address in use, permission denied, ...), or the event
-/// loop's poll could not be made.
+/// The bind error (address in use, permission denied, ...), the event
+/// loop's poll could not be made, or the files could not be loaded
+/// ([`std::io::ErrorKind::InvalidData`], the message says why).
 pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
     let threads = config.threads().max(1);
     let listener = bind(&config)?;
@@ -75,6 +109,23 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
             })?;
         handles.push(handle);
     }
+    // Clients that connect now get -LOADING until the data is loaded and
+    // the append-only log runs.
+    shared.repl.set_loading(true);
+    let started = load_at_start(&shared, &mailboxes).and_then(|loaded| {
+        Daemon::spawn(shared.clone(), mailboxes.clone(), loaded).map_err(|e| e.to_string())
+    });
+    shared.repl.set_loading(false);
+    let files = match started {
+        Ok(files) => files,
+        Err(e) => {
+            shared.begin_shutdown();
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        }
+    };
     if let Some(target) = replicaof(&config)? {
         shared.repl.follow(target);
     }
@@ -86,6 +137,7 @@ pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHan
         addr: local_addr,
         shared,
         threads: handles,
+        files: Some(files),
     })
 }
 
@@ -177,6 +229,7 @@ pub fn new_shared(
         baseline: Mutex::new(Default::default()),
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
         pubsub: Default::default(),
+        persist: Default::default(),
     })
 }
 

@@ -40,9 +40,10 @@ pub struct ConnState {
     /// Set on the replication link's connection (a replica's link to its
     /// primary): its records are applied and never answered.
     pub link: Option<LinkState>,
-    /// Set by WAIT while it waits for replicas' acknowledgements: the
-    /// connection is not served until they come or the timeout passes.
-    pub blocked: Option<WaitAcks>,
+    /// Set by WAIT while it waits for replicas' acknowledgements, and by
+    /// SAVE and SHUTDOWN while their snapshot is written: the connection is
+    /// not served until it ends.
+    pub blocked: Option<Blocked>,
     /// Channels and patterns subscribed to, and messages held back.
     pub pubsub: Subscriptions,
     /// The pub/sub class of `client-output-buffer-limit`, refreshed with
@@ -50,6 +51,21 @@ pub struct ConnState {
     pub pubsub_limit: OutputLimit,
     /// MULTI's queue and WATCH's keys.
     pub tx: TxState,
+}
+
+/// What a blocked connection waits for.
+#[derive(Debug, Clone)]
+pub enum Blocked {
+    /// WAIT: replicas' acknowledgements.
+    Acks(WaitAcks),
+    /// SAVE, or SHUTDOWN's snapshot: the persistence thread's outcome;
+    /// `shutdown` stops the server once it succeeded.
+    Save {
+        /// Where the outcome comes.
+        ticket: Arc<crate::persist::status::Ticket>,
+        /// Whether SHUTDOWN waits (not SAVE).
+        shutdown: bool,
+    },
 }
 
 /// A WAIT in progress.

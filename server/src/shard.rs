@@ -125,6 +125,15 @@ pub enum Msg {
     Link(LinkStart),
     /// A full sync cuts this shard (see [`Cut`]).
     Cut(Cut),
+    /// Records of a snapshot or append-only log loaded at the start, for
+    /// this shard to apply in order; the count of those that failed goes
+    /// back on `done`.
+    Apply {
+        /// The records as jobs (never counted, seen as the link's).
+        jobs: Vec<Job>,
+        /// Where the count of failed records goes.
+        done: crossbeam_channel::Sender<u64>,
+    },
     /// The full sync's cut is over on every shard: publish again.
     Release,
     /// Commands for this shard from thread `from`; their answers go back to
@@ -342,6 +351,7 @@ impl Shard {
         self.stats.expires.set(c.expires);
         self.stats.expired_keys.set(c.expired);
         self.stats.effect_offset.set(self.store.effects().offset());
+        self.stats.changes.set(self.store.effects().changes);
         // A locked shard's effects are a transaction's, published whole by
         // its last jobs (`TxMsg::Run`).
         if !self.locked {

@@ -59,6 +59,8 @@ pub struct ShardStats {
     pub keyspace_misses: Counter,
     /// Bytes this shard has appended to its effect stream (its offset).
     pub effect_offset: Counter,
+    /// Effects this shard has emitted (the changes snapshot rules count).
+    pub changes: Counter,
     /// Calls per command, indexed like the command table.
     pub calls: Vec<Counter>,
     /// Calls that failed while running (an error reply) per command.
@@ -118,6 +120,7 @@ impl ShardStats {
             keyspace_hits: Counter::default(),
             keyspace_misses: Counter::default(),
             effect_offset: Counter::default(),
+            changes: Counter::default(),
             calls: (0..commands).map(|_| Counter::default()).collect(),
             failed_calls: (0..commands).map(|_| Counter::default()).collect(),
             rejected_calls: (0..commands).map(|_| Counter::default()).collect(),
@@ -283,6 +286,8 @@ pub struct Shared {
     pub repl: Arc<Replication>,
     /// Every connection's channel and pattern subscriptions (PUBLISH reads it).
     pub pubsub: crate::pubsub::Registry,
+    /// Snapshot and append-only log status, and requests to their thread.
+    pub persist: crate::persist::status::Persistence,
 }
 
 impl std::fmt::Debug for Shared {

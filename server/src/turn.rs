@@ -40,7 +40,7 @@ use slab::Slab;
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::error::{protocol_error, OpError};
 use crate::pubsub::{Place, Publish};
-use crate::session::ConnState;
+use crate::session::{Blocked, ConnState};
 use crate::shard::{Answer, Direct, Handoff, LinkStart, Msg, ReplySink, Worker};
 
 /// Bytes of published messages one turn appends to its connections'
@@ -245,6 +245,10 @@ impl<T: Transport> Turn<T> {
             Msg::Link(start) => return Some(Incoming::Link(start)),
             Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
             Msg::Release => self.worker.shard.borrow_mut().release(),
+            Msg::Apply { jobs, done } => {
+                let replies = self.worker.shard.borrow_mut().run_batch(jobs);
+                let _ = done.send(replies.iter().filter(|r| r.is_error()).count() as u64);
+            }
             Msg::Batch { from, jobs, direct } => {
                 let stopping = self.worker.shared.shutting_down.load(Ordering::SeqCst);
                 // A shard that is shutting down runs nothing more.
@@ -462,6 +466,18 @@ impl<T: Transport> Turn<T> {
         self.worker.shard.borrow_mut().publish();
     }
 
+    /// Publishes what commands run inline since the last publish wrote
+    /// (a connection served again right after its output was written runs
+    /// them outside [`Turn::end`]): called before any output is written, so
+    /// no reply leaves before its effects are in the stream (and, under
+    /// `appendfsync always`, on disk). Nothing to do costs one comparison.
+    pub fn publish_pending(&mut self) {
+        let mut shard = self.worker.shard.borrow_mut();
+        if shard.store.effects().unpublished() {
+            shard.publish();
+        }
+    }
+
     /// The threads posted to (messages queued without a ring) since the
     /// last call; the caller rings them, now or after a delay.
     pub fn take_posted(&mut self, into: &mut Vec<usize>) {
@@ -493,28 +509,57 @@ impl<T: Transport> Turn<T> {
 
     /// Answers each WAIT whose replicas have acknowledged or whose timeout
     /// passed (the reply is the number of replicas that acknowledged), and
-    /// resumes its connection. Returns whether any WAIT is still blocked.
+    /// each SAVE or SHUTDOWN whose snapshot is done, and resumes its
+    /// connection. Returns whether any connection is still blocked.
     pub fn check_blocked(&mut self) -> bool {
         if self.blocked.is_empty() {
             return false;
         }
         let now = std::time::Instant::now();
-        let repl = self.worker.shared.repl.clone();
+        let shared = self.worker.shared.clone();
         let mut still = Vec::new();
         for key in std::mem::take(&mut self.blocked) {
             let Some(c) = self.conns.get_mut(key).filter(|c| c.io.is_some()) else {
                 continue;
             };
-            let Some(w) = c.state.blocked else {
+            let Some(b) = &c.state.blocked else {
                 continue;
             };
-            let acked = repl.acked(w.offset);
-            if acked < w.replicas && w.deadline.is_none_or(|d| now < d) {
-                still.push(key);
-                continue;
-            }
+            let reply = match b {
+                Blocked::Acks(w) => {
+                    let acked = shared.repl.acked(w.offset);
+                    if acked < w.replicas && w.deadline.is_none_or(|d| now < d) {
+                        still.push(key);
+                        continue;
+                    }
+                    Reply::Int(acked as i64)
+                }
+                Blocked::Save { ticket, shutdown } => {
+                    let Some(outcome) = ticket.outcome() else {
+                        still.push(key);
+                        continue;
+                    };
+                    match (outcome, shutdown) {
+                        (Ok(()), false) => Reply::ok(),
+                        (Ok(()), true) => {
+                            // As SHUTDOWN does: no reply, the connection closes.
+                            tracing::info!("snapshot written; shutting down");
+                            shared.begin_shutdown();
+                            c.state.close = true;
+                            c.state.blocked = None;
+                            if !c.listed {
+                                c.listed = true;
+                                self.dirty.push(key);
+                            }
+                            continue;
+                        }
+                        (Err(why), false) => OpError::SaveFailed(why).reply(),
+                        (Err(_), true) => OpError::ShutdownSaveFailed.reply(),
+                    }
+                }
+            };
             c.state.blocked = None;
-            Reply::Int(acked as i64).encode(c.state.proto, &mut c.out);
+            reply.encode(c.state.proto, &mut c.out);
             if !c.listed {
                 c.listed = true;
                 self.dirty.push(key);

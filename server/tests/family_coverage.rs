@@ -46,6 +46,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::pubsub::COMMANDS,
         include_str!("family_pubsub.rs"),
     ),
+    (
+        "family_persistence.rs",
+        commands::persistence::COMMANDS,
+        include_str!("family_persistence.rs"),
+    ),
 ];
 
 #[test]

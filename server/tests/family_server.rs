@@ -108,8 +108,8 @@ fn config_get_set_and_errors() {
         err("ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config")
     );
     assert_eq!(
-        h.cmd("CONFIG SET appendonly yes"),
-        err("ERR CONFIG SET failed (possibly related to argument 'appendonly') - Leasehold only supports 'no'")
+        h.cmd("CONFIG SET appendonly maybe"),
+        err("ERR CONFIG SET failed (possibly related to argument 'appendonly') - argument must be 'yes' or 'no'")
     );
     assert_eq!(
         h.cmd("CONFIG SET nosuch 1"),

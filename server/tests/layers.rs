@@ -17,7 +17,16 @@ use std::path::{Path, PathBuf};
 /// `replication/<file>.rs` is placed as `replication::<file>` (its
 /// `mod.rs` only declares them).
 const LAYERS: &[&[&str]] = &[
-    &["clock", "slot", "error", "config", "glob", "replication"],
+    &[
+        "clock",
+        "slot",
+        "error",
+        "config",
+        "glob",
+        "replication",
+        "persist",
+        "persist::format",
+    ],
     &["ratelimit"],
     &[
         "state",
@@ -26,18 +35,28 @@ const LAYERS: &[&[&str]] = &[
         "pubsub",
         "replication::backlog",
         "replication::role",
+        "replication::outbuf",
+        "persist::status",
     ],
     &["shard"],
     &["commands", "session"],
     &["dispatch"],
     &["turn"],
-    &["net", "replication::feed", "replication::link"],
+    &[
+        "net",
+        "replication::feed",
+        "replication::link",
+        "replication::snapshot",
+        "persist::aof",
+        "persist::load",
+        "persist::daemon",
+    ],
     &["runtime"],
     &["harness"],
 ];
 
 /// Top-level modules whose files are placed one by one (see [`LAYERS`]).
-const SPLIT: &[&str] = &["replication"];
+const SPLIT: &[&str] = &["replication", "persist"];
 
 /// `name`, or `name::<file>` when `name` is split and `rest` (the text
 /// after `name`) names one of its files.

@@ -13,6 +13,8 @@ fn server() -> leasehold_server::ServerHandle {
     let mut c = Config::default();
     c.net.port = 0;
     c.shards.threads = 2;
+    c.persistence.save = String::new();
+    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
     leasehold_server::start(c, Arc::new(SystemClock::new())).expect("start")
 }
 

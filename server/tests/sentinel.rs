@@ -11,24 +11,17 @@
 //! `redis-server` is looked up on PATH; without it the test prints a notice
 //! and passes, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes it fail.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::{
-    call, free_port, primary_of, sentinel_installed, sentinels_watching, started, text, wait_for,
-    Proc, Reply, MASTER,
+    call, free_port, node_command, primary_of, sentinel_installed, sentinels_watching, started,
+    text, wait_for, Proc, Reply, MASTER,
 };
 
 fn leasehold(port: u16, replicaof: Option<u16>) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-server"));
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--threads",
-        "2",
-        "--loglevel",
-        "warn",
-    ]);
+    let dir = leasehold_testkit::scratch_dir();
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &dir);
     if let Some(p) = replicaof {
         cmd.args(["--replicaof", &format!("127.0.0.1 {p}")]);
     }

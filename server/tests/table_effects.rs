@@ -178,6 +178,13 @@ const SAMPLES: &[Sample] = &[
     ("psync", &["REPLCONF capa lh1"], &["PSYNC ? -1"]),
     ("role", READ_SETUP, &["ROLE"]),
     ("wait", READ_SETUP, &["WAIT 0 0"]),
+    // Persistence: a request to the persistence thread (none runs in the
+    // harness), no change. SAVE would wait for that thread: its files are
+    // tested with real processes (`persistence.rs`).
+    ("save", &[], &[]),
+    ("bgsave", READ_SETUP, &["BGSAVE"]),
+    ("bgrewriteaof", READ_SETUP, &["BGREWRITEAOF"]),
+    ("lastsave", READ_SETUP, &["LASTSAVE"]),
 ];
 
 fn sample(name: &str) -> Option<&'static Sample> {

@@ -29,6 +29,33 @@ impl Drop for Proc {
     }
 }
 
+/// A new empty directory under the system's temporary directory, unique to
+/// this process and call: a test server's `dir`, so no test loads or
+/// overwrites another's snapshot (and none writes into the source tree).
+///
+/// # Panics
+/// When the directory cannot be created.
+pub fn scratch_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("leasehold-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+/// The command line of a `leasehold-server` node (the binary at `exe`) for
+/// a process test: 127.0.0.1:`port`, 2 threads, warnings only, no `save`
+/// rules, its files in `dir`.
+pub fn node_command(exe: &str, port: u16, dir: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--port", &port.to_string(), "--threads", "2"]);
+    cmd.args(["--loglevel", "warn", "--save", ""]);
+    cmd.args(["--dir", &dir.display().to_string()]);
+    cmd
+}
+
 /// A port that was free on 127.0.0.1 a moment ago.
 ///
 /// # Panics
@@ -59,6 +86,46 @@ pub fn call(port: u16, args: &[&str]) -> Option<Reply> {
             return None;
         }
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One blocking connection to 127.0.0.1:`port` for many requests (a load
+/// that must know which writes were acknowledged).
+#[derive(Debug)]
+pub struct Conn {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    /// Connects (3 s read timeout); `None` when the connection fails.
+    pub fn open(port: u16) -> Option<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+        let _ = s.set_nodelay(true);
+        Some(Conn {
+            s,
+            buf: BytesMut::new(),
+        })
+    }
+
+    /// Sends one request and reads its reply; `None` when the connection
+    /// broke (the reply, if any, was not seen: the request is unacknowledged).
+    pub fn call(&mut self, args: &[&str]) -> Option<Reply> {
+        let mut out = BytesMut::new();
+        encode_request(args, &mut out);
+        self.s.write_all(&out).ok()?;
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Ok(Some(r)) = decode_reply(&mut self.buf) {
+                return Some(r);
+            }
+            let n = self.s.read(&mut chunk).ok()?;
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
     }
 }
 

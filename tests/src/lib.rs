@@ -71,17 +71,22 @@ impl TestServer {
         c.net.bind = "127.0.0.1".into();
         c.net.port = 0;
         c.shards.threads = threads;
+        c.persistence.save = String::new();
         c
     }
 
     /// A server with any configuration (its bind address and port are forced
-    /// to 127.0.0.1:0) and clock.
+    /// to 127.0.0.1:0, and a `dir` left at `.` becomes a fresh scratch
+    /// directory, so no test reads or writes another's files) and clock.
     ///
     /// # Panics
     /// When the server cannot start.
     pub fn with_config(mut config: Config, clock: Arc<dyn Clock>) -> TestServer {
         config.net.bind = "127.0.0.1".into();
         config.net.port = 0;
+        if config.persistence.dir == "." {
+            config.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
+        }
         let handle = leasehold_server::start(config, clock).expect("start the server");
         TestServer {
             addr: handle.addr,

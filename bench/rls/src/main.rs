@@ -141,6 +141,8 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
     let _ledger = started(
         Command::new(&server)
             .args(["--port", &ledger.to_string(), "--loglevel", "warning"])
+            .args(["--save", "", "--dir"])
+            .arg(&dir)
             .args(["--threads", &flags.ledger_threads.to_string()]),
         ledger,
         "leasehold-server",

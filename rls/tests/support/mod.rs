@@ -25,6 +25,7 @@ use tonic::transport::Channel;
 pub struct Ledger {
     pub port: u16,
     handle: Option<leasehold_server::ServerHandle>,
+    dir: PathBuf,
 }
 
 impl Ledger {
@@ -33,11 +34,16 @@ impl Ledger {
         c.net.bind = "127.0.0.1".into();
         c.net.port = free_port();
         c.shards.threads = 2;
+        // No snapshot rules, and its files (if any) out of the source tree.
+        c.persistence.save = String::new();
+        let dir = leasehold_testkit::scratch_dir();
+        c.persistence.dir = dir.display().to_string();
         let clock = Arc::new(leasehold_server::clock::SystemClock::new());
         let handle = leasehold_server::start(c, clock).expect("the ledger listens");
         Ledger {
             port: handle.addr.port(),
             handle: Some(handle),
+            dir,
         }
     }
 }
@@ -47,6 +53,7 @@ impl Drop for Ledger {
         if let Some(h) = self.handle.take() {
             h.shutdown();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

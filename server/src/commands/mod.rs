@@ -20,7 +20,9 @@
 //! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
 //! - [`pubsub`]: SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH,
 //!   PUBSUB (the registry is [`crate::pubsub`]);
-//! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH;
+//! - [`persistence`]: SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE (the files are
+//!   [`crate::persist`]'s).
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -38,6 +40,7 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod persistence;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
@@ -223,6 +226,7 @@ impl Table {
             replication::COMMANDS,
             pubsub::COMMANDS,
             transaction::COMMANDS,
+            persistence::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -16,7 +16,7 @@ use super::flags::{ADMIN, FAST, LOADING, NO_MULTI, STALE};
 use super::{cmd, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::replication::role::Target;
-use crate::session::{ConnCtx, Handover, WaitAcks};
+use crate::session::{Blocked, ConnCtx, Handover, WaitAcks};
 use crate::state::Shared;
 
 /// The family's rows.
@@ -169,11 +169,11 @@ fn wait(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         return Ok(Reply::Int(acked as i64));
     }
     repl.request_acks();
-    ctx.conn.blocked = Some(WaitAcks {
+    ctx.conn.blocked = Some(Blocked::Acks(WaitAcks {
         offset,
         replicas: replicas.max(0) as usize,
         deadline: (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64)),
-    });
+    }));
     ctx.conn.no_reply = true;
     Ok(Reply::ok())
 }

@@ -146,9 +146,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     human_bytes(used)
                 );
             }
-            "persistence" => {
-                w.push_str("# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n");
-            }
+            "persistence" => super::persistence::info_persistence(shared, w),
             "stats" => {
                 let _ = write!(
                     w,
@@ -394,6 +392,13 @@ fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::NoAuth);
     }
     tracing::info!("SHUTDOWN requested by client {}", ctx.conn.handle.id);
+    // As Redis: SAVE, or save rules without NOSAVE, write a snapshot first,
+    // and a failed one leaves the server running.
+    let rules = !ctx.shared.config.read().persistence.save.trim().is_empty();
+    if save || (rules && !nosave) {
+        super::persistence::block_on_save(ctx, true);
+        return Ok(Reply::ok());
+    }
     ctx.shared.begin_shutdown();
     // Like Redis, a successful SHUTDOWN answers by closing the connection.
     ctx.conn.close = true;

@@ -136,6 +136,13 @@ mod tests {
             "replicaof",
             "masterauth",
             "replica-priority",
+            "dir",
+            "dbfilename",
+            "save",
+            "appendonly",
+            "appendfsync",
+            "aof-load-truncated",
+            "load-corrupt-snapshot",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

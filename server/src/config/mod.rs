@@ -193,6 +193,81 @@ impl Default for ReplicationConfig {
     }
 }
 
+/// `[persistence]`: snapshots and the append-only log.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PersistenceConfig {
+    /// `dir`: where the snapshot and the append-only directory are.
+    pub dir: String,
+    /// `dbfilename`: the snapshot's file name inside `dir`.
+    pub dbfilename: String,
+    /// `save`: snapshot rules, pairs `<seconds> <changes>` (a snapshot is
+    /// taken when at least `changes` writes happened and `seconds` passed
+    /// since the last one); empty for none.
+    pub save: String,
+    /// `appendonly`: log every effect to the append-only files.
+    pub appendonly: bool,
+    /// `appendfsync`: `always` (a reply leaves after its effects are on
+    /// disk), `everysec` (one fsync a second) or `no` (the system's choice).
+    pub appendfsync: String,
+    /// `appendfilename`: the base name of the append-only files.
+    pub appendfilename: String,
+    /// `appenddirname`: the append-only files' directory inside `dir`.
+    pub appenddirname: String,
+    /// `auto-aof-rewrite-percentage`: rewrite the log when it grew by this
+    /// share of its size after the last rewrite (0: never by itself).
+    pub auto_aof_rewrite_percentage: u32,
+    /// `auto-aof-rewrite-min-size`: no automatic rewrite below this size, bytes.
+    pub auto_aof_rewrite_min_size: usize,
+    /// `aof-load-truncated`: a last record cut short is dropped with a
+    /// warning (`yes`) or refuses the start (`no`).
+    pub aof_load_truncated: bool,
+    /// `load-corrupt-snapshot`: start from a snapshot whose checksum fails,
+    /// keeping the records that decode (`yes`), or refuse to start (`no`).
+    pub load_corrupt_snapshot: bool,
+    /// `stop-writes-on-bgsave-error`: refuse writes with `-MISCONF` while
+    /// the last snapshot failed and save rules are set.
+    pub stop_writes_on_bgsave_error: bool,
+}
+
+/// Redis's default `save` rules (redis.conf when no file is given).
+pub const DEFAULT_SAVE: &str = "3600 1 300 100 60 10000";
+
+impl Default for PersistenceConfig {
+    fn default() -> Self {
+        PersistenceConfig {
+            dir: ".".into(),
+            dbfilename: "dump.lhs".into(),
+            save: DEFAULT_SAVE.into(),
+            appendonly: false,
+            appendfsync: "everysec".into(),
+            appendfilename: "appendonly.aof".into(),
+            appenddirname: "appendonlydir".into(),
+            auto_aof_rewrite_percentage: 100,
+            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
+            aof_load_truncated: true,
+            load_corrupt_snapshot: false,
+            stop_writes_on_bgsave_error: true,
+        }
+    }
+}
+
+/// The `save` rules of a `save` value: `(seconds, changes)` pairs.
+/// `None` when the text is not pairs of non-negative integers.
+pub fn save_rules(text: &str) -> Option<Vec<(u64, u64)>> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() % 2 != 0 {
+        return None;
+    }
+    words
+        .chunks(2)
+        .map(|p| {
+            let n = |w: &str| leasehold_protocol::int::parse_u64(w.as_bytes());
+            Some((n(p[0])?, n(p[1])?))
+        })
+        .collect()
+}
+
 /// Redis's `loglevel` names and the tracing levels, as CONFIG SET loglevel
 /// and `--loglevel` take them; anything else must be a tracing directive
 /// list with `=` or `,` (e.g. `leasehold_server=debug,info`).
@@ -275,6 +350,8 @@ pub struct Config {
     pub expiry: ExpiryConfig,
     /// `[replication]`
     pub replication: ReplicationConfig,
+    /// `[persistence]`
+    pub persistence: PersistenceConfig,
     /// `[log]`
     pub log: LogConfig,
     /// The file the configuration was read from, as an absolute path (INFO

@@ -6,8 +6,8 @@
 //! struct and one row here.
 //!
 //! [`FIXED`] lists settings Leasehold does not have but tools ask for
-//! (redis-benchmark reads `save` and `appendonly`): CONFIG GET answers their
-//! one value and CONFIG SET accepts only that value.
+//! (`maxmemory`, `databases`): CONFIG GET answers their one value and
+//! CONFIG SET accepts only that value.
 
 use std::fmt;
 
@@ -218,6 +218,18 @@ pub static PARAMS: &[Param] = &[
     row("replica-announce-port", ("replication", "replica_announce_port"), Kind::Int(range!(0, 65535)), field!(replication.replica_announce_port), Runtime, false, "Port a replica gives its primary (0: the listening port)"),
     row("repl-timeout", ("replication", "repl_timeout"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_timeout), Runtime, false, "Seconds of silence after which a replication link is dropped"),
     row("repl-ping-replica-period", ("replication", "repl_ping_replica_period"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_ping_replica_period), Runtime, false, "Seconds between a primary's PING records to its replicas"),
+    row("dir", ("persistence", "dir"), Kind::Text, field!(persistence.dir), Runtime, true, "Directory of the snapshot and the append-only files"),
+    row("dbfilename", ("persistence", "dbfilename"), Kind::Text, field!(persistence.dbfilename), Runtime, true, "Snapshot file name inside dir"),
+    row("save", ("persistence", "save"), Kind::SavePoints, field!(persistence.save), Runtime, true, "Snapshot rules: \"<seconds> <changes> ...\" (empty: none)"),
+    row("appendonly", ("persistence", "appendonly"), Kind::Bool, field!(persistence.appendonly), Runtime, true, "Log every write to the append-only files"),
+    row("appendfsync", ("persistence", "appendfsync"), Kind::OneOf(&["always", "everysec", "no"]), field!(persistence.appendfsync), Runtime, true, "When the append-only log is fsynced: always, everysec or no"),
+    row("appendfilename", ("persistence", "appendfilename"), Kind::Text, field!(persistence.appendfilename), Immutable, false, "Base name of the append-only files"),
+    row("appenddirname", ("persistence", "appenddirname"), Kind::Text, field!(persistence.appenddirname), Immutable, false, "Directory of the append-only files inside dir"),
+    row("auto-aof-rewrite-percentage", ("persistence", "auto_aof_rewrite_percentage"), Kind::Int(range!(0, 2147483647)), field!(persistence.auto_aof_rewrite_percentage), Runtime, false, "Rewrite the log when it grew by this percentage since the last rewrite (0: never)"),
+    row("auto-aof-rewrite-min-size", ("persistence", "auto_aof_rewrite_min_size"), Kind::Memory(range!(0, 9223372036854775807)), field!(persistence.auto_aof_rewrite_min_size), Runtime, false, "No automatic log rewrite below this size, bytes"),
+    row("aof-load-truncated", ("persistence", "aof_load_truncated"), Kind::Bool, field!(persistence.aof_load_truncated), Runtime, true, "Drop a log's last record cut short (yes) or refuse to start (no)"),
+    row("load-corrupt-snapshot", ("persistence", "load_corrupt_snapshot"), Kind::Bool, field!(persistence.load_corrupt_snapshot), Runtime, true, "Start from a snapshot whose checksum fails (yes) or refuse (no)"),
+    row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, false, "Refuse writes while the last snapshot failed"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -244,8 +256,6 @@ const fn fixed(name: &'static str, value: &'static str, settable: bool) -> Fixed
 
 /// The settings Leasehold does not have, after [`PARAMS`] in CONFIG GET.
 pub static FIXED: &[Fixed] = &[
-    fixed("save", "", true),
-    fixed("appendonly", "no", true),
     fixed("databases", "1", false),
     fixed("maxmemory", "0", true),
     fixed("maxmemory-policy", "noeviction", true),
@@ -528,6 +538,16 @@ mod tests {
                 "0",
                 "argument must be between 1 and 2147483647 inclusive",
             ),
+            (
+                "auto-aof-rewrite-percentage",
+                "-1",
+                "argument must be between 0 and 2147483647 inclusive",
+            ),
+            (
+                "auto-aof-rewrite-min-size",
+                "lots",
+                "argument must be a memory value",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(
@@ -550,9 +570,14 @@ mod tests {
             let r = range_of(p).unwrap();
             let between = format!("argument must be between {} and {} inclusive", r.min, r.max);
             assert_eq!(r.error, between, "{}", p.name);
+            // A memory size below 0 is not a memory value at all, as in Redis.
+            let below = match (p.kind, r.min) {
+                (Kind::Memory(_), 0) => NOT_MEMORY,
+                _ => r.error,
+            };
             assert_eq!(
                 p.kind.parse(&(r.min - 1).to_string()),
-                Err(r.error),
+                Err(below),
                 "{}",
                 p.name
             );
@@ -569,8 +594,19 @@ mod tests {
         let mut c = Config::default();
         assert_eq!(c.set("port", "1"), Err(SetError::Immutable));
         assert_eq!(c.set("databases", "1"), Err(SetError::Immutable));
-        assert_eq!(c.set("save", "900 1"), Err(SetError::OnlySupports("")));
+        assert_eq!(c.set("save", "900 1"), Ok(()));
+        assert_eq!(c.persistence.save, "900 1");
+        assert_eq!(
+            c.set("save", "900"),
+            Err(SetError::Invalid("Invalid save parameters"))
+        );
         assert_eq!(c.set("save", ""), Ok(()));
+        assert_eq!(c.set("appendfsync", "ALWAYS"), Ok(()));
+        assert_eq!(c.persistence.appendfsync, "always");
+        assert!(matches!(
+            c.set("appendfsync", "sometimes"),
+            Err(SetError::Invalid(_))
+        ));
         assert_eq!(c.set("max-inline-len", "4096"), Err(SetError::Unknown));
         assert_eq!(c.set("nosuch", "1"), Err(SetError::Unknown));
         assert!(find("max-inline-len").is_none());

@@ -132,7 +132,17 @@ pub enum Kind {
     /// `pubsub`; sizes as [`Kind::Memory`] takes them, 0 for no limit),
     /// kept as [`OutputLimits::render`] writes the classes given.
     OutputLimits,
+    /// `save`: pairs `<seconds> <changes>` of integers, or empty; kept with
+    /// single spaces.
+    SavePoints,
+    /// One of a few words, in any case; kept in lower case.
+    OneOf(&'static [&'static str]),
 }
+
+/// Redis's text for `save` rules that are not pairs of integers.
+pub const NOT_SAVE_POINTS: &str = "Invalid save parameters";
+/// Redis's text for a word outside its set (`appendfsync`).
+pub const NOT_ONE_OF: &str = "argument(s) must be one of the following";
 
 impl Kind {
     /// Parses and checks `v`.
@@ -151,6 +161,16 @@ impl Kind {
             Kind::Text => Ok(Value::Text(v.to_string())),
             Kind::LogLevel => parse_log_level(v).map(Value::Text),
             Kind::OutputLimits => OutputLimits::parse(v).map(|l| Value::Text(l.render())),
+            Kind::SavePoints => super::save_rules(v)
+                .map(|_| Value::Text(v.split_whitespace().collect::<Vec<_>>().join(" ")))
+                .ok_or(NOT_SAVE_POINTS),
+            Kind::OneOf(words) => {
+                let w = v.to_ascii_lowercase();
+                match words.contains(&w.as_str()) {
+                    true => Ok(Value::Text(w)),
+                    false => Err(NOT_ONE_OF),
+                }
+            }
         }
     }
 
@@ -168,6 +188,8 @@ impl Kind {
                 super::LOG_LEVELS.join(", ")
             ),
             Kind::OutputLimits => "groups of <class> <hard> <soft> <soft seconds>".into(),
+            Kind::SavePoints => "pairs of <seconds> <changes>, or empty".into(),
+            Kind::OneOf(words) => format!("one of {}", words.join(", ")),
         }
     }
 
@@ -180,6 +202,8 @@ impl Kind {
             Kind::Text => "STRING",
             Kind::LogLevel => "LEVEL",
             Kind::OutputLimits => "LIMITS",
+            Kind::SavePoints => "RULES",
+            Kind::OneOf(_) => "WORD",
         }
     }
 }

@@ -33,6 +33,19 @@ struct Ring {
 pub struct Backlog {
     ring: Mutex<Ring>,
     grown: Condvar,
+    durable: Durable,
+}
+
+/// `appendfsync always`: writers wait after their append until the
+/// append-only log has fsynced past it, so no reply leaves before its
+/// effects are on disk.
+#[derive(Default)]
+struct Durable {
+    /// Whether writers wait.
+    always: std::sync::atomic::AtomicBool,
+    /// The offset the log has fsynced up to.
+    synced: Mutex<u64>,
+    moved: Condvar,
 }
 
 impl std::fmt::Debug for Backlog {
@@ -62,6 +75,42 @@ impl Backlog {
                 histlen: 0,
             }),
             grown: Condvar::new(),
+            durable: Durable::default(),
+        }
+    }
+
+    /// Makes writers wait for [`Backlog::mark_synced`] after each append
+    /// (`true`) or releases them (`false`).
+    pub fn set_sync_always(&self, yes: bool) {
+        use std::sync::atomic::Ordering;
+        let _s = self.durable.synced.lock();
+        self.durable.always.store(yes, Ordering::SeqCst);
+        self.durable.moved.notify_all();
+    }
+
+    /// The append-only log has fsynced the stream up to `offset`.
+    pub fn mark_synced(&self, offset: u64) {
+        let mut s = self.durable.synced.lock();
+        if offset > *s {
+            *s = offset;
+            drop(s);
+            self.durable.moved.notify_all();
+        }
+    }
+
+    /// Under `appendfsync always`, waits until the log has fsynced up to
+    /// `offset` (or stops asking writers to wait); otherwise returns at once.
+    pub fn wait_synced(&self, offset: u64) {
+        use std::sync::atomic::Ordering;
+        if !self.durable.always.load(Ordering::Acquire) {
+            return;
+        }
+        let mut s = self.durable.synced.lock();
+        while *s < offset && self.durable.always.load(Ordering::Acquire) {
+            let _ = self
+                .durable
+                .moved
+                .wait_for(&mut s, Duration::from_millis(100));
         }
     }
 

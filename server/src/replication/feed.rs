@@ -19,31 +19,25 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use leasehold_protocol::{decode_request, encode_request, Limits};
+use leasehold_protocol::{decode_request, Limits};
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::replication::backlog::Gap;
+use crate::replication::outbuf::{copy_stream, Outbuf};
 use crate::replication::role::random_hex40;
+use crate::replication::snapshot::{cut, write_body, CutDone};
 use crate::session::ReplicaHello;
-use crate::shard::{Cut, Mailbox, Msg};
+use crate::shard::Mailbox;
 use crate::state::Shared;
-use crate::store::{ImagePart, ImageSink};
 
 /// `repl-timeout`: silence after which either side drops a link, and the
 /// longest a write to it may block.
 pub fn repl_timeout(shared: &Shared) -> Duration {
     Duration::from_secs(u64::from(shared.config.read().replication.repl_timeout))
 }
-/// Most stream bytes copied per lock of the backlog.
-const READ_MAX: usize = 64 * 1024;
-/// Longest every shard may take to cut.
-const CUT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most stream bytes one replica's output buffer holds unwritten (Redis's
 /// hard `client-output-buffer-limit replica`, 256 MB).
 const OUTPUT_LIMIT: usize = 256 * 1024 * 1024;
@@ -127,7 +121,7 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
                 (from, None)
             }
             None => {
-                let cut = cut(shared, &f.mailboxes)?;
+                let cut = cut(shared, &f.mailboxes, |_| {})?;
                 (cut.offset, Some(cut))
             }
         };
@@ -136,7 +130,15 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             // stream into this replica's own buffer as it grows, so the
             // shared backlog's wrap never outruns a replica that is slow
             // for a moment (loading a payload, a scheduling hiccup).
-            let copier = s.spawn(|| copy_stream(shared, from, &out, &alive, generation));
+            let (alive_ref, out_ref, backlog) = (&alive, &out, &repl.backlog);
+            let stop = move |_| stopped(shared, alive_ref, generation);
+            let copier = s.spawn(move || {
+                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, stop).map_err(|e| {
+                    other(format!(
+                        "replica stream: {e} (client-output-buffer-limit replica)"
+                    ))
+                })
+            });
             let sent = (|| {
                 if let Some(cut) = cut {
                     repl.replica_state(id, "send_bulk");
@@ -158,78 +160,6 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
     result
 }
 
-/// One replica's output buffer: the stream copied from the backlog, not
-/// yet written. Its hard limit is Redis's `client-output-buffer-limit
-/// replica` hard limit, [`OUTPUT_LIMIT`].
-#[derive(Default)]
-struct Outbuf {
-    bytes: Mutex<Vec<u8>>,
-    grown: Condvar,
-}
-
-impl Outbuf {
-    fn wake(&self) {
-        self.grown.notify_all();
-    }
-}
-
-/// Sends every shard [`Msg::Release`] when dropped, so no shard holds its
-/// effects past the cut whatever happens to the sync.
-struct Release<'a>(&'a [Mailbox]);
-
-impl Drop for Release<'_> {
-    fn drop(&mut self) {
-        for m in self.0 {
-            m.send(Msg::Release);
-        }
-    }
-}
-
-/// A full sync's cut: its offset and where the shards' images come.
-struct CutDone {
-    offset: u64,
-    images: crossbeam_channel::Receiver<ImagePart>,
-    queued: Arc<AtomicUsize>,
-    shards: usize,
-}
-
-/// Cuts every shard at one offset of the merged stream (one cut at a time
-/// server-wide; it lasts a mailbox round trip to every shard).
-fn cut(shared: &Shared, mailboxes: &[Mailbox]) -> std::io::Result<CutDone> {
-    let repl = &shared.repl;
-    let _one_cut_at_a_time = repl.full_sync.lock();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let (cut_tx, cut_rx) = crossbeam_channel::bounded(mailboxes.len());
-    let release = Release(mailboxes);
-    for m in mailboxes {
-        let sink = ImageSink {
-            tx: tx.clone(),
-            queued: queued.clone(),
-        };
-        m.send(Msg::Cut(Cut {
-            sink,
-            cut: cut_tx.clone(),
-        }));
-    }
-    drop(tx);
-    for _ in mailboxes {
-        if cut_rx.recv_timeout(CUT_TIMEOUT).is_err() {
-            return Err(other("a shard did not cut in time"));
-        }
-    }
-    // Every shard has published what it wrote before its cut and holds the
-    // rest: the stream's length now is the cut's offset.
-    let offset = repl.backlog.offset();
-    drop(release);
-    Ok(CutDone {
-        offset,
-        images: rx,
-        queued,
-        shards: mailboxes.len(),
-    })
-}
-
 /// Writes `+FULLRESYNC`, then the payload: the framing, the header, the
 /// flush, every shard's image as it comes, the end record and mark.
 fn send_payload(
@@ -243,56 +173,15 @@ fn send_payload(
     let ids = shared.repl.ids();
     w.write_all(format!("+FULLRESYNC {} {m}\r\n", ids.replid).as_bytes())?;
     let mark = random_hex40();
-    let mut head = BytesMut::new();
-    head.extend_from_slice(format!("$EOF:{mark}\r\n").as_bytes());
-    let unix_ms = shared.clock.now().unix_ms.to_string();
-    let shards = shared.shards.to_string();
-    let m_text = m.to_string();
-    let header = ["LH.SNAPSHOT", "1", &ids.replid, &m_text, &unix_ms, &shards];
-    encode_request(&header, &mut head);
-    // The replica starts from nothing: its own keys go first.
-    encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
-    w.write_all(&head)?;
-    let records = 1 + send_images(&cut, w, alive, shared)?;
-    let mut end = BytesMut::new();
-    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
-    end.extend_from_slice(mark.as_bytes());
-    w.write_all(&end)?;
+    w.write_all(format!("$EOF:{mark}\r\n").as_bytes())?;
+    let go_on = || alive.load(Ordering::SeqCst) && !shared.shutting_down.load(Ordering::SeqCst);
+    let records = write_body(shared, &cut, w, go_on)?;
+    w.write_all(mark.as_bytes())?;
     tracing::info!(
         "replication: full sync of {records} records at offset {m} sent in {} ms",
         started.elapsed().as_millis()
     );
     Ok(())
-}
-
-/// Writes every shard's image chunks as they come, until all are done;
-/// returns how many records they held.
-fn send_images(
-    cut: &CutDone,
-    w: &mut TcpStream,
-    alive: &AtomicBool,
-    shared: &Shared,
-) -> std::io::Result<u64> {
-    let mut records = 0u64;
-    let mut done = 0;
-    while done < cut.shards {
-        match cut.images.recv_timeout(Duration::from_millis(10)) {
-            Ok(ImagePart::Chunk(bytes, n)) => {
-                cut.queued.fetch_sub(bytes.len(), Ordering::Relaxed);
-                w.write_all(&bytes)?;
-                records += n;
-            }
-            Ok(ImagePart::Done) => done += 1,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                return Err(other("a shard stopped its image"));
-            }
-        }
-        if !alive.load(Ordering::SeqCst) || shared.shutting_down.load(Ordering::SeqCst) {
-            return Err(other("the replica went away during its full sync"));
-        }
-    }
-    Ok(records)
 }
 
 /// Whether the sender must stop: the replica went, the server stops, or
@@ -301,46 +190,6 @@ fn stopped(shared: &Shared, alive: &AtomicBool, generation: u64) -> bool {
     !alive.load(Ordering::SeqCst)
         || shared.shutting_down.load(Ordering::SeqCst)
         || !shared.repl.generation_is(generation)
-}
-
-/// Copies the stream from position `from` into `out` as it grows, until
-/// the sender stops.
-///
-/// # Errors
-/// The backlog wrapped past the copier (it fell behind by more than the
-/// backlog in one wait: not expected), or `out` passed [`OUTPUT_LIMIT`].
-fn copy_stream(
-    shared: &Shared,
-    from: u64,
-    out: &Outbuf,
-    alive: &AtomicBool,
-    generation: u64,
-) -> std::io::Result<()> {
-    let backlog = &shared.repl.backlog;
-    let mut pos = from;
-    let mut chunk = Vec::with_capacity(READ_MAX);
-    while !stopped(shared, alive, generation) {
-        loop {
-            chunk.clear();
-            match backlog.read(pos, READ_MAX, &mut chunk) {
-                Ok(0) => break,
-                Ok(n) => pos += n as u64,
-                Err(Gap::Gone) => return Err(other("the replica fell behind the backlog")),
-                Err(Gap::Ahead) => return Err(other("the stream restarted under the replica")),
-            }
-            let mut b = out.bytes.lock();
-            b.extend_from_slice(&chunk);
-            if b.len() > OUTPUT_LIMIT {
-                return Err(other(
-                    "the replica's output buffer passed client-output-buffer-limit (256 MB)",
-                ));
-            }
-            drop(b);
-            out.wake();
-        }
-        backlog.wait_past(pos, Duration::from_millis(100));
-    }
-    Ok(())
 }
 
 /// Writes what the copier put in `out` until the sender stops.
@@ -353,20 +202,9 @@ fn drain(
 ) -> std::io::Result<()> {
     let mut spare = Vec::new();
     while !stopped(shared, alive, generation) {
-        {
-            let mut b = out.bytes.lock();
-            if b.is_empty() {
-                let _ = out.grown.wait_for(&mut b, Duration::from_millis(100));
-            }
-            std::mem::swap(&mut *b, &mut spare);
-        }
+        out.take(&mut spare, Duration::from_millis(100));
         if !spare.is_empty() {
             w.write_all(&spare)?;
-            spare.clear();
-            // A burst must not pin its buffer.
-            if spare.capacity() > 4 * READ_MAX {
-                spare = Vec::new();
-            }
         }
     }
     Ok(())

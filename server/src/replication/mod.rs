@@ -6,4 +6,6 @@
 pub mod backlog;
 pub mod feed;
 pub mod link;
+pub mod outbuf;
 pub mod role;
+pub mod snapshot;

@@ -30,6 +30,7 @@ use leasehold_protocol::{Args, Reply};
 
 use super::{Conn, Transport, Turn};
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
+use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
 use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
 use crate::slot::{key_slot, slot_shard};
@@ -58,6 +59,7 @@ impl Locks {
         }
         match msg {
             Msg::Batch { .. }
+            | Msg::Apply { .. }
             | Msg::Cut(_)
             | Msg::Release
             | Msg::Tx(TxMsg::Lock { .. } | TxMsg::Once { .. }) => {
@@ -270,8 +272,9 @@ impl Running {
                 // has answered, not before the rest of the queue ran.
                 self.close_after |= std::mem::take(&mut state.close);
                 // Nothing blocks inside a transaction: WAIT answers the
-                // acknowledgements so far, as in Redis.
-                if let Some(wait) = state.blocked.take() {
+                // acknowledgements so far, as in Redis (SAVE and SHUTDOWN,
+                // which block too, are refused inside MULTI).
+                if let Some(Blocked::Acks(wait)) = state.blocked.take() {
                     reply = Reply::Int(worker.shared.repl.acked(wait.offset) as i64);
                 }
                 state.no_reply = false;

@@ -1,0 +1,337 @@
+//! Loading the files at the start, before any client's command runs
+//! (clients that connect meanwhile get `-LOADING`, INFO says `loading:1`).
+//!
+//! The snapshot, or the append-only log's base and increments in the
+//! manifest's order, are checked first (checksums, see `format.rs`), then
+//! their records are applied: each goes to the shard owning its key as a
+//! [`Msg::Apply`] batch, in file order per shard, so every key ends as the
+//! last record for it says. A record's instants are Unix ms: a token
+//! bucket saved an hour ago continues from its saved balance with an hour
+//! of refill (capped at its capacity), one whose saved instant lies ahead
+//! of the clock (the wall clock stepped back while the server was down)
+//! refills only from that instant on, so a step never mints tokens. While
+//! loading, the shards encode no effects: what is loaded is on disk already.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use leasehold_protocol::{decode_request, Args};
+
+use crate::commands::{table, Exec};
+use crate::persist::format::{
+    check_increment, check_snapshot, file_limits, parse_manifest, Damage, ManifestEntry,
+};
+use crate::shard::{Job, Mailbox, Msg};
+use crate::slot::{key_slot, slot_shard};
+use crate::state::Shared;
+
+/// Records per batch to a shard.
+const BATCH: usize = 1024;
+/// Batches in flight per shard.
+const IN_FLIGHT: usize = 2;
+
+/// Applies records to the shards in batches.
+struct Applier<'a> {
+    shards: usize,
+    mailboxes: &'a [Mailbox],
+    batches: Vec<Vec<Job>>,
+    in_flight: usize,
+    done_tx: crossbeam_channel::Sender<u64>,
+    done_rx: crossbeam_channel::Receiver<u64>,
+    failed: u64,
+    applied: u64,
+}
+
+impl<'a> Applier<'a> {
+    fn new(shared: &Shared, mailboxes: &'a [Mailbox]) -> Applier<'a> {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        Applier {
+            shards: shared.shards,
+            mailboxes,
+            batches: (0..shared.shards).map(|_| Vec::new()).collect(),
+            in_flight: 0,
+            done_tx,
+            done_rx,
+            failed: 0,
+            applied: 0,
+        }
+    }
+
+    /// Queues one record; framing records (`PING`, `REPLCONF`, `LH.CRC`)
+    /// are skipped.
+    fn record(&mut self, items: Vec<Bytes>) -> Result<(), String> {
+        const SKIPPED: &[&[u8]] = &[b"PING", b"REPLCONF", b"LH.CRC", b"SELECT"];
+        if SKIPPED.iter().any(|s| items[0].eq_ignore_ascii_case(s)) {
+            return Ok(());
+        }
+        let name = || String::from_utf8_lossy(&items[0]).into_owned();
+        let Some((idx, spec)) = table().lookup(&items[0]) else {
+            return Err(format!("unknown record '{}'", name()));
+        };
+        if !spec.arity_ok(items.len()) {
+            return Err(format!("record '{}' has {} arguments", name(), items.len()));
+        }
+        let (run, shards): (_, Vec<usize>) = match spec.exec {
+            Exec::Key(run) => {
+                let pos = spec.key_positions(items.len()).next().unwrap_or(1);
+                let slot = key_slot(&items[pos.min(items.len() - 1)]);
+                (run, vec![slot_shard(slot, self.shards)])
+            }
+            Exec::AllShards(run, _) => (run, (0..self.shards).collect()),
+            _ => return Err(format!("record '{}' is not an effect", name())),
+        };
+        let last = shards.len() - 1;
+        let mut items = Some(items);
+        for (i, s) in shards.into_iter().enumerate() {
+            let args = match i == last {
+                true => items.take().unwrap_or_default(),
+                false => items.clone().unwrap_or_default(),
+            };
+            self.batches[s].push(Job {
+                cmd: idx,
+                run,
+                counted: false,
+                link: true,
+                args: Args::new(args),
+            });
+            if self.batches[s].len() >= BATCH {
+                self.send(s);
+            }
+        }
+        self.applied += 1;
+        Ok(())
+    }
+
+    fn send(&mut self, s: usize) {
+        while self.in_flight >= IN_FLIGHT * self.shards {
+            self.wait_one();
+        }
+        let jobs = std::mem::take(&mut self.batches[s]);
+        if jobs.is_empty() {
+            return;
+        }
+        let done = self.done_tx.clone();
+        if self.mailboxes[s].send(Msg::Apply { jobs, done }) {
+            self.in_flight += 1;
+        }
+    }
+
+    fn wait_one(&mut self) {
+        match self.done_rx.recv() {
+            Ok(n) => self.failed += n,
+            Err(_) => self.in_flight = 1,
+        }
+        self.in_flight -= 1;
+    }
+
+    /// Sends what is queued and waits for every batch; returns the records
+    /// applied and how many of them failed.
+    fn finish(mut self) -> (u64, u64) {
+        for s in 0..self.shards {
+            self.send(s);
+        }
+        while self.in_flight > 0 {
+            self.wait_one();
+        }
+        (self.applied, self.failed)
+    }
+}
+
+/// Applies every record of `body`; `snapshot` checks the `LH.SNAPSHOT`
+/// header and the `LH.SNAPEND` count.
+fn apply(applier: &mut Applier<'_>, body: &[u8], snapshot: bool) -> Result<(), String> {
+    let limits = file_limits();
+    let mut buf = BytesMut::from(body);
+    let mut records = 0u64;
+    let mut started = !snapshot;
+    loop {
+        let items = match decode_request(&mut buf, &limits) {
+            Ok(Some(items)) if items.is_empty() => continue,
+            Ok(Some(items)) => items,
+            Ok(None) if buf.is_empty() => return Ok(()),
+            Ok(None) => return Err("the last record is cut short".into()),
+            Err(e) => return Err(format!("bad record: {e}")),
+        };
+        if snapshot && items[0].eq_ignore_ascii_case(b"LH.SNAPSHOT") {
+            if items.get(1).map(|v| &v[..]) != Some(b"1") {
+                return Err("unknown snapshot version".into());
+            }
+            started = true;
+            continue;
+        }
+        if !started {
+            return Err("no LH.SNAPSHOT header".into());
+        }
+        if snapshot && items[0].eq_ignore_ascii_case(b"LH.SNAPEND") {
+            let want = items
+                .get(1)
+                .and_then(|n| leasehold_protocol::int::parse_u64(n));
+            if want != Some(records) {
+                return Err(format!("{records} records, the end says {want:?}"));
+            }
+            return Ok(());
+        }
+        records += 1;
+        applier.record(items)?;
+    }
+}
+
+/// What the start loaded from the append-only log, for its writer to go on.
+#[derive(Debug, Clone)]
+pub struct LoadedLog {
+    /// The manifest's entries.
+    pub entries: Vec<ManifestEntry>,
+    /// Bytes of the last increment that are whole (a torn tail cut off).
+    pub last_incr_len: u64,
+    /// Bytes of every file listed.
+    pub size: u64,
+    /// Bytes of the base file.
+    pub base_size: u64,
+}
+
+/// The append-only directory and the manifest's path.
+pub fn aof_paths(shared: &Shared) -> (PathBuf, PathBuf) {
+    let c = shared.config.read();
+    let p = &c.persistence;
+    let dir = Path::new(&p.dir).join(&p.appenddirname);
+    let manifest = dir.join(format!("{}.manifest", p.appendfilename));
+    (dir, manifest)
+}
+
+/// The snapshot's path.
+pub fn snapshot_path(shared: &Shared) -> PathBuf {
+    let c = shared.config.read();
+    Path::new(&c.persistence.dir).join(&c.persistence.dbfilename)
+}
+
+/// Loads the append-only log (when `appendonly` is on and its manifest
+/// exists) or else the snapshot (when it exists), while the replication
+/// role's loading flag is set (the caller sets it: clients get `-LOADING`
+/// and the shards encode no effects). Returns what the log writer needs
+/// to go on, when the log was loaded.
+///
+/// # Errors
+/// A file that cannot be read, a corrupt or truncated snapshot (unless
+/// `load-corrupt-snapshot yes`), a corrupt log, or a torn log tail with
+/// `aof-load-truncated no`: the message says which file and what.
+pub fn load_at_start(shared: &Shared, mailboxes: &[Mailbox]) -> Result<Option<LoadedLog>, String> {
+    let (appendonly, truncated_ok, corrupt_ok) = {
+        let c = shared.config.read();
+        let p = &c.persistence;
+        (p.appendonly, p.aof_load_truncated, p.load_corrupt_snapshot)
+    };
+    let (dir, manifest) = aof_paths(shared);
+    let snapshot = snapshot_path(shared);
+    let use_log = appendonly && manifest.exists();
+    if !use_log && !snapshot.exists() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let mut applier = Applier::new(shared, mailboxes);
+    let result = match use_log {
+        true => load_log(&mut applier, &dir, &manifest, truncated_ok).map(Some),
+        false => load_snapshot(&mut applier, &snapshot, corrupt_ok).map(|()| None),
+    };
+    let (records, failed) = applier.finish();
+    let loaded = result?;
+    let keys: u64 = shared.sum(|s| s.keys.get());
+    let ms = started.elapsed().as_millis() as u64;
+    if failed > 0 {
+        tracing::warn!("{failed} of {records} records loaded from disk failed to apply");
+    }
+    let what = match use_log {
+        true => format!("append-only log {}", manifest.display()),
+        false => format!("snapshot {}", snapshot.display()),
+    };
+    tracing::info!("DB loaded from {what}: {records} records in {ms} ms, {keys} keys");
+    Ok(loaded)
+}
+
+fn load_snapshot(applier: &mut Applier<'_>, path: &Path, corrupt_ok: bool) -> Result<(), String> {
+    let file = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let body = match check_snapshot(&file) {
+        Ok(body) => body,
+        Err((Damage::NotOurs, _)) => {
+            return Err(format!("{}: {}", path.display(), Damage::NotOurs));
+        }
+        Err((damage, body)) if corrupt_ok => {
+            tracing::warn!(
+                "snapshot {} is {damage}; loading the records that decode (load-corrupt-snapshot yes)",
+                path.display()
+            );
+            let _ = apply(applier, body, true);
+            return Ok(());
+        }
+        Err((damage, _)) => {
+            return Err(format!(
+                "snapshot {} is {damage}; refusing to start on part of a dataset (move the file away, or set load-corrupt-snapshot yes)",
+                path.display()
+            ));
+        }
+    };
+    apply(applier, body, true).map_err(|e| format!("snapshot {}: {e}", path.display()))
+}
+
+fn load_log(
+    applier: &mut Applier<'_>,
+    dir: &Path,
+    manifest: &Path,
+    truncated_ok: bool,
+) -> Result<LoadedLog, String> {
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let entries = parse_manifest(&text).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let last_incr = entries.iter().rposition(|e| e.kind == 'i');
+    let mut loaded = LoadedLog {
+        entries: entries.clone(),
+        last_incr_len: 0,
+        size: 0,
+        base_size: 0,
+    };
+    for (i, e) in entries.iter().enumerate() {
+        let path = dir.join(&e.name);
+        let file =
+            std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        loaded.size += file.len() as u64;
+        if e.name.ends_with(".lhs") {
+            loaded.base_size += file.len() as u64;
+            let body = check_snapshot(&file)
+                .map_err(|(d, _)| format!("append-only base {} is {d}", path.display()))?;
+            apply(applier, body, true).map_err(|err| format!("{}: {err}", path.display()))?;
+            continue;
+        }
+        let inc = check_increment(&file)
+            .map_err(|d| format!("append-only file {} is {d}", path.display()))?;
+        if inc.torn > 0 {
+            let last = Some(i) == last_incr;
+            if !last || !truncated_ok {
+                return Err(format!(
+                    "append-only file {} ends with {} bytes of a torn write (aof-load-truncated {})",
+                    path.display(),
+                    inc.torn,
+                    if truncated_ok { "yes, but it is not the last file" } else { "no" }
+                ));
+            }
+            tracing::warn!(
+                "!!! Warning: short read while loading the append-only file {}: the last {} bytes (a torn write) are dropped and the file is truncated",
+                path.display(),
+                inc.torn
+            );
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|err| format!("cannot truncate {}: {err}", path.display()))?;
+            f.set_len(inc.verified as u64)
+                .and_then(|()| f.sync_all())
+                .map_err(|err| format!("cannot truncate {}: {err}", path.display()))?;
+            loaded.size -= inc.torn as u64;
+        }
+        if Some(i) == last_incr {
+            loaded.last_incr_len = inc.verified as u64;
+        }
+        apply(applier, &file[..inc.verified], false)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+    }
+    Ok(loaded)
+}

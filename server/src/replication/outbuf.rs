@@ -1,0 +1,81 @@
+//! A follower's own buffer of the merged stream: a copier thread moves the
+//! stream from the shared backlog into it as soon as the backlog grows, so
+//! a follower slow for a moment (a replica loading a payload, a disk busy
+//! with an fsync) never falls behind the backlog's wrap; its writer takes
+//! what is there in one swap.
+
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::replication::backlog::{Backlog, Gap};
+
+/// Most stream bytes copied per lock of the backlog.
+pub const READ_MAX: usize = 64 * 1024;
+
+/// The stream copied from the backlog and not yet taken by its writer.
+#[derive(Debug, Default)]
+pub struct Outbuf {
+    bytes: Mutex<Vec<u8>>,
+    grown: Condvar,
+}
+
+impl Outbuf {
+    /// Wakes a writer waiting in [`Outbuf::take`].
+    pub fn wake(&self) {
+        self.grown.notify_all();
+    }
+
+    /// Swaps what the buffer holds into `into` (cleared first), waiting up
+    /// to `wait` when it is empty.
+    pub fn take(&self, into: &mut Vec<u8>, wait: Duration) {
+        into.clear();
+        let mut b = self.bytes.lock();
+        if b.is_empty() {
+            let _ = self.grown.wait_for(&mut b, wait);
+        }
+        std::mem::swap(&mut *b, into);
+        // The spare swapped in must not pin a burst's capacity.
+        if b.capacity() > 4 * READ_MAX {
+            *b = Vec::new();
+        }
+    }
+}
+
+/// Copies the stream from position `from` into `out` as it grows, until
+/// `stopped` (given the position copied up to) says so.
+///
+/// # Errors
+/// The backlog wrapped past the copier (it fell behind by more than the
+/// backlog in one wait: not expected), the stream restarted under it (a
+/// replica's full sync), or `out` passed `limit` bytes.
+pub fn copy_stream(
+    backlog: &Backlog,
+    from: u64,
+    out: &Outbuf,
+    limit: usize,
+    stopped: impl Fn(u64) -> bool,
+) -> Result<(), String> {
+    let mut pos = from;
+    let mut chunk = Vec::with_capacity(READ_MAX);
+    while !stopped(pos) {
+        loop {
+            chunk.clear();
+            match backlog.read(pos, READ_MAX, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => pos += n as u64,
+                Err(Gap::Gone) => return Err("fell behind the backlog".into()),
+                Err(Gap::Ahead) => return Err("the stream restarted".into()),
+            }
+            let mut b = out.bytes.lock();
+            b.extend_from_slice(&chunk);
+            if b.len() > limit {
+                return Err(format!("the output buffer passed {limit} bytes"));
+            }
+            drop(b);
+            out.wake();
+        }
+        backlog.wait_past(pos, Duration::from_millis(100));
+    }
+    Ok(())
+}
