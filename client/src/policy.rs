@@ -2,7 +2,8 @@
 //!
 //! The YAML has the shape of Envoy's reference rate-limit service
 //! configuration (`domain`, nested `descriptors` of `key`/`value`,
-//! `rate_limit {unit, requests_per_unit}`, `shadow_mode`), extended with
+//! `rate_limit {unit, requests_per_unit}` or `rate_limit {unlimited: true}`,
+//! `shadow_mode`), extended with
 //! `burst`, `failure_mode`, `mode` (with `canary_percent` for `mode: canary`)
 //! and `fail_open_requests_per_unit`.
 //!
@@ -194,8 +195,10 @@ struct RawDescriptor {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRateLimit {
-    unit: String,
-    requests_per_unit: u64,
+    unit: Option<String>,
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    unlimited: bool,
 }
 
 fn err(path: &str, message: impl Into<String>) -> PolicyError {
@@ -274,8 +277,9 @@ impl PolicySet {
                 format!("{prefix}/{step}")
             };
             let policy = match &d.rate_limit {
-                Some(rl) => Some(self.load_policy(d, rl, &here, &path)?),
-                None => {
+                Some(rl) if !rl.unlimited => Some(self.load_policy(d, rl, &here, &path)?),
+                // `unlimited: true`: matched, and never limited.
+                _ => {
                     let stray = d.burst.is_some()
                         || d.failure_mode.is_some()
                         || d.mode.is_some()
@@ -308,14 +312,26 @@ impl PolicySet {
         here: &str,
         path: &str,
     ) -> Result<PolicyId, PolicyError> {
-        let unit = unit(&format!("{here}.rate_limit.unit"), &rl.unit)?;
-        if rl.requests_per_unit == 0 {
+        let missing = |field: &str| {
+            err(
+                &format!("{here}.rate_limit.{field}"),
+                "missing (or set unlimited: true)",
+            )
+        };
+        let unit = unit(
+            &format!("{here}.rate_limit.unit"),
+            rl.unit.as_deref().ok_or_else(|| missing("unit"))?,
+        )?;
+        let requests_per_unit = rl
+            .requests_per_unit
+            .ok_or_else(|| missing("requests_per_unit"))?;
+        if requests_per_unit == 0 {
             return Err(err(
                 &format!("{here}.rate_limit.requests_per_unit"),
                 "must be at least 1",
             ));
         }
-        let burst = d.burst.unwrap_or(rl.requests_per_unit);
+        let burst = d.burst.unwrap_or(requests_per_unit);
         if burst == 0 {
             return Err(err(&format!("{here}.burst"), "must be at least 1"));
         }
@@ -356,7 +372,7 @@ impl PolicySet {
         }
         let fail_open = d
             .fail_open_requests_per_unit
-            .unwrap_or(rl.requests_per_unit.saturating_mul(2));
+            .unwrap_or(requests_per_unit.saturating_mul(2));
         if fail_open == 0 {
             return Err(err(
                 &format!("{here}.fail_open_requests_per_unit"),
@@ -365,7 +381,7 @@ impl PolicySet {
         }
         self.policies.push(Policy {
             name: d.name.clone().unwrap_or_else(|| path.to_owned()),
-            requests_per_unit: rl.requests_per_unit,
+            requests_per_unit,
             unit,
             burst,
             failure_mode,
@@ -547,6 +563,15 @@ descriptors:
         assert_eq!(
             load_err(&format!("{rl}    canary_percent: 5\n")),
             "descriptors[0].canary_percent: needs mode: canary"
+        );
+        let unlimited = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    descriptors:\n      - key: b\n        value: vip\n        rate_limit: {unlimited: true}\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 5}\n";
+        let set = PolicySet::from_yaml(unlimited).unwrap();
+        assert_eq!(set.find(&[("a", "x"), ("b", "vip")]), None, "unlimited");
+        assert!(set.find(&[("a", "x"), ("b", "other")]).is_some());
+        assert_eq!(set.policies().len(), 2);
+        assert_eq!(
+            load_err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n"),
+            "descriptors[0].rate_limit.requests_per_unit: missing (or set unlimited: true)"
         );
         let dup = "domain: d\ndescriptors:\n  - key: a\n  - key: a\n";
         assert_eq!(load_err(dup), "descriptors[1]: duplicate descriptor \"a\"");
