@@ -135,7 +135,7 @@ fn request(descriptors: usize, n: u64, keys: u64) -> RateLimitRequest {
 
 /// Starts a `leasehold-server` and a `leasehold-rls` deciding by `mode`
 /// with the config at `config`; returns both processes and their ports.
-fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u16, u16) {
+fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u16, u16, u16) {
     let ledger = free_port();
     let server = flags
         .server
@@ -151,6 +151,7 @@ fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u
         "leasehold-server",
     );
     let port = free_port();
+    let metrics = free_port();
     let rls = flags
         .rls
         .clone()
@@ -161,6 +162,7 @@ fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u
         .args(["--ledger", &format!("127.0.0.1:{ledger}")])
         .args(["--port", &port.to_string()])
         .args(["--lease-deadline-ms", &flags.lease_deadline_ms.to_string()])
+        .args(["--metrics-port", &metrics.to_string()])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     if mode == "ledger per request" {
@@ -171,7 +173,31 @@ fn start(flags: &Flags, dir: &Path, config: &Path, mode: &str) -> (Proc, Proc, u
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
 
-    (ledger_proc, rls_proc, ledger, port)
+    (ledger_proc, rls_proc, ledger, port, metrics)
+}
+
+/// The rls's decision and bypass counters that are not zero (from its
+/// Prometheus text), one line each: what "not OK" was.
+fn outcomes(metrics: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", metrics)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    );
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .filter(|l| {
+            l.starts_with("rate_limit_decisions_total")
+                || l.starts_with("rate_limit_bypassed_total")
+        })
+        .filter(|l| !l.ends_with(" 0"))
+        .map(|l| format!("  {l}\n"))
+        .collect()
 }
 
 fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
@@ -180,7 +206,7 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
     let config = dir.join("limits.yaml");
     std::fs::write(&config, LIMITS).expect("config written");
 
-    let (_ledger, _rls, ledger, port) = start(flags, &dir, &config, mode);
+    let (_ledger, _rls, ledger, port, metrics) = start(flags, &dir, &config, mode);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -251,6 +277,7 @@ fn run(flags: &Flags, mode: &'static str, descriptors: usize) -> Row {
             not_ok: not_ok.load(Ordering::Relaxed),
         }
     });
+    eprint!("{}", outcomes(metrics));
     let _ = std::fs::remove_dir_all(&dir);
     row
 }
@@ -305,7 +332,7 @@ fn envoy_rows(flags: &Flags, bin: &str) -> String {
     std::fs::create_dir_all(&dir).expect("a scratch dir");
     let config = dir.join("limits.yaml");
     std::fs::write(&config, LIMITS).expect("config written");
-    let (_ledger, _rls, _, rls) = start(flags, &dir, &config, "leases");
+    let (_ledger, _rls, _, rls, _) = start(flags, &dir, &config, "leases");
     let clients = flags.concurrency.clamp(1, 8);
     let l = envoy::measure(
         bin,
