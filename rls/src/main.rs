@@ -26,6 +26,14 @@ struct Flags {
     /// The Leasehold node to lease from.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:6379")]
     ledger: String,
+    /// A Redis Sentinel to ask for the ledger's primary instead of
+    /// `--ledger` (repeat the flag for each sentinel); the primary is
+    /// followed through failovers.
+    #[arg(long, value_name = "HOST:PORT")]
+    sentinel: Vec<String>,
+    /// The primary's name at the sentinels.
+    #[arg(long, default_value = "mymaster")]
+    master_name: String,
     /// Address to serve gRPC on.
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -85,13 +93,25 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
-    let ledger_addr: SocketAddr = flags
-        .ledger
-        .to_socket_addrs()
-        .map_err(|e| format!("--ledger {}: {e}", flags.ledger))?
+/// The first address `text` (HOST:PORT) resolves to.
+fn resolve(flag: &str, text: &str) -> Result<SocketAddr, String> {
+    text.to_socket_addrs()
+        .map_err(|e| format!("{flag} {text}: {e}"))?
         .next()
-        .ok_or_else(|| format!("--ledger {}: no address", flags.ledger))?;
+        .ok_or_else(|| format!("{flag} {text}: no address"))
+}
+
+async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    let mut cc = if flags.sentinel.is_empty() {
+        ClientConfig::new(resolve("--ledger", &flags.ledger)?)
+    } else {
+        let sentinels = flags
+            .sentinel
+            .iter()
+            .map(|s| resolve("--sentinel", s))
+            .collect::<Result<Vec<_>, _>>()?;
+        ClientConfig::sentinel(sentinels, flags.master_name.clone())
+    };
     let (text, sets) =
         limits::load(&flags.config).map_err(|e| format!("{}: {e}", flags.config.display()))?;
     if let Some(port) = flags.metrics_port {
@@ -100,13 +120,17 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             .install()
             .map_err(|e| format!("--metrics-port {port}: {e}"))?;
     }
-    let mut cc = ClientConfig::new(ledger_addr);
     cc.lease_deadline = Duration::from_millis(flags.lease_deadline_ms);
     let ledger = Ledger {
         client: Client::new(cc),
         lease: LeaseConfig::default(),
         clock: Arc::new(SystemClock::new()),
     };
+    // Connected before the first request, whose lease would otherwise
+    // spend its deadline on the connect.
+    if let Err(e) = ledger.client.connect().await {
+        tracing::warn!("ledger not reachable yet: {e}");
+    }
     let (limits, _, _) = limits::build(sets, Default::default(), &Limits::default(), &ledger);
     let shared = Shared::new(limits);
     let watcher = tokio::spawn(limits::watch(
@@ -119,9 +143,11 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
 
     let subscriber = tokio::spawn({
         let (shared, ledger) = (shared.clone(), ledger.clone());
-        leasehold_rls::overrides::subscribe(ledger_addr, flags.override_channel.clone(), move |m| {
-            limits::on_override(&shared, &ledger, m)
-        })
+        leasehold_rls::overrides::subscribe(
+            ledger.client.clone(),
+            flags.override_channel.clone(),
+            move |m| limits::on_override(&shared, &ledger, m),
+        )
     });
     let expiry = tokio::spawn(limits::expire_overrides(
         shared.clone(),
@@ -146,7 +172,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     tracing::info!(
         local_addr = %listener.local_addr()?,
-        ledger = %ledger_addr,
+        ledger = ?ledger.client.primary(),
         policies = shared.snapshot().policy_count(),
         "leasehold-rls ready"
     );

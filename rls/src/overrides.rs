@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use leasehold_client::Policy;
+use leasehold_client::{Client, Policy};
 use leasehold_protocol::{decode_reply, encode_request, Reply};
 use metrics::counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -190,15 +190,20 @@ impl Overrides {
     }
 }
 
-/// Follows the override channel on the ledger at `addr`: subscribes,
-/// calls `on_message` with each message's text, and reconnects (after
-/// 200 ms) when the connection fails. Runs until its task is dropped.
-pub async fn subscribe(
-    addr: std::net::SocketAddr,
-    channel: String,
-    mut on_message: impl FnMut(&str),
-) {
+/// Follows the override channel on the ledger `client` calls (its address,
+/// or the primary Sentinel names): subscribes, calls `on_message` with each
+/// message's text, and reconnects (after 200 ms, to the primary of the
+/// moment) when the connection fails. Runs until its task is dropped.
+pub async fn subscribe(client: Client, channel: String, mut on_message: impl FnMut(&str)) {
     loop {
+        let Some(addr) = client.primary() else {
+            // Sentinel addressing before any connect: find the primary.
+            if let Err(e) = client.connect().await {
+                tracing::warn!("override channel: no ledger primary yet: {e}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
         match follow(addr, &channel, &mut on_message).await {
             Ok(()) => tracing::warn!(%addr, "override channel closed by the ledger; reconnecting"),
             Err(e) => tracing::warn!(%addr, "override channel: {e}; reconnecting"),
