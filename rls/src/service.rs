@@ -277,6 +277,15 @@ async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict
             policy_name: policy.name.clone(),
         };
     }
+    // The common case: the local bucket holds them all (one CAS).
+    if let Some(d) = m.try_take(PolicyId::FIRST, key, hits) {
+        return Verdict {
+            decision: Some(d),
+            taken: hits,
+            taken_from_ledger: 0,
+            policy_name: policy.name.clone(),
+        };
+    }
     let mut taken = 0;
     let mut last = None;
     for _ in 0..hits {
