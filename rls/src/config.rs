@@ -278,7 +278,11 @@ descriptors:
     fn the_example_file_loads() {
         let sets = parse(include_str!("../limits.example.yaml")).unwrap();
         assert_eq!(sets.len(), 1);
-        assert_eq!(sets[0].policies().len(), 3);
+        assert_eq!(sets[0].policies().len(), 4);
+        assert_eq!(
+            sets[0].find(&[("partner_key", "p"), ("plan", "internal")]),
+            None
+        );
     }
 
     #[test]
