@@ -2,8 +2,10 @@
 //!
 //! The YAML has the shape of Envoy's reference rate-limit service
 //! configuration (`domain`, nested `descriptors` of `key`/`value`,
-//! `rate_limit {unit, requests_per_unit}`, `shadow_mode`), extended with
-//! `burst`, `failure_mode`, `mode` and `fail_open_requests_per_unit`.
+//! `rate_limit {unit, requests_per_unit}` or `rate_limit {unlimited: true}`,
+//! `shadow_mode`), extended with
+//! `burst`, `failure_mode`, `mode` (with `canary_percent` for `mode: canary`)
+//! and `fail_open_requests_per_unit`.
 //!
 //! ```yaml
 //! domain: edge
@@ -12,7 +14,7 @@
 //!     rate_limit: { unit: minute, requests_per_unit: 600 }
 //!     burst: 100                   # bucket capacity (default: requests_per_unit)
 //!     failure_mode: fail_open      # or fail_closed (default fail_open)
-//!     mode: enforce                # or shadow, soft (default enforce)
+//!     mode: enforce                # or shadow, soft, canary (default enforce)
 //!   - key: tenant
 //!     value: acme
 //!     descriptors:
@@ -40,6 +42,12 @@ impl PolicyId {
     /// The first policy of a set (sets built with [`PolicySet::from_policies`]
     /// number policies in order).
     pub const FIRST: PolicyId = PolicyId(0);
+
+    /// The policy's position in its set's [`PolicySet::policies`] (0-based),
+    /// for callers that keep something per policy in a `Vec`.
+    pub fn index(self) -> usize {
+        self.0
+    }
 }
 
 /// What to do when the ledger cannot answer.
@@ -60,6 +68,13 @@ pub enum Mode {
     Shadow,
     /// Admit, but mark the decision over quota (for a warning header).
     Soft,
+    /// Enforce on `percent` of the keys (1 to 99), picked by a fixed hash
+    /// of the policy's name and the key, so every process picks the same
+    /// ones; the others are admitted over quota as in `Soft`.
+    Canary {
+        /// Share of keys enforced, in percent.
+        percent: u8,
+    },
 }
 
 /// One policy: a descriptor path with a rate limit.
@@ -83,6 +98,26 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether an over-quota decision for `key` is denied: always under
+    /// `Enforce`, never under `Shadow` and `Soft`, and under `Canary` for
+    /// the keys in its share (FNV-1a of the policy's name and the key, mod
+    /// 100, below the percentage: a fixed hash, so every process picks the
+    /// same keys, and a key stays picked while the share only grows).
+    pub fn enforces(&self, key: &[u8]) -> bool {
+        match self.mode {
+            Mode::Enforce => true,
+            Mode::Shadow | Mode::Soft => false,
+            Mode::Canary { percent } => {
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+                for &b in self.name.as_bytes().iter().chain(&[0u8]).chain(key) {
+                    h ^= u64::from(b);
+                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
+                }
+                h % 100 < u64::from(percent)
+            }
+        }
+    }
+
     /// The ledger bucket's parameters.
     pub fn bucket(&self) -> BucketParams {
         BucketParams {
@@ -151,6 +186,7 @@ struct RawDescriptor {
     burst: Option<u64>,
     failure_mode: Option<String>,
     mode: Option<String>,
+    canary_percent: Option<u8>,
     fail_open_requests_per_unit: Option<u64>,
     #[serde(default)]
     descriptors: Vec<RawDescriptor>,
@@ -159,8 +195,10 @@ struct RawDescriptor {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRateLimit {
-    unit: String,
-    requests_per_unit: u64,
+    unit: Option<String>,
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    unlimited: bool,
 }
 
 fn err(path: &str, message: impl Into<String>) -> PolicyError {
@@ -239,11 +277,18 @@ impl PolicySet {
                 format!("{prefix}/{step}")
             };
             let policy = match &d.rate_limit {
-                Some(rl) => Some(self.load_policy(d, rl, &here, &path)?),
-                None => {
-                    let stray = d.burst.is_some() || d.failure_mode.is_some() || d.mode.is_some();
+                Some(rl) if !rl.unlimited => Some(self.load_policy(d, rl, &here, &path)?),
+                // `unlimited: true`: matched, and never limited.
+                _ => {
+                    let stray = d.burst.is_some()
+                        || d.failure_mode.is_some()
+                        || d.mode.is_some()
+                        || d.canary_percent.is_some();
                     if stray {
-                        return Err(err(&here, "burst, failure_mode and mode need a rate_limit"));
+                        return Err(err(
+                            &here,
+                            "burst, failure_mode, mode and canary_percent need a rate_limit",
+                        ));
                     }
                     None
                 }
@@ -267,14 +312,26 @@ impl PolicySet {
         here: &str,
         path: &str,
     ) -> Result<PolicyId, PolicyError> {
-        let unit = unit(&format!("{here}.rate_limit.unit"), &rl.unit)?;
-        if rl.requests_per_unit == 0 {
+        let missing = |field: &str| {
+            err(
+                &format!("{here}.rate_limit.{field}"),
+                "missing (or set unlimited: true)",
+            )
+        };
+        let unit = unit(
+            &format!("{here}.rate_limit.unit"),
+            rl.unit.as_deref().ok_or_else(|| missing("unit"))?,
+        )?;
+        let requests_per_unit = rl
+            .requests_per_unit
+            .ok_or_else(|| missing("requests_per_unit"))?;
+        if requests_per_unit == 0 {
             return Err(err(
                 &format!("{here}.rate_limit.requests_per_unit"),
                 "must be at least 1",
             ));
         }
-        let burst = d.burst.unwrap_or(rl.requests_per_unit);
+        let burst = d.burst.unwrap_or(requests_per_unit);
         if burst == 0 {
             return Err(err(&format!("{here}.burst"), "must be at least 1"));
         }
@@ -291,17 +348,31 @@ impl PolicySet {
             None | Some("enforce") => Mode::Enforce,
             Some("shadow") => Mode::Shadow,
             Some("soft") => Mode::Soft,
+            Some("canary") => match d.canary_percent {
+                Some(percent @ 1..=99) => Mode::Canary { percent },
+                Some(_) => {
+                    let msg = "must be 1 to 99 (0 is soft, 100 is enforce)";
+                    return Err(err(&format!("{here}.canary_percent"), msg));
+                }
+                None => {
+                    let msg = "canary needs canary_percent (1 to 99)";
+                    return Err(err(&format!("{here}.mode"), msg));
+                }
+            },
             Some(other) => {
-                let msg = format!("unknown mode {other:?} (enforce, shadow, soft)");
+                let msg = format!("unknown mode {other:?} (enforce, shadow, soft, canary)");
                 return Err(err(&format!("{here}.mode"), msg));
             }
         };
+        if d.canary_percent.is_some() && !matches!(mode, Mode::Canary { .. }) {
+            return Err(err(&format!("{here}.canary_percent"), "needs mode: canary"));
+        }
         if d.shadow_mode && mode != Mode::Shadow {
             return Err(err(&format!("{here}.shadow_mode"), "true contradicts mode"));
         }
         let fail_open = d
             .fail_open_requests_per_unit
-            .unwrap_or(rl.requests_per_unit.saturating_mul(2));
+            .unwrap_or(requests_per_unit.saturating_mul(2));
         if fail_open == 0 {
             return Err(err(
                 &format!("{here}.fail_open_requests_per_unit"),
@@ -310,7 +381,7 @@ impl PolicySet {
         }
         self.policies.push(Policy {
             name: d.name.clone().unwrap_or_else(|| path.to_owned()),
-            requests_per_unit: rl.requests_per_unit,
+            requests_per_unit,
             unit,
             burst,
             failure_mode,
@@ -473,6 +544,35 @@ descriptors:
             load_err(contra),
             "descriptors[0].shadow_mode: true contradicts mode"
         );
+        let rl = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        assert_eq!(
+            PolicySet::from_yaml(&format!("{rl}    mode: canary\n    canary_percent: 10\n"))
+                .unwrap()
+                .policies()[0]
+                .mode,
+            Mode::Canary { percent: 10 }
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    mode: canary\n")),
+            "descriptors[0].mode: canary needs canary_percent (1 to 99)"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    mode: canary\n    canary_percent: 100\n")),
+            "descriptors[0].canary_percent: must be 1 to 99 (0 is soft, 100 is enforce)"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    canary_percent: 5\n")),
+            "descriptors[0].canary_percent: needs mode: canary"
+        );
+        let unlimited = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    descriptors:\n      - key: b\n        value: vip\n        rate_limit: {unlimited: true}\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 5}\n";
+        let set = PolicySet::from_yaml(unlimited).unwrap();
+        assert_eq!(set.find(&[("a", "x"), ("b", "vip")]), None, "unlimited");
+        assert!(set.find(&[("a", "x"), ("b", "other")]).is_some());
+        assert_eq!(set.policies().len(), 2);
+        assert_eq!(
+            load_err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n"),
+            "descriptors[0].rate_limit.requests_per_unit: missing (or set unlimited: true)"
+        );
         let dup = "domain: d\ndescriptors:\n  - key: a\n  - key: a\n";
         assert_eq!(load_err(dup), "descriptors[1]: duplicate descriptor \"a\"");
         let unknown = "domain: d\ndescriptors:\n  - key: a\n    rate_limt: {unit: second, requests_per_unit: 1}\n";
@@ -482,5 +582,41 @@ descriptors:
             "{msg}"
         );
         assert_eq!(load_err("domain: ''\n"), "domain: must not be empty");
+    }
+
+    #[test]
+    fn a_canary_enforces_on_its_share_of_keys_stably() {
+        let mut p = PolicySet::from_yaml(
+            "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        )
+        .unwrap()
+        .policies()[0]
+        .clone();
+        let mut picked = |pct| {
+            p.mode = Mode::Canary { percent: pct };
+            (0..10_000)
+                .filter(|i| p.enforces(format!("k{i}").as_bytes()))
+                .collect::<Vec<_>>()
+        };
+        let ten = picked(10);
+        let fifty = picked(50);
+        assert!(
+            (800..1200).contains(&ten.len()),
+            "{} of 10 000 at 10%",
+            ten.len()
+        );
+        assert!(
+            (4600..5400).contains(&fifty.len()),
+            "{} at 50%",
+            fifty.len()
+        );
+        assert!(
+            ten.iter().all(|k| fifty.contains(k)),
+            "growing keeps the picked keys"
+        );
+        p.mode = Mode::Enforce;
+        assert!(p.enforces(b"x"));
+        p.mode = Mode::Soft;
+        assert!(!p.enforces(b"x"));
     }
 }

@@ -109,10 +109,10 @@ impl LeaseManager {
             let now = self.inner.clock.now_us();
             let local = state.map.with(&bucket, |b| {
                 if let Some(left) = b.hot.take(0) {
-                    return Some(self.finish(state, self.allowed(state, b, left)));
+                    return Some(self.finish(state, b.cold().key(), self.allowed(state, b, left)));
                 }
                 if b.cold().blocked(now).is_some() {
-                    return Some(self.finish(state, self.limited(state, b, now)));
+                    return Some(self.finish(state, b.cold().key(), self.limited(state, b, now)));
                 }
                 None
             });

@@ -21,6 +21,23 @@ impl LeaseManager {
         self.with_bucket(state, key, |bucket| self.local(state, bucket))
     }
 
+    /// Decides `tokens` requests (at least 1) for `key` at once, when its
+    /// local bucket holds that many: one CAS takes them all, and the
+    /// decision is the allowed one the last of them would get (renewal
+    /// starts at the low watermark as usual). `None`, with nothing taken
+    /// or counted, when the key holds fewer: decide one at a time then.
+    pub fn try_take(&self, id: PolicyId, key: &[u8], tokens: u64) -> Option<Decision> {
+        let state = &self.inner.policies[id.0];
+        self.with_bucket(state, key, |bucket| {
+            let left = bucket.hot.take_n(tokens)?;
+            if bucket.hot.below_watermark(left) {
+                self.renew(state, bucket);
+            }
+            state.metrics.record_allowed(tokens);
+            Some(self.allowed(state, bucket, left))
+        })
+    }
+
     /// Runs `f` on the key's bucket (created if new), borrowed under its
     /// shard's read lock: no reference-count traffic on a hot key's bucket.
     #[inline]
@@ -114,7 +131,7 @@ impl LeaseManager {
         bucket.sample(now, us(self.inner.config.qps_decay), MIN_SAMPLE_US);
         let cold = bucket.cold();
         if cold.blocked(now).is_some() {
-            return Some(self.finish(state, self.limited(state, bucket, now)));
+            return Some(self.finish(state, cold.key(), self.limited(state, bucket, now)));
         }
         if self.inner.client.breaker_would_refuse() {
             return Some(self.bypass(state, cold, Some(BypassReason::CircuitOpen), now));

@@ -32,6 +32,11 @@ impl PolicyMetrics {
         }
     }
 
+    /// Counts `n` allowed decisions at once.
+    pub(crate) fn record_allowed(&self, n: u64) {
+        self.decisions[Outcome::Allowed.index()].increment(n);
+    }
+
     #[inline]
     pub(crate) fn record(&self, outcome: Outcome) {
         self.decisions[outcome.index()].increment(1);

@@ -67,6 +67,9 @@
 //! - `calls.rs`: the ledger calls: a key's one TOKENLEASE (its size, its
 //!   result landed in the key's record) and TOKENRETURN.
 //! - `sweeper.rs`: the background sweeper and [`LeaseManager::maintain`].
+//! - `refund.rs`: [`LeaseManager::put_back`] (a caller undoes a decision's
+//!   token), [`LeaseManager::return_to_ledger`] (TOKENRETURN on request) and
+//!   [`LeaseManager::take_from_ledger`] (a TOKENLEASE with no local bucket).
 //! - `shutdown.rs`: [`LeaseManager::shutdown`]: every key's unspent tokens
 //!   returned.
 //! - `map.rs`: one policy's keys, in 64 shards.
@@ -83,6 +86,7 @@ mod decide;
 mod local;
 mod map;
 mod metrics;
+mod refund;
 mod shard_lock;
 mod shutdown;
 mod sweeper;
@@ -225,6 +229,19 @@ impl LeaseManager {
     /// introspection).
     pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
         self.peek(id, key, |b| b.hot.tokens()).unwrap_or(0)
+    }
+
+    /// Requests left for `key` as an allowed decision would report them
+    /// (tokens: its local ones plus the ledger's balance at its last lease),
+    /// without deciding; the policy's burst for a key not tracked.
+    pub fn remaining(&self, id: PolicyId, key: &[u8]) -> u64 {
+        let state = &self.inner.policies[id.0];
+        self.peek(id, key, |b| {
+            b.hot
+                .tokens()
+                .saturating_add(Self::ledger_balance(state, b))
+        })
+        .unwrap_or(state.policy.burst)
     }
 
     /// The observed decisions per second for `key` (0 if unknown).

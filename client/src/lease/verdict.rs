@@ -13,7 +13,7 @@ use crate::policy::{FailureMode, Mode};
 impl LeaseManager {
     /// The ledger's balance at the last lease: the burst minus its deficit.
     #[inline]
-    fn ledger_balance(state: &PolicyState, bucket: Bucket<'_>) -> u64 {
+    pub(super) fn ledger_balance(state: &PolicyState, bucket: Bucket<'_>) -> u64 {
         state
             .policy
             .burst
@@ -71,11 +71,16 @@ impl LeaseManager {
         }
     }
 
-    /// Applies the policy's mode to an over-quota decision, and counts it.
-    pub(super) fn finish(&self, state: &PolicyState, mut d: Decision) -> Decision {
+    /// Applies the policy's mode to an over-quota decision for `key`, and
+    /// counts it.
+    pub(super) fn finish(&self, state: &PolicyState, key: &[u8], mut d: Decision) -> Decision {
         if d.outcome == Outcome::Limited {
             match state.policy.mode {
                 Mode::Enforce => {}
+                Mode::Canary { .. } if state.policy.enforces(key) => {}
+                Mode::Canary { .. } => {
+                    (d.allowed, d.outcome, d.retry_after) = (true, Outcome::SoftOverQuota, None)
+                }
                 Mode::Shadow => {
                     (d.allowed, d.outcome, d.retry_after) = (true, Outcome::ShadowLimited, None)
                 }

@@ -65,6 +65,39 @@ impl KeyHot {
         }
     }
 
+    /// Takes `n` local tokens at once (at least 1), adding `n` to the
+    /// decision count in the same CAS, when the key holds at least `n`;
+    /// `Some(tokens left)` on success, `None` (nothing taken) otherwise.
+    pub(crate) fn take_n(&self, n: u64) -> Option<u64> {
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            let tokens = cur & TOKEN_MASK;
+            if n == 0 || tokens < n {
+                return None;
+            }
+            // The count's high bits wrap as the single-token path's do.
+            let next = cur.wrapping_add(n.wrapping_mul(HIT)) - n;
+            match self.word.compare_exchange_weak(cur, next, AcqRel, Relaxed) {
+                Ok(_) => return Some(tokens - n),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Puts `n` tokens back (tokens a decision took and its caller undid),
+    /// saturating at the 42-bit local count; the decision count is unchanged.
+    pub(crate) fn put_back(&self, n: u64) {
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            let tokens = (cur & TOKEN_MASK).saturating_add(n).min(TOKEN_MASK);
+            let next = (cur & !TOKEN_MASK) | tokens;
+            match self.word.compare_exchange_weak(cur, next, AcqRel, Relaxed) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     pub(crate) fn tokens(&self) -> u64 {
         self.word.load(Relaxed) & TOKEN_MASK
     }
@@ -128,5 +161,27 @@ mod tests {
         assert_eq!(hot.drain(), 9);
         assert_eq!(hot.take(HIT), None);
         assert_eq!(hot.hits(), 1, "a failed take counts nothing");
+    }
+
+    #[test]
+    fn put_back_restores_tokens_and_keeps_the_decision_count() {
+        let (hot, cold) = parts(b"k");
+        let b = Bucket::new(&hot, &cold);
+        b.finish_lease(LeaseResult::Granted, 3, Some((0, 0)));
+        assert_eq!(hot.take(HIT), Some(2));
+        assert_eq!(hot.take(HIT), Some(1));
+        hot.put_back(2);
+        assert_eq!((hot.tokens(), hot.hits()), (3, 2));
+        assert_eq!(hot.take_n(4), None, "3 held: nothing taken");
+        assert_eq!(hot.take_n(3), Some(0));
+        assert_eq!((hot.tokens(), hot.hits()), (0, 5));
+        hot.put_back(3);
+        hot.put_back(u64::MAX);
+        assert_eq!(
+            hot.tokens(),
+            super::TOKEN_MASK,
+            "saturates at the 42-bit count"
+        );
+        assert_eq!(hot.hits(), 5);
     }
 }

@@ -1,0 +1,89 @@
+//! Undoing and reversing decisions, and going to the ledger directly:
+//! [`LeaseManager::put_back`] returns tokens that allowed decisions took to
+//! the key's local count (a caller that decided several keys for one
+//! request and must charge none of them when one is denied),
+//! [`LeaseManager::return_to_ledger`] gives tokens back to the ledger
+//! itself (a request that reports hits it did not use), and
+//! [`LeaseManager::take_from_ledger`] takes tokens from the ledger with no
+//! local bucket (one call a decision: for comparisons with services that
+//! work that way).
+
+use super::LeaseManager;
+use crate::commands::Lease;
+use crate::error::Error;
+use crate::policy::PolicyId;
+
+impl LeaseManager {
+    /// Puts `tokens` back into `key`'s local count under policy `id`: tokens
+    /// that decisions of this manager took for the key (outcome
+    /// [`Allowed`](crate::Outcome::Allowed)) and that the caller undoes. The
+    /// tokens stay leased from the ledger, so nothing is minted; they go
+    /// back to the ledger with the key's other unspent tokens when it idles.
+    /// A key the sweeper forgot meanwhile is created again and holds them.
+    ///
+    /// Putting back tokens that were never taken over-admits by that many
+    /// (the count saturates at 2^42 tokens).
+    pub fn put_back(&self, id: PolicyId, key: &[u8], tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let state = &self.inner.policies[id.0];
+        self.with_bucket(state, key, |b| b.hot.put_back(tokens));
+    }
+
+    /// `TOKENRETURN` of `tokens` to the ledger's bucket for `key` under
+    /// policy `id` (the ledger caps the balance at the policy's burst);
+    /// returns the ledger's whole tokens afterwards. One ledger call, under
+    /// the lease deadline; the local count is not touched.
+    ///
+    /// # Errors
+    /// As [`Client::token_return`](crate::Client::token_return): transport
+    /// errors, the breaker open, a server error.
+    pub async fn return_to_ledger(
+        &self,
+        id: PolicyId,
+        key: &[u8],
+        tokens: u64,
+    ) -> Result<u64, Error> {
+        let state = &self.inner.policies[id.0];
+        self.inner.ledger.returns.increment(1);
+        self.inner
+            .client
+            .token_return(&self.ledger_key(id, key), state.policy.bucket(), tokens)
+            .await
+    }
+
+    /// `TOKENLEASE` of exactly `tokens` (all or nothing) from the ledger's
+    /// bucket for `key` under policy `id`, leaving the local count alone:
+    /// one ledger call under the lease deadline. `granted` is `tokens` or 0.
+    ///
+    /// # Errors
+    /// As [`Client::token_lease`](crate::Client::token_lease).
+    pub async fn take_from_ledger(
+        &self,
+        id: PolicyId,
+        key: &[u8],
+        tokens: u64,
+    ) -> Result<Lease, Error> {
+        let state = &self.inner.policies[id.0];
+        self.inner.ledger.leases.increment(1);
+        self.inner
+            .client
+            .token_lease(
+                &self.ledger_key(id, key),
+                state.policy.bucket(),
+                tokens,
+                tokens,
+            )
+            .await
+    }
+
+    /// `{domain}:{policy name}:{key}`, the ledger's key for `key`.
+    fn ledger_key(&self, id: PolicyId, key: &[u8]) -> Vec<u8> {
+        let prefix = &self.inner.policies[id.0].prefix;
+        let mut ledger_key = Vec::with_capacity(prefix.len() + key.len());
+        ledger_key.extend_from_slice(prefix);
+        ledger_key.extend_from_slice(key);
+        ledger_key
+    }
+}

@@ -1,0 +1,207 @@
+//! `leasehold-rls`: flags, logging, the ledger client, the gRPC server
+//! (rate limit service and gRPC health), Prometheus on `/metrics`, and a
+//! clean stop on SIGINT/SIGTERM (unspent tokens returned to the ledger).
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use leasehold_client::{Client, ClientConfig, LeaseConfig, SystemClock};
+use leasehold_rls::limits::{self, Ledger, Limits, Shared};
+use leasehold_rls::service::{Decide, Service};
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+/// Envoy rate limit service backed by Leasehold leases.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold-rls", version)]
+struct Flags {
+    /// The limits: envoyproxy/ratelimit YAML, one document per domain,
+    /// reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The Leasehold node to lease from.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:6379")]
+    ledger: String,
+    /// A Redis Sentinel to ask for the ledger's primary instead of
+    /// `--ledger` (repeat the flag for each sentinel); the primary is
+    /// followed through failovers.
+    #[arg(long, value_name = "HOST:PORT")]
+    sentinel: Vec<String>,
+    /// The primary's name at the sentinels.
+    #[arg(long, default_value = "mymaster")]
+    master_name: String,
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// gRPC port (rate limit service and grpc.health.v1.Health).
+    #[arg(long, default_value_t = 8081)]
+    port: u16,
+    /// Port for Prometheus text on /metrics (none when absent).
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Deadline of a lease call to the ledger, in ms.
+    #[arg(long, default_value_t = 5)]
+    lease_deadline_ms: u64,
+    /// How often the config file is checked for changes, in ms.
+    #[arg(long, default_value_t = 1000)]
+    reload_interval_ms: u64,
+    /// The ledger's pub/sub channel carrying emergency overrides
+    /// (`<domain> <policy> disable <ttl ms>`, `... widen <factor> <ttl ms>`,
+    /// `... clear`).
+    #[arg(long, default_value = "leasehold-rls:override")]
+    override_channel: String,
+    /// Decide every descriptor with its own TOKENLEASE call to the ledger,
+    /// with no local buckets (for comparisons: the model of services that
+    /// call their store on every request).
+    #[arg(long)]
+    ledger_per_request: bool,
+    /// Largest request accepted, in bytes; a larger one is refused with
+    /// OUT_OF_RANGE (the connection stays open).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_request_bytes: usize,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold-rls: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(flags)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leasehold-rls: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The first address `text` (HOST:PORT) resolves to.
+fn resolve(flag: &str, text: &str) -> Result<SocketAddr, String> {
+    text.to_socket_addrs()
+        .map_err(|e| format!("{flag} {text}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{flag} {text}: no address"))
+}
+
+async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
+    let mut cc = if flags.sentinel.is_empty() {
+        ClientConfig::new(resolve("--ledger", &flags.ledger)?)
+    } else {
+        let sentinels = flags
+            .sentinel
+            .iter()
+            .map(|s| resolve("--sentinel", s))
+            .collect::<Result<Vec<_>, _>>()?;
+        ClientConfig::sentinel(sentinels, flags.master_name.clone())
+    };
+    let (text, sets) =
+        limits::load(&flags.config).map_err(|e| format!("{}: {e}", flags.config.display()))?;
+    if let Some(port) = flags.metrics_port {
+        PrometheusBuilder::new()
+            .with_http_listener(SocketAddr::new(flags.bind, port))
+            .install()
+            .map_err(|e| format!("--metrics-port {port}: {e}"))?;
+    }
+    cc.lease_deadline = Duration::from_millis(flags.lease_deadline_ms);
+    let ledger = Ledger {
+        client: Client::new(cc),
+        lease: LeaseConfig::default(),
+        clock: Arc::new(SystemClock::new()),
+    };
+    // Connected before the first request, whose lease would otherwise
+    // spend its deadline on the connect.
+    if let Err(e) = ledger.client.connect().await {
+        tracing::warn!("ledger not reachable yet: {e}");
+    }
+    let (limits, _, _) = limits::build(sets, Default::default(), &Limits::default(), &ledger);
+    let shared = Shared::new(limits);
+    let watcher = tokio::spawn(limits::watch(
+        flags.config.clone(),
+        Duration::from_millis(flags.reload_interval_ms.max(1)),
+        text,
+        shared.clone(),
+        ledger.clone(),
+    ));
+
+    let subscriber = tokio::spawn({
+        let (shared, ledger) = (shared.clone(), ledger.clone());
+        leasehold_rls::overrides::subscribe(
+            ledger.client.clone(),
+            flags.override_channel.clone(),
+            move |m| limits::on_override(&shared, &ledger, m),
+        )
+    });
+    let expiry = tokio::spawn(limits::expire_overrides(
+        shared.clone(),
+        ledger.clone(),
+        Duration::from_millis(100),
+    ));
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<RateLimitServiceServer<Service>>()
+        .await;
+    let decide = if flags.ledger_per_request {
+        Decide::LedgerPerRequest
+    } else {
+        Decide::Leases
+    };
+    let rls = RateLimitServiceServer::new(Service::new(shared.clone(), decide))
+        .max_decoding_message_size(flags.max_request_bytes);
+    let addr = SocketAddr::new(flags.bind, flags.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    tracing::info!(
+        local_addr = %listener.local_addr()?,
+        ledger = ?ledger.client.primary(),
+        policies = shared.snapshot().policy_count(),
+        "leasehold-rls ready"
+    );
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(rls)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            stopped(),
+        )
+        .await?;
+    watcher.abort();
+    subscriber.abort();
+    expiry.abort();
+    let limits = shared.snapshot();
+    limits.shutdown().await;
+    tracing::info!("leasehold-rls stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stopped() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
