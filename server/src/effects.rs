@@ -163,6 +163,11 @@ impl EffectLog {
         effect.encode(&mut self.scratch);
         let half = (self.capacity / 2) as u64;
         let pending = self.offset - self.published;
+        if self.holding && pending + self.scratch.len() as u64 > self.capacity as u64 {
+            // A cut holds the publishes: nothing held may be overwritten
+            // before the release copies it to the merged stream.
+            self.grow((pending as usize + self.scratch.len()) * 2);
+        }
         if self.sink.is_some() && !self.holding && pending + self.scratch.len() as u64 > half {
             self.publish();
             if self.scratch.len() as u64 > half {
@@ -243,6 +248,33 @@ impl EffectLog {
         if !yes {
             self.publish();
         }
+    }
+
+    /// Moves the kept bytes into a ring of at least `want` bytes (a power
+    /// of two), each at its offset's place.
+    fn grow(&mut self, want: usize) {
+        let capacity = want.next_power_of_two();
+        let kept = self.offset.min(self.capacity as u64);
+        let from = self.offset - kept;
+        let mut ring = vec![0; capacity];
+        if let Some([a, b]) = self.since(from) {
+            let mut at = from;
+            for part in [a, b] {
+                for chunk in part.chunks(capacity) {
+                    let pos = (at % capacity as u64) as usize;
+                    let n = chunk.len().min(capacity - pos);
+                    ring[pos..pos + n].copy_from_slice(&chunk[..n]);
+                    ring[..chunk.len() - n].copy_from_slice(&chunk[n..]);
+                    at += chunk.len() as u64;
+                }
+            }
+        }
+        tracing::info!(
+            "a shard's effect ring grows from {} to {capacity} bytes while a cut holds its publishes",
+            self.capacity
+        );
+        self.ring = ring;
+        self.capacity = capacity;
     }
 
     fn append(&mut self) {
@@ -387,6 +419,31 @@ mod tests {
 
     fn bytes_since(log: &EffectLog, from: u64) -> Option<Vec<u8>> {
         log.since(from).map(|[a, b]| [a, b].concat())
+    }
+
+    /// While a cut holds the publishes, the ring grows instead of
+    /// overwriting what is held.
+    #[test]
+    fn a_held_ring_grows_and_keeps_every_record() {
+        let mut log = EffectLog::new(64);
+        let mut want = bytes::BytesMut::new();
+        let put = |log: &mut EffectLog, want: &mut bytes::BytesMut, i: usize| {
+            let key = format!("key-{i}");
+            let e = Effect::Set {
+                key: key.as_bytes(),
+                value: b"value",
+                expire_at_ms: None,
+            };
+            e.encode(want);
+            log.emit(e);
+        };
+        put(&mut log, &mut want, 0);
+        log.hold(true);
+        for i in 1..40 {
+            put(&mut log, &mut want, i);
+        }
+        assert!(log.offset() > 1000);
+        assert_eq!(bytes_since(&log, 0).as_deref(), Some(&want[..]));
     }
 
     #[test]

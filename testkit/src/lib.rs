@@ -112,13 +112,23 @@ impl Conn {
     /// Sends one request and reads its reply; `None` when the connection
     /// broke (the reply, if any, was not seen: the request is unacknowledged).
     pub fn call(&mut self, args: &[&str]) -> Option<Reply> {
+        self.pipeline(&[args]).and_then(|mut r| r.pop())
+    }
+
+    /// Sends several requests in one write and reads their replies, in
+    /// order; `None` when the connection broke before all came.
+    pub fn pipeline(&mut self, requests: &[&[&str]]) -> Option<Vec<Reply>> {
         let mut out = BytesMut::new();
-        encode_request(args, &mut out);
+        for args in requests {
+            encode_request(args, &mut out);
+        }
         self.s.write_all(&out).ok()?;
-        let mut chunk = [0u8; 4096];
-        loop {
+        let mut replies = Vec::with_capacity(requests.len());
+        let mut chunk = [0u8; 16384];
+        while replies.len() < requests.len() {
             if let Ok(Some(r)) = decode_reply(&mut self.buf) {
-                return Some(r);
+                replies.push(r);
+                continue;
             }
             let n = self.s.read(&mut chunk).ok()?;
             if n == 0 {
@@ -126,6 +136,7 @@ impl Conn {
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
+        Some(replies)
     }
 }
 

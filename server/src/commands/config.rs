@@ -72,8 +72,31 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
                 next.set(&name, &value)
                     .map_err(|why| set_failed(&name, why))?;
             }
+            {
+                let now = ctx.shared.config.read();
+                let (was, will) = (&now.persistence, &next.persistence);
+                // The log's files stay where it runs: moving them under a
+                // running log could leave acknowledged writes in a file no
+                // manifest lists. Turn it off, move, turn it on again.
+                if was.appendonly && will.appendonly && was.dir != will.dir {
+                    return Err(OpError::ConfigSetFailed {
+                        name: "dir".into(),
+                        why: "can't change dir while appendonly is yes (set appendonly no first)"
+                            .into(),
+                    });
+                }
+            }
             let old = std::mem::replace(&mut *ctx.shared.config.write(), next.clone());
             crate::config::apply_log_level(&old, &next);
+            // `appendfsync always` holds from this reply on, not from the
+            // persistence thread's next look.
+            let persist = &ctx.shared.persist;
+            if old.persistence.appendfsync != next.persistence.appendfsync
+                && persist.aof_on.load(Ordering::SeqCst)
+            {
+                let always = next.persistence.appendfsync == "always";
+                ctx.shared.repl.backlog.set_sync_always(always);
+            }
             ctx.shared.config_gen.fetch_add(1, Ordering::Release);
             Ok(Reply::ok())
         }

@@ -4,8 +4,10 @@
 //!
 //! Two threads, as a replica's sender has: a copier moves the stream from
 //! the backlog into the writer's own buffer as soon as it grows (so a disk
-//! busy with an fsync never lets the backlog wrap past the log), and the
-//! writer appends what is there, one segment per write. Under `always` a
+//! busy with an fsync never holds the copier up), and the writer appends
+//! what is there, one segment per write. The backlog keeps every byte the
+//! copier has not read (it is pinned, `Backlog::pin`): a burst of large
+//! writes grows the backlog (up to 1 GB) rather than wrapping past the log. Under `always` a
 //! shard that published waits (`Backlog::wait_synced`) until the writer
 //! has fsynced past its records, so no reply leaves before its effects are
 //! on disk; under `everysec` the writer fsyncs once a second; under `no`
@@ -24,10 +26,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::persist::format::{crc32, segment_crc};
+use crate::persist::format::{crc32, record_end, segment_crc};
 use crate::replication::outbuf::{copy_stream, Outbuf};
 use crate::state::Shared;
 
+/// A log segment's size, about: the records up to the first that passes it.
+const SEGMENT: usize = 1 << 20;
 /// Most stream bytes the writer's buffer holds unwritten.
 const BUFFER_LIMIT: usize = 1 << 30;
 /// An everysec fsync slower than this counts as delayed (Redis's 2 s).
@@ -109,6 +113,8 @@ impl Writer {
         let out = Arc::new(Outbuf::default());
         // Everything before `from` is in the base (or the files loaded).
         shared.repl.backlog.mark_synced(from);
+        // Nothing from `from` on may wrap away before the copier reads it.
+        shared.repl.backlog.pin(from);
         let copier = {
             let (shared, state, out) = (shared.clone(), state.clone(), out.clone());
             std::thread::Builder::new()
@@ -125,12 +131,14 @@ impl Writer {
                         &out,
                         BUFFER_LIMIT,
                         usize::MAX,
+                        true,
                         stop,
                     );
                     if let Err(e) = r {
                         let mut f = state.failed.lock();
                         f.get_or_insert(format!("append-only log stream: {e}"));
                     }
+                    shared.repl.backlog.unpin();
                     state.copier_done.store(true, Ordering::SeqCst);
                     out.wake();
                 })?
@@ -292,15 +300,25 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
     shared.repl.backlog.set_sync_always(false);
 }
 
-/// Appends one segment and its checksum record in one write.
+/// Appends `bytes` (whole records) as segments of about [`SEGMENT`]
+/// bytes, each with its checksum record, one write each: a write torn by
+/// a power loss costs its own segment only.
 fn append(file: &mut File, bytes: &[u8], state: &State) -> std::io::Result<()> {
-    if bytes.is_empty() {
-        return Ok(());
+    let mut start = 0;
+    while start < bytes.len() {
+        // Records from `start` until the segment passes SEGMENT bytes (a
+        // record that does not parse, never expected, ends it whole).
+        let mut end = start;
+        while end < bytes.len() && end - start < SEGMENT {
+            end = record_end(bytes, end).unwrap_or(bytes.len());
+        }
+        let part = &bytes[start..end];
+        let mut seg = Vec::with_capacity(part.len() + 30);
+        seg.extend_from_slice(part);
+        seg.extend_from_slice(&segment_crc(crc32(part)));
+        file.write_all(&seg)?;
+        state.len.fetch_add(seg.len() as u64, Ordering::Relaxed);
+        start = end;
     }
-    let mut seg = Vec::with_capacity(bytes.len() + 30);
-    seg.extend_from_slice(bytes);
-    seg.extend_from_slice(&segment_crc(crc32(bytes)));
-    file.write_all(&seg)?;
-    state.len.fetch_add(seg.len() as u64, Ordering::Relaxed);
     Ok(())
 }

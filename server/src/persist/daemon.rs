@@ -271,11 +271,6 @@ impl Files {
             let _ = self.rewrite_logged();
             return;
         }
-        if aof_paths(&shared).0 != log.dir {
-            tracing::info!("dir changed: the append-only log moves there with a rewrite");
-            let _ = self.rewrite_logged();
-            return;
-        }
         let (pct, min) = {
             let c = shared.config.read();
             let p = &c.persistence;

@@ -140,7 +140,8 @@ pub fn check_increment(file: &[u8]) -> Result<Increment, Damage> {
                     let got = crc32(&file[segment..pos]);
                     if want != Some(got) {
                         return Err(Damage::Corrupt(format!(
-                            "the segment at byte {segment} has checksum {got:08x}, its LH.CRC says {want:08x?}"
+                            "the segment at byte {segment} has checksum {got:08x}, its LH.CRC says {}",
+                            String::from_utf8_lossy(&items[1])
                         )));
                     }
                     segment = pos + len;
@@ -148,17 +149,13 @@ pub fn check_increment(file: &[u8]) -> Result<Increment, Damage> {
                 pos += len;
             }
             Ok(None) => {
-                // A torn write is a prefix of one segment and its LH.CRC: a
-                // whole LH.CRC record after the last verified segment means
-                // a record's length was damaged, and the bytes that look
-                // torn were written, checksummed, and fsynced.
+                // A torn write is a prefix of one segment and its LH.CRC.
+                // Bytes that end with a whole LH.CRC record, or after which
+                // whole segments verify again, were written whole: a
+                // record's length was damaged (a value may itself hold the
+                // bytes of an LH.CRC record, which proves nothing alone).
                 let tail = &file[segment..];
-                let head = b"*2\r\n$6\r\nLH.CRC\r\n$8\r\n";
-                let whole_crc = tail
-                    .windows(head.len())
-                    .position(|w| w == head)
-                    .is_some_and(|p| p + SEGMENT_CRC_LEN <= tail.len());
-                if whole_crc {
+                if damaged_not_torn(tail) {
                     return Err(Damage::Corrupt(format!(
                         "a record's length at or after byte {segment} runs past later checksummed segments"
                     )));
@@ -173,6 +170,57 @@ pub fn check_increment(file: &[u8]) -> Result<Increment, Damage> {
             }
         }
     }
+}
+
+/// Whether bytes that do not decode after the last verified segment are a
+/// damaged length rather than a torn write: they end with a whole LH.CRC
+/// record, or whole segments verify after one inside them.
+fn damaged_not_torn(tail: &[u8]) -> bool {
+    let head = b"*2\r\n$6\r\nLH.CRC\r\n$8\r\n";
+    let is_crc_at = |p: usize| {
+        tail.get(p..p + SEGMENT_CRC_LEN)
+            .is_some_and(|r| r.starts_with(head) && r.ends_with(b"\r\n"))
+    };
+    if tail.len() >= SEGMENT_CRC_LEN && is_crc_at(tail.len() - SEGMENT_CRC_LEN) {
+        return true;
+    }
+    let mut from = 0;
+    while let Some(p) = tail[from..].windows(head.len()).position(|w| w == head) {
+        let after = from + p + SEGMENT_CRC_LEN;
+        if is_crc_at(from + p)
+            && after < tail.len()
+            && check_increment(&tail[after..]).is_ok_and(|i| i.verified > 0)
+        {
+            return true;
+        }
+        from += p + 1;
+    }
+    false
+}
+
+/// The end of the RESP array of bulk strings that starts at `at` in
+/// `buf` (a record of the stream), if it is whole there.
+pub fn record_end(buf: &[u8], at: usize) -> Option<usize> {
+    let line = |from: usize| -> Option<(i64, usize)> {
+        let end = from + buf.get(from..)?.windows(2).position(|w| w == b"\r\n")?;
+        let n = leasehold_protocol::int::parse_i64(buf.get(from + 1..end)?)?;
+        Some((n, end + 2))
+    };
+    if buf.get(at) != Some(&b'*') {
+        return None;
+    }
+    let (items, mut pos) = line(at)?;
+    for _ in 0..items.max(0) {
+        if buf.get(pos) != Some(&b'$') {
+            return None;
+        }
+        let (len, start) = line(pos)?;
+        pos = start + usize::try_from(len).ok()? + 2;
+        if pos > buf.len() {
+            return None;
+        }
+    }
+    Some(pos)
 }
 
 /// One line of the manifest.
@@ -204,6 +252,10 @@ pub fn parse_manifest(text: &str) -> Result<Vec<ManifestEntry>, String> {
             return Err(bad());
         }
         let seq = w[3].parse().map_err(|_| bad())?;
+        // A name, never a path: nothing outside the log's directory.
+        if w[1].contains('/') || w[1] == "." || w[1] == ".." {
+            return Err(bad());
+        }
         let kind = match w[5] {
             "b" => 'b',
             "h" => 'h',
@@ -307,10 +359,34 @@ mod tests {
         g[at + 1] = b'9';
         g.insert(at + 2, b'9');
         assert!(matches!(check_increment(&g), Err(Damage::Corrupt(_))));
+        // A torn write whose value holds the bytes of an LH.CRC record is
+        // still a torn write.
+        let mut torn = f[..clean].to_vec();
+        torn.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n");
+        torn.extend_from_slice(&segment_crc(7));
+        torn.extend_from_slice(b"more of the value");
+        assert_eq!(
+            check_increment(&torn),
+            Ok(Increment {
+                verified: clean,
+                torn: torn.len() - clean
+            })
+        );
         // A flipped byte inside a verified segment's value: corrupt.
         let mut g = f.clone();
         g[seg.len() - 3] = b'x';
         assert!(matches!(check_increment(&g), Err(Damage::Corrupt(_))));
+    }
+
+    #[test]
+    fn record_end_finds_each_whole_record() {
+        let a = b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n";
+        let b = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n";
+        let buf = [&a[..], &b[..]].concat();
+        assert_eq!(record_end(&buf, 0), Some(a.len()));
+        assert_eq!(record_end(&buf, a.len()), Some(buf.len()));
+        assert_eq!(record_end(&buf[..buf.len() - 1], a.len()), None);
+        assert_eq!(record_end(b"PING\r\n", 0), None);
     }
 
     #[test]
@@ -329,5 +405,6 @@ mod tests {
         ];
         assert_eq!(parse_manifest(&render_manifest(&e)), Ok(e));
         assert!(parse_manifest("file x seq one type b\n").is_err());
+        assert!(parse_manifest("file ../victim.aof seq 1 type i\n").is_err());
     }
 }

@@ -34,7 +34,14 @@ pub struct Backlog {
     ring: Mutex<Ring>,
     grown: Condvar,
     durable: Durable,
+    /// The position of a follower that must never fall behind (the
+    /// append-only log's copier), `u64::MAX` for none: an append that would
+    /// overwrite bytes it has not read grows the ring instead.
+    pinned: std::sync::atomic::AtomicU64,
 }
+
+/// The most a pinned follower may keep the ring growing to, bytes.
+const PIN_LIMIT: usize = 1 << 30;
 
 /// `appendfsync always`: writers wait after their append until the
 /// append-only log has fsynced past it, so no reply leaves before its
@@ -76,7 +83,20 @@ impl Backlog {
             }),
             grown: Condvar::new(),
             durable: Durable::default(),
+            pinned: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Keeps every byte from `pos` on until the next call (see
+    /// [`Backlog::unpin`]).
+    pub fn pin(&self, pos: u64) {
+        self.pinned.store(pos, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Ends [`Backlog::pin`].
+    pub fn unpin(&self) {
+        self.pinned
+            .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes writers wait for [`Backlog::mark_synced`] after each append
@@ -126,7 +146,17 @@ impl Backlog {
     pub fn append(&self, parts: &[&[u8]]) -> u64 {
         let mut r = self.ring.lock();
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if total > r.buf.len() / 2 {
+        let pinned = self.pinned.load(std::sync::atomic::Ordering::SeqCst);
+        let unread = (r.offset + total as u64).saturating_sub(pinned) as usize;
+        if pinned != u64::MAX && unread > r.buf.len() && unread <= PIN_LIMIT {
+            // The log's copier has not read what this would overwrite.
+            let grown = (unread * 2).next_power_of_two();
+            tracing::info!(
+                "replication: backlog grows from {} to {grown} bytes: the append-only log has {unread} bytes to read",
+                r.buf.len()
+            );
+            r.grow(grown);
+        } else if total > r.buf.len() / 2 {
             // A record this big would leave a reader that has not copied it
             // yet behind the ring: keep room for twice it, from now on.
             let grown = (total * 2).next_power_of_two();

@@ -133,11 +133,13 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             let (alive_ref, out_ref, backlog) = (&alive, &out, &repl.backlog);
             let stop = move |_| stopped(shared, alive_ref, generation);
             let copier = s.spawn(move || {
-                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, READ_MAX, stop).map_err(|e| {
-                    other(format!(
-                        "replica stream: {e} (client-output-buffer-limit replica)"
-                    ))
-                })
+                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, READ_MAX, false, stop).map_err(
+                    |e| {
+                        other(format!(
+                            "replica stream: {e} (client-output-buffer-limit replica)"
+                        ))
+                    },
+                )
             });
             let sent = (|| {
                 if let Some(cut) = cut {

@@ -47,7 +47,8 @@ impl Outbuf {
 /// position copied up to) says so. With `max_read` `usize::MAX` every copy
 /// reaches the stream's end at that moment, which is a record boundary
 /// (the backlog takes whole records), so `out` always ends with a whole
-/// record.
+/// record. `pinned`: the backlog keeps every byte this copier has not read
+/// yet (`Backlog::pin`; one pinned copier at a time, the append-only log's).
 ///
 /// # Errors
 /// The backlog wrapped past the copier (it fell behind by more than the
@@ -59,6 +60,7 @@ pub fn copy_stream(
     out: &Outbuf,
     limit: usize,
     max_read: usize,
+    pinned: bool,
     stopped: impl Fn(u64) -> bool,
 ) -> Result<(), String> {
     let mut pos = from;
@@ -68,7 +70,12 @@ pub fn copy_stream(
             chunk.clear();
             match backlog.read(pos, max_read, &mut chunk) {
                 Ok(0) => break,
-                Ok(n) => pos += n as u64,
+                Ok(n) => {
+                    pos += n as u64;
+                    if pinned {
+                        backlog.pin(pos);
+                    }
+                }
                 Err(Gap::Gone) => return Err("fell behind the backlog".into()),
                 Err(Gap::Ahead) => return Err("the stream restarted".into()),
             }
