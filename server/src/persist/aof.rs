@@ -30,6 +30,9 @@ use crate::persist::format::{crc32, record_end, segment_crc};
 use crate::replication::outbuf::{copy_stream, Outbuf};
 use crate::state::Shared;
 
+/// Most stream bytes the writer may have left to write before shards wait
+/// (under `everysec` and `no`): what a `kill -9` can lose at most.
+const WRITE_LAG: u64 = 4 << 20;
 /// A log segment's size, about: the records up to the first that passes it.
 const SEGMENT: usize = 1 << 20;
 /// Most stream bytes the writer's buffer holds unwritten.
@@ -164,6 +167,8 @@ impl Writer {
     /// the manifest): under `appendfsync always` writers wait for it.
     pub fn arm(&self, shared: &Shared) {
         self.state.armed.store(true, Ordering::SeqCst);
+        shared.repl.backlog.mark_written(self.pos());
+        shared.repl.backlog.set_write_lag(WRITE_LAG);
         if Fsync::of(shared) == Fsync::Always {
             shared.repl.backlog.set_sync_always(true);
         }
@@ -210,6 +215,7 @@ impl Writer {
             let _ = t.join();
         }
         shared.repl.backlog.set_sync_always(false);
+        shared.repl.backlog.set_write_lag(0);
     }
 }
 
@@ -252,6 +258,7 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
                 break;
             }
             state.pos.store(pos, Ordering::SeqCst);
+            shared.repl.backlog.mark_written(pos);
             let stop_at = state.stop_at.load(Ordering::SeqCst);
             let stopping =
                 pos >= stop_at || state.copier_done.load(Ordering::SeqCst) && chunk.is_empty();
@@ -298,6 +305,7 @@ fn write_loop(shared: &Shared, mut file: File, state: &State, out: &Outbuf) {
             .get_or_insert(format!("append-only log write: {e}"));
     }
     shared.repl.backlog.set_sync_always(false);
+    shared.repl.backlog.set_write_lag(0);
 }
 
 /// Appends `bytes` (whole records) as segments of about [`SEGMENT`]

@@ -53,6 +53,11 @@ struct Durable {
     /// The offset the log has fsynced up to.
     synced: Mutex<u64>,
     moved: Condvar,
+    /// The offset the log has written (not yet fsynced) up to.
+    written: std::sync::atomic::AtomicU64,
+    /// Under the other policies, most stream bytes the log may have left
+    /// to write before writers wait (0: no log, no limit).
+    lag_limit: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Backlog {
@@ -108,6 +113,28 @@ impl Backlog {
         self.durable.moved.notify_all();
     }
 
+    /// Bounds how far the append-only log's writing may lag the stream
+    /// (bytes; 0 for no bound): a writer that published past it waits, so
+    /// a `kill -9` loses at most that much of what was acknowledged.
+    pub fn set_write_lag(&self, limit: u64) {
+        use std::sync::atomic::Ordering;
+        let _s = self.durable.synced.lock();
+        self.durable.lag_limit.store(limit, Ordering::SeqCst);
+        self.durable.moved.notify_all();
+    }
+
+    /// The append-only log has written the stream up to `offset`.
+    pub fn mark_written(&self, offset: u64) {
+        use std::sync::atomic::Ordering;
+        let d = &self.durable;
+        if d.written.fetch_max(offset, Ordering::SeqCst) < offset
+            && d.lag_limit.load(Ordering::Relaxed) > 0
+        {
+            let _s = d.synced.lock();
+            d.moved.notify_all();
+        }
+    }
+
     /// Whether writers wait for the append-only log (`appendfsync always`).
     pub fn sync_always(&self) -> bool {
         self.durable
@@ -126,18 +153,27 @@ impl Backlog {
     }
 
     /// Under `appendfsync always`, waits until the log has fsynced up to
-    /// `offset` (or stops asking writers to wait); otherwise returns at once.
+    /// `offset` (or stops asking writers to wait); otherwise, while the log
+    /// runs, until it has written to within its lag limit of `offset`.
     pub fn wait_synced(&self, offset: u64) {
         use std::sync::atomic::Ordering;
-        if !self.durable.always.load(Ordering::Acquire) {
+        let d = &self.durable;
+        if !d.always.load(Ordering::Acquire) {
+            // Otherwise only the write lag is bounded.
+            let behind =
+                |limit: u64| limit > 0 && d.written.load(Ordering::Acquire) + limit < offset;
+            if !behind(d.lag_limit.load(Ordering::Acquire)) {
+                return;
+            }
+            let mut s = d.synced.lock();
+            while behind(d.lag_limit.load(Ordering::Acquire)) {
+                let _ = d.moved.wait_for(&mut s, Duration::from_millis(100));
+            }
             return;
         }
-        let mut s = self.durable.synced.lock();
-        while *s < offset && self.durable.always.load(Ordering::Acquire) {
-            let _ = self
-                .durable
-                .moved
-                .wait_for(&mut s, Duration::from_millis(100));
+        let mut s = d.synced.lock();
+        while *s < offset && d.always.load(Ordering::Acquire) {
+            let _ = d.moved.wait_for(&mut s, Duration::from_millis(100));
         }
     }
 
