@@ -123,7 +123,10 @@ fn whole_seconds_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-fn sf_string(out: &mut String, s: &str) {
+/// Appends `s` to `out` as a structured-field string (RFC 8941 `sf-string`,
+/// as the RateLimit headers carry names): `"name"`, with `"` and `\\`
+/// escaped and characters outside printable ASCII written as `?`.
+pub fn sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

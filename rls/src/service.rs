@@ -470,22 +470,10 @@ fn pb_duration(d: Duration) -> PbDuration {
     }
 }
 
-/// A structured-field string: `"name"`, with `"` and `\\` escaped and
-/// bytes outside printable ASCII as `?` (as the RateLimit headers render it).
+/// A structured-field string (see [`leasehold_client::decision::sf_string`]).
 fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
+    leasehold_client::decision::sf_string(&mut out, s);
     out
 }
 
