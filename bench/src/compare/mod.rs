@@ -19,6 +19,8 @@
 //!   Sentinel failover.
 //! - [`persistence`]: throughput with the append-only log, BGSAVE, and a
 //!   restart from the log.
+//! - [`with_without`]: what those two share: the throughput rows on a
+//!   server without and with the feature, and their tables.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
@@ -31,6 +33,7 @@ pub mod redis_benchmark;
 pub mod replication;
 pub mod servers;
 pub mod table;
+pub mod with_without;
 pub mod workloads;
 
 use std::path::{Path, PathBuf};

@@ -13,12 +13,12 @@ pub mod render;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::replication;
 use super::replication::nodes::{dbsize, info, wait_until};
 use super::replication::probe::{Probe, Samples};
-use super::replication::{self, KINDS};
 use super::servers::{self, Kind, Server};
-use super::table::SideResult;
-use super::workloads::{self, Side, Workload};
+use super::with_without::{self, Names, Row, Setups, KINDS};
+use super::workloads::{self, Side};
 use super::Runner;
 use crate::resp::info_field;
 
@@ -80,34 +80,24 @@ impl Settings {
     }
 }
 
-/// Index of a throughput cell: Redis without the log, Redis with it,
-/// Leasehold without, Leasehold with.
-pub fn cell(kind: Kind, with_log: bool) -> usize {
-    replication::cell(kind, with_log)
-}
+/// This section's set-ups: each kind without persistence and with the log.
+pub const NAMES: Names = Names {
+    section: "persistence",
+    without_label: " without persistence",
+    with_label: " with log",
+    without_column: "without",
+    with_column: "with log",
+    both: "with log",
+};
 
-/// "Redis, log" / "Leasehold, no persistence".
+/// "Redis with log" / "Leasehold without persistence".
 pub fn setup_label(kind: Kind, with_log: bool) -> String {
-    format!(
-        "{}{}",
-        kind.label(),
-        if with_log {
-            " with log"
-        } else {
-            " without persistence"
-        }
-    )
+    NAMES.label(kind, with_log)
 }
 
-/// One throughput row on the four set-ups.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ThroughputRow {
-    /// What was run.
-    pub workload: Workload,
-    /// Indexed by [`cell`].
-    pub cells: [SideResult; 4],
-    /// CPU seconds each server used over its runs, indexed by [`cell`].
-    pub cpu: [f64; 4],
+/// What a throughput row records about the log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogStats {
     /// Log rewrites (INFO `aof_rewrites`) during the runs with the log,
     /// Redis then Leasehold: the automatic ones, at 64 MB and 100% growth.
     pub rewrites: [u64; 2],
@@ -116,26 +106,11 @@ pub struct ThroughputRow {
     pub delayed_fsyncs: [u64; 2],
 }
 
-impl ThroughputRow {
-    /// Requests answered over the runs of cell `c`.
-    pub fn requests(&self, c: usize) -> u64 {
-        match &self.cells[c] {
-            SideResult::Runs(r) => r.iter().map(|r| r.requests).sum(),
-            _ => 0,
-        }
-    }
-}
+/// One throughput row on the four set-ups.
+pub type ThroughputRow = Row<LogStats>;
 
-/// The throughput part: rows, and the command lines behind them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Throughput {
-    /// The four servers' command lines.
-    pub servers: Vec<String>,
-    /// The rows.
-    pub rows: Vec<ThroughputRow>,
-    /// Each load run's command line, with a `#` title line.
-    pub commands: Vec<String>,
-}
+/// The throughput part; its servers are the four servers, in cell order.
+pub type Throughput = with_without::Throughput<LogStats>;
 
 /// The BGSAVEs of one server.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,22 +203,13 @@ impl Section {
     }
 }
 
-/// Whether `bin --version` runs.
-fn runs(bin: &Path) -> bool {
-    std::process::Command::new(bin)
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Runs the section. Every server has a directory of its own under one
 /// temporary directory, removed at the end.
 pub fn run(s: &Settings, runner: &Runner) -> Section {
     let started = Instant::now();
     let load_at_start = super::doc::load_average();
     let mut section = Section::new(s);
-    if !runs(&s.redis_bin) {
+    if !with_without::runs(&s.redis_bin) {
         section.skipped = Some(format!(
             "`{} --version` does not run: Redis is needed to compare against",
             s.redis_bin.display()
@@ -269,13 +235,7 @@ pub fn run(s: &Settings, runner: &Runner) -> Section {
     section.restart_snapshot = snapshot;
     section.restart_log = log;
     let _ = std::fs::remove_dir_all(&dir);
-    section.facts = format!(
-        "commit {}, {} UTC; load average (1/5/15 min) at start {load_at_start}, at end {}; took {:.0} s",
-        super::doc::commit(),
-        super::doc::output("date", &["-u", "+%Y-%m-%d %H:%M"]),
-        super::doc::load_average(),
-        started.elapsed().as_secs_f64()
-    );
+    section.facts = with_without::facts(started, &load_at_start);
     section
 }
 
@@ -306,76 +266,47 @@ fn throughput(s: &Settings, runner: &Runner) -> Result<Throughput, String> {
         )?;
         servers.push(with);
     }
-    let mut out = Throughput {
-        servers: servers.iter().map(|x| x.command_line.clone()).collect(),
-        rows: replication::rows()
-            .into_iter()
-            .map(|workload| ThroughputRow {
-                workload,
-                cells: std::array::from_fn(|_| SideResult::Runs(Vec::new())),
-                cpu: [0.0; 4],
-                rewrites: [0; 2],
-                delayed_fsyncs: [0; 2],
-            })
-            .collect(),
-        commands: Vec::new(),
-    };
-    for round in 0..s.rounds {
-        for (i, row) in out.rows.iter_mut().enumerate() {
-            for k in 0..4 {
-                // Rotate which set-up goes first so none always runs warm.
-                let c = (k + round + i) % 4;
-                let (kind, with) = (KINDS[c / 2], c % 2 == 1);
-                let server = &servers[c];
-                let w = &row.workload;
-                let a = runner.throughput_args(server, w, w.side(kind));
-                let label = setup_label(kind, with);
-                if round == 0 {
-                    out.commands.push(format!(
-                        "# {} -P {} on {label}\n{}",
-                        w.name,
-                        w.pipeline,
-                        runner.command_line(&a)
-                    ));
-                }
-                let counters = |x: &Server| {
-                    [
-                        persistence_field(x, "aof_rewrites").unwrap_or(0),
-                        persistence_field(x, "aof_delayed_fsync").unwrap_or(0),
-                    ]
-                };
-                let before = (server.cpu_seconds().unwrap_or(0.0), counters(server));
-                let result = runner.run(&a);
-                let after = counters(server);
-                if with {
-                    row.rewrites[c / 2] += after[0].saturating_sub(before.1[0]);
-                    row.delayed_fsyncs[c / 2] += after[1].saturating_sub(before.1[1]);
-                }
-                if result.is_ok() {
-                    row.cpu[c] += server.cpu_seconds().unwrap_or(0.0) - before.0;
-                }
-                let SideResult::Runs(runs) = &mut row.cells[c] else {
-                    continue;
-                };
-                match result {
-                    Ok(r) => {
-                        eprintln!(
-                            "[persistence {}/{}] {} -P {} {label}: {:.0} ops/s, p99 {:.3} ms",
-                            round + 1,
-                            s.rounds,
-                            w.name,
-                            w.pipeline,
-                            r.ops_per_sec,
-                            r.latency_ms.p99
-                        );
-                        runs.push(r);
-                    }
-                    Err(err) => row.cells[c] = SideResult::Failed(err),
-                }
-            }
+    let lines = servers.iter().map(|x| x.command_line.clone()).collect();
+    Ok(with_without::measure(
+        &Servers(servers),
+        &NAMES,
+        runner,
+        s.rounds,
+        lines,
+    ))
+}
+
+/// The four servers, indexed by cell.
+struct Servers(Vec<Server>);
+
+/// INFO `aof_rewrites` and `aof_delayed_fsync` of `server` (0 if missing).
+fn log_counters(server: &Server) -> [u64; 2] {
+    [
+        persistence_field(server, "aof_rewrites").unwrap_or(0),
+        persistence_field(server, "aof_delayed_fsync").unwrap_or(0),
+    ]
+}
+
+impl Setups for Servers {
+    type Extra = LogStats;
+    /// [`log_counters`] before the run.
+    type Before = [u64; 2];
+
+    fn server(&self, c: usize) -> &Server {
+        &self.0[c]
+    }
+
+    fn before(&self, c: usize) -> [u64; 2] {
+        log_counters(&self.0[c])
+    }
+
+    fn after(&self, c: usize, before: [u64; 2], extra: &mut LogStats) {
+        let after = log_counters(&self.0[c]);
+        if c % 2 == 1 {
+            extra.rewrites[c / 2] += after[0].saturating_sub(before[0]);
+            extra.delayed_fsyncs[c / 2] += after[1].saturating_sub(before[1]);
         }
     }
-    Ok(out)
 }
 
 /// A server of `kind` whose files go to `dir` (made empty first), with

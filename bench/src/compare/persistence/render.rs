@@ -3,13 +3,18 @@
 use std::time::Duration;
 
 use super::{
-    cell, setup_label, Restart, Section, ThroughputRow, BASELINE, BGSAVE_ROUNDS_PER_ROUND,
-    INCREMENT_SHARE, LOG_FLAGS, POLL, PROBES,
+    Restart, Section, ThroughputRow, BASELINE, BGSAVE_ROUNDS_PER_ROUND, INCREMENT_SHARE, LOG_FLAGS,
+    NAMES, POLL, PROBES,
 };
 use crate::compare::replication::probe::{Samples, LATENCY_PAUSE};
-use crate::compare::replication::KINDS;
 use crate::compare::servers::Kind;
-use crate::compare::table::{median, noisy_note, thousands, SideResult};
+use crate::compare::table::{median, thousands};
+use crate::compare::with_without::render::{
+    commands_block, cpu_table, ms, row_verdicts, sh_block, throughput_table, x, OverRedis,
+};
+use crate::compare::with_without::{kind_index, rows_of};
+
+pub use crate::compare::with_without::render::Verdict;
 
 /// The section's heading line.
 pub const HEADING: &str = "## Persistence";
@@ -20,168 +25,41 @@ pub const WITH_OVER_WITHOUT: f64 = 0.85;
 /// above.
 pub const OVER_REDIS: f64 = 1.0;
 
-/// One target and whether the run met it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    /// What is asked, with the threshold.
-    pub goal: String,
-    /// What was measured.
-    pub measured: String,
-    /// Met or not (`None`: nothing measured).
-    pub met: Option<bool>,
-}
-
-fn ratio(row: &ThroughputRow, a: usize, b: usize) -> Option<f64> {
-    match (row.cells[a].median_ops(), row.cells[b].median_ops()) {
-        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-        _ => None,
-    }
-}
-
 /// The targets, checked against what `section` measured.
 pub fn verdicts(section: &Section) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let (redis_with, lh_without, lh_with) = (
-        cell(Kind::Redis, true),
-        cell(Kind::Leasehold, false),
-        cell(Kind::Leasehold, true),
-    );
-    let rows = section
-        .throughput
-        .as_ref()
-        .map(|t| t.rows.as_slice())
-        .unwrap_or_default();
-    let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}x"));
-    for row in rows {
-        let name = row.workload.name;
-        let v = ratio(row, lh_with, lh_without);
-        out.push(Verdict {
-            goal: format!(
-                "{name}: Leasehold with log / Leasehold without persistence >= {WITH_OVER_WITHOUT:.2}x"
-            ),
-            measured: x(v),
-            met: v.map(|v| v >= WITH_OVER_WITHOUT),
-        });
-        let what = if row.workload.redis.script.is_some() {
-            "Lua"
-        } else {
-            "Redis"
-        };
-        let v = ratio(row, lh_with, redis_with);
-        out.push(Verdict {
-            goal: format!("{name}: Leasehold with log / {what} with log > {OVER_REDIS:.2}x"),
-            measured: x(v),
-            met: v.map(|v| v > OVER_REDIS),
-        });
-    }
-    out
-}
-
-fn ms(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.3}"))
+    let rows = rows_of(&section.throughput);
+    row_verdicts(rows, &NAMES, WITH_OVER_WITHOUT, |_| OverRedis {
+        min: OVER_REDIS,
+        strictly: true,
+    })
 }
 
 fn secs(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.2}"))
 }
 
-fn x(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.2}x"))
-}
-
-fn ops(row: &ThroughputRow, c: usize) -> String {
-    match &row.cells[c] {
-        SideResult::Failed(_) => "failed".into(),
-        s => s.median_ops().map_or("-".into(), thousands),
-    }
-}
-
-fn throughput_table(rows: &[ThroughputRow]) -> String {
-    let mut s = String::from(
-        "| workload | -P | Redis without ops/s | Redis with log ops/s | Leasehold without ops/s | \
-         Leasehold with log ops/s | Redis with / without | Leasehold with / without | \
-         Leasehold / Redis, both with log | Redis with log p99 ms | Leasehold with log p99 ms | notes |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-    );
-    for row in rows {
+/// The throughput table, with the log's rewrites and delayed fsyncs in
+/// the notes.
+fn log_throughput_table(rows: &[ThroughputRow]) -> String {
+    throughput_table(rows, &NAMES, |row, kind, with| {
+        let k = kind_index(kind);
         let mut notes = Vec::new();
-        for kind in KINDS {
-            for with in [false, true] {
-                let c = &row.cells[cell(kind, with)];
-                let label = setup_label(kind, with);
-                notes.extend(noisy_note(&label, c.spread()));
-                if let SideResult::Failed(why) = c {
-                    notes.push(format!("{label} failed: {why}"));
-                }
-            }
-            let k = usize::from(kind == Kind::Leasehold);
-            if row.rewrites[k] > 0 {
-                notes.push(format!(
-                    "{}: {} automatic log rewrite(s) during the runs",
-                    kind.label(),
-                    row.rewrites[k]
-                ));
-            }
-            if row.delayed_fsyncs[k] > 0 {
-                notes.push(format!(
-                    "{}: {} delayed fsync(s)",
-                    kind.label(),
-                    row.delayed_fsyncs[k]
-                ));
-            }
-        }
-        let p99 = |kind| ms(row.cells[cell(kind, true)].median_p99());
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            row.workload.name,
-            row.workload.pipeline,
-            ops(row, cell(Kind::Redis, false)),
-            ops(row, cell(Kind::Redis, true)),
-            ops(row, cell(Kind::Leasehold, false)),
-            ops(row, cell(Kind::Leasehold, true)),
-            x(ratio(
-                row,
-                cell(Kind::Redis, true),
-                cell(Kind::Redis, false)
-            )),
-            x(ratio(
-                row,
-                cell(Kind::Leasehold, true),
-                cell(Kind::Leasehold, false)
-            )),
-            x(ratio(
-                row,
-                cell(Kind::Leasehold, true),
-                cell(Kind::Redis, true)
-            )),
-            p99(Kind::Redis),
-            p99(Kind::Leasehold),
-            notes.join("; ").replace('|', "\\|"),
-        ));
-    }
-    s
-}
-
-fn cpu_table(rows: &[ThroughputRow]) -> String {
-    let mut s = String::from(
-        "| workload | server | without persistence | with log |\n|---|---|---:|---:|\n",
-    );
-    let per_million = |row: &ThroughputRow, c: usize| match row.requests(c) {
-        0 => "-".into(),
-        n => format!("{:.2}", row.cpu[c] / n as f64 * 1e6),
-    };
-    for row in rows {
-        for kind in KINDS {
-            s.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                row.workload.name,
+        if with && row.extra.rewrites[k] > 0 {
+            notes.push(format!(
+                "{}: {} automatic log rewrite(s) during the runs",
                 kind.label(),
-                per_million(row, cell(kind, false)),
-                per_million(row, cell(kind, true)),
+                row.extra.rewrites[k]
             ));
         }
-    }
-    s
+        if with && row.extra.delayed_fsyncs[k] > 0 {
+            notes.push(format!(
+                "{}: {} delayed fsync(s)",
+                kind.label(),
+                row.extra.delayed_fsyncs[k]
+            ));
+        }
+        notes
+    })
 }
 
 fn samples_note(what: &str, s: &Samples) -> Option<String> {
@@ -189,6 +67,14 @@ fn samples_note(what: &str, s: &Samples) -> Option<String> {
         (Some(why), n) if n > 0 => Some(format!("{what}: {n} missed ({why})")),
         _ => None,
     }
+}
+
+/// Leasehold's values over Redis's, each (`None` where Redis's is not
+/// above 0), if both kinds have values.
+fn leasehold_over_redis<const N: usize>(v: &[(Kind, [f64; N])]) -> Option<[Option<f64>; N]> {
+    let of = |kind| v.iter().find(|m| m.0 == kind).map(|m| m.1);
+    let (r, l) = (of(Kind::Redis)?, of(Kind::Leasehold)?);
+    Some(std::array::from_fn(|i| (r[i] > 0.0).then(|| l[i] / r[i])))
 }
 
 fn took_cells(took: &[Duration]) -> (String, Option<f64>) {
@@ -209,14 +95,14 @@ fn bgsave_table(section: &Section) -> String {
          SET max ms during | samples during | notes |\n\
          |---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
-    let mut medians: Vec<(Kind, f64, f64)> = Vec::new();
+    let mut medians: Vec<(Kind, [f64; 2])> = Vec::new();
     for (kind, r) in &section.bgsave {
         match r {
             Ok(b) => {
                 let (each, med) = took_cells(&b.took);
                 let per_key = b.file_bytes as f64 / b.keys.max(1) as f64;
                 if let Some(m) = med {
-                    medians.push((*kind, m, per_key));
+                    medians.push((*kind, [m, per_key]));
                 }
                 let notes: Vec<String> = PROBES
                     .iter()
@@ -249,14 +135,11 @@ fn bgsave_table(section: &Section) -> String {
             )),
         }
     }
-    if let (Some(r), Some(l)) = (
-        medians.iter().find(|m| m.0 == Kind::Redis),
-        medians.iter().find(|m| m.0 == Kind::Leasehold),
-    ) {
+    if let Some([time, per_key]) = leasehold_over_redis(&medians) {
         s.push_str(&format!(
             "\nLeasehold / Redis: BGSAVE time {}, bytes per key {}.\n",
-            x((r.1 > 0.0).then(|| l.1 / r.1)),
-            x((r.2 > 0.0).then(|| l.2 / r.2)),
+            x(time),
+            x(per_key),
         ));
     }
     s
@@ -278,14 +161,14 @@ fn restart_table(rows: &[(Kind, Result<Restart, String>)], log: bool) -> String 
              |---|---:|---:|---|---:|---|\n",
         )
     };
-    let mut medians: Vec<(Kind, f64)> = Vec::new();
+    let mut medians: Vec<(Kind, [f64; 1])> = Vec::new();
     for (kind, r) in rows {
         match r {
             Ok(r) => {
                 let (mut each, med) = took_cells(&r.took);
                 // A failed round leaves no median to compare.
                 if let (Some(m), None) = (med, &r.failure) {
-                    medians.push((*kind, m));
+                    medians.push((*kind, [m]));
                 }
                 let mut notes = Vec::new();
                 if let Some(first) = r.early_pongs.iter().min() {
@@ -333,42 +216,14 @@ fn restart_table(rows: &[(Kind, Result<Restart, String>)], log: bool) -> String 
             }
         }
     }
-    if let (Some(r), Some(l)) = (
-        medians.iter().find(|m| m.0 == Kind::Redis),
-        medians.iter().find(|m| m.0 == Kind::Leasehold),
-    ) {
-        s.push_str(&format!(
-            "\nLeasehold / Redis: restart time {}.\n",
-            x((r.1 > 0.0).then(|| l.1 / r.1))
-        ));
+    if let Some([time]) = leasehold_over_redis(&medians) {
+        s.push_str(&format!("\nLeasehold / Redis: restart time {}.\n", x(time)));
     }
     s
-}
-
-fn sh_block(lines: &[String]) -> String {
-    format!("```sh\n{}\n```\n", lines.join("\n"))
 }
 
 fn targets(section: &Section) -> String {
-    let v = verdicts(section);
-    let met = v.iter().filter(|v| v.met == Some(true)).count();
-    let mut s = format!(
-        "**Targets: {met} of {} met.**\n\n| target | measured | result |\n|---|---:|---|\n",
-        v.len()
-    );
-    for t in &v {
-        s.push_str(&format!(
-            "| {} | {} | {} |\n",
-            t.goal,
-            t.measured,
-            match t.met {
-                Some(true) => "met",
-                Some(false) => "not met",
-                None => "not measured",
-            }
-        ));
-    }
-    s
+    crate::compare::with_without::render::targets(&verdicts(section))
 }
 
 /// A line for each restart that failed, so a failure is not only a note in
@@ -456,13 +311,17 @@ pub fn section(sec: &Section) -> String {
                  both servers rewrite it automatically when it passes 64 MB (the notes count the rewrites).\n\n",
                 sec.rounds, sec.duration
             ));
-            s.push_str(&throughput_table(&t.rows));
+            s.push_str(&log_throughput_table(&t.rows));
             s.push_str(
                 "\nCPU seconds per million requests (user + system from `/proc/<pid>/stat`, summed over the \
                  runs; the log's writer and fsync threads are Leasehold's own; a Redis rewrite runs in a forked \
                  child, which is not counted):\n\n",
             );
-            s.push_str(&cpu_table(&t.rows));
+            s.push_str(&cpu_table(
+                &t.rows,
+                &["without persistence", "with log"],
+                |_, _| Vec::new(),
+            ));
             s.push_str("\nServers and load runs (ports are the free ones this run picked):\n\n");
             let mut lines = t.servers.clone();
             lines.extend(t.commands.iter().cloned());
@@ -498,10 +357,7 @@ pub fn section(sec: &Section) -> String {
     ));
     s.push_str(&bgsave_table(sec));
     let cmds = bgsave_commands(sec);
-    if !cmds.is_empty() {
-        s.push('\n');
-        s.push_str(&sh_block(&cmds));
-    }
+    s.push_str(&commands_block(&cmds));
     let keys = sec
         .restart_snapshot
         .iter()
@@ -536,10 +392,7 @@ pub fn section(sec: &Section) -> String {
     s.push_str(&restart_table(&sec.restart_log, true));
     let mut cmds = restart_commands(&sec.restart_snapshot, "snapshot");
     cmds.extend(restart_commands(&sec.restart_log, "log"));
-    if !cmds.is_empty() {
-        s.push('\n');
-        s.push_str(&sh_block(&cmds));
-    }
+    s.push_str(&commands_block(&cmds));
     s.push('\n');
     s
 }
@@ -553,29 +406,7 @@ pub fn splice(page: &str, section: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::persistence::{Bgsave, Throughput, ThroughputRow};
-
-    fn runs(ops: f64) -> SideResult {
-        SideResult::Runs(vec![crate::report::Report {
-            command: "X".into(),
-            connections: 50,
-            pipeline: 16,
-            keyspace: 100_000,
-            distribution: "uniform".into(),
-            requests: ops as u64,
-            errors: 0,
-            first_error: None,
-            seconds: 1.0,
-            ops_per_sec: ops,
-            latency_ms: crate::report::Latency {
-                p50: 1.0,
-                p99: 2.0,
-                p999: 3.0,
-                max: 4.0,
-                mean: 1.0,
-            },
-        }])
-    }
+    use crate::compare::persistence::{Bgsave, LogStats};
 
     fn empty(why: Option<&str>) -> Section {
         Section {
@@ -595,28 +426,17 @@ mod tests {
     #[test]
     fn targets_compare_the_log_cells() {
         // Cells: Redis without, Redis with, Leasehold without, Leasehold with.
-        let rows: Vec<ThroughputRow> = crate::compare::replication::rows()
-            .into_iter()
-            .zip([[100.0, 80.0, 200.0, 180.0], [50.0, 40.0, 300.0, 40.0]])
-            .map(|(workload, ops)| ThroughputRow {
-                workload,
-                cells: ops.map(runs),
-                cpu: [1.0; 4],
-                rewrites: [1, 0],
-                delayed_fsyncs: [0; 2],
-            })
-            .collect();
+        let extra = LogStats {
+            rewrites: [1, 0],
+            delayed_fsyncs: [0; 2],
+        };
+        let ops = [[100.0, 80.0, 200.0, 180.0], [50.0, 40.0, 300.0, 40.0]];
         let sec = Section {
-            throughput: Ok(Throughput {
-                servers: Vec::new(),
-                rows,
-                commands: Vec::new(),
-            }),
+            throughput: Ok(crate::compare::with_without::fixture(ops, extra)),
             ..empty(None)
         };
         let v = verdicts(&sec);
-        let got: Vec<(&str, Option<bool>)> =
-            v.iter().map(|v| (v.measured.as_str(), v.met)).collect();
+        let got = crate::compare::with_without::render::measured(&v);
         assert_eq!(
             got,
             [
@@ -636,6 +456,20 @@ mod tests {
                  Redis: 1 automatic log rewrite(s) during the runs |"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn throughput_and_cpu_headings() {
+        assert!(log_throughput_table(&[]).starts_with(
+            "| workload | -P | Redis without ops/s | Redis with log ops/s | Leasehold without ops/s | \
+             Leasehold with log ops/s | Redis with / without | Leasehold with / without | \
+             Leasehold / Redis, both with log | Redis with log p99 ms | Leasehold with log p99 ms | notes |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        ));
+        assert_eq!(
+            cpu_table::<LogStats>(&[], &["without persistence", "with log"], |_, _| Vec::new()),
+            "| workload | server | without persistence | with log |\n|---|---|---:|---:|\n"
         );
     }
 

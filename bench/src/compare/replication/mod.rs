@@ -15,19 +15,17 @@ pub mod nodes;
 pub mod probe;
 pub mod render;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use self::failover::Failover;
 use self::nodes::Nodes;
 use self::probe::{Probe, Samples};
 use super::servers::{Kind, Server};
-use super::table::SideResult;
-use super::workloads::{self, Workload};
+use super::with_without::{self, kind_index, Names, Row, Setups};
 use super::Runner;
 
-/// The two kinds, Redis first.
-pub const KINDS: [Kind; 2] = [Kind::Redis, Kind::Leasehold];
+pub use super::with_without::{cell, KINDS};
 
 /// What the full sync writes on the primary before the replica is attached.
 pub const FILL_COMMAND: &str = "SET k:__key__ xxx";
@@ -64,53 +62,36 @@ pub struct Settings {
     pub keyspace: u64,
 }
 
-/// Index of a throughput cell: Redis alone, Redis with its replica,
-/// Leasehold alone, Leasehold with its replica.
-pub fn cell(kind: Kind, with_replica: bool) -> usize {
-    let k = usize::from(kind == Kind::Leasehold);
-    2 * k + usize::from(with_replica)
-}
+/// This section's set-ups: each kind's primary alone and with a replica.
+pub const NAMES: Names = Names {
+    section: "replication",
+    without_label: " alone",
+    with_label: " + replica",
+    without_column: "alone",
+    with_column: "+ replica",
+    both: "with replica",
+};
 
-/// One throughput row on the four set-ups.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ThroughputRow {
-    /// What was run.
-    pub workload: Workload,
-    /// Indexed by [`cell`].
-    pub cells: [SideResult; 4],
+/// What a throughput row records about the replicas (the primary's CPU is
+/// in the row itself).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaStats {
     /// Replica lag during the runs with a replica, Redis then Leasehold.
     pub lag: [Samples; 2],
     /// PSYNCs the primary answered during the runs with a replica (its
     /// replica was dropped and came back), Redis then Leasehold.
     pub resyncs: [u64; 2],
-    /// CPU seconds the loaded primary used over the runs, indexed by [`cell`].
-    pub cpu: [f64; 4],
     /// CPU seconds each replica used over the runs with it, Redis then
     /// Leasehold.
     pub replica_cpu: [f64; 2],
 }
 
-impl ThroughputRow {
-    /// Requests answered over the runs of cell `c`.
-    pub fn requests(&self, c: usize) -> u64 {
-        match &self.cells[c] {
-            SideResult::Runs(r) => r.iter().map(|r| r.requests).sum(),
-            _ => 0,
-        }
-    }
-}
+/// One throughput row on the four set-ups.
+pub type ThroughputRow = Row<ReplicaStats>;
 
-/// The throughput part: rows, and the command lines behind them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Throughput {
-    /// The servers: for each kind, the primary alone, the primary with a
-    /// replica, and the replica.
-    pub servers: Vec<String>,
-    /// The rows.
-    pub rows: Vec<ThroughputRow>,
-    /// Each load run's command line, with a `#` title line.
-    pub commands: Vec<String>,
-}
+/// The throughput part; its servers are, for each kind, the primary alone,
+/// the primary with a replica, and the replica.
+pub type Throughput = with_without::Throughput<ReplicaStats>;
 
 /// One full sync.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,15 +146,6 @@ pub struct Section {
     pub facts: String,
 }
 
-/// Whether `redis_bin --version` runs.
-fn runs(bin: &Path) -> bool {
-    std::process::Command::new(bin)
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Runs the section.
 pub fn run(s: &Settings, runner: &Runner) -> Section {
     let started = Instant::now();
@@ -189,7 +161,7 @@ pub fn run(s: &Settings, runner: &Runner) -> Section {
         failover: Vec::new(),
         facts: String::new(),
     };
-    if !runs(&s.redis_bin) {
+    if !with_without::runs(&s.redis_bin) {
         section.skipped = Some(format!(
             "`{} --version` does not run: Redis (and `redis-server --sentinel`) are needed to compare against",
             s.redis_bin.display()
@@ -241,7 +213,7 @@ pub fn run(s: &Settings, runner: &Runner) -> Section {
             [Kind::Leasehold, Kind::Redis]
         };
         for kind in order {
-            let f = &mut section.failover[usize::from(kind == Kind::Leasehold)];
+            let f = &mut section.failover[kind_index(kind)];
             let sdir = dir.join(format!("sentinels-{}-{round}", kind.label()));
             match failover::round(&nodes(kind), &s.redis_bin, &sdir) {
                 Ok((x, setup)) => {
@@ -266,25 +238,8 @@ pub fn run(s: &Settings, runner: &Runner) -> Section {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    section.facts = format!(
-        "commit {}, {} UTC; load average (1/5/15 min) at start {load_at_start}, at end {}; took {:.0} s",
-        super::doc::commit(),
-        super::doc::output("date", &["-u", "+%Y-%m-%d %H:%M"]),
-        super::doc::load_average(),
-        started.elapsed().as_secs_f64()
-    );
+    section.facts = with_without::facts(started, &load_at_start);
     section
-}
-
-/// The throughput rows of this section: SET and TOKENLEASE against the
-/// token-bucket Lua script, at -P 16 on uniform keys.
-pub fn rows() -> Vec<Workload> {
-    let token = workloads::RATE_LIMITS[0].0;
-    workloads::all()
-        .into_iter()
-        .filter(|w| w.pipeline == 16 && w.distribution == "uniform")
-        .filter(|w| w.name == "SET" || w.name == token)
-        .collect()
 }
 
 /// One kind's three throughput servers.
@@ -313,89 +268,60 @@ fn throughput(
             replica,
         });
     }
-    let mut out = Throughput {
-        servers: trios
-            .iter()
-            .flat_map(|t| [&t.alone, &t.primary, &t.replica].map(|x| x.command_line.clone()))
-            .collect(),
-        rows: rows()
-            .into_iter()
-            .map(|workload| ThroughputRow {
-                workload,
-                cells: std::array::from_fn(|_| SideResult::Runs(Vec::new())),
-                lag: Default::default(),
-                resyncs: [0; 2],
-                cpu: [0.0; 4],
-                replica_cpu: [0.0; 2],
-            })
-            .collect(),
-        commands: Vec::new(),
-    };
-    for round in 0..s.rounds {
-        for (i, row) in out.rows.iter_mut().enumerate() {
-            for k in 0..4 {
-                // Rotate which set-up goes first so none always runs warm.
-                let c = (k + round + i) % 4;
-                let (kind, with) = (KINDS[c / 2], c % 2 == 1);
-                let trio = &trios[c / 2];
-                let server = if with { &trio.primary } else { &trio.alone };
-                let w = &row.workload;
-                let a = runner.throughput_args(server, w, w.side(kind));
-                let label = setup_label(kind, with);
-                if round == 0 {
-                    out.commands.push(format!(
-                        "# {} -P {} on {label}\n{}",
-                        w.name,
-                        w.pipeline,
-                        runner.command_line(&a)
-                    ));
-                }
-                let cpu = |x: &Server| x.cpu_seconds().unwrap_or(0.0);
-                let before = (cpu(server), cpu(&trio.replica));
-                let synced = nodes::syncs_served(&trio.primary);
-                let probe = with.then(|| Probe::lag(trio.primary.addr(), trio.replica.addr()));
-                let result = runner.run(&a);
-                if let Some(p) = probe {
-                    row.lag[c / 2].merge(p.finish());
-                    row.replica_cpu[c / 2] += cpu(&trio.replica) - before.1;
-                    if let (Some(a), Some(b)) = (synced, nodes::syncs_served(&trio.primary)) {
-                        row.resyncs[c / 2] += b.saturating_sub(a);
-                    }
-                }
-                if result.is_ok() {
-                    row.cpu[c] += cpu(server) - before.0;
-                }
-                let SideResult::Runs(runs) = &mut row.cells[c] else {
-                    continue;
-                };
-                match result {
-                    Ok(r) => {
-                        eprintln!(
-                            "[replication {}/{}] {} -P {} {label}: {:.0} ops/s, p99 {:.3} ms",
-                            round + 1,
-                            s.rounds,
-                            w.name,
-                            w.pipeline,
-                            r.ops_per_sec,
-                            r.latency_ms.p99
-                        );
-                        runs.push(r);
-                    }
-                    Err(err) => row.cells[c] = SideResult::Failed(err),
-                }
+    let servers = trios
+        .iter()
+        .flat_map(|t| [&t.alone, &t.primary, &t.replica].map(|x| x.command_line.clone()))
+        .collect();
+    Ok(with_without::measure(
+        &Trios(trios),
+        &NAMES,
+        runner,
+        s.rounds,
+        servers,
+    ))
+}
+
+/// Both kinds' trios, Redis first.
+struct Trios(Vec<Trio>);
+
+impl Setups for Trios {
+    type Extra = ReplicaStats;
+    /// The replica's CPU seconds, the primary's PSYNCs served, and the lag
+    /// probe (with a replica only).
+    type Before = (f64, Option<u64>, Option<Probe>);
+
+    fn server(&self, c: usize) -> &Server {
+        let trio = &self.0[c / 2];
+        if c % 2 == 1 {
+            &trio.primary
+        } else {
+            &trio.alone
+        }
+    }
+
+    fn before(&self, c: usize) -> Self::Before {
+        let trio = &self.0[c / 2];
+        let cpu = trio.replica.cpu_seconds().unwrap_or(0.0);
+        let synced = nodes::syncs_served(&trio.primary);
+        let probe = (c % 2 == 1).then(|| Probe::lag(trio.primary.addr(), trio.replica.addr()));
+        (cpu, synced, probe)
+    }
+
+    fn after(&self, c: usize, (cpu, synced, probe): Self::Before, extra: &mut ReplicaStats) {
+        let (trio, k) = (&self.0[c / 2], c / 2);
+        if let Some(p) = probe {
+            extra.lag[k].merge(p.finish());
+            extra.replica_cpu[k] += trio.replica.cpu_seconds().unwrap_or(0.0) - cpu;
+            if let (Some(a), Some(b)) = (synced, nodes::syncs_served(&trio.primary)) {
+                extra.resyncs[k] += b.saturating_sub(a);
             }
         }
     }
-    Ok(out)
 }
 
 /// "Redis alone", "Leasehold + replica" and so on.
 pub fn setup_label(kind: Kind, with_replica: bool) -> String {
-    format!(
-        "{}{}",
-        kind.label(),
-        if with_replica { " + replica" } else { " alone" }
-    )
+    NAMES.label(kind, with_replica)
 }
 
 fn full_sync(nodes: &Nodes, runner: &Runner, keys: u64) -> Result<Sync, String> {

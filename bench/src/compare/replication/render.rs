@@ -3,9 +3,15 @@
 
 use super::nodes::{MASTER, SENTINEL_SETTINGS};
 use super::probe::{Samples, LAG_EVERY, LAG_POLL, LATENCY_PAUSE};
-use super::{cell, setup_label, Section, Sync, ThroughputRow, BASELINE, KINDS, PROBE_COMMAND};
+use super::{cell, Section, Sync, ThroughputRow, BASELINE, KINDS, NAMES, PROBE_COMMAND};
 use crate::compare::servers::Kind;
-use crate::compare::table::{median, noisy_note, thousands};
+use crate::compare::table::{median, thousands};
+use crate::compare::with_without::render::{
+    commands_block, cpu_table, ms, per_million, row_verdicts, sh_block, throughput_table, OverRedis,
+};
+use crate::compare::with_without::{kind_index, rows_of};
+
+pub use crate::compare::with_without::render::Verdict;
 
 /// The section's heading line.
 pub const HEADING: &str = "## Replication";
@@ -19,63 +25,13 @@ pub const TOKEN_OVER_LUA: f64 = 5.0;
 /// Leasehold primary's p99 during the full sync, below (ms).
 pub const SYNC_P99_MS: f64 = 5.0;
 
-/// One target and whether the run met it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    /// What is asked, with the threshold.
-    pub goal: String,
-    /// What was measured.
-    pub measured: String,
-    /// Met or not (`None`: nothing measured).
-    pub met: Option<bool>,
-}
-
-fn ratio(row: &ThroughputRow, a: usize, b: usize) -> Option<f64> {
-    match (row.cells[a].median_ops(), row.cells[b].median_ops()) {
-        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-        _ => None,
-    }
-}
-
-fn at_least(goal: String, v: Option<f64>, min: f64) -> Verdict {
-    Verdict {
-        goal,
-        measured: v.map_or("-".into(), |v| format!("{v:.2}x")),
-        met: v.map(|v| v >= min),
-    }
-}
-
 /// The targets, checked against what `section` measured.
 pub fn verdicts(section: &Section) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let (redis_with, lh_alone, lh_with) = (
-        cell(Kind::Redis, true),
-        cell(Kind::Leasehold, false),
-        cell(Kind::Leasehold, true),
-    );
-    let rows = section
-        .throughput
-        .as_ref()
-        .map(|t| t.rows.as_slice())
-        .unwrap_or_default();
-    for row in rows {
-        let name = row.workload.name;
-        out.push(at_least(
-            format!("{name}: Leasehold + replica / Leasehold alone >= {WITH_OVER_ALONE:.2}x"),
-            ratio(row, lh_with, lh_alone),
-            WITH_OVER_ALONE,
-        ));
-        let (min, what) = if row.workload.redis.script.is_some() {
-            (TOKEN_OVER_LUA, "Lua")
-        } else {
-            (SET_OVER_REDIS, "Redis")
-        };
-        out.push(at_least(
-            format!("{name}: Leasehold + replica / {what} + replica >= {min:.2}x"),
-            ratio(row, lh_with, redis_with),
-            min,
-        ));
-    }
+    let rows = rows_of(&section.throughput);
+    let mut out = row_verdicts(rows, &NAMES, WITH_OVER_ALONE, |lua| OverRedis {
+        min: if lua { TOKEN_OVER_LUA } else { SET_OVER_REDIS },
+        strictly: false,
+    });
     let sync = section.sync.iter().find(|(k, _)| *k == Kind::Leasehold);
     let p99 = sync.and_then(|(_, r)| r.as_ref().ok()?.during.quantile(0.99));
     out.push(Verdict {
@@ -86,100 +42,32 @@ pub fn verdicts(section: &Section) -> Vec<Verdict> {
     out
 }
 
-fn ms(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.3}"))
-}
-
-fn ops(row: &ThroughputRow, c: usize) -> String {
-    match &row.cells[c] {
-        super::SideResult::Failed(_) => "failed".into(),
-        s => s.median_ops().map_or("-".into(), thousands),
-    }
-}
-
-fn x(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.2}x"))
-}
-
-fn throughput_table(rows: &[ThroughputRow]) -> String {
-    let mut s = String::from(
-        "| workload | -P | Redis alone ops/s | Redis + replica ops/s | Leasehold alone ops/s | Leasehold + replica ops/s | \
-         Redis with / without | Leasehold with / without | Leasehold / Redis, both with replica | \
-         Redis + replica p99 ms | Leasehold + replica p99 ms | notes |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-    );
-    for row in rows {
-        let mut notes = Vec::new();
-        for kind in KINDS {
-            for with in [false, true] {
-                let c = &row.cells[cell(kind, with)];
-                let label = setup_label(kind, with);
-                notes.extend(noisy_note(&label, c.spread()));
-                if let super::SideResult::Failed(why) = c {
-                    notes.push(format!("{label} failed: {why}"));
-                }
-                let resyncs = row.resyncs[usize::from(kind == Kind::Leasehold)];
-                if with && resyncs > 0 {
-                    notes.push(format!(
-                        "{label}: the replica was dropped and synced again {resyncs} time(s), so the primary fed no replica for part of the runs"
-                    ));
-                }
-            }
+/// The throughput table, with a note when a replica was dropped.
+fn replica_throughput_table(rows: &[ThroughputRow]) -> String {
+    throughput_table(rows, &NAMES, |row, kind, with| {
+        let label = NAMES.label(kind, with);
+        let resyncs = row.extra.resyncs[kind_index(kind)];
+        if with && resyncs > 0 {
+            vec![format!(
+                "{label}: the replica was dropped and synced again {resyncs} time(s), so the primary fed no replica for part of the runs"
+            )]
+        } else {
+            Vec::new()
         }
-        let p99 = |kind| ms(row.cells[cell(kind, true)].median_p99());
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            row.workload.name,
-            row.workload.pipeline,
-            ops(row, cell(Kind::Redis, false)),
-            ops(row, cell(Kind::Redis, true)),
-            ops(row, cell(Kind::Leasehold, false)),
-            ops(row, cell(Kind::Leasehold, true)),
-            x(ratio(
-                row,
-                cell(Kind::Redis, true),
-                cell(Kind::Redis, false)
-            )),
-            x(ratio(
-                row,
-                cell(Kind::Leasehold, true),
-                cell(Kind::Leasehold, false)
-            )),
-            x(ratio(
-                row,
-                cell(Kind::Leasehold, true),
-                cell(Kind::Redis, true)
-            )),
-            p99(Kind::Redis),
-            p99(Kind::Leasehold),
-            notes.join("; ").replace('|', "\\|"),
-        ));
-    }
-    s
+    })
 }
 
-fn cpu_table(rows: &[ThroughputRow]) -> String {
-    let mut s = String::from(
-        "| workload | server | primary alone | primary with a replica | its replica |\n|---|---|---:|---:|---:|\n",
-    );
-    let per_million = |row: &ThroughputRow, cpu: f64, c: usize| match row.requests(c) {
-        0 => "-".into(),
-        n => format!("{:.2}", cpu / n as f64 * 1e6),
-    };
-    for row in rows {
-        for (k, kind) in KINDS.iter().enumerate() {
-            let (alone, with) = (cell(*kind, false), cell(*kind, true));
-            s.push_str(&format!(
-                "| {} | {} | {} | {} | {} |\n",
-                row.workload.name,
-                kind.label(),
-                per_million(row, row.cpu[alone], alone),
-                per_million(row, row.cpu[with], with),
-                per_million(row, row.replica_cpu[k], with),
-            ));
-        }
-    }
-    s
+/// CPU per million requests: the primary alone, with a replica, and the
+/// replica.
+fn replica_cpu_table(rows: &[ThroughputRow]) -> String {
+    cpu_table(
+        rows,
+        &["primary alone", "primary with a replica", "its replica"],
+        |row, kind| {
+            let cpu = row.extra.replica_cpu[kind_index(kind)];
+            vec![per_million(row, cpu, cell(kind, true))]
+        },
+    )
 }
 
 fn samples_note(s: &Samples) -> String {
@@ -194,7 +82,7 @@ fn lag_table(rows: &[ThroughputRow]) -> String {
         "| workload | server | samples | p50 ms | p99 ms | max ms | replica resyncs | notes |\n|---|---|---:|---:|---:|---:|---:|---|\n",
     );
     for row in rows {
-        for (k, (kind, lag)) in KINDS.iter().zip(&row.lag).enumerate() {
+        for (k, (kind, lag)) in KINDS.iter().zip(&row.extra.lag).enumerate() {
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.workload.name,
@@ -203,7 +91,7 @@ fn lag_table(rows: &[ThroughputRow]) -> String {
                 ms(lag.quantile(0.5)),
                 ms(lag.quantile(0.99)),
                 ms(lag.max()),
-                row.resyncs[k],
+                row.extra.resyncs[k],
                 samples_note(lag),
             ));
         }
@@ -290,10 +178,6 @@ fn failover_table(section: &Section) -> String {
     s
 }
 
-fn sh_block(lines: &[String]) -> String {
-    format!("```sh\n{}\n```\n", lines.join("\n"))
-}
-
 fn sync_commands(section: &Section) -> Vec<String> {
     let mut out = Vec::new();
     for (kind, r) in &section.sync {
@@ -315,25 +199,7 @@ fn sync_commands(section: &Section) -> Vec<String> {
 }
 
 fn targets(section: &Section) -> String {
-    let v = verdicts(section);
-    let met = v.iter().filter(|v| v.met == Some(true)).count();
-    let mut s = format!(
-        "**Targets: {met} of {} met.**\n\n| target | measured | result |\n|---|---:|---|\n",
-        v.len()
-    );
-    for t in &v {
-        s.push_str(&format!(
-            "| {} | {} | {} |\n",
-            t.goal,
-            t.measured,
-            match t.met {
-                Some(true) => "met",
-                Some(false) => "not met",
-                None => "not measured",
-            }
-        ));
-    }
-    s
+    crate::compare::with_without::render::targets(&verdicts(section))
 }
 
 /// The whole section in markdown, with its `##` heading.
@@ -366,14 +232,14 @@ pub fn section(sec: &Section) -> String {
                  the last ratio compares the two servers both with a replica.\n\n",
                 sec.rounds, sec.duration
             ));
-            s.push_str(&throughput_table(&t.rows));
+            s.push_str(&replica_throughput_table(&t.rows));
             s.push_str(
                 "\nThe replica runs on the same cores as its primary and the load generator, so *with / without* \
                  counts both what feeding a replica costs the primary and the CPU the replica takes from it. \
                  CPU seconds per million requests (user + system from `/proc/<pid>/stat`, summed over the \
                  runs) tell the two apart: the primary's own cost alone and with a replica, and its replica's.\n\n",
             );
-            s.push_str(&cpu_table(&t.rows));
+            s.push_str(&replica_cpu_table(&t.rows));
             s.push_str(&format!(
                 "\n### Replica lag during that load\n\nWhile each run with a replica goes on, a probe thread \
                  sends `SET lag:probe <n>` to the primary every {} ms, and from the primary's reply on sends \
@@ -414,10 +280,7 @@ pub fn section(sec: &Section) -> String {
     ));
     s.push_str(&sync_table(sec));
     let cmds = sync_commands(sec);
-    if !cmds.is_empty() {
-        s.push('\n');
-        s.push_str(&sh_block(&cmds));
-    }
+    s.push_str(&commands_block(&cmds));
     s.push_str(&format!(
         "\n### Failover with Sentinel\n\nFor each server, a primary and two replicas of that kind and three stock \
          sentinels (`redis-server <conf> --sentinel`, quorum 2, `{}`), all new each round. Once every sentinel \
@@ -445,10 +308,7 @@ pub fn section(sec: &Section) -> String {
             .chain(f.commands.iter().cloned())
         })
         .collect();
-    if !cmds.is_empty() {
-        s.push('\n');
-        s.push_str(&sh_block(&cmds));
-    }
+    s.push_str(&commands_block(&cmds));
     s.push('\n');
     s
 }
@@ -481,53 +341,19 @@ mod tests {
         assert_eq!(splice("", "## Replication\n\nx\n"), "## Replication\n\nx\n");
     }
 
-    fn runs(ops: f64) -> super::super::SideResult {
-        super::super::SideResult::Runs(vec![crate::report::Report {
-            command: "X".into(),
-            connections: 50,
-            pipeline: 16,
-            keyspace: 100_000,
-            distribution: "uniform".into(),
-            requests: ops as u64,
-            errors: 0,
-            first_error: None,
-            seconds: 1.0,
-            ops_per_sec: ops,
-            latency_ms: crate::report::Latency {
-                p50: 1.0,
-                p99: 2.0,
-                p999: 3.0,
-                max: 4.0,
-                mean: 1.0,
-            },
-        }])
-    }
-
     #[test]
     fn targets_use_the_with_replica_cells() {
-        let rows: Vec<ThroughputRow> = super::super::rows()
-            .into_iter()
-            .zip([[100.0, 80.0, 200.0, 180.0], [50.0, 40.0, 300.0, 190.0]])
-            .map(|(workload, ops)| ThroughputRow {
-                workload,
-                cells: ops.map(runs),
-                lag: Default::default(),
-                resyncs: [0; 2],
-                cpu: [1.0; 4],
-                replica_cpu: [1.0; 2],
-            })
-            .collect();
+        let extra = super::super::ReplicaStats {
+            replica_cpu: [1.0; 2],
+            ..Default::default()
+        };
+        let ops = [[100.0, 80.0, 200.0, 180.0], [50.0, 40.0, 300.0, 190.0]];
         let sec = Section {
-            throughput: Ok(super::super::Throughput {
-                servers: Vec::new(),
-                rows,
-                commands: Vec::new(),
-            }),
+            throughput: Ok(crate::compare::with_without::fixture(ops, extra)),
             ..skipped(None)
         };
         let v = verdicts(&sec);
-        let got: Vec<(&str, Option<bool>)> =
-            v.iter().map(|v| (v.measured.as_str(), v.met)).collect();
+        let got = crate::compare::with_without::render::measured(&v);
         assert_eq!(
             got,
             [
@@ -549,6 +375,34 @@ mod tests {
             text.contains("| SET | 16 | 100 | 80 | 200 | 180 | 0.80x | 0.90x | 2.25x |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn throughput_and_cpu_tables() {
+        assert!(replica_throughput_table(&[]).starts_with(
+            "| workload | -P | Redis alone ops/s | Redis + replica ops/s | Leasehold alone ops/s | Leasehold + replica ops/s | \
+             Redis with / without | Leasehold with / without | Leasehold / Redis, both with replica | \
+             Redis + replica p99 ms | Leasehold + replica p99 ms | notes |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        ));
+        let row = ThroughputRow {
+            workload: crate::compare::with_without::rows().remove(0),
+            cells: [1e6, 2e6, 1e6, 2e6].map(crate::compare::with_without::one_run),
+            cpu: [1.0, 2.0, 3.0, 4.0],
+            extra: super::super::ReplicaStats {
+                resyncs: [0, 2],
+                replica_cpu: [0.5, 1.0],
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            replica_cpu_table(std::slice::from_ref(&row)),
+            "| workload | server | primary alone | primary with a replica | its replica |\n|---|---|---:|---:|---:|\n\
+             | SET | Redis | 1.00 | 1.00 | 0.25 |\n| SET | Leasehold | 3.00 | 2.00 | 0.50 |\n"
+        );
+        assert!(replica_throughput_table(&[row]).ends_with(
+            "| Leasehold + replica: the replica was dropped and synced again 2 time(s), so the primary fed no replica for part of the runs |\n"
+        ));
     }
 
     fn skipped(why: Option<&str>) -> Section {
