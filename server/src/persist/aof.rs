@@ -316,7 +316,11 @@ fn append(file: &mut File, bytes: &[u8], state: &State) -> std::io::Result<()> {
     while start < bytes.len() {
         // Records from `start` until the segment passes SEGMENT bytes (a
         // record that does not parse, never expected, ends it whole).
-        let mut end = start;
+        // What is left fits one segment (the usual case): no scan.
+        let mut end = match bytes.len() - start <= SEGMENT {
+            true => bytes.len(),
+            false => start,
+        };
         while end < bytes.len() && end - start < SEGMENT {
             end = record_end(bytes, end).unwrap_or(bytes.len());
         }
