@@ -461,8 +461,7 @@ impl Loop {
     /// closes it when it is to close and everything is written. A
     /// connection that asked to leave the loop (PSYNC) is handed over.
     fn write(&mut self, k: usize) {
-        self.turn.publish_pending();
-        if self.turn.output_held() {
+        if !self.turn.ready_to_write() {
             self.turn.hold_write(k);
             return;
         }

@@ -329,9 +329,12 @@ impl<T: Transport> Turn<T> {
     /// release (at most the slowest shard's way to its cut) the answers of
     /// batches wait, and `net` holds its writes ([`Turn::hold_write`]).
     pub fn output_held(&self) -> bool {
-        let shard = self.worker.shard.borrow();
+        Self::holds(&self.worker.shard.borrow(), &self.worker)
+    }
+
+    fn holds(shard: &crate::shard::Shard, worker: &Worker) -> bool {
         let effects = shard.store.effects();
-        effects.holding() && effects.unpublished() && self.worker.shared.repl.backlog.sync_always()
+        effects.holding() && effects.unpublished() && worker.shared.repl.backlog.sync_always()
     }
 
     /// Connection `key`'s output waits for the release (see
@@ -519,16 +522,19 @@ impl<T: Transport> Turn<T> {
         self.worker.shard.borrow_mut().publish();
     }
 
-    /// Publishes what commands run inline since the last publish wrote
-    /// (a connection served again right after its output was written runs
-    /// them outside [`Turn::end`]): called before any output is written, so
-    /// no reply leaves before its effects are in the stream (and, under
-    /// `appendfsync always`, on disk). Nothing to do costs one comparison.
-    pub fn publish_pending(&mut self) {
+    /// Called before any output is written: publishes what commands run
+    /// inline since the last publish wrote (a connection served again right
+    /// after its output was written runs them outside [`Turn::end`]), so no
+    /// reply leaves before its effects are in the stream (and, under
+    /// `appendfsync always`, on disk); then whether output may leave now
+    /// (see [`Turn::output_held`]). With nothing to publish it costs one
+    /// comparison and one flag.
+    pub fn ready_to_write(&mut self) -> bool {
         let mut shard = self.worker.shard.borrow_mut();
         if shard.store.effects().unpublished() {
             shard.publish();
         }
+        !Self::holds(&shard, &self.worker)
     }
 
     /// The threads posted to (messages queued without a ring) since the

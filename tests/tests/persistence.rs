@@ -279,7 +279,12 @@ fn a_replicas_log_holds_its_full_sync() {
     let mut r = replica.raw();
     // Its log is rewritten once the payload is loaded.
     wait("the replica's rewrite", || {
-        persistence(&mut r)["aof_rewrites"] == "2"
+        // Its first log, then one rewrite per full sync (a link that
+        // dropped under load syncs, and rewrites, again).
+        persistence(&mut r)["aof_rewrites"]
+            .parse::<u64>()
+            .unwrap_or(0)
+            >= 2
     });
     assert_eq!(r.call("REPLICAOF NO ONE"), "+OK\r\n");
     assert_eq!(r.call("SET promoted yes"), "+OK\r\n");

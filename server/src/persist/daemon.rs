@@ -113,7 +113,7 @@ impl Daemon {
     /// fsyncs. Call once every shard has stopped.
     pub fn finish(self, shared: &Shared) {
         self.stop.store(true, Ordering::SeqCst);
-        shared.persist.request(Request::Rewrite);
+        shared.persist.wake();
         if let Ok(Some(writer)) = self.thread.join() {
             writer.finish(shared);
         }

@@ -65,23 +65,29 @@ impl<'a> Applier<'a> {
         if SKIPPED.iter().any(|s| items[0].eq_ignore_ascii_case(s)) {
             return Ok(());
         }
-        let name_text = String::from_utf8_lossy(&items[0]).into_owned();
-        let name = || name_text.clone();
+        // Only an error names the record: no allocation per record loaded.
+        let name = |items: &[Bytes]| String::from_utf8_lossy(&items[0]).into_owned();
         let Some((idx, spec)) = table().lookup(&items[0]) else {
-            return Err(format!("unknown record '{}'", name()));
+            return Err(format!("unknown record '{}'", name(&items)));
         };
         if !spec.arity_ok(items.len()) {
-            return Err(format!("record '{}' has {} arguments", name(), items.len()));
+            return Err(format!(
+                "record '{}' has {} arguments",
+                name(&items),
+                items.len()
+            ));
         }
         let owner = |items: &[Bytes]| {
             let pos = spec.key_positions(items.len()).next().unwrap_or(1);
             slot_shard(key_slot(&items[pos.min(items.len() - 1)]), self.shards)
         };
-        let parts: Vec<(usize, Vec<Bytes>)> = match spec.exec {
-            Exec::Key(_) => vec![(owner(&items), items)],
-            Exec::AllShards(..) => (0..self.shards).map(|s| (s, items.clone())).collect(),
+        let (run, parts): (_, Vec<(usize, Vec<Bytes>)>) = match spec.exec {
+            Exec::Key(run) => (run, vec![(owner(&items), items)]),
+            Exec::AllShards(run, _) => {
+                (run, (0..self.shards).map(|s| (s, items.clone())).collect())
+            }
             // DEL and its kind: each key to its shard (effects name one).
-            Exec::Keys(..) => {
+            Exec::Keys(run, _) => {
                 let step = spec.step.max(1) as usize;
                 let mut per: Vec<Vec<Bytes>> = vec![Vec::new(); self.shards];
                 for p in spec.key_positions(items.len()) {
@@ -91,16 +97,10 @@ impl<'a> Applier<'a> {
                     }
                     per[s].extend_from_slice(&items[p..(p + step).min(items.len())]);
                 }
-                per.into_iter()
-                    .enumerate()
-                    .filter(|(_, a)| !a.is_empty())
-                    .collect()
+                let parts = per.into_iter().enumerate().filter(|(_, a)| !a.is_empty());
+                (run, parts.collect())
             }
-            _ => return Err(format!("record '{}' is not an effect", name())),
-        };
-        let run = match spec.exec {
-            Exec::Key(run) | Exec::AllShards(run, _) | Exec::Keys(run, _) => run,
-            _ => return Err(format!("record '{}' is not an effect", name())),
+            _ => return Err(format!("record '{}' is not an effect", name(&items))),
         };
         for (s, args) in parts {
             self.batches[s].push(Job {
@@ -220,8 +220,6 @@ pub struct LoadedLog {
     pub last_incr_len: u64,
     /// Bytes of every file listed.
     pub size: u64,
-    /// Bytes of the base file.
-    pub base_size: u64,
 }
 
 /// The append-only directory and the manifest's path.
@@ -362,7 +360,6 @@ fn load_log(
         entries: entries.clone(),
         last_incr_len: 0,
         size: 0,
-        base_size: 0,
     };
     for (i, e) in entries.iter().enumerate() {
         let path = dir.join(&e.name);
@@ -370,7 +367,6 @@ fn load_log(
             std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         loaded.size += file.len() as u64;
         if e.name.ends_with(".lhs") {
-            loaded.base_size += file.len() as u64;
             let body = check_snapshot(&file)
                 .map_err(|(d, _)| format!("append-only base {} is {d}", path.display()))?;
             apply(applier, body, true, false)

@@ -124,11 +124,12 @@ impl Persistence {
 
     /// Whether a rewrite is in progress or requested.
     pub fn rewrite_pending(&self) -> bool {
-        self.rewriting.load(Ordering::SeqCst)
-            || self
-                .requests
-                .lock()
-                .iter()
-                .any(|r| matches!(r, Request::Rewrite))
+        self.rewriting.load(Ordering::SeqCst) || self.rewrite_queued()
+    }
+
+    /// Wakes the persistence thread with no request (to see a stop).
+    pub fn wake(&self) {
+        let _q = self.requests.lock();
+        self.wake.notify_all();
     }
 }
