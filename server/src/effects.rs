@@ -77,6 +77,16 @@ pub enum Effect<'a> {
         /// The clock reading that converts the state's instants.
         now: Now,
     },
+    /// A command on one key that replays its own change exactly (a
+    /// collection's write: `RPUSH key a b`, `HDEL key f`), as its arguments
+    /// with the name first. Only deterministic forms are emitted (a random
+    /// pop is written as the removal of what it popped).
+    Command {
+        /// Key bytes (also `args[1]`).
+        key: &'a [u8],
+        /// The whole command, name first.
+        args: &'a [&'a [u8]],
+    },
     /// Every key in hash slots `first..=last` is gone (FLUSHALL on the shard
     /// owning them).
     FlushSlots {
@@ -318,7 +328,8 @@ impl Effect<'_> {
             | Effect::Del { key }
             | Effect::ExpireAt { key, .. }
             | Effect::Persist { key }
-            | Effect::Rate { key, .. } => Some(key),
+            | Effect::Rate { key, .. }
+            | Effect::Command { key, .. } => Some(key),
             Effect::FlushSlots { .. } => None,
         }
     }
@@ -352,6 +363,7 @@ impl Effect<'_> {
                 out,
             ),
             Effect::Persist { key } => encode_request(&[b"PERSIST".as_slice(), key], out),
+            Effect::Command { args, .. } => encode_request(args, out),
             Effect::Rate {
                 key,
                 state,

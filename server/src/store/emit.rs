@@ -26,31 +26,36 @@ impl Store {
         Store::value_effect(key, value, expire_at, self.clock, |e| effects.emit(e));
     }
 
-    /// Calls `f` with the effect that recreates `value` at `key` expiring at
-    /// `expire_at` (Unix ms, `None` for no TTL): `SET` for strings,
-    /// `LH.RESTORE` for rate-limit states (whose deadline is always set),
-    /// their instants written as Unix ms under `now`.
+    /// Calls `f` with the effects that recreate `value` at `key` expiring
+    /// at `expire_at` (Unix ms, `None` for no TTL), in order: `SET` for
+    /// strings, `LH.RESTORE` for rate-limit states (whose deadline is always
+    /// set), their instants written as Unix ms under `now`; a collection's
+    /// [`crate::collections::Collection::rebuild`] commands, then `PEXPIREAT` when it has a TTL.
     pub(super) fn value_effect(
         key: &[u8],
         value: &Value,
         expire_at: Option<u64>,
         now: Now,
-        f: impl FnOnce(Effect<'_>),
+        mut f: impl FnMut(Effect<'_>),
     ) {
-        let mut f = Some(f);
-        let written = value.with_string(|bytes| {
-            if let Some(f) = f.take() {
-                f(Effect::Set {
-                    key,
-                    value: bytes,
-                    expire_at_ms: expire_at,
-                })
+        if let Some(c) = value.collection() {
+            c.rebuild(key, &mut |args| f(Effect::Command { key, args }));
+            if let Some(at_ms) = expire_at {
+                f(Effect::ExpireAt { key, at_ms });
             }
+            return;
+        }
+        let written = value.with_string(|bytes| {
+            f(Effect::Set {
+                key,
+                value: bytes,
+                expire_at_ms: expire_at,
+            })
         });
         if written.is_some() {
             return;
         }
-        if let (Some(state), Some(f)) = (value.rate_state(), f) {
+        if let Some(state) = value.rate_state() {
             f(Effect::Rate {
                 key,
                 state: &state,
@@ -58,5 +63,11 @@ impl Store {
                 now,
             });
         }
+    }
+
+    /// Emits a collection write as the command that replays it (`args`,
+    /// name first, the key at `args[1]`): see [`Effect::Command`].
+    pub fn emit_command(&mut self, args: &[&[u8]]) {
+        self.effects.emit(Effect::Command { key: args[1], args });
     }
 }

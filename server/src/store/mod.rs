@@ -47,6 +47,7 @@ mod value;
 mod watch;
 
 use crate::clock::Now;
+pub use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 use crate::effects::EffectLog;
 pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
 pub use table::{Entry, INLINE_KEY, MONOTONIC};

@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 pub use crate::ratelimit::RateState;
 use crate::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
 
@@ -44,6 +45,14 @@ pub enum Value {
     Gcra(Packed),
     /// A rate-limit state whose fields do not fit the packed form.
     Wide(Box<RateState>),
+    /// A list (Redis "list" type).
+    List(Box<List>),
+    /// A hash (Redis "hash" type).
+    Hash(Box<Hash>),
+    /// A set (Redis "set" type).
+    Set(Box<Set>),
+    /// A sorted set (Redis "zset" type).
+    ZSet(Box<ZSet>),
 }
 
 /// The 15 bytes after a [`Value`]'s tag, little-endian fields of the widths
@@ -114,16 +123,41 @@ impl RateState {
 impl Value {
     /// The name `TYPE` reports.
     pub fn type_name(&self) -> &'static str {
-        match self.rate_state() {
-            None => "string",
-            Some(r) => r.type_name(),
+        match self {
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
+            _ => match self.rate_state() {
+                None => "string",
+                Some(r) => r.type_name(),
+            },
         }
     }
 
-    /// The rate-limit state this value holds, unpacked; `None` for strings.
+    /// The collection this value holds (`None` for strings and rate-limit
+    /// states).
+    pub fn collection(&self) -> Option<&dyn Collection> {
+        Some(match self {
+            Value::List(l) => &**l,
+            Value::Hash(h) => &**h,
+            Value::Set(s) => &**s,
+            Value::ZSet(z) => &**z,
+            _ => return None,
+        })
+    }
+
+    /// The rate-limit state this value holds, unpacked; `None` for strings
+    /// and collections.
     pub fn rate_state(&self) -> Option<RateState> {
         Some(match self {
-            Value::Str(_) | Value::Small { .. } | Value::Int(_) => return None,
+            Value::Str(_)
+            | Value::Small { .. }
+            | Value::Int(_)
+            | Value::List(_)
+            | Value::Hash(_)
+            | Value::Set(_)
+            | Value::ZSet(_) => return None,
             Value::Wide(r) => **r,
             Value::TokenBucket(p) => {
                 let [units, period_ms, refilled_at] = unpack(BUCKET, p);
