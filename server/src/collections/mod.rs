@@ -25,6 +25,10 @@ pub trait Collection {
     /// members).
     fn len(&self) -> usize;
 
+    /// Bytes this value holds outside its key's entry (its allocations,
+    /// as `MEMORY USAGE` counts them, approximately).
+    fn heap_bytes(&self) -> usize;
+
     /// Whether the collection has no element (the store removes the key
     /// then: Redis has no empty collections).
     fn is_empty(&self) -> bool {

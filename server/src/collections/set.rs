@@ -20,5 +20,9 @@ impl Collection for Set {
         0
     }
 
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+
     fn rebuild(&self, _key: &[u8], _f: &mut dyn FnMut(&[&[u8]])) {}
 }
