@@ -87,6 +87,13 @@ pub enum Effect<'a> {
         /// The whole command, name first.
         args: &'a [&'a [u8]],
     },
+    /// A server-wide change that replays itself and names no key (`LH.PIN`,
+    /// `LH.UNPIN`, `LH.UNPINALL`), as its arguments with the name first;
+    /// emitted once, by the shard owning slot 0.
+    Global {
+        /// The whole command, name first.
+        args: &'a [&'a [u8]],
+    },
     /// Every key in hash slots `first..=last` is gone (FLUSHALL on the shard
     /// owning them).
     FlushSlots {
@@ -330,7 +337,7 @@ impl Effect<'_> {
             | Effect::Persist { key }
             | Effect::Rate { key, .. }
             | Effect::Command { key, .. } => Some(key),
-            Effect::FlushSlots { .. } => None,
+            Effect::FlushSlots { .. } | Effect::Global { .. } => None,
         }
     }
 
@@ -363,7 +370,7 @@ impl Effect<'_> {
                 out,
             ),
             Effect::Persist { key } => encode_request(&[b"PERSIST".as_slice(), key], out),
-            Effect::Command { args, .. } => encode_request(args, out),
+            Effect::Command { args, .. } | Effect::Global { args } => encode_request(args, out),
             Effect::Rate {
                 key,
                 state,

@@ -179,6 +179,18 @@ pub enum OpError {
     /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
     /// (RESP2's subscribed mode), the command in lower case.
     SubscribedContext(&'static str),
+    /// `ERR rate limit parameters of keys under '<prefix>' are pinned to
+    /// <policy>`: a call on a pinned prefix with other parameters.
+    Pinned {
+        /// The pinned prefix, lossily as text.
+        prefix: String,
+        /// The words of the policy it accepts (`TOKENBUCKET 10 1 1000`).
+        policy: String,
+    },
+    /// `ERR <why>`: LH.PIN's words do not make a pin.
+    BadPin(String),
+    /// `ERR the prefix is pinned by the configuration (rate-limit-pins)`.
+    PinConfigured,
 }
 
 impl OpError {
@@ -300,6 +312,13 @@ impl OpError {
             OpError::BgsaveWhileRewriting => Reply::err(
                 "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
             ),
+            OpError::Pinned { prefix, policy } => Reply::err_owned(format!(
+                "ERR rate limit parameters of keys under '{prefix}' are pinned to {policy}"
+            )),
+            OpError::BadPin(why) => Reply::err_owned(format!("ERR {why}")),
+            OpError::PinConfigured => {
+                Reply::err("ERR the prefix is pinned by the configuration (rate-limit-pins)")
+            }
             OpError::SaveFailed(why) => Reply::err_owned(format!("ERR Error saving the snapshot: {why}")),
             OpError::ShutdownSaveFailed => Reply::err("ERR Errors trying to SHUTDOWN. Check logs."),
             OpError::Misconf => Reply::err(

@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::persist::daemon::Daemon;
 use crate::persist::load::load_at_start;
 use crate::persist::status::{Request, Ticket};
+use crate::ratelimit::pin;
 use crate::replication::role::{random_hex40, Replication, Target};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
 use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
@@ -89,6 +90,7 @@ impl ServerHandle {
 /// loop's poll could not be made, or the files could not be loaded
 /// ([`std::io::ErrorKind::InvalidData`], the message says why).
 pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
+    check_pins(&config)?;
     let threads = config.threads().max(1);
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
@@ -243,12 +245,32 @@ pub fn new_shared(
 
 /// Thread `id`'s worker: its shard with an empty keyspace over the slots
 /// that shard owns, and every thread's mailbox.
+/// Refuses a `rate-limit-pins` whose words do not make pins.
+///
+/// # Errors
+/// `InvalidInput`, naming the pin and what is wrong with it.
+pub fn check_pins(config: &Config) -> std::io::Result<()> {
+    pin::parse_list(&config.ratelimit.pins)
+        .map(drop)
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid rate-limit-pins: {}", e.0),
+            )
+        })
+}
+
 pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) -> Rc<Worker> {
     let threads = shared.shards;
     let first = slot::shard_first_slot(id, threads);
     let slots = slot::shard_first_slot(id + 1, threads) - first;
-    let backlog = shared.config.read().replication.backlog_bytes;
-    let store = Store::new(first, slots, backlog);
+    let (backlog, pins) = {
+        let c = shared.config.read();
+        (c.replication.backlog_bytes, c.ratelimit.pins.clone())
+    };
+    let mut store = Store::new(first, slots, backlog);
+    // Checked by `start` (and the harness) before any thread runs.
+    store.configure_pins(pin::parse_list(&pins).unwrap_or_default());
     let shard = Shard::new(id, store, shared.clone());
     Rc::new(Worker {
         id,

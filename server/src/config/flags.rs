@@ -127,6 +127,7 @@ mod tests {
             "bind",
             "port",
             "requirepass",
+            "rate-limit-pins",
             "maxclients",
             "threads",
             "proto-max-bulk-len",

@@ -120,6 +120,18 @@ pub struct SecurityConfig {
     pub requirepass: String,
 }
 
+/// `[ratelimit]`: the rate-limit commands.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// `rate-limit-pins`: pinned limits, `;`-separated, each `<prefix>
+    /// TOKENBUCKET <capacity> <rate> <period_ms>`, `<prefix> SLIDINGWINDOW
+    /// <limit> <window_ms>` or `<prefix> GCRA <max_burst> <count_per_period>
+    /// <period_ms>`; checked when the server starts (the words are read by
+    /// the rate-limit layer, above this one).
+    pub pins: String,
+}
+
 /// `[expiry]`: active reclamation of expired keys.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -348,6 +360,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// `[expiry]`
     pub expiry: ExpiryConfig,
+    /// `[ratelimit]`
+    pub ratelimit: RateLimitConfig,
     /// `[replication]`
     pub replication: ReplicationConfig,
     /// `[persistence]`

@@ -201,6 +201,7 @@ pub static PARAMS: &[Param] = &[
     row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
     row("requirepass", ("security", "requirepass"), Kind::Text, field!(security.requirepass), Runtime, true, "Password clients must send with AUTH"),
+    row("rate-limit-pins", ("ratelimit", "pins"), Kind::Text, field!(ratelimit.pins), Immutable, true, "Pinned limits: \"<prefix> <KIND> <integers...>; ...\" (LH.PIN's words)"),
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
     row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
     row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),

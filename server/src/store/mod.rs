@@ -42,6 +42,7 @@ mod emit;
 mod expiry;
 mod image;
 mod keyspace;
+mod pins;
 mod table;
 mod value;
 mod watch;
@@ -92,6 +93,8 @@ pub struct Store {
     /// The command running comes from the replication link: every present
     /// entry is live to it, deadline or not.
     from_link: bool,
+    /// Pinned limits (the same on every shard).
+    pins: crate::ratelimit::pin::Pins,
 }
 
 impl std::fmt::Debug for Store {
@@ -121,6 +124,7 @@ impl Store {
             image_ids: 0,
             replica: false,
             from_link: false,
+            pins: Default::default(),
         }
     }
 
