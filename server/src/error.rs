@@ -425,6 +425,11 @@ pub fn protocol_error(detail: &impl std::fmt::Display) -> Reply {
 /// `ERR max number of clients reached`, sent to a connection refused by maxclients.
 pub const MAX_CLIENTS: &str = "-ERR max number of clients reached\r\n";
 
+/// Redis 7's `-DENIED` reply to a client from outside the loopback
+/// interface while `protected-mode` is on and no password is set; the
+/// connection closes after it.
+pub const PROTECTED_MODE: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
 /// An error whose text may quote the client's input: a CR or LF there would
 /// end the reply early and let the input forge replies, so they become
 /// spaces (Redis `addReplyErrorFormat` maps them the same way).

@@ -38,7 +38,7 @@ use mio::{Events, Interest, Poll, Token};
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::error::MAX_CLIENTS;
+use crate::error::{MAX_CLIENTS, PROTECTED_MODE};
 use crate::replication::feed;
 use crate::session::{ConnState, Handover, LinkState};
 use crate::shard::{LinkStart, Msg, ReplySink, Worker};
@@ -300,7 +300,13 @@ impl Loop {
                 break;
             };
             match self.turn.deliver(msg) {
-                Some(Incoming::Client(stream)) => self.register(stream, None),
+                Some(Incoming::Client(stream)) => {
+                    self.register(stream, None);
+                    // Registered (in the client list) before it stops
+                    // counting as on its way: maxclients never under-counts.
+                    let shared = &self.turn.worker().shared;
+                    shared.counters.handing_over.fetch_sub(1, Ordering::AcqRel);
+                }
                 Some(Incoming::Link(start)) => {
                     let LinkStart {
                         stream,
@@ -621,8 +627,18 @@ impl Loop {
             .counters
             .total_connections_received
             .fetch_add(1, Ordering::Relaxed);
-        let maxclients = shared.config.read().net.maxclients;
-        if shared.clients.lock().len() >= maxclients {
+        let (maxclients, protected) = {
+            let c = shared.config.read();
+            let protected = c.security.protected_mode && c.security.requirepass.is_empty();
+            (c.net.maxclients, protected)
+        };
+        if protected && !stream.peer_addr().is_ok_and(|a| is_loopback(&a)) {
+            let mut stream = stream;
+            let _ = stream.write(PROTECTED_MODE.as_bytes());
+            return;
+        }
+        let handing_over = shared.counters.handing_over.load(Ordering::Acquire);
+        if shared.clients.lock().len() + handing_over >= maxclients {
             shared
                 .counters
                 .rejected_connections
@@ -638,7 +654,10 @@ impl Loop {
         if target == worker.id {
             self.register(stream, None);
         } else {
-            worker.mailboxes[target].send(Msg::Conn(stream));
+            shared.counters.handing_over.fetch_add(1, Ordering::AcqRel);
+            if !worker.mailboxes[target].send(Msg::Conn(stream)) {
+                shared.counters.handing_over.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
@@ -736,4 +755,15 @@ pub fn new_client(
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle
+}
+
+/// Whether a peer is on the loopback interface (`127.0.0.0/8`, `::1`, or
+/// an IPv4 loopback address mapped into IPv6), as protected mode judges it.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip.is_loopback(),
+        std::net::IpAddr::V6(ip) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
 }

@@ -89,11 +89,13 @@ impl ServerHandle {
 /// The bind error (address in use, permission denied, ...), the event
 /// loop's poll could not be made, or the files could not be loaded
 /// ([`std::io::ErrorKind::InvalidData`], the message says why).
-pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
+pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
     check_pins(&config)?;
     let threads = config.threads().max(1);
+    config.net.maxclients = fit_open_files(config.net.maxclients);
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
+    warn_if_exposed(&config, &local_addr);
     let (polls, bells) = polls(threads)?;
     let shared = new_shared(&config, clock, local_addr, bells);
     let (mailboxes, receivers) = mailboxes(&shared);
@@ -278,6 +280,64 @@ pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) 
         mailboxes,
         shared,
     })
+}
+
+/// File descriptors kept for what is not a client (listener, polls, wakers,
+/// persistence and replication files and sockets), as Redis reserves 32.
+pub const RESERVED_FDS: usize = 32;
+
+/// Raises the soft limit on open files to fit `maxclients` clients plus
+/// [`RESERVED_FDS`] (up to the hard limit); when it cannot, returns the
+/// `maxclients` that fits, with a warning, as Redis lowers it. Otherwise
+/// clients past the limit would hang in the accept queue instead of
+/// getting `-ERR max number of clients reached`.
+pub fn fit_open_files(maxclients: usize) -> usize {
+    let want: libc::rlim_t = maxclients.saturating_add(RESERVED_FDS) as libc::rlim_t;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return maxclients;
+    }
+    if lim.rlim_cur >= want {
+        return maxclients;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want.min(lim.rlim_max),
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads one rlimit through a valid pointer.
+    let now = match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } {
+        0 => raised.rlim_cur,
+        _ => lim.rlim_cur,
+    };
+    if now >= want {
+        return maxclients;
+    }
+    let fits = (now as usize).saturating_sub(RESERVED_FDS).max(1);
+    tracing::warn!(
+        "maxclients {maxclients} needs {want} open files; the limit is {now} (ulimit -n): maxclients is lowered to {fits}"
+    );
+    fits
+}
+
+/// Says at start when anyone who can reach the port may use the server,
+/// or when protected mode will refuse them.
+fn warn_if_exposed(config: &Config, addr: &SocketAddr) {
+    if addr.ip().is_loopback() || !config.security.requirepass.is_empty() {
+        return;
+    }
+    if config.security.protected_mode {
+        tracing::warn!(
+            "listening on {addr} with no password: protected mode is on, so only clients on the loopback interface are served (set requirepass, or protected-mode no behind a firewall)"
+        );
+    } else {
+        tracing::warn!(
+            "listening on {addr} with no password and protected mode off: anyone who can reach this port can read and change every key"
+        );
+    }
 }
 
 fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {

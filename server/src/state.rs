@@ -250,6 +250,44 @@ pub struct ServerCounters {
     pub total_net_input_bytes: AtomicU64,
     /// Bytes written to clients.
     pub total_net_output_bytes: AtomicU64,
+    /// AUTH (and HELLO AUTH) attempts with a wrong user or password (INFO
+    /// `acl_access_denied_auth`).
+    pub auth_failures: AtomicU64,
+    /// Failures already named in the log (it says at most one line per
+    /// [`AUTH_LOG_EVERY_MS`], with the count since the last one).
+    pub auth_failures_logged: AtomicU64,
+    /// When the last AUTH failure line was logged, monotonic ms.
+    pub auth_logged_at_ms: AtomicU64,
+    /// Connections accepted and sent to another thread, not yet in the
+    /// client list: maxclients counts them, so a connection storm cannot
+    /// pass it while they are on their way.
+    pub handing_over: std::sync::atomic::AtomicUsize,
+}
+
+/// The least time between two log lines about failed AUTH attempts, ms: a
+/// password guesser cannot flood the log.
+pub const AUTH_LOG_EVERY_MS: u64 = 10_000;
+
+impl ServerCounters {
+    /// Counts a failed AUTH from `addr`, logging it unless a line was
+    /// logged in the last [`AUTH_LOG_EVERY_MS`] (`now_ms` monotonic).
+    pub fn auth_failed(&self, addr: &str, now_ms: u64) {
+        let total = self.auth_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let last = self.auth_logged_at_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last) >= AUTH_LOG_EVERY_MS;
+        if due
+            && self
+                .auth_logged_at_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let before = self.auth_failures_logged.swap(total, Ordering::Relaxed);
+            tracing::warn!(
+                "AUTH failed from {addr} ({} failed attempts since the last report, {total} in all)",
+                total - before
+            );
+        }
+    }
 }
 
 /// State shared by every thread.

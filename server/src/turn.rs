@@ -55,6 +55,28 @@ pub const READ_CHUNK: usize = 16 * 1024;
 /// many replies buffered per turn, and is not read again until they are out.
 pub const MAX_PIPELINE: usize = 256;
 
+/// Most reply bytes an unauthenticated connection may have waiting: past
+/// it the connection is closed, as Redis closes one, so a password guesser
+/// gets a few hundred tries per connection, not millions.
+pub const UNAUTHENTICATED_OUTPUT_LIMIT: usize = 1024;
+
+/// Closes `c` when it is unauthenticated and its replies waiting pass
+/// [`UNAUTHENTICATED_OUTPUT_LIMIT`]; whether it did.
+fn cut_off_unauthenticated<T>(c: &mut Conn<T>) -> bool {
+    if c.state.authenticated || c.out.len() <= UNAUTHENTICATED_OUTPUT_LIMIT {
+        return false;
+    }
+    let h = &c.state.handle;
+    tracing::warn!(
+        "Client id={} addr={} closed: {} bytes of replies pending before it authenticated",
+        h.id,
+        h.addr,
+        c.out.len()
+    );
+    c.state.close = true;
+    true
+}
+
 /// A request that waits until the pipeline owes nothing.
 enum Parked {
     /// A connection command (table index, arguments).
@@ -727,13 +749,16 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
             }
+            if cut_off_unauthenticated(c) {
+                return false;
+            }
             continue;
         }
         if c.pipe.len() >= MAX_PIPELINE {
             if c.pipe.owed() == 0 {
                 c.pipe.encode(worker, c.state.proto, &mut c.out);
             }
-            return true;
+            return !cut_off_unauthenticated(c);
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
@@ -753,5 +778,6 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     if c.pipe.owed() == 0 && !c.pipe.is_empty() {
         c.pipe.encode(worker, c.state.proto, &mut c.out);
     }
+    cut_off_unauthenticated(c);
     false
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
-use super::flags::{self, ADMIN, FAST, LOADING, NO_AUTH, STALE};
+use super::flags::{self, ADMIN, FAST, LOADING, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::session::ConnCtx;
@@ -22,7 +22,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
     cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
-    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd("shutdown", -1, ADMIN | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Bytes allocated by the process, from jemalloc when it is the allocator.
@@ -165,6 +165,8 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                     now.errors - base.errors,
                     shared.sum(|s| s.batches_in.get()),
                 );
+                let denied = shared.counters.auth_failures.load(Ordering::Relaxed);
+                let _ = write!(w, "acl_access_denied_auth:{denied}\r\n");
             }
             "replication" => super::replication::info_replication(shared, w),
             "cpu" => {
@@ -387,9 +389,6 @@ fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     }
     if abort {
         return Err(OpError::NoShutdownInProgress);
-    }
-    if !ctx.conn.authenticated {
-        return Err(OpError::NoAuth);
     }
     tracing::info!("SHUTDOWN requested by client {}", ctx.conn.handle.id);
     // As Redis: SAVE, or save rules without NOSAVE, write a snapshot first,

@@ -127,6 +127,7 @@ mod tests {
             "bind",
             "port",
             "requirepass",
+            "protected-mode",
             "rate-limit-pins",
             "maxclients",
             "threads",

@@ -113,11 +113,23 @@ impl Default for LimitsConfig {
 }
 
 /// `[security]`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// Password for the default user; empty means no AUTH required.
     pub requirepass: String,
+    /// `protected-mode`: with no password set, clients from outside the
+    /// loopback interface are refused with Redis's `-DENIED` text.
+    pub protected_mode: bool,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            requirepass: String::new(),
+            protected_mode: true,
+        }
+    }
 }
 
 /// `[ratelimit]`: the rate-limit commands.

@@ -1,0 +1,193 @@
+//! Hardening with real processes: protected mode refusing a client from
+//! outside the loopback interface, `maxclients` fitted to a low open-files
+//! limit (clients past it get the error, never a hang), and `maxclients`
+//! exact under a connection storm spread over two threads.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use leasehold_testkit::{call, free_port, node_command, scratch_dir, started, text, Proc, Reply};
+
+fn command(dir: &Path, port: u16, extra: &[&str]) -> Command {
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, dir);
+    cmd.args(extra);
+    cmd
+}
+
+/// Connects to `addr`, sends PING, and returns what came back within 5 s
+/// (until the server closes or a reply line is complete), the connection
+/// kept open when it is.
+fn ping(addr: SocketAddr) -> (String, Option<TcpStream>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(b"PING\r\n");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into_owned(), None),
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                if got.ends_with(b"\r\n") {
+                    return (String::from_utf8_lossy(&got).into_owned(), Some(s));
+                }
+            }
+            Err(e) => panic!(
+                "no reply within 5 s ({e}): {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+}
+
+/// The texts of an array reply's elements.
+fn words(r: &Reply) -> Vec<String> {
+    match r {
+        Reply::Array(items) => items.iter().map(text).collect(),
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+/// This machine's address on its default-route interface, if it has one
+/// that is not loopback (the kernel picks it for a UDP "connection"; no
+/// packet is sent).
+fn own_outside_address() -> Option<IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn protected_mode_refuses_outside_clients_until_a_password_or_no() {
+    let Some(outside) = own_outside_address() else {
+        eprintln!("NOTICE: no non-loopback address on this machine; protected-mode test skipped");
+        return;
+    };
+    let dir = scratch_dir();
+    let port = free_port();
+    let _node = started(
+        &mut command(&dir, port, &["--bind", "0.0.0.0"]),
+        port,
+        "leasehold-server",
+    );
+    let from_outside = SocketAddr::new(outside, port);
+    // Sent nothing (so the close cannot reset the connection before the
+    // reply is read), it is told why and closed.
+    let mut s = TcpStream::connect_timeout(&from_outside, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)
+        .expect("DENIED, then the end of the stream");
+    assert!(
+        reply.starts_with("-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user."),
+        "{reply}"
+    );
+    assert!(
+        reply.ends_with("accepting connections from the outside.\r\n"),
+        "{reply}"
+    );
+    // Loopback clients are served, and may turn it off.
+    assert_eq!(text(&call(port, &["PING"]).unwrap()), "PONG");
+    let get = call(port, &["CONFIG", "GET", "protected-mode"]).unwrap();
+    assert_eq!(words(&get), ["protected-mode", "yes"]);
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "protected-mode", "no"]).unwrap()),
+        "OK"
+    );
+    assert_eq!(ping(from_outside).0, "+PONG\r\n");
+    // On again, with a password: outside clients are asked to AUTH.
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "protected-mode", "yes"]).unwrap()),
+        "OK"
+    );
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "requirepass", "pw"]).unwrap()),
+        "OK"
+    );
+    assert_eq!(ping(from_outside).0, "-NOAUTH Authentication required.\r\n");
+}
+
+/// Opens `n` connections at once from 8 threads, each sending PING and
+/// staying open; returns how many got PONG and how many the error.
+fn storm(port: u16, n: usize) -> (usize, usize, Vec<TcpStream>) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let per = n / 8;
+    let threads: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || (0..per).map(|_| ping(addr)).collect::<Vec<_>>()))
+        .collect();
+    let (mut pong, mut refused, mut kept) = (0, 0, Vec::new());
+    for t in threads {
+        for (reply, open) in t.join().unwrap() {
+            match reply.as_str() {
+                "+PONG\r\n" => pong += 1,
+                "-ERR max number of clients reached\r\n" => refused += 1,
+                other => panic!("unexpected reply {other:?}"),
+            }
+            kept.extend(open);
+        }
+    }
+    (pong, refused, kept)
+}
+
+#[test]
+fn maxclients_is_exact_under_a_connection_storm() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let _node = started(
+        &mut command(&dir, port, &["--maxclients", "50"]),
+        port,
+        "leasehold-server",
+    );
+    // Let the readiness probe's connection go.
+    std::thread::sleep(Duration::from_millis(200));
+    let (pong, refused, kept) = storm(port, 160);
+    assert_eq!((pong, refused), (50, 110));
+    drop(kept);
+}
+
+#[test]
+fn maxclients_is_fitted_to_a_low_open_files_limit() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let exe = env!("CARGO_BIN_EXE_leasehold-server");
+    let log = dir.join("server.log");
+    // ulimit -n 128: 96 clients fit with the 32 descriptors kept aside.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -n 128 && exec \"$0\" \"$@\" 2>>'{}' >>'{}'",
+            log.display(),
+            log.display()
+        ))
+        .arg(exe)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--threads",
+            "2",
+            "--loglevel",
+            "warn",
+        ])
+        .args(["--save", "", "--dir", &dir.display().to_string()])
+        .stdout(Stdio::null());
+    let _node: Proc = started(&mut cmd, port, "leasehold-server under ulimit -n 128");
+    let got = call(port, &["CONFIG", "GET", "maxclients"]).unwrap();
+    assert_eq!(words(&got), ["maxclients", "96"]);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("maxclients 10000 needs 10032 open files; the limit is 128"),
+        "{logged}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (pong, refused, kept) = storm(port, 120);
+    assert_eq!(
+        (pong, refused),
+        (96, 24),
+        "every client past the limit hears why"
+    );
+    drop(kept);
+}
