@@ -50,7 +50,7 @@ use crate::turn::{Incoming, Transport, Turn, READ_CHUNK};
 pub const READ_BUDGET: usize = 64 * 1024;
 /// Output buffers above this are released after a write instead of kept.
 const KEEP_OUTPUT_CAPACITY: usize = 1024 * 1024;
-/// Read buffers above this are released once empty.
+/// Read buffers that held more than this are released once empty.
 const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
 /// The waker's token (the mailbox's doorbell).
 pub const WAKE: Token = Token(usize::MAX - 1);
@@ -417,6 +417,7 @@ impl Loop {
             self.close(k);
             return;
         }
+        c.rbuf_grew |= c.rbuf.len() > KEEP_INPUT_CAPACITY;
         if total > 0 {
             shared
                 .counters
@@ -441,8 +442,11 @@ impl Loop {
             self.close(k);
             return;
         }
-        if c.rbuf.is_empty() && c.rbuf.capacity() > KEEP_INPUT_CAPACITY {
+        // Released once empty (as Redis resizes its query buffer): an idle
+        // connection that once sent a 190 MB argument must not keep it.
+        if c.rbuf.is_empty() && (c.rbuf_grew || c.rbuf.capacity() > KEEP_INPUT_CAPACITY) {
             c.rbuf = bytes::BytesMut::with_capacity(READ_CHUNK);
+            c.rbuf_grew = false;
         }
         if hangup {
             // The client sent all it will: answer what it sent (connection

@@ -116,6 +116,10 @@ pub struct Conn<T> {
     pub state: ConnState,
     /// Bytes read and not yet decoded.
     pub rbuf: BytesMut,
+    /// Set by the transport: `rbuf` held a large request since it was last
+    /// replaced. Decoded arguments share its allocation, so its capacity
+    /// alone cannot tell that a large allocation is still pinned by it.
+    pub rbuf_grew: bool,
     /// Encoded replies not yet written.
     pub out: BytesMut,
     pipe: Pipeline,
@@ -227,6 +231,7 @@ impl<T: Transport> Turn<T> {
             io: Some(io),
             state,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
+            rbuf_grew: false,
             out: BytesMut::with_capacity(READ_CHUNK),
             pipe: Pipeline::default(),
             parked: None,
