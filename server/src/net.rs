@@ -554,6 +554,23 @@ impl Loop {
             }
         } else {
             let _ = c.out.split_to(written);
+            let st = &mut c.state;
+            let normal = st.pubsub.count() == 0 && !st.is_link();
+            let pending = c.out.len() as u64;
+            if normal
+                && st
+                    .normal_limit
+                    .exceeded(pending, &mut st.normal_soft_since, Instant::now())
+            {
+                let h = &st.handle;
+                tracing::warn!(
+                    "Client id={} addr={} laddr={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    h.id,
+                    h.addr,
+                    h.laddr
+                );
+                self.close(k);
+            }
         }
     }
 

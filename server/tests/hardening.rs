@@ -229,3 +229,44 @@ fn idle_connections_do_not_pin_their_largest_request() {
     );
     drop(conns);
 }
+
+/// `client-output-buffer-limit normal`: a client that pipelines GETs of a
+/// 2 MB value and never reads is closed once 4 MB wait unwritten; other
+/// clients are served meanwhile, and without the limit (Redis's default
+/// `normal 0 0 0`) nothing is closed.
+#[test]
+fn a_client_that_never_reads_is_closed_at_the_normal_output_limit() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let _node = started(&mut command(&dir, port, &[]), port, "leasehold-server");
+    let set = [
+        "CONFIG",
+        "SET",
+        "client-output-buffer-limit",
+        "normal 4mb 0 0",
+    ];
+    assert_eq!(text(&call(port, &set).unwrap()), "OK");
+    let value = "v".repeat(2 << 20);
+    assert_eq!(text(&call(port, &["SET", "big", &value]).unwrap()), "OK");
+    let mut hog = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let gets: Vec<u8> = (0..40).flat_map(|_| b"GET big\r\n".to_vec()).collect();
+    hog.write_all(&gets).unwrap();
+    // Never read while the server fills the socket and its buffer.
+    let closed = leasehold_testkit::wait_for("the hog closed", Duration::from_secs(10), || {
+        let info = text(&call(port, &["INFO", "clients"]).unwrap());
+        info.contains("connected_clients:1\r\n")
+    });
+    assert!(closed < Duration::from_secs(10));
+    assert_eq!(text(&call(port, &["PING"]).unwrap()), "PONG");
+    // What it can still read ends well before 40 replies (80 MB).
+    hog.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Ok(n) = hog.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(got < 20 << 20, "read {got} bytes after the close");
+}

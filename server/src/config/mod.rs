@@ -83,8 +83,9 @@ pub struct LimitsConfig {
     /// (`client-query-buffer-limit`); past it the connection is closed.
     pub client_query_buffer_limit: usize,
     /// Output limits per client class (`client-output-buffer-limit`), as
-    /// [`parse::OutputLimits::render`] writes them; only the pub/sub class
-    /// is enforced (see [`LimitsConfig::pubsub_output_limit`]).
+    /// [`parse::OutputLimits::render`] writes them; the pub/sub and normal
+    /// classes are enforced ([`LimitsConfig::pubsub_output_limit`],
+    /// [`LimitsConfig::normal_output_limit`]), the replica class is not read.
     pub client_output_buffer_limit: String,
 }
 
@@ -93,9 +94,19 @@ impl LimitsConfig {
     /// hold unwritten before it is closed (Redis's default 32 MB hard, 8 MB
     /// for 60 s soft, when the text names none).
     pub fn pubsub_output_limit(&self) -> parse::OutputLimit {
-        let given = parse::OutputLimits::parse(&self.client_output_buffer_limit)
-            .map(|l| l.0[parse::OutputLimits::PUBSUB]);
-        let default = parse::OutputLimits::DEFAULT.0[parse::OutputLimits::PUBSUB];
+        self.output_limit(parse::OutputLimits::PUBSUB)
+    }
+
+    /// The normal class's output limit: what any other client connection
+    /// may hold unwritten before it is closed (none by default, as Redis).
+    pub fn normal_output_limit(&self) -> parse::OutputLimit {
+        self.output_limit(parse::OutputLimits::NORMAL)
+    }
+
+    fn output_limit(&self, class: usize) -> parse::OutputLimit {
+        let given =
+            parse::OutputLimits::parse(&self.client_output_buffer_limit).map(|l| l.0[class]);
+        let default = parse::OutputLimits::DEFAULT.0[class];
         given.ok().flatten().or(default).unwrap_or_default()
     }
 }
