@@ -138,6 +138,8 @@ struct Loop {
     /// Per thread, since when a message posted to it waits without a ring.
     unrung: Vec<Option<Instant>>,
     fresh: Vec<usize>,
+    /// Input was stopped at the last turn (the drain before a shutdown).
+    input_stopped: bool,
 }
 
 /// Runs thread `worker`'s event loop until shutdown: `poll` (whose waker,
@@ -171,6 +173,7 @@ pub fn run(
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
         unrung: vec![None; worker.shared.shards],
         fresh: Vec::new(),
+        input_stopped: false,
     };
     let bell = worker.shared.doorbells[worker.id].clone();
     let mut deadline = Instant::now();
@@ -183,6 +186,9 @@ pub fn run(
             deadline = timer(&worker, now);
         }
         let mut timeout = Some(deadline.saturating_duration_since(now));
+        if lp.drain_step(&worker) {
+            timeout = timeout.map(|t| t.min(Duration::from_millis(1)));
+        }
         if let Some(at) = lp.accept_paused_until {
             timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
         }
@@ -255,6 +261,25 @@ impl Loop {
         }
     }
 
+    /// Follows the drain before a shutdown: while input is stopped, says
+    /// whether this thread owes nothing (after its last turn); when input
+    /// resumes, accepts what waits and serves what was read meanwhile
+    /// (readiness is edge-triggered: no new event would say so). Returns
+    /// whether input is stopped.
+    fn drain_step(&mut self, worker: &Worker) -> bool {
+        let shared = &worker.shared;
+        let stopped = shared.input_stopped.load(Ordering::SeqCst);
+        if stopped {
+            let quiet = self.turn.owes_nothing() && self.mailbox.is_empty();
+            shared.quiet[worker.id].store(quiet, Ordering::SeqCst);
+        } else if self.input_stopped {
+            self.accept_all();
+            self.again.extend(self.turn.keys());
+        }
+        self.input_stopped = stopped;
+        stopped
+    }
+
     /// Polls without blocking.
     fn poll_now(&mut self) -> std::io::Result<()> {
         match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
@@ -285,7 +310,7 @@ impl Loop {
                 accept = true;
             }
         }
-        if accept && self.accept_paused_until.is_none() {
+        if accept && self.accept_paused_until.is_none() && !self.input_stopped {
             self.accept_all();
         }
         if bell.take_kills() {

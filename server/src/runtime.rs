@@ -42,6 +42,32 @@ impl ServerHandle {
         self.join();
     }
 
+    /// Drains before a shutdown: stops accepting and reading requests, and
+    /// waits, at most `limit`, until every command already read has run and
+    /// its reply is written. Returns whether that happened within `limit`.
+    pub fn stop_input(&self, limit: Duration) -> bool {
+        self.shared.stop_input(true);
+        let start = Instant::now();
+        // Twice in a row, a millisecond apart: a reply crossing between
+        // threads at the first look is seen at the second.
+        let mut seen = 0;
+        while start.elapsed() < limit {
+            seen = if self.shared.drained() { seen + 1 } else { 0 };
+            if seen >= 2 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!("shutdown: replies still owed after {limit:?}; going on");
+        false
+    }
+
+    /// Serves again after [`ServerHandle::stop_input`] (the shutdown was
+    /// called off).
+    pub fn resume_input(&self) {
+        self.shared.stop_input(false);
+    }
+
     /// Writes a snapshot when `save` rules are set, as Redis does before
     /// it exits on SIGTERM or SIGINT (nothing to do once a SHUTDOWN began:
     /// it saved already).
@@ -234,6 +260,8 @@ pub fn new_shared(
         next_client_id: AtomicU64::new(1),
         counters: ServerCounters::default(),
         shutting_down: AtomicBool::new(false),
+        input_stopped: AtomicBool::new(false),
+        quiet: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         doorbells,
         started: Instant::now(),
         local_addr,

@@ -310,6 +310,14 @@ pub struct Shared {
     pub counters: ServerCounters,
     /// Set once shutdown starts.
     pub shutting_down: AtomicBool,
+    /// The drain before a shutdown (SIGTERM, SIGINT): no connection is
+    /// accepted and no new request decoded, while what was read runs and
+    /// its replies are written. Cleared again if the shutdown is called off
+    /// (a failed snapshot).
+    pub input_stopped: AtomicBool,
+    /// Per thread, while input is stopped: its connections owe nothing and
+    /// its mailbox is empty (see [`Shared::drained`]).
+    pub quiet: Vec<AtomicBool>,
     /// Each thread's doorbell, indexed by thread (= shard).
     pub doorbells: Vec<Arc<Doorbell>>,
     /// When the server started (uptime).
@@ -338,6 +346,24 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// Stops (`yes`) or resumes input on every thread (see
+    /// [`Shared::input_stopped`]).
+    pub fn stop_input(&self, yes: bool) {
+        for q in &self.quiet {
+            q.store(false, Ordering::SeqCst);
+        }
+        self.input_stopped.store(yes, Ordering::SeqCst);
+        for bell in &self.doorbells {
+            bell.wake();
+        }
+    }
+
+    /// Whether every thread has said, since input stopped, that it owes
+    /// nothing.
+    pub fn drained(&self) -> bool {
+        self.quiet.iter().all(|q| q.load(Ordering::SeqCst))
+    }
+
     /// Starts shutdown: every thread stops accepting and exits its loop.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);

@@ -656,6 +656,21 @@ impl<T: Transport> Turn<T> {
         !self.blocked.is_empty()
     }
 
+    /// Whether no open connection is owed anything: every reply is in and
+    /// written, nothing is parked, blocked or running elsewhere (the drain
+    /// before a shutdown waits for this on every thread).
+    pub fn owes_nothing(&self) -> bool {
+        self.conns.iter().all(|(_, c)| {
+            c.io.is_none()
+                || (c.out.is_empty()
+                    && c.pipe.owed() == 0
+                    && c.pipe.is_empty()
+                    && c.parked.is_none()
+                    && c.running.is_none()
+                    && c.state.blocked.is_none())
+        })
+    }
+
     /// Whether connections have output listed and not yet taken.
     pub fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()
@@ -715,6 +730,7 @@ impl<T: Transport> Turn<T> {
 /// when it stopped at [`MAX_PIPELINE`] with requests left in the buffer.
 fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
+    let stopped = worker.shared.input_stopped.load(Ordering::Relaxed);
     loop {
         if let Some(parked) = c.parked.take() {
             if c.pipe.owed() > 0 {
@@ -764,6 +780,11 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 c.pipe.encode(worker, c.state.proto, &mut c.out);
             }
             return !cut_off_unauthenticated(c);
+        }
+        if stopped {
+            // Draining for a shutdown: what was decoded finishes, nothing
+            // more starts.
+            break;
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}

@@ -270,3 +270,80 @@ fn a_client_that_never_reads_is_closed_at_the_normal_output_limit() {
     }
     assert!(got < 20 << 20, "read {got} bytes after the close");
 }
+
+/// SIGTERM under a pipelined load on both threads: the server stops
+/// reading, lets every command it read run and answer, saves, and exits.
+/// Each client's counter on the restarted server is exactly the number of
+/// INCR replies that client got (none ran unanswered, none answered was
+/// lost), and no reply is an error.
+#[test]
+fn sigterm_under_load_answers_every_command_that_ran() {
+    let dir = scratch_dir();
+    let port = free_port();
+    // As node_command, with a save rule (a SIGTERM then saves).
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold-server"));
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "2",
+        "--loglevel",
+        "warn",
+    ]);
+    cmd.args(["--save", "3600 1", "--dir", &dir.display().to_string()]);
+    let mut node = started(&mut cmd, port, "leasehold-server");
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let key = format!("counter:{i}");
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let batch: Vec<u8> = (0..16)
+                    .flat_map(|_| format!("INCR {key}\r\n").into_bytes())
+                    .collect();
+                let (mut replies, mut pending) = (0u64, Vec::new());
+                let mut buf = [0u8; 4096];
+                'load: loop {
+                    if s.write_all(&batch).is_err() {
+                        break;
+                    }
+                    let mut got = 0;
+                    while got < 16 {
+                        let n = match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break 'load,
+                            Ok(n) => n,
+                        };
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(2).position(|w| w == b"\r\n") {
+                            let line: Vec<u8> = pending.drain(..end + 2).collect();
+                            assert_eq!(line[0], b':', "{}", String::from_utf8_lossy(&line));
+                            replies += 1;
+                            got += 1;
+                        }
+                    }
+                }
+                (key, replies)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = node.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = node.0.wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+    let counts: Vec<(String, u64)> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(counts.iter().all(|(_, n)| *n > 0), "{counts:?}");
+    let _again = started(
+        &mut command(&dir, port, &[]),
+        port,
+        "leasehold-server (restarted)",
+    );
+    for (key, n) in counts {
+        let value = call(port, &["GET", &key]).unwrap();
+        assert_eq!(text(&value), n.to_string(), "{key}: INCRs answered {n}");
+    }
+}
