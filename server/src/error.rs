@@ -187,6 +187,8 @@ pub enum OpError {
         /// The words of the policy it accepts (`TOKENBUCKET 10 1 1000`).
         policy: String,
     },
+    /// `OOM command not allowed when used memory > 'maxmemory'.`
+    OutOfMemory,
     /// `ERR <why>`: LH.PIN's words do not make a pin.
     BadPin(String),
     /// `ERR the prefix is pinned by the configuration (rate-limit-pins)`.
@@ -315,6 +317,9 @@ impl OpError {
             OpError::Pinned { prefix, policy } => Reply::err_owned(format!(
                 "ERR rate limit parameters of keys under '{prefix}' are pinned to {policy}"
             )),
+            OpError::OutOfMemory => {
+                Reply::err("OOM command not allowed when used memory > 'maxmemory'.")
+            }
             OpError::BadPin(why) => Reply::err_owned(format!("ERR {why}")),
             OpError::PinConfigured => {
                 Reply::err("ERR the prefix is pinned by the configuration (rate-limit-pins)")

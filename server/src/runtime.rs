@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,6 +261,7 @@ pub fn new_shared(
         counters: ServerCounters::default(),
         shutting_down: AtomicBool::new(false),
         input_stopped: AtomicBool::new(false),
+        over_maxmemory: AtomicBool::new(false),
         quiet: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         doorbells,
         started: Instant::now(),
@@ -392,13 +393,21 @@ fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
 /// either takes effect at the next cycle.
 fn expiry_timer() -> impl FnMut(&Worker, Instant) -> Instant {
     move |worker: &Worker, now: Instant| {
-        let (hz, pct) = {
+        let (hz, pct, maxmemory) = {
             let c = worker.shared.config.read();
             (
                 c.expiry.hz.clamp(1, 500),
                 c.expiry.budget_percent.clamp(1, 100),
+                c.limits.maxmemory,
             )
         };
+        if worker.id == 0 {
+            let over = maxmemory > 0 && commands::server::used_memory() > maxmemory as u64;
+            let was = worker.shared.over_maxmemory.swap(over, Ordering::Relaxed);
+            if over && !was {
+                tracing::warn!("used memory is past maxmemory ({maxmemory} bytes): commands that may allocate are refused (-OOM)");
+            }
+        }
         let period = Duration::from_millis(1000 / u64::from(hz));
         worker.shard.borrow_mut().expiry_cycle(period * pct / 100);
         now + period

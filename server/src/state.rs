@@ -318,6 +318,9 @@ pub struct Shared {
     /// Per thread, while input is stopped: its connections owe nothing and
     /// its mailbox is empty (see [`Shared::drained`]).
     pub quiet: Vec<AtomicBool>,
+    /// Bytes allocated are past `maxmemory`: `denyoom` commands are refused.
+    /// Refreshed by thread 0's timer, `hz` times a second.
+    pub over_maxmemory: AtomicBool,
     /// Each thread's doorbell, indexed by thread (= shard).
     pub doorbells: Vec<Arc<Doorbell>>,
     /// When the server started (uptime).

@@ -347,3 +347,46 @@ fn sigterm_under_load_answers_every_command_that_ran() {
         assert_eq!(text(&value), n.to_string(), "{key}: INCRs answered {n}");
     }
 }
+
+/// `maxmemory` with Redis's noeviction: past it, commands that may
+/// allocate are refused with `-OOM` and change nothing; reads and deletes
+/// go on; back under it (or at 0) writes are served again.
+#[test]
+fn past_maxmemory_writes_are_refused_and_reads_go_on() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let _node = started(&mut command(&dir, port, &[]), port, "leasehold-server");
+    assert_eq!(text(&call(port, &["SET", "kept", "v"]).unwrap()), "OK");
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "maxmemory", "1mb"]).unwrap()),
+        "OK"
+    );
+    let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+    // Thread 0's timer looks at the memory 10 times a second.
+    leasehold_testkit::wait_for(
+        "-OOM",
+        Duration::from_secs(5),
+        || matches!(call(port, &["SET", "x", "1"]), Some(Reply::Error(e)) if e == oom),
+    );
+    let lease = call(port, &["TOKENLEASE", "rl:new", "10", "1", "1000", "1"]).unwrap();
+    assert_eq!(lease, Reply::Error(oom.into()));
+    assert_eq!(
+        call(port, &["SET", "y", "1"]).unwrap(),
+        Reply::Error(oom.into())
+    );
+    assert_eq!(text(&call(port, &["GET", "kept"]).unwrap()), "v");
+    assert_eq!(
+        call(port, &["EXISTS", "y", "rl:new"]).unwrap(),
+        Reply::Int(0)
+    );
+    assert_eq!(call(port, &["DEL", "kept"]).unwrap(), Reply::Int(1));
+    let info = text(&call(port, &["INFO", "memory"]).unwrap());
+    assert!(info.contains("maxmemory:1048576\r\n"), "{info}");
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "maxmemory", "0"]).unwrap()),
+        "OK"
+    );
+    leasehold_testkit::wait_for("writes again", Duration::from_secs(5), || {
+        call(port, &["SET", "x", "1"]).is_some_and(|r| text(&r) == "OK")
+    });
+}

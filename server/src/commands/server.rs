@@ -26,7 +26,9 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Bytes allocated by the process, from jemalloc when it is the allocator.
-fn used_memory() -> u64 {
+/// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed),
+/// INFO's `used_memory` and what `maxmemory` is held against.
+pub fn used_memory() -> u64 {
     let _ = tikv_jemalloc_ctl::epoch::advance();
     tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0) as u64
 }
@@ -140,10 +142,12 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
             }
             "memory" => {
                 let used = used_memory();
+                let max = shared.config.read().limits.maxmemory as u64;
                 let _ = write!(
                     w,
-                    "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\nmem_allocator:jemalloc\r\n",
-                    human_bytes(used)
+                    "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:noeviction\r\nmem_allocator:jemalloc\r\n",
+                    human_bytes(used),
+                    human_bytes(max)
                 );
             }
             "persistence" => super::persistence::info_persistence(shared, w),

@@ -127,6 +127,7 @@ mod tests {
             "bind",
             "port",
             "requirepass",
+            "maxmemory",
             "protected-mode",
             "rate-limit-pins",
             "maxclients",

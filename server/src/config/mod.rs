@@ -87,6 +87,10 @@ pub struct LimitsConfig {
     /// classes are enforced ([`LimitsConfig::pubsub_output_limit`],
     /// [`LimitsConfig::normal_output_limit`]), the replica class is not read.
     pub client_output_buffer_limit: String,
+    /// `maxmemory`: past this many bytes allocated, commands that may
+    /// allocate (`denyoom`) are refused with `-OOM` (Redis's `noeviction`
+    /// policy, the only one); 0 for no limit.
+    pub maxmemory: usize,
 }
 
 impl LimitsConfig {
@@ -119,6 +123,7 @@ impl Default for LimitsConfig {
             max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
             client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
+            maxmemory: 0,
         }
     }
 }
