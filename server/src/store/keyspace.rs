@@ -297,6 +297,7 @@ impl Store {
             let table = std::mem::take(&mut self.tables[i]);
             gone += (table.len() + table.compact.len()) as u64;
             self.counts.expires -= u64::from(std::mem::take(&mut self.slot_expires[i]));
+            self.ttl_tables.set(i, false);
         }
         self.counts.keys -= gone;
         self.effects.emit(Effect::FlushSlots {
