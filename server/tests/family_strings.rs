@@ -228,6 +228,35 @@ fn counters() {
 }
 
 #[test]
+fn incrbyfloat_never_answers_minus_zero_and_refuses_nul_bytes() {
+    let mut h = Harness::new();
+    // Redis 7.0.15 answers "0" for each of these sums.
+    for (start, by) in [
+        ("0", "-0"),
+        ("0", "-0.0"),
+        ("-0.0", "-0"),
+        ("-1", "1"),
+        ("1e-20", "-1e-20"),
+        ("-1e-30", "0"),
+    ] {
+        assert_eq!(h.run(&["SET", "f", start]), Reply::ok());
+        assert_eq!(h.run(&["INCRBYFLOAT", "f", by]), Reply::bulk("0"), "{start} + {by}");
+        assert_eq!(h.run(&["GET", "f"]), Reply::bulk("0"), "{start} + {by}");
+    }
+    let not_float = err("ERR value is not a valid float");
+    assert_eq!(h.run(&["INCRBYFLOAT", "f", "1\0abc"]), not_float);
+    assert_eq!(h.run(&["INCRBYFLOAT", "f", "1\0"]), not_float);
+    assert_eq!(h.run(&["SET", "n", "1\0"]), Reply::ok());
+    assert_eq!(h.run(&["INCRBYFLOAT", "n", "1"]), not_float);
+    assert_eq!(h.run(&["GET", "f"]), Reply::bulk("0"), "unchanged");
+    // The case file's I1: "1e3" is a float, " 11 " is not.
+    assert_eq!(h.cmd("SET k 1e3"), Reply::ok());
+    assert_eq!(h.cmd("INCRBYFLOAT k 1"), Reply::bulk("1001"));
+    assert_eq!(h.run(&["SET", "k", " 11 "]), Reply::ok());
+    assert_eq!(h.cmd("INCRBYFLOAT k 1"), not_float);
+}
+
+#[test]
 fn incrbyfloat_formats_as_redis() {
     let mut h = Harness::new();
     assert_eq!(h.cmd("INCRBYFLOAT f 10.5"), Reply::bulk("10.5"));

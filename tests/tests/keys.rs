@@ -282,6 +282,25 @@ on_1_and_2_threads! {
         assert_eq!(info["expired_keys"], "1000");
         eprintln!("1000 keys with PX 50 reclaimed in {:?}", start.elapsed());
     }
+
+    fn active_expiry_finds_a_few_sparse_ttl_keys_quickly(threads) {
+        // Three TTL keys among 16384 slots, never read: Redis reclaims them
+        // within about a second of their deadline; so must the sweep.
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        for k in ["sparse:a", "sparse:{b}", "other:z"] {
+            assert_eq!(c.call(&format!("SET {k} v PX 500")), "+OK\r\n");
+        }
+        assert_eq!(c.call("SET plain v"), "+OK\r\n");
+        let start = Instant::now();
+        while c.call("DBSIZE") != ":1\r\n" {
+            assert!(start.elapsed() < Duration::from_secs(2), "DBSIZE still {} after 2 s", c.call("DBSIZE"));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(490), "gone before their deadline: {took:?}");
+        eprintln!("three sparse PX 500 keys reclaimed in {took:?}");
+    }
 }
 
 /// Scans the whole keyspace with extra SCAN arguments; returns every key
