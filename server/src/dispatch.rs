@@ -42,6 +42,10 @@ pub enum Planned {
     /// A connection command: run it with [`run_conn_command`] once the
     /// pipeline owes nothing and its replies are encoded.
     Conn(usize, Args),
+    /// A command over keys of several shards ([`Exec::Span`]): start it as
+    /// a transaction over them (`turn/tx.rs`) once the pipeline owes
+    /// nothing, as EXEC starts.
+    Span(usize, Args),
 }
 
 /// Marks a [`Route`] to a slot that is not split.
@@ -447,6 +451,21 @@ pub fn plan(
             });
         }
         Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run, link), args, merge),
+        Exec::Span(run, _) => {
+            if !groups_complete(spec, args.all().len()) {
+                count_rejected(worker, idx);
+                pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
+                return Planned::Queued;
+            }
+            match single_shard(spec, &args, shards) {
+                Ok(shard) => {
+                    let shard = shard.unwrap_or(worker.id);
+                    let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
+                    pipe.push_part(part);
+                }
+                Err(_) => return Planned::Span(idx, args),
+            }
+        }
     }
     Planned::Queued
 }

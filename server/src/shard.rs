@@ -331,6 +331,11 @@ impl Shard {
         }
     }
 
+    /// The parcel of values leaving shard `from` (see `commands/span.rs`).
+    pub fn parcel(&self, from: usize) -> &crate::state::Parcel {
+        &self.shared.parcels[from]
+    }
+
     /// Runs a batch from another thread in order, under one clock reading.
     pub fn run_batch(&mut self, jobs: Vec<Job>) -> Vec<Reply> {
         self.tick();

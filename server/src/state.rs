@@ -288,7 +288,14 @@ pub struct Shared {
     pub pubsub: crate::pubsub::Registry,
     /// Snapshot and append-only log status, and requests to their thread.
     pub persist: crate::persist::status::Persistence,
+    /// Per shard, the value a command spanning shards (cross-shard RENAME,
+    /// COPY) is moving out of it (`commands/span.rs`).
+    pub parcels: Vec<Parcel>,
 }
+
+/// One value on its way out of a shard to another: only the transaction
+/// holding that shard fills or empties its slot.
+pub type Parcel = Mutex<Option<crate::store::Moved>>;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -61,6 +61,8 @@ enum Parked {
     Conn(usize, Args),
     /// A protocol error's reply: the last reply before the connection closes.
     Error(Reply),
+    /// A command over keys of several shards (table index, arguments).
+    Span(usize, Args),
 }
 
 /// A connection's transport as the turn sees it: only, if it has one, the
@@ -723,6 +725,12 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     reply.encode(c.state.proto, &mut c.out);
                     c.state.close = true;
                 }
+                Parked::Span(idx, args) => {
+                    // Nothing more is read from this connection until its
+                    // reply is in, as after EXEC.
+                    tx::start_span(at, c, idx, args);
+                    return false;
+                }
             }
             if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
@@ -737,11 +745,11 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
-            Ok(Some(items)) => {
-                if let Planned::Conn(idx, args) = plan(at, &mut c.state, &mut c.pipe, items) {
-                    c.parked = Some(Parked::Conn(idx, args));
-                }
-            }
+            Ok(Some(items)) => match plan(at, &mut c.state, &mut c.pipe, items) {
+                Planned::Conn(idx, args) => c.parked = Some(Parked::Conn(idx, args)),
+                Planned::Span(idx, args) => c.parked = Some(Parked::Span(idx, args)),
+                Planned::Queued => {}
+            },
             Ok(None) => break,
             Err(e) => {
                 let reply = protocol_error(&e);

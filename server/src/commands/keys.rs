@@ -50,7 +50,8 @@ fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(n))
 }
 
-fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+/// EXISTS (and TOUCH) on one shard's keys: how many are live.
+pub fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let mut n = 0;
     while a.remaining() > 0 {
         let key = a.key()?;

@@ -13,8 +13,10 @@
 //! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
 //!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
 //!   DBSIZE, FLUSHALL, FLUSHDB, LH.FLUSHSLOTS;
+//! - [`moves`]: RENAME, RENAMENX, COPY (across shards too, see [`span`]);
 //! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
-//!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
+//!   MGET, MSET, MSETNX, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND,
+//!   STRLEN, SETRANGE, GETRANGE, SUBSTR;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
 //! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
@@ -24,9 +26,10 @@
 //! - [`persistence`]: SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE (the files are
 //!   [`crate::persist`]'s).
 //!
-//! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
-//! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
-//! argument trees from `docs/commands.md`.
+//! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
+//! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
+//! argument trees from `docs/commands.md`, and [`span`] holds what commands
+//! over several shards are driven with (steps, the parcel's handlers).
 
 use std::sync::OnceLock;
 
@@ -40,11 +43,13 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod moves;
 pub mod persistence;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod server;
+pub mod span;
 pub mod strings;
 pub mod transaction;
 
@@ -114,6 +119,10 @@ pub enum Exec {
     /// On the connection's thread, with connection state; pending replies
     /// are flushed first so state changes apply in request order.
     Conn(ConnFn),
+    /// Keys on one shard: the handler, there. Keys on several: driven in
+    /// steps by the [`span::SpanFn`] under the locks of every shard of its
+    /// keys, atomically (RENAME, COPY, MSETNX; see [`span`]).
+    Span(ShardFn, span::SpanFn),
 }
 
 /// One row of the command table.
@@ -221,6 +230,7 @@ impl Table {
             connection::COMMANDS,
             server::COMMANDS,
             keys::COMMANDS,
+            moves::COMMANDS,
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,

@@ -26,6 +26,8 @@
 //! - `keyspace.rs`: lookups and writes, lazy expiry, and the moves of
 //!   rate-limit keys between compact and general entries;
 //! - `expiry.rs`: the TTL counters and the active-expiry sweep;
+//! - `moves.rs`: whole values taken, copied and restored under another key
+//!   (RENAME, COPY), a random key, what OBJECT and MEMORY USAGE read;
 //! - `emit.rs`: the store's side of the replication stream (it is the only
 //!   writer of the shard's effect log);
 //! - `watch.rs`: WATCH on this shard's keys (registering, EXEC's check);
@@ -42,6 +44,7 @@ mod emit;
 mod expiry;
 mod image;
 mod keyspace;
+mod moves;
 mod table;
 mod value;
 mod watch;
@@ -51,6 +54,7 @@ use crate::effects::EffectLog;
 pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
 pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
+pub use moves::Moved;
 pub use value::{RateState, Value, SMALL_STRING};
 
 /// Counters a shard keeps about its keyspace (summed over shards for INFO).
@@ -95,6 +99,8 @@ pub struct Store {
     /// The command running comes from the replication link: every present
     /// entry is live to it, deadline or not.
     from_link: bool,
+    /// RANDOMKEY's generator state (never 0).
+    rng: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -125,6 +131,7 @@ impl Store {
             image_ids: 0,
             replica: false,
             from_link: false,
+            rng: random_seed(),
         }
     }
 
@@ -160,6 +167,13 @@ impl Store {
     pub fn table_bytes(&self) -> usize {
         self.tables.iter().map(SlotTable::allocation_size).sum()
     }
+}
+
+/// A seed for RANDOMKEY's generator, different in every store: the
+/// standard library's per-map random keys, hashed (never 0).
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0u8) | 1
 }
 
 #[cfg(test)]
