@@ -367,7 +367,7 @@ impl OpError {
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 10] = [
+pub const ERROR_CODES: [&str; 11] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
@@ -378,10 +378,11 @@ pub const ERROR_CODES: [&str; 10] = [
     "LOADING",
     "NOMASTERLINK",
     "MISCONF",
+    "EXECABORT",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another
-/// code (not counted in errorstats; `total_error_replies` still counts it).
+/// code (counted apart, by name; see `ShardStats::count_reply`).
 pub fn error_code_index(reply: &Reply) -> Option<usize> {
     let Reply::Error(text) = reply else {
         return None;

@@ -544,6 +544,7 @@ impl Loop {
             }
         } else {
             let _ = c.out.split_to(written);
+            c.note_buffers();
         }
     }
 
@@ -733,6 +734,8 @@ pub fn new_client(
         bell,
         sub: AtomicUsize::new(0),
         psub: AtomicUsize::new(0),
+        monitor: AtomicBool::new(false),
+        buffers: Default::default(),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

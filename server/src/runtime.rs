@@ -238,6 +238,7 @@ pub fn new_shared(
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
         pubsub: Default::default(),
         persist: Default::default(),
+        monitors: Default::default(),
         parcels: (0..threads).map(|_| Default::default()).collect(),
     })
 }
@@ -256,6 +257,7 @@ pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) 
         shard: shard.into(),
         mailboxes,
         shared,
+        monitor_feed: Default::default(),
     })
 }
 

@@ -51,6 +51,9 @@ pub struct ConnState {
     pub pubsub_limit: OutputLimit,
     /// MULTI's queue and WATCH's keys.
     pub tx: TxState,
+    /// In MONITOR mode: every command's line is pushed to it, and it may
+    /// not read or write keys (as a Redis monitor, flagged a replica).
+    pub monitor: bool,
 }
 
 /// What a blocked connection waits for.
@@ -252,6 +255,7 @@ impl ConnState {
             pubsub: Subscriptions::default(),
             pubsub_limit: OutputLimit::default(),
             tx: TxState::default(),
+            monitor: false,
         };
         conn.refresh(shared);
         conn

@@ -159,6 +159,8 @@ pub enum Msg {
     Tx(TxMsg),
     /// A PUBLISH's message for this thread's subscribers.
     Publish(crate::pubsub::Publish),
+    /// Monitor lines for this thread's monitors.
+    Monitor(crate::monitor::Feed),
 }
 
 /// What a shard answers for one job of a batch.
@@ -438,4 +440,7 @@ pub struct Worker {
     pub mailboxes: Arc<Vec<Mailbox>>,
     /// Server-wide state.
     pub shared: Arc<Shared>,
+    /// The monitor lines of the commands planned on this thread since the
+    /// last turn sent them (`crate::monitor`).
+    pub monitor_feed: RefCell<bytes::BytesMut>,
 }

@@ -10,10 +10,11 @@
 //! order:
 //! - [`connection`]: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT;
 //! - [`server`]: INFO, CONFIG, COMMAND, TIME, SHUTDOWN;
-//! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, TOUCH, RANDOMKEY, EXPIRE, PEXPIRE, EXPIREAT,
 //!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
 //!   DBSIZE, FLUSHALL, FLUSHDB, LH.FLUSHSLOTS;
 //! - [`moves`]: RENAME, RENAMENX, COPY (across shards too, see [`span`]);
+//! - [`introspect`]: OBJECT, MEMORY;
 //! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
 //!   MGET, MSET, MSETNX, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND,
 //!   STRLEN, SETRANGE, GETRANGE, SUBSTR;
@@ -42,6 +43,8 @@ pub use crate::shard::ShardFn;
 pub mod config;
 pub mod connection;
 pub mod docs;
+pub mod info;
+pub mod introspect;
 pub mod keys;
 pub mod moves;
 pub mod persistence;
@@ -102,6 +105,11 @@ pub enum Merge {
     Gather,
     /// Concatenate arrays (KEYS).
     Concat,
+    /// One of the parts that is not nil, chosen at random; nil when all
+    /// are (RANDOMKEY: shards hold about as many keys each, so a shard
+    /// drawn uniformly and a key drawn uniformly in it is close to a key
+    /// drawn uniformly).
+    Any,
 }
 
 /// How a command runs.
@@ -231,6 +239,7 @@ impl Table {
             server::COMMANDS,
             keys::COMMANDS,
             moves::COMMANDS,
+            introspect::COMMANDS,
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,

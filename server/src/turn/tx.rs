@@ -126,6 +126,8 @@ pub(super) struct Running {
     /// Started for one command spanning shards, not by EXEC: its reply is
     /// that command's, not an array.
     single: bool,
+    /// The client's address (EXEC's monitor line).
+    addr: std::net::SocketAddr,
 }
 
 /// A command spanning shards inside a transaction (`commands::span`): its
@@ -259,6 +261,7 @@ impl Running {
             close_after: false,
             span: None,
             single: false,
+            addr: c.state.handle.addr,
         }
     }
 }
@@ -453,6 +456,10 @@ impl Running {
                 let msg = TxMsg::Release { tx: self.tx };
                 worker.mailboxes[s].send(Msg::Tx(msg));
             }
+        }
+        if !self.single && worker.shared.monitors.active() {
+            let exec = [Bytes::from_static(b"EXEC")];
+            crate::dispatch::feed_line(worker, &self.addr.to_string(), &exec);
         }
         match (self.dirty, self.single) {
             (true, _) => Reply::NilArray,
