@@ -88,8 +88,18 @@ pub struct Feed {
 /// Administrative commands Redis 7.0 does not show to monitors (its
 /// `admin` flag), by name, and CLIENT's administrative subcommands.
 const HIDDEN: &[&str] = &[
-    "config", "shutdown", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof", "psync",
-    "replconf", "monitor", "lh.flushslots", "debug",
+    "config",
+    "shutdown",
+    "save",
+    "bgsave",
+    "bgrewriteaof",
+    "replicaof",
+    "slaveof",
+    "psync",
+    "replconf",
+    "monitor",
+    "lh.flushslots",
+    "debug",
 ];
 const HIDDEN_CLIENT: &[&str] = &["list", "kill", "pause", "unpause", "no-evict"];
 
@@ -100,7 +110,10 @@ pub fn shown(name: &str, args: &[Bytes]) -> bool {
         return false;
     }
     if name == "client" {
-        let sub = args.get(1).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+        let sub = args
+            .get(1)
+            .map(|s| s.to_ascii_lowercase())
+            .unwrap_or_default();
         return !HIDDEN_CLIENT.iter().any(|h| h.as_bytes() == sub);
     }
     true
@@ -111,9 +124,17 @@ pub fn shown(name: &str, args: &[Bytes]) -> bool {
 pub fn line(out: &mut BytesMut, unix_us: u64, addr: &str, args: &[Bytes]) {
     let mut head = String::with_capacity(48);
     use std::fmt::Write as _;
-    let _ = write!(head, "+{}.{:06} [0 {addr}]", unix_us / 1_000_000, unix_us % 1_000_000);
+    let _ = write!(
+        head,
+        "+{}.{:06} [0 {addr}]",
+        unix_us / 1_000_000,
+        unix_us % 1_000_000
+    );
     out.put_slice(head.as_bytes());
-    let name = args.first().map(|n| n.to_ascii_lowercase()).unwrap_or_default();
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_lowercase())
+        .unwrap_or_default();
     for (i, a) in args.iter().enumerate() {
         out.put_u8(b' ');
         if redacted(&name, args, i) {
@@ -161,7 +182,10 @@ mod tests {
     use super::*;
 
     fn of(args: &[&str]) -> String {
-        let args: Vec<Bytes> = args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect();
+        let args: Vec<Bytes> = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
         let mut out = BytesMut::new();
         line(&mut out, 1_796_150_178_726_156, "127.0.0.1:35788", &args);
         String::from_utf8(out.to_vec()).unwrap()
@@ -189,7 +213,11 @@ mod tests {
 
     #[test]
     fn administrative_commands_are_not_shown() {
-        let b = |s: &[&str]| s.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect::<Vec<_>>();
+        let b = |s: &[&str]| {
+            s.iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect::<Vec<_>>()
+        };
         assert!(!shown("config", &b(&["CONFIG", "GET", "port"])));
         assert!(!shown("client", &b(&["CLIENT", "LIST"])));
         assert!(shown("client", &b(&["CLIENT", "SETNAME", "x"])));

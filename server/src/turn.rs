@@ -152,7 +152,10 @@ impl<T> Conn<T> {
         set(&b.oll, usize::from(!held.is_empty()));
         set(&b.omem, held.len());
         let conn = std::mem::size_of::<Self>();
-        set(&b.tot_mem, conn + self.rbuf.capacity() + self.out.capacity() + held.capacity());
+        set(
+            &b.tot_mem,
+            conn + self.rbuf.capacity() + self.out.capacity() + held.capacity(),
+        );
     }
 
     /// Called when the connection is readable while it waits: true when the
@@ -420,16 +423,27 @@ impl<T: Transport> Turn<T> {
         }
         st.refresh(shared);
         let held = !c.pipe.is_empty();
-        let mut out = std::mem::take(if held { &mut st.pubsub.held } else { &mut c.out });
+        let mut out = std::mem::take(if held {
+            &mut st.pubsub.held
+        } else {
+            &mut c.out
+        });
         let before = out.len();
         let wrote = write(st, &mut out);
         self.pushed += out.len() - before;
-        *(if held { &mut st.pubsub.held } else { &mut c.out }) = out;
+        *(if held {
+            &mut st.pubsub.held
+        } else {
+            &mut c.out
+        }) = out;
         if !wrote {
             return;
         }
         let pending = c.out.len() + st.pubsub.held.len();
-        if st.pubsub.over_limit(pending, &st.pubsub_limit, Instant::now()) {
+        if st
+            .pubsub
+            .over_limit(pending, &st.pubsub_limit, Instant::now())
+        {
             let h = &st.handle;
             tracing::warn!(
                 "Client id={} addr={} laddr={} flags={flag} sub={} psub={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",

@@ -133,7 +133,9 @@ fn server(shared: &Shared, w: &mut String) {
         "linux" => "Linux",
         other => other,
     };
-    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let unix_us = shared.clock.unix_us();
     let _ = write!(
         w,
@@ -158,8 +160,16 @@ fn server(shared: &Shared, w: &mut String) {
 fn clients(shared: &Shared, w: &mut String) {
     let clients = shared.clients.lock();
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let max_in = clients.values().map(|c| get(&c.buffers.qbuf)).max().unwrap_or(0);
-    let max_out = clients.values().map(|c| get(&c.buffers.obl)).max().unwrap_or(0);
+    let max_in = clients
+        .values()
+        .map(|c| get(&c.buffers.qbuf))
+        .max()
+        .unwrap_or(0);
+    let max_out = clients
+        .values()
+        .map(|c| get(&c.buffers.obl))
+        .max()
+        .unwrap_or(0);
     let _ = write!(
         w,
         "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:{max_in}\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:0\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
@@ -261,7 +271,11 @@ fn errorstats(shared: &Shared, now: &StatBaseline, base: &StatBaseline, w: &mut 
         }
     }
     for (code, n) in shared.other_error_codes() {
-        let before = base.other_codes.iter().find(|(c, _)| *c == code).map_or(0, |(_, b)| *b);
+        let before = base
+            .other_codes
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map_or(0, |(_, b)| *b);
         if n > before {
             let _ = write!(w, "errorstat_{code}:count={}\r\n", n - before);
         }
@@ -287,7 +301,11 @@ fn leasehold(shared: &Shared, w: &mut String) {
 /// size (4096 on every mainstream Linux); 0 where `/proc` is missing.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 

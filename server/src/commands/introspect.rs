@@ -65,7 +65,10 @@ fn help(lines: &[&'static str]) -> Reply {
 
 /// The subcommand, upper-cased, and a check of the arguments' count
 /// (`arity` in Redis's sign convention, name and subcommand included).
-fn subcommand(a: &mut Args, command: &str) -> Result<(String, impl Fn(i32) -> Result<(), OpError>), OpError> {
+fn subcommand(
+    a: &mut Args,
+    command: &str,
+) -> Result<(String, impl Fn(i32) -> Result<(), OpError>), OpError> {
     let sub = a.word()?;
     let argc = a.all().len();
     let name = format!("{command}|{}", sub.to_ascii_lowercase());
@@ -75,7 +78,8 @@ fn subcommand(a: &mut Args, command: &str) -> Result<(String, impl Fn(i32) -> Re
         } else {
             argc >= arity.unsigned_abs() as usize
         };
-        ok.then_some(()).ok_or_else(|| OpError::SubcommandArity(name.clone()))
+        ok.then_some(())
+            .ok_or_else(|| OpError::SubcommandArity(name.clone()))
     };
     Ok((sub, check))
 }

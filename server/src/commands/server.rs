@@ -60,10 +60,7 @@ fn command_group(name: &str) -> &'static str {
         "server"
     } else if member(super::strings::COMMANDS) {
         "string"
-    } else if member(super::keys::COMMANDS)
-        || member(super::moves::COMMANDS)
-        || name == "object"
-    {
+    } else if member(super::keys::COMMANDS) || member(super::moves::COMMANDS) || name == "object" {
         "generic"
     } else if member(super::connection::COMMANDS) {
         "connection"

@@ -54,7 +54,9 @@ pub type SpanFn = fn(args: &[Bytes], shards: usize, step: usize, replies: &[Repl
 /// The step `[name, key]`: `1` when `key` is live on this shard, else `0`.
 pub fn step_exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    Ok(Reply::Int(s.store.type_of(&key, s.now.unix_ms).is_some() as i64))
+    Ok(Reply::Int(
+        s.store.type_of(&key, s.now.unix_ms).is_some() as i64
+    ))
 }
 
 /// The step `[name, key]`: removes `key` (emitting `DEL`) into this

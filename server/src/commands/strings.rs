@@ -280,7 +280,10 @@ fn msetnx(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     }
     let now = s.now.unix_ms;
     let all = a.all();
-    if all[1..].chunks(2).any(|p| s.store.type_of(&p[0], now).is_some()) {
+    if all[1..]
+        .chunks(2)
+        .any(|p| s.store.type_of(&p[0], now).is_some())
+    {
         return Ok(Reply::Int(0));
     }
     for p in all[1..].chunks(2) {
@@ -305,9 +308,14 @@ fn msetnx_steps(args: &[Bytes], shards: usize, step: usize, replies: &[Reply]) -
             }
             per[s].extend_from_slice(if with_values { p } else { &p[..1] });
         }
-        let run: crate::shard::ShardFn = if with_values { mset } else { super::keys::exists };
+        let run: crate::shard::ShardFn = if with_values {
+            mset
+        } else {
+            super::keys::exists
+        };
         let jobs = per.into_iter().enumerate().filter(|(_, a)| !a.is_empty());
-        jobs.map(|(shard, args)| Step { shard, run, args }).collect()
+        jobs.map(|(shard, args)| Step { shard, run, args })
+            .collect()
     };
     match step {
         0 => Next::Run(per_shard(b"exists", false)),
@@ -366,7 +374,13 @@ fn getrange(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if start < 0 && end < 0 && start > end {
         return Ok(Reply::Bulk(Bytes::new()));
     }
-    let from_end = |i: i64| if i < 0 { len.saturating_add(i).max(0) } else { i };
+    let from_end = |i: i64| {
+        if i < 0 {
+            len.saturating_add(i).max(0)
+        } else {
+            i
+        }
+    };
     let (start, end) = (from_end(start), from_end(end).min(len - 1));
     if start > end || len == 0 {
         return Ok(Reply::Bulk(Bytes::new()));

@@ -159,7 +159,10 @@ impl Pipeline {
             Slot::Ready(r) => r,
             _ => OpError::ShardUnavailable.reply(),
         };
-        self.slots.drain(from.min(self.slots.len())..).map(reply).collect()
+        self.slots
+            .drain(from.min(self.slots.len())..)
+            .map(reply)
+            .collect()
     }
 
     /// Every slot's reply in request order, split replies merged, as

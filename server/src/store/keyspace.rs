@@ -61,7 +61,13 @@ impl Store {
     }
 
     /// [`Store::get`] for a key already located (table `i`, hash `h`).
-    pub(super) fn get_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+    pub(super) fn get_at(
+        &mut self,
+        i: usize,
+        h: u64,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Option<&mut Entry> {
         let j = self.find_entry(i, h, key)?;
         if self.live_anyway() || !self.tables[i].at(j).expired(now_ms, self.clock) {
             return Some(self.tables[i].at_mut(j));

@@ -52,9 +52,9 @@ mod watch;
 use crate::clock::Now;
 use crate::effects::EffectLog;
 pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
+pub use moves::Moved;
 pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
-pub use moves::Moved;
 pub use value::{RateState, Value, SMALL_STRING};
 
 /// Counters a shard keeps about its keyspace (summed over shards for INFO).

@@ -80,7 +80,11 @@ impl Store {
         match self.compact_lookup(i, h, key, now_ms) {
             Ok(c) => c.map(|c| {
                 let v = c.value();
-                (v.encoding(), v.refcount(), std::mem::size_of::<Compact>() + tag)
+                (
+                    v.encoding(),
+                    v.refcount(),
+                    std::mem::size_of::<Compact>() + tag,
+                )
             }),
             Err(()) => {
                 let j = self.live_at(i, h, key, now_ms)?;

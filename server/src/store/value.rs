@@ -271,7 +271,8 @@ mod tests {
     fn encodings_sizes_and_refcounts_as_object_and_memory_report_them() {
         let long = |n: usize| Value::from_bytes(&vec![b'x'; n]);
         let cases = [
-            (Value::from_bytes(b"12345"), "int", 0, i64::from(i32::MAX)),
+            (Value::from_bytes(b"9999"), "int", 0, i64::from(i32::MAX)),
+            (Value::from_bytes(b"0"), "int", 0, i64::from(i32::MAX)),
             (Value::from_bytes(b"10000"), "int", 0, 1),
             (Value::from_bytes(b"-1"), "int", 0, 1),
             (Value::from_bytes(b"01"), "embstr", 0, 1),
@@ -279,7 +280,11 @@ mod tests {
             (long(45), "raw", 32 + 45, 1),
         ];
         for (v, encoding, heap, refs) in cases {
-            assert_eq!((v.encoding(), v.heap_bytes(), v.refcount()), (encoding, heap, refs), "{v:?}");
+            assert_eq!(
+                (v.encoding(), v.heap_bytes(), v.refcount()),
+                (encoding, heap, refs),
+                "{v:?}"
+            );
         }
         let b = Bucket {
             tokens: 1,
@@ -288,8 +293,15 @@ mod tests {
             refilled_at: 0,
         };
         assert_eq!(RateState::TokenBucket(b).into_value().encoding(), "packed");
-        let wide = RateState::TokenBucket(Bucket { period_ms: 1 << 33, ..b }).into_value();
-        assert_eq!((wide.encoding(), wide.heap_bytes()), ("wide", std::mem::size_of::<RateState>()));
+        let wide = RateState::TokenBucket(Bucket {
+            period_ms: 1 << 33,
+            ..b
+        })
+        .into_value();
+        assert_eq!(
+            (wide.encoding(), wide.heap_bytes()),
+            ("wide", std::mem::size_of::<RateState>())
+        );
     }
 
     fn round_trip(r: RateState) -> Value {

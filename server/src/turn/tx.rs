@@ -464,9 +464,11 @@ impl Running {
         match (self.dirty, self.single) {
             (true, _) => Reply::NilArray,
             // The command's own reply, counted when it is written.
-            (false, true) => self.pipe.take_from(0).pop().unwrap_or_else(|| {
-                crate::error::OpError::ShardUnavailable.reply()
-            }),
+            (false, true) => self
+                .pipe
+                .take_from(0)
+                .pop()
+                .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
             (false, false) => Reply::Array(self.pipe.take_replies(worker)),
         }
     }
