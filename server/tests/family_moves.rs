@@ -229,3 +229,29 @@ fn cross_shard_commands_inside_multi_and_in_a_pipeline() {
         "calls=3,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=1"
     );
 }
+
+#[test]
+fn a_rate_limit_state_without_a_ttl_keeps_none_through_rename_and_copy() {
+    let mut h = Harness::new();
+    for (a, b) in pairs(&h) {
+        assert_eq!(
+            h.run(&["TOKENLEASE", &a, "10", "1", "1000", "2"]),
+            ints(&[2, 8, 0, 2000])
+        );
+        assert_eq!(h.run(&["PERSIST", &a]), Reply::Int(1));
+        let (reply, effects) = h.run_effects(&["RENAME", &a, &b]);
+        assert_eq!(reply, Reply::ok());
+        // LH.RESTORE always carries a deadline: PERSIST follows it.
+        let restored = effects
+            .iter()
+            .position(|e| e[0] == "LH.RESTORE" && e[1] == b);
+        let persisted = effects
+            .iter()
+            .position(|e| e[..] == ["PERSIST", b.as_str()]);
+        assert!(restored.is_some() && persisted > restored, "{effects:?}");
+        assert_eq!(h.run(&["PTTL", &b]), Reply::Int(-1));
+        assert_eq!(h.run(&["COPY", &b, &a]), Reply::Int(1));
+        assert_eq!(h.run(&["PTTL", &a]), Reply::Int(-1));
+        h.cmd("FLUSHALL");
+    }
+}

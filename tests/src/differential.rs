@@ -244,4 +244,3 @@ pub fn hello_without_id(reply: &str) -> String {
     let kind = &reply[..1];
     format!("{kind}{:?}", blank(pairs))
 }
-

@@ -171,7 +171,10 @@ fn lines_after_addr(c: &mut Raw, n: usize) -> Vec<String> {
             let Some((head, rest)) = l.split_once("] ") else {
                 return l.to_string();
             };
-            assert!(head.starts_with('+') && head.contains(" [0 127.0.0.1:"), "{l}");
+            assert!(
+                head.starts_with('+') && head.contains(" [0 127.0.0.1:"),
+                "{l}"
+            );
             rest.trim_end().to_string()
         })
         .collect()

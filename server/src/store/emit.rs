@@ -26,37 +26,39 @@ impl Store {
         Store::value_effect(key, value, expire_at, self.clock, |e| effects.emit(e));
     }
 
-    /// Calls `f` with the effect that recreates `value` at `key` expiring at
-    /// `expire_at` (Unix ms, `None` for no TTL): `SET` for strings,
-    /// `LH.RESTORE` for rate-limit states (whose deadline is always set),
-    /// their instants written as Unix ms under `now`.
+    /// Calls `f` with each effect that recreates `value` at `key` expiring
+    /// at `expire_at` (Unix ms, `None` for no TTL): `SET` for strings;
+    /// `LH.RESTORE` for rate-limit states, their instants written as Unix
+    /// ms under `now`, followed by `PERSIST` for a state without a TTL
+    /// (`LH.RESTORE` always carries a deadline; a state has none after an
+    /// explicit PERSIST, and keeps none through RENAME and COPY).
     pub(super) fn value_effect(
         key: &[u8],
         value: &Value,
         expire_at: Option<u64>,
         now: Now,
-        f: impl FnOnce(Effect<'_>),
+        mut f: impl FnMut(Effect<'_>),
     ) {
-        let mut f = Some(f);
         let written = value.with_string(|bytes| {
-            if let Some(f) = f.take() {
-                f(Effect::Set {
-                    key,
-                    value: bytes,
-                    expire_at_ms: expire_at,
-                })
-            }
+            f(Effect::Set {
+                key,
+                value: bytes,
+                expire_at_ms: expire_at,
+            })
         });
         if written.is_some() {
             return;
         }
-        if let (Some(state), Some(f)) = (value.rate_state(), f) {
+        if let Some(state) = value.rate_state() {
             f(Effect::Rate {
                 key,
                 state: &state,
                 expire_at_ms: expire_at.unwrap_or(i64::MAX as u64),
                 now,
             });
+            if expire_at.is_none() {
+                f(Effect::Persist { key });
+            }
         }
     }
 }
