@@ -1,17 +1,23 @@
-"""Prints `passed failed errors skipped` from a pytest JUnit XML report."""
+"""Prints `passed failed errors skipped` from a pytest JUnit XML report.
+
+A test the `flaky` plugin reran appears once per run in the report: its
+last outcome counts, once.
+"""
 
 import sys
 import xml.etree.ElementTree as ET
 
-passed = failed = errors = skipped = 0
+outcome = {}
 for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
     tags = {child.tag for child in case}
     if "failure" in tags:
-        failed += 1
+        result = "failed"
     elif "error" in tags:
-        errors += 1
+        result = "errors"
     elif "skipped" in tags:
-        skipped += 1
+        result = "skipped"
     else:
-        passed += 1
-print(passed, failed, errors, skipped)
+        result = "passed"
+    outcome[(case.get("classname"), case.get("name"))] = result
+counts = [sum(1 for r in outcome.values() if r == k) for k in ("passed", "failed", "errors", "skipped")]
+print(*counts)
