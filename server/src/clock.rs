@@ -46,6 +46,12 @@ pub const MONO_BASE_MS: u64 = 1 << 32;
 pub trait Clock: Send + Sync + 'static {
     /// Reads both clocks.
     fn now(&self) -> Now;
+
+    /// The wall clock in Unix microseconds (MONITOR's timestamps): the
+    /// milliseconds of [`Clock::now`] unless the clock has finer.
+    fn unix_us(&self) -> u64 {
+        self.now().unix_ms * 1000
+    }
 }
 
 /// The real clocks.
@@ -79,6 +85,13 @@ impl Clock for SystemClock {
             unix_ms,
             mono_ms: MONO_BASE_MS + self.start.elapsed().as_millis() as u64,
         }
+    }
+
+    fn unix_us(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0)
     }
 }
 

@@ -42,6 +42,10 @@ pub enum Planned {
     /// A connection command: run it with [`run_conn_command`] once the
     /// pipeline owes nothing and its replies are encoded.
     Conn(usize, Args),
+    /// A command over keys of several shards ([`Exec::Span`]): start it as
+    /// a transaction over them (`turn/tx.rs`) once the pipeline owes
+    /// nothing, as EXEC starts.
+    Span(usize, Args),
 }
 
 /// Marks a [`Route`] to a slot that is not split.
@@ -407,6 +411,14 @@ pub fn plan(
         multi::refuse(conn, pipe, e.reply());
         return Planned::Queued;
     }
+    if conn.monitor && spec.has(flags::READONLY | flags::WRITE) {
+        count_rejected(worker, idx);
+        multi::refuse(conn, pipe, OpError::MonitorKeyspace.reply());
+        return Planned::Queued;
+    }
+    if worker.shared.monitors.active() {
+        feed_monitors(worker, conn, spec, &items);
+    }
     // RESP2's subscribed mode refuses most commands and changes PING's
     // reply; one test of the connection's state otherwise.
     if conn.subscribed_resp2() {
@@ -455,8 +467,45 @@ pub fn plan(
             });
         }
         Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run, link), args, merge),
+        Exec::Span(run, _) => {
+            if !groups_complete(spec, args.all().len()) {
+                count_rejected(worker, idx);
+                pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
+                return Planned::Queued;
+            }
+            match single_shard(spec, &args, shards) {
+                Ok(shard) => {
+                    let shard = shard.unwrap_or(worker.id);
+                    let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
+                    pipe.push_part(part);
+                }
+                Err(_) => return Planned::Span(idx, args),
+            }
+        }
     }
     Planned::Queued
+}
+
+/// Adds the monitor line of a request that passed the checks to this
+/// thread's feed (sent at the end of the turn; see `crate::monitor`),
+/// unless it is one Redis does not show. A request queued inside MULTI is
+/// shown when EXEC runs it, and EXEC itself after its commands (`turn/tx.rs`
+/// feeds it), as Redis shows them.
+#[cold]
+#[inline(never)]
+fn feed_monitors(worker: &Worker, conn: &ConnState, spec: &CommandSpec, items: &[Bytes]) {
+    let queued = conn.tx.multi.is_some() && !runs_inside_multi(spec);
+    let exec_later = spec.name == "exec" && conn.tx.multi.as_ref().is_some_and(|m| !m.aborted);
+    if queued || exec_later || !crate::monitor::shown(spec.name, items) {
+        return;
+    }
+    feed_line(worker, &conn.handle.addr.to_string(), items);
+}
+
+/// Adds the monitor line of `items`, sent from `addr`, to this thread's feed.
+pub fn feed_line(worker: &Worker, addr: &str, items: &[Bytes]) {
+    let us = worker.shared.clock.unix_us();
+    crate::monitor::line(&mut worker.monitor_feed.borrow_mut(), us, addr, items);
 }
 
 /// The shard a SCAN cursor (a hash slot) names.
@@ -589,6 +638,15 @@ fn merge_replies(
                 })
                 .collect(),
         ),
+        Merge::Any => {
+            let mut found: Vec<Reply> = replies.into_iter().filter(|r| *r != Reply::Nil).collect();
+            if found.is_empty() {
+                return Reply::Nil;
+            }
+            use std::hash::BuildHasher;
+            let draw = std::collections::hash_map::RandomState::new().hash_one(found.len());
+            found.swap_remove(draw as usize % found.len())
+        }
         Merge::Gather => {
             let mut out = vec![Reply::Nil; nkeys];
             for (r, ords) in replies.into_iter().zip(ordinals) {

@@ -193,6 +193,17 @@ pub enum OpError {
     BadPin(String),
     /// `ERR the prefix is pinned by the configuration (rate-limit-pins)`.
     PinConfigured,
+    /// `ERR no such key` (RENAME, RENAMENX of a missing key).
+    NoSuchKey,
+    /// `ERR source and destination objects are the same` (COPY to itself).
+    SameObject,
+    /// `ERR offset is out of range` (SETRANGE with a negative offset).
+    OffsetOutOfRange,
+    /// OBJECT FREQ without an LFU `maxmemory-policy` (Leasehold has none).
+    LfuNotSelected,
+    /// `ERR Replica can't interact with the keyspace`: a key command from a
+    /// connection in MONITOR mode (Redis flags monitors as replicas).
+    MonitorKeyspace,
 }
 
 impl OpError {
@@ -338,6 +349,13 @@ impl OpError {
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
+            OpError::NoSuchKey => Reply::err("ERR no such key"),
+            OpError::SameObject => Reply::err("ERR source and destination objects are the same"),
+            OpError::OffsetOutOfRange => Reply::err("ERR offset is out of range"),
+            OpError::LfuNotSelected => Reply::err(
+                "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+            ),
+            OpError::MonitorKeyspace => Reply::err("ERR Replica can't interact with the keyspace"),
             OpError::SubscribedContext(name) => Reply::err_owned(format!(
                 "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
             )),
@@ -366,13 +384,14 @@ impl OpError {
             OpError::SubcommandArity(_)
                 | OpError::UnknownSubcommand { .. }
                 | OpError::SubscribedContext(_)
+                | OpError::MonitorKeyspace
         )
     }
 }
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 10] = [
+pub const ERROR_CODES: [&str; 11] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
@@ -383,10 +402,11 @@ pub const ERROR_CODES: [&str; 10] = [
     "LOADING",
     "NOMASTERLINK",
     "MISCONF",
+    "EXECABORT",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another
-/// code (not counted in errorstats; `total_error_replies` still counts it).
+/// code (counted apart, by name; see `ShardStats::count_reply`).
 pub fn error_code_index(reply: &Reply) -> Option<usize> {
     let Reply::Error(text) = reply else {
         return None;

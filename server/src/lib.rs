@@ -21,6 +21,7 @@
 //!   store      one shard's keyspace: slot tables, compact entries, expiry
 //!   effects    the replication stream: one RESP record per change, a ring
 //!   pubsub     the subscription registry; a connection's subscriptions
+//!   monitor    the connections in MONITOR mode; the line a command becomes
 //!   replication::backlog, ::role   the merged stream; role, ids, replicas
 //!   replication::outbuf   a follower's own copy of the stream
 //!   persist::status       requests to the persistence thread, its status
@@ -38,7 +39,8 @@
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
-//! 1 [`ratelimit`], [`collections`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
+//! 1 [`ratelimit`], [`collections`]; 2 [`state`], [`store`], [`effects`],
+//! [`pubsub`], [`monitor`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
@@ -68,6 +70,7 @@ pub mod effects;
 pub mod error;
 pub mod glob;
 pub mod harness;
+pub mod monitor;
 pub mod net;
 pub mod persist;
 pub mod pubsub;

@@ -579,6 +579,7 @@ impl Loop {
             }
         } else {
             let _ = c.out.split_to(written);
+            c.note_buffers();
             let st = &mut c.state;
             let normal = st.pubsub.count() == 0 && !st.is_link();
             let pending = c.out.len() as u64;
@@ -798,6 +799,8 @@ pub fn new_client(
         bell,
         sub: AtomicUsize::new(0),
         psub: AtomicUsize::new(0),
+        monitor: AtomicBool::new(false),
+        buffers: Default::default(),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

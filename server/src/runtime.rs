@@ -271,6 +271,8 @@ pub fn new_shared(
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
         pubsub: Default::default(),
         persist: Default::default(),
+        monitors: Default::default(),
+        parcels: (0..threads).map(|_| Default::default()).collect(),
     })
 }
 
@@ -308,6 +310,7 @@ pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) 
         shard: shard.into(),
         mailboxes,
         shared,
+        monitor_feed: Default::default(),
     })
 }
 
@@ -402,7 +405,7 @@ fn expiry_timer() -> impl FnMut(&Worker, Instant) -> Instant {
             )
         };
         if worker.id == 0 {
-            let over = maxmemory > 0 && commands::server::used_memory() > maxmemory as u64;
+            let over = maxmemory > 0 && commands::info::used_memory() > maxmemory as u64;
             let was = worker.shared.over_maxmemory.swap(over, Ordering::Relaxed);
             if over && !was {
                 tracing::warn!("used memory is past maxmemory ({maxmemory} bytes): commands that may allocate are refused (-OOM)");

@@ -57,6 +57,9 @@ pub struct ConnState {
     pub normal_soft_since: Option<std::time::Instant>,
     /// MULTI's queue and WATCH's keys.
     pub tx: TxState,
+    /// In MONITOR mode: every command's line is pushed to it, and it may
+    /// not read or write keys (as a Redis monitor, flagged a replica).
+    pub monitor: bool,
 }
 
 /// What a blocked connection waits for.
@@ -261,6 +264,7 @@ impl ConnState {
             normal_limit: OutputLimit::default(),
             normal_soft_since: None,
             tx: TxState::default(),
+            monitor: false,
         };
         conn.refresh(shared);
         conn

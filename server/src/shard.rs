@@ -159,6 +159,8 @@ pub enum Msg {
     Tx(TxMsg),
     /// A PUBLISH's message for this thread's subscribers.
     Publish(crate::pubsub::Publish),
+    /// Monitor lines for this thread's monitors.
+    Monitor(crate::monitor::Feed),
 }
 
 /// What a shard answers for one job of a batch.
@@ -331,6 +333,11 @@ impl Shard {
         }
     }
 
+    /// The parcel of values leaving shard `from` (see `commands/span.rs`).
+    pub fn parcel(&self, from: usize) -> &crate::state::Parcel {
+        &self.shared.parcels[from]
+    }
+
     /// Runs a batch from another thread in order, under one clock reading.
     pub fn run_batch(&mut self, jobs: Vec<Job>) -> Vec<Reply> {
         self.tick();
@@ -381,9 +388,13 @@ impl Shard {
         self.store.image_step(budget)
     }
 
-    /// One active-expiry cycle. Visits a hundredth of the slots (so every key
-    /// with a TTL is looked at once every 10 s at hz 10: at 1M keys that costs
-    /// about 1% of a core, where a tenth cost 6% in a TOKENLEASE profile); if
+    /// One active-expiry cycle. Visits as many slot tables holding TTL keys
+    /// as a hundredth of the shard's slots (tables without one are skipped
+    /// at no cost, so a few TTL keys are all looked at every cycle, and a
+    /// 500 ms key is gone within a cycle of its deadline; when every slot
+    /// holds one, each is looked at once every 10 s at hz 10: at 1M keys
+    /// that costs about 1% of a core, where a tenth cost 6% in a TOKENLEASE
+    /// profile); if
     /// more than a quarter of what it examined had expired it keeps going, up
     /// to `budget`, as Redis's adaptive cycle does, so a mass expiry is
     /// reclaimed at up to a quarter of a core.
@@ -429,4 +440,7 @@ pub struct Worker {
     pub mailboxes: Arc<Vec<Mailbox>>,
     /// Server-wide state.
     pub shared: Arc<Shared>,
+    /// The monitor lines of the commands planned on this thread since the
+    /// last turn sent them (`crate::monitor`).
+    pub monitor_feed: RefCell<bytes::BytesMut>,
 }

@@ -72,6 +72,11 @@ pub struct ShardStats {
     pub error_replies: [Counter; crate::error::ERROR_CODES.len()],
     /// Error replies sent, whatever their code.
     pub total_error_replies: Counter,
+    /// Error replies sent with a code not in `ERROR_CODES` (a script's
+    /// own, say), by code in the order first seen, up to
+    /// [`MAX_ERROR_CODES`] codes (Redis's `ERRORSTATS_LIMIT`); rare, so
+    /// behind a lock.
+    pub other_error_codes: Mutex<Vec<(String, u64)>>,
     /// Batches received from other threads.
     pub batches_in: Counter,
 }
@@ -100,11 +105,20 @@ impl ShardStats {
 
     /// Counts a reply about to be sent if it is an error (owner thread only).
     pub fn count_reply(&self, reply: &Reply) {
-        if reply.is_error() {
-            self.total_error_replies.add(1);
-            if let Some(i) = crate::error::error_code_index(reply) {
-                self.error_replies[i].add(1);
-            }
+        let Reply::Error(text) = reply else {
+            return;
+        };
+        self.total_error_replies.add(1);
+        if let Some(i) = crate::error::error_code_index(reply) {
+            self.error_replies[i].add(1);
+            return;
+        }
+        let code = text.split(' ').next().unwrap_or("");
+        let mut other = self.other_error_codes.lock();
+        if let Some((_, n)) = other.iter_mut().find(|(c, _)| c == code) {
+            *n += 1;
+        } else if other.len() < MAX_ERROR_CODES {
+            other.push((code.to_string(), 1));
         }
     }
 }
@@ -126,10 +140,15 @@ impl ShardStats {
             rejected_calls: (0..commands).map(|_| Counter::default()).collect(),
             error_replies: Default::default(),
             total_error_replies: Counter::default(),
+            other_error_codes: Mutex::new(Vec::new()),
             batches_in: Counter::default(),
         }
     }
 }
+
+/// Most error codes outside `ERROR_CODES` INFO errorstats tracks per
+/// thread, as Redis tracks at most 128.
+pub const MAX_ERROR_CODES: usize = 128;
 
 /// What CLIENT LIST and CLIENT KILL see of a connection.
 #[derive(Debug)]
@@ -159,6 +178,30 @@ pub struct ClientHandle {
     pub sub: AtomicUsize,
     /// Patterns subscribed to (CLIENT LIST `psub`), kept by the connection's thread.
     pub psub: AtomicUsize,
+    /// In MONITOR mode (CLIENT LIST flag `O`).
+    pub monitor: AtomicBool,
+    /// Its buffers' sizes as its thread last saw them (CLIENT LIST).
+    pub buffers: Buffers,
+}
+
+/// A connection's buffers, bytes, as CLIENT LIST names them, written by
+/// the connection's thread after it serves or writes the connection.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// `qbuf`: input read and not yet run.
+    pub qbuf: AtomicU64,
+    /// `qbuf-free`: room left in the read buffer.
+    pub qbuf_free: AtomicU64,
+    /// `rbs`: the read buffer's size.
+    pub rbs: AtomicU64,
+    /// `obl`: encoded replies not yet written.
+    pub obl: AtomicU64,
+    /// `oll`: 1 while pushed messages wait behind replies still owed, else 0.
+    pub oll: AtomicU64,
+    /// `omem`: bytes of those waiting messages.
+    pub omem: AtomicU64,
+    /// `tot-mem`: every buffer's allocation together.
+    pub tot_mem: AtomicU64,
 }
 
 impl ClientHandle {
@@ -337,7 +380,16 @@ pub struct Shared {
     pub pubsub: crate::pubsub::Registry,
     /// Snapshot and append-only log status, and requests to their thread.
     pub persist: crate::persist::status::Persistence,
+    /// The connections in MONITOR mode.
+    pub monitors: crate::monitor::Monitors,
+    /// Per shard, the value a command spanning shards (cross-shard RENAME,
+    /// COPY) is moving out of it (`commands/span.rs`).
+    pub parcels: Vec<Parcel>,
 }
+
+/// One value on its way out of a shard to another: only the transaction
+/// holding that shard fills or empties its slot.
+pub type Parcel = Mutex<Option<crate::store::Moved>>;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -413,6 +465,8 @@ pub struct StatBaseline {
     pub rejected_calls: Vec<u64>,
     /// Error replies per code of `ERROR_CODES`.
     pub error_codes: Vec<u64>,
+    /// Error replies per other code (see `ShardStats::other_error_codes`).
+    pub other_codes: Vec<(String, u64)>,
 }
 
 impl Shared {
@@ -443,6 +497,22 @@ impl Shared {
             error_codes: (0..crate::error::ERROR_CODES.len())
                 .map(|i| self.sum(|s| s.error_replies[i].get()))
                 .collect(),
+            other_codes: self.other_error_codes(),
         }
+    }
+
+    /// Error replies per code outside `ERROR_CODES`, summed over threads,
+    /// in the order the codes were first seen (thread by thread).
+    pub fn other_error_codes(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for s in &self.shard_stats {
+            for (code, n) in s.other_error_codes.lock().iter() {
+                match out.iter_mut().find(|(c, _)| c == code) {
+                    Some((_, m)) => *m += n,
+                    None => out.push((code.clone(), *n)),
+                }
+            }
+        }
+        out
     }
 }

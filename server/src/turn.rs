@@ -83,6 +83,8 @@ enum Parked {
     Conn(usize, Args),
     /// A protocol error's reply: the last reply before the connection closes.
     Error(Reply),
+    /// A command over keys of several shards (table index, arguments).
+    Span(usize, Args),
 }
 
 /// A connection's transport as the turn sees it: only, if it has one, the
@@ -161,6 +163,25 @@ impl<T> Conn<T> {
     /// until they come back, or it is released).
     pub fn waiting(&self) -> bool {
         self.pipe.owed() > 0 || self.held
+    }
+
+    /// Publishes the sizes of its buffers for CLIENT LIST (a few relaxed
+    /// stores; called after it is served and after its output is written).
+    pub fn note_buffers(&self) {
+        let b = &self.state.handle.buffers;
+        let held = &self.state.pubsub.held;
+        let set = |a: &std::sync::atomic::AtomicU64, v: usize| a.store(v as u64, Ordering::Relaxed);
+        set(&b.qbuf, self.rbuf.len());
+        set(&b.qbuf_free, self.rbuf.capacity() - self.rbuf.len());
+        set(&b.rbs, self.rbuf.capacity());
+        set(&b.obl, self.out.len());
+        set(&b.oll, usize::from(!held.is_empty()));
+        set(&b.omem, held.len());
+        let conn = std::mem::size_of::<Self>();
+        set(
+            &b.tot_mem,
+            conn + self.rbuf.capacity() + self.out.capacity() + held.capacity(),
+        );
     }
 
     /// Called when the connection is readable while it waits: true when the
@@ -316,6 +337,7 @@ impl<T: Transport> Turn<T> {
                 }
             }
             Msg::Publish(p) => self.publish(&p),
+            Msg::Monitor(feed) => self.monitor(&feed),
         }
         None
     }
@@ -381,47 +403,91 @@ impl<T: Transport> Turn<T> {
     /// pub/sub output limit is closed (as CLIENT KILL closes); the
     /// publisher, on its own thread, never waits for it.
     fn publish(&mut self, p: &Publish) {
-        let shared = &self.worker.shared;
-        let now = Instant::now();
         for d in &p.to {
-            let Some(c) = self.conns.get_mut(d.conn) else {
-                continue;
-            };
-            let st = &mut c.state;
-            let gone = c.io.is_none() || st.handle.id != d.client || st.close;
-            if gone || st.handle.killed.load(Ordering::Relaxed) || !st.pubsub.wants(d, &p.channel) {
-                continue;
-            }
-            st.refresh(shared);
-            let held = !c.pipe.is_empty();
-            let out = if held {
-                &mut st.pubsub.held
-            } else {
-                &mut c.out
-            };
-            let before = out.len();
-            p.encode(d, st.proto, out);
-            self.pushed += out.len() - before;
-            let pending = c.out.len() + st.pubsub.held.len();
-            if st.pubsub.over_limit(pending, &st.pubsub_limit, now) {
-                let h = &st.handle;
-                tracing::warn!(
-                    "Client id={} addr={} laddr={} flags=P sub={} psub={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
-                    h.id,
-                    h.addr,
-                    h.laddr,
-                    st.pubsub.channel_count(),
-                    st.pubsub.pattern_count(),
-                );
-                st.pubsub.held = BytesMut::new();
-                c.out = BytesMut::new();
-                h.kill();
-                continue;
-            }
-            if !held && !c.listed {
-                c.listed = true;
-                self.dirty.push(d.conn);
-            }
+            self.push(d.conn, d.client, 'P', |st, out| {
+                st.pubsub.wants(d, &p.channel) && {
+                    p.encode(d, st.proto, out);
+                    true
+                }
+            });
+        }
+    }
+
+    /// Appends monitor lines to each of this thread's monitors in the
+    /// feed, as [`Turn::publish`] appends a message.
+    fn monitor(&mut self, feed: &crate::monitor::Feed) {
+        for w in &feed.to {
+            self.push(w.conn, w.client, 'O', |st, out| {
+                st.monitor && {
+                    out.extend_from_slice(&feed.lines);
+                    true
+                }
+            });
+        }
+    }
+
+    /// Appends a push to connection `conn` (client `client`) with `write`
+    /// (which answers false when the connection no longer wants it): to its
+    /// output when it owes no reply, else held until its pipeline is
+    /// written. A receiver whose pending output passes the pub/sub class of
+    /// the output limit is closed (as CLIENT KILL closes; `flag` names its
+    /// kind in the log); the sender, on its own thread, never waits for it.
+    fn push(
+        &mut self,
+        conn: usize,
+        client: u64,
+        flag: char,
+        write: impl FnOnce(&ConnState, &mut BytesMut) -> bool,
+    ) {
+        let shared = &self.worker.shared;
+        let Some(c) = self.conns.get_mut(conn) else {
+            return;
+        };
+        let st = &mut c.state;
+        let gone = c.io.is_none() || st.handle.id != client || st.close;
+        if gone || st.handle.killed.load(Ordering::Relaxed) {
+            return;
+        }
+        st.refresh(shared);
+        let held = !c.pipe.is_empty();
+        let mut out = std::mem::take(if held {
+            &mut st.pubsub.held
+        } else {
+            &mut c.out
+        });
+        let before = out.len();
+        let wrote = write(st, &mut out);
+        self.pushed += out.len() - before;
+        *(if held {
+            &mut st.pubsub.held
+        } else {
+            &mut c.out
+        }) = out;
+        if !wrote {
+            return;
+        }
+        let pending = c.out.len() + st.pubsub.held.len();
+        if st
+            .pubsub
+            .over_limit(pending, &st.pubsub_limit, Instant::now())
+        {
+            let h = &st.handle;
+            tracing::warn!(
+                "Client id={} addr={} laddr={} flags={flag} sub={} psub={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                h.id,
+                h.addr,
+                h.laddr,
+                st.pubsub.channel_count(),
+                st.pubsub.pattern_count(),
+            );
+            st.pubsub.held = BytesMut::new();
+            c.out = BytesMut::new();
+            h.kill();
+            return;
+        }
+        if !held && !c.listed {
+            c.listed = true;
+            self.dirty.push(conn);
         }
     }
 
@@ -511,6 +577,7 @@ impl<T: Transport> Turn<T> {
             c.listed = true;
             self.dirty.push(key);
         }
+        c.note_buffers();
     }
 
     /// Ends a turn: sends every batch queued in it, and makes what ran
@@ -547,6 +614,27 @@ impl<T: Transport> Turn<T> {
             self.fill(route, Answer::Reply(OpError::ShardUnavailable.reply()));
         }
         self.worker.shard.borrow_mut().publish();
+        self.send_monitor_feed();
+    }
+
+    /// Sends the monitor lines this thread gathered to every monitor's
+    /// thread, one message each (rung with the turn's other posts).
+    fn send_monitor_feed(&mut self) {
+        let lines = self.worker.monitor_feed.borrow_mut().split().freeze();
+        if lines.is_empty() {
+            return;
+        }
+        let worker = &self.worker;
+        let per = worker.shared.monitors.by_thread(worker.shared.shards);
+        for (t, to) in per.into_iter().enumerate().filter(|(_, to)| !to.is_empty()) {
+            let feed = crate::monitor::Feed {
+                lines: lines.clone(),
+                to,
+            };
+            if worker.mailboxes[t].post(Msg::Monitor(feed)) {
+                self.posted[t] = true;
+            }
+        }
     }
 
     /// Called before any output is written: publishes what commands run
@@ -713,6 +801,9 @@ impl<T: Transport> Turn<T> {
             shared.repl.link_down(c.state.handle.id, untouched);
         }
         c.state.pubsub.clear(&shared.pubsub, c.state.handle.id);
+        if c.state.monitor {
+            shared.monitors.remove(c.state.handle.id);
+        }
         if c.pipe.owed() == 0 {
             self.conns.remove(key);
         }
@@ -766,6 +857,12 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     reply.encode(c.state.proto, &mut c.out);
                     c.state.close = true;
                 }
+                Parked::Span(idx, args) => {
+                    // Nothing more is read from this connection until its
+                    // reply is in, as after EXEC.
+                    tx::start_span(at, c, idx, args);
+                    return false;
+                }
             }
             if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
@@ -788,11 +885,11 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
-            Ok(Some(items)) => {
-                if let Planned::Conn(idx, args) = plan(at, &mut c.state, &mut c.pipe, items) {
-                    c.parked = Some(Parked::Conn(idx, args));
-                }
-            }
+            Ok(Some(items)) => match plan(at, &mut c.state, &mut c.pipe, items) {
+                Planned::Conn(idx, args) => c.parked = Some(Parked::Conn(idx, args)),
+                Planned::Span(idx, args) => c.parked = Some(Parked::Span(idx, args)),
+                Planned::Queued => {}
+            },
             Ok(None) => break,
             Err(e) => {
                 let reply = protocol_error(&e);

@@ -46,7 +46,11 @@ impl Node {
             String::from_utf8_lossy(&argv[0])
         );
         let f = match spec.exec {
-            Exec::Key(f) | Exec::Keys(f, _) | Exec::AllShards(f, _) | Exec::Cursor(f) => f,
+            Exec::Key(f)
+            | Exec::Keys(f, _)
+            | Exec::AllShards(f, _)
+            | Exec::Cursor(f)
+            | Exec::Span(f, _) => f,
             Exec::Conn(_) => panic!("connection command"),
         };
         let mut args = Args::new(argv.iter().map(|a| Bytes::copy_from_slice(a)).collect());

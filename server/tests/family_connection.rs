@@ -216,7 +216,14 @@ fn client_names_ids_and_lists() {
     );
     assert_eq!(h.cmd("CLIENT LIST ID x"), err("ERR Invalid client ID"));
     assert_eq!(h.cmd("CLIENT LIST FOO"), err(SYNTAX));
-    assert_eq!(text(&h.cmd("CLIENT INFO")), lines[0].to_string() + "\n");
+    // The same line but for the buffers, which changed in between.
+    let without_buffers = |l: &str| {
+        let (head, rest) = l.split_once(" qbuf=").expect("qbuf field");
+        let (_, tail) = rest.split_once(" events=").expect("events field");
+        format!("{head} {tail}")
+    };
+    let info = text(&h.cmd("CLIENT INFO"));
+    assert_eq!(without_buffers(&info), without_buffers(lines[0]) + "\n");
 }
 
 #[test]

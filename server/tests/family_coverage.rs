@@ -22,6 +22,16 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         include_str!("family_keys.rs"),
     ),
     (
+        "family_moves.rs",
+        commands::moves::COMMANDS,
+        include_str!("family_moves.rs"),
+    ),
+    (
+        "family_introspect.rs",
+        commands::introspect::COMMANDS,
+        include_str!("family_introspect.rs"),
+    ),
+    (
         "family_strings.rs",
         commands::strings::COMMANDS,
         include_str!("family_strings.rs"),

@@ -324,3 +324,43 @@ fn lh_flushslots_empties_a_slot_range() {
     assert_eq!(h.cmd("LH.FLUSHSLOTS 0"), arity("lh.flushslots"));
     assert_eq!(h.cmd("DBSIZE"), Reply::Int(1));
 }
+
+#[test]
+fn touch_counts_live_keys_over_both_shards() {
+    let mut h = Harness::new();
+    let (a, b) = (h.key_on(0, "t"), h.key_on(1, "t"));
+    assert_eq!(h.run(&["SET", &a, "1"]), Reply::ok());
+    assert_eq!(h.run(&["SET", &b, "1", "PX", "10"]), Reply::ok());
+    assert_eq!(
+        h.run_effects(&["TOUCH", &a, &b, "nokey", &a]),
+        (Reply::Int(3), vec![])
+    );
+    h.clock().advance_ms(10);
+    assert_eq!(h.run(&["TOUCH", &a, &b]), Reply::Int(1));
+    assert_eq!(h.cmd("TOUCH"), arity("touch"));
+}
+
+#[test]
+fn randomkey_draws_live_keys_from_every_shard() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("RANDOMKEY"), Reply::Nil);
+    let (a, b) = (h.key_on(0, "r"), h.key_on(1, "r"));
+    assert_eq!(h.run(&["SET", &a, "1"]), Reply::ok());
+    assert_eq!(h.run(&["SET", &b, "1"]), Reply::ok());
+    let mut seen = BTreeSet::new();
+    for _ in 0..200 {
+        match h.cmd("RANDOMKEY") {
+            Reply::Bulk(k) => seen.insert(String::from_utf8(k.to_vec()).unwrap()),
+            other => panic!("RANDOMKEY answered {other:?}"),
+        };
+    }
+    assert_eq!(seen, BTreeSet::from([a.clone(), b.clone()]));
+    // An expired key is reclaimed, never answered.
+    assert_eq!(h.run(&["PEXPIRE", &b, "5"]), Reply::Int(1));
+    h.clock().advance_ms(5);
+    for _ in 0..50 {
+        assert_eq!(h.cmd("RANDOMKEY"), Reply::bulk(&a));
+    }
+    assert_eq!(h.cmd("DBSIZE"), Reply::Int(1));
+    assert_eq!(h.cmd("RANDOMKEY x"), arity("randomkey"));
+}

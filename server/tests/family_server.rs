@@ -320,3 +320,178 @@ fn a_split_command_counts_once() {
         );
     }
 }
+
+/// The `# Section` headers of an INFO reply, in order.
+fn headers(h: &mut Harness, args: &[&str]) -> Vec<String> {
+    let reply = h.run(args);
+    let t = text(&reply);
+    t.lines()
+        .filter_map(|l| l.strip_prefix("# ").map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn info_sections_in_redis_7s_order_and_selections() {
+    let mut h = Harness::new();
+    let default = [
+        "Server",
+        "Clients",
+        "Memory",
+        "Persistence",
+        "Stats",
+        "Replication",
+        "CPU",
+        "Modules",
+        "Errorstats",
+        "Cluster",
+        "Keyspace",
+    ];
+    assert_eq!(headers(&mut h, &["INFO"]), default);
+    assert_eq!(headers(&mut h, &["INFO", "default"]), default);
+    assert_eq!(headers(&mut h, &["INFO", "cpu", "DEFAULT"]), default);
+    let all = [
+        "Server",
+        "Clients",
+        "Memory",
+        "Persistence",
+        "Stats",
+        "Replication",
+        "CPU",
+        "Modules",
+        "Commandstats",
+        "Errorstats",
+        "Latencystats",
+        "Cluster",
+        "Keyspace",
+    ];
+    assert_eq!(headers(&mut h, &["INFO", "all"]), all);
+    let mut everything = all.to_vec();
+    everything.push("Leasehold");
+    assert_eq!(headers(&mut h, &["INFO", "everything"]), everything);
+    assert_eq!(
+        headers(&mut h, &["INFO", "KEYSPACE", "cpu", "nosuch"]),
+        ["CPU", "Keyspace"]
+    );
+    assert_eq!(
+        headers(&mut h, &["INFO", "server", "clients"]),
+        ["Server", "Clients"]
+    );
+    assert_eq!(text(&h.cmd("INFO modules")), "# Modules\r\n");
+    assert_eq!(
+        text(&h.cmd("INFO cluster")),
+        "# Cluster\r\ncluster_enabled:0\r\n"
+    );
+    for (section, field) in [
+        ("server", "server_time_usec"),
+        ("server", "lru_clock"),
+        ("server", "configured_hz"),
+        ("clients", "client_recent_max_input_buffer"),
+        ("memory", "used_memory_rss"),
+        ("memory", "used_memory_peak"),
+        ("memory", "allocator_active"),
+        ("memory", "mem_fragmentation_ratio"),
+        ("memory", "maxmemory_policy"),
+        ("persistence", "rdb_last_cow_size"),
+        ("stats", "pubsub_channels"),
+        ("stats", "evicted_keys"),
+    ] {
+        assert!(
+            info_field(&mut h, section, field).is_some(),
+            "INFO {section} has no {field}"
+        );
+    }
+    let peak: u64 = info_field(&mut h, "memory", "used_memory_peak")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let used: u64 = info_field(&mut h, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(peak > 0 && used > 0, "peak {peak}, used {used}");
+    assert_eq!(
+        info_field(&mut h, "stats", "pubsub_channels").as_deref(),
+        Some("0")
+    );
+}
+
+#[test]
+fn errorstats_count_every_code_including_execabort() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("GET"), arity("get"));
+    assert_eq!(
+        h.cmd("EXEC"),
+        err("EXECABORT Transaction discarded because of previous errors.")
+    );
+    assert_eq!(
+        info_field(&mut h, "errorstats", "errorstat_EXECABORT").as_deref(),
+        Some("count=1")
+    );
+    assert_eq!(
+        info_field(&mut h, "errorstats", "errorstat_ERR").as_deref(),
+        Some("count=1")
+    );
+}
+
+/// What a monitor connection has been sent so far, as text.
+fn monitored(m: &mut Harness) -> String {
+    m.raw(b"")
+        .iter()
+        .map(|r| format!("{}\n", text(r)))
+        .collect()
+}
+
+#[test]
+fn monitor_shows_every_connection_s_commands_as_redis_prints_them() {
+    let mut m = Harness::new();
+    let mut c = m.connection_on(1);
+    assert_eq!(m.cmd("MONITOR"), Reply::ok());
+    assert_eq!(c.run(&["SET", "a", "x y\n\"\u{1}"]), Reply::ok());
+    assert_eq!(c.cmd("GET a"), Reply::bulk("x y\n\"\u{1}"));
+    assert_eq!(
+        c.cmd("NOSUCH x"),
+        err("ERR unknown command 'NOSUCH', with args beginning with: 'x' ")
+    );
+    assert_eq!(c.cmd("GET"), arity("get"));
+    assert_eq!(c.cmd("CONFIG GET port").is_error(), false);
+    assert_eq!(c.cmd("MULTI"), Reply::ok());
+    assert_eq!(c.cmd("INCR n"), Reply::simple("QUEUED"));
+    assert_eq!(c.cmd("EXEC"), Reply::Array(vec![Reply::Int(1)]));
+    assert!(c.cmd("AUTH pw").is_error());
+    let lines = monitored(&mut m);
+    let shown: Vec<&str> = lines
+        .lines()
+        .map(|l| l.split_once("] ").expect("a monitor line").1)
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "\"SET\" \"a\" \"x y\\n\\\"\\x01\"",
+            "\"GET\" \"a\"",
+            "\"MULTI\"",
+            "\"INCR\" \"n\"",
+            "\"EXEC\"",
+            "\"AUTH\" \"(redacted)\""
+        ]
+    );
+    // `<seconds>.<6 digits> [0 <addr>]`, the manual clock's time.
+    let first = lines.lines().next().unwrap();
+    assert!(
+        first.starts_with("1700000000.000000 [0 127.0.0.1:"),
+        "{first}"
+    );
+    // The monitor may ping, sees its own command, and may not touch keys.
+    let got = m.raw(b"PING\r\n");
+    assert_eq!(got[0], Reply::simple("PONG"));
+    assert!(text(&got[1]).ends_with("] \"PING\""), "{got:?}");
+    assert_eq!(
+        m.cmd("GET a"),
+        err("ERR Replica can't interact with the keyspace")
+    );
+    assert!(text(&c.cmd("CLIENT LIST")).contains(" flags=O "));
+    assert_eq!(m.raw(b"RESET\r\n")[0], Reply::simple("RESET"));
+    assert_eq!(c.cmd("GET a"), Reply::bulk("x y\n\"\u{1}"));
+    assert_eq!(monitored(&mut m), "");
+    assert_eq!(m.cmd("MONITOR x"), arity("monitor"));
+}

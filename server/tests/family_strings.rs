@@ -228,6 +228,39 @@ fn counters() {
 }
 
 #[test]
+fn incrbyfloat_never_answers_minus_zero_and_refuses_nul_bytes() {
+    let mut h = Harness::new();
+    // Redis 7.0.15 answers "0" for each of these sums.
+    for (start, by) in [
+        ("0", "-0"),
+        ("0", "-0.0"),
+        ("-0.0", "-0"),
+        ("-1", "1"),
+        ("1e-20", "-1e-20"),
+        ("-1e-30", "0"),
+    ] {
+        assert_eq!(h.run(&["SET", "f", start]), Reply::ok());
+        assert_eq!(
+            h.run(&["INCRBYFLOAT", "f", by]),
+            Reply::bulk("0"),
+            "{start} + {by}"
+        );
+        assert_eq!(h.run(&["GET", "f"]), Reply::bulk("0"), "{start} + {by}");
+    }
+    let not_float = err("ERR value is not a valid float");
+    assert_eq!(h.run(&["INCRBYFLOAT", "f", "1\0abc"]), not_float);
+    assert_eq!(h.run(&["INCRBYFLOAT", "f", "1\0"]), not_float);
+    assert_eq!(h.run(&["SET", "n", "1\0"]), Reply::ok());
+    assert_eq!(h.run(&["INCRBYFLOAT", "n", "1"]), not_float);
+    assert_eq!(h.run(&["GET", "f"]), Reply::bulk("0"), "unchanged");
+    // The case file's I1: "1e3" is a float, " 11 " is not.
+    assert_eq!(h.cmd("SET k 1e3"), Reply::ok());
+    assert_eq!(h.cmd("INCRBYFLOAT k 1"), Reply::bulk("1001"));
+    assert_eq!(h.run(&["SET", "k", " 11 "]), Reply::ok());
+    assert_eq!(h.cmd("INCRBYFLOAT k 1"), not_float);
+}
+
+#[test]
 fn incrbyfloat_formats_as_redis() {
     let mut h = Harness::new();
     assert_eq!(h.cmd("INCRBYFLOAT f 10.5"), Reply::bulk("10.5"));
@@ -278,4 +311,112 @@ fn append_and_strlen() {
     assert_eq!(h.cmd("STRLEN g"), err(WRONGTYPE));
     assert_eq!(h.cmd("APPEND k"), arity("append"));
     assert_eq!(h.cmd("STRLEN"), arity("strlen"));
+}
+
+#[test]
+fn setrange_pads_keeps_the_ttl_and_checks_its_bounds() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("SET k hello"), Reply::ok());
+    assert_eq!(h.cmd("PEXPIRE k 5000"), Reply::Int(1));
+    let (reply, effects) = h.run_effects("SETRANGE k 6 Redis");
+    assert_eq!(reply, Reply::Int(11));
+    assert_eq!(
+        effects,
+        vec![vec!["SET", "k", "hello\0Redis", "PXAT", "1700000005000"]]
+    );
+    assert_eq!(h.cmd("SETRANGE k 0 J"), Reply::Int(11));
+    assert_eq!(
+        h.cmd("GET k"),
+        Reply::bulk("jello\0Redis".replace('j', "J"))
+    );
+    assert_eq!(h.cmd("PTTL k"), Reply::Int(5000));
+    // Empty values write nothing, and create no key.
+    assert_eq!(
+        h.run_effects(&["SETRANGE", "k", "100", ""]),
+        (Reply::Int(11), vec![])
+    );
+    assert_eq!(
+        h.run_effects(&["SETRANGE", "new", "3", ""]),
+        (Reply::Int(0), vec![])
+    );
+    assert_eq!(h.cmd("EXISTS new"), Reply::Int(0));
+    assert_eq!(h.cmd("SETRANGE new 3 ab"), Reply::Int(5));
+    assert_eq!(h.cmd("GET new"), Reply::bulk("\0\0\0ab"));
+    assert_eq!(h.cmd("SET n 12345"), Reply::ok());
+    assert_eq!(h.cmd("SETRANGE n 1 x"), Reply::Int(5));
+    assert_eq!(h.cmd("GET n"), Reply::bulk("1x345"));
+    assert_eq!(h.cmd("SETRANGE k -1 x"), err("ERR offset is out of range"));
+    assert_eq!(h.cmd("SETRANGE k x x"), err(NOT_INT));
+    assert_eq!(
+        h.cmd("SETRANGE k 536870911 xy"),
+        err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+    );
+    assert_eq!(
+        h.cmd("SETRANGE k 9223372036854775807 x"),
+        err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+    );
+    assert_eq!(h.cmd("TOKENLEASE rl 10 1 1000 1"), ints(&[1, 9, 0, 1000]));
+    assert_eq!(h.cmd("SETRANGE rl 0 x"), err(WRONGTYPE));
+    assert_eq!(h.cmd("SETRANGE k 0"), arity("setrange"));
+}
+
+#[test]
+fn getrange_and_substr_clamp_as_redis() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("SET s Hello"), Reply::ok());
+    for (range, want) in [
+        ("0 -1", "Hello"),
+        ("0 -2", "Hell"),
+        ("-3 -1", "llo"),
+        ("1 2", "el"),
+        ("3 100", "lo"),
+        ("-100 1", "He"),
+        ("4 2", ""),
+        ("-1 -3", ""),
+        ("5 10", ""),
+        ("0 0", "H"),
+        ("-1 -1", "o"),
+    ] {
+        assert_eq!(
+            h.cmd(&format!("GETRANGE s {range}")),
+            Reply::bulk(want),
+            "GETRANGE s {range}"
+        );
+        assert_eq!(
+            h.cmd(&format!("SUBSTR s {range}")),
+            Reply::bulk(want),
+            "SUBSTR s {range}"
+        );
+    }
+    assert_eq!(h.cmd("SET n -1234"), Reply::ok());
+    assert_eq!(h.cmd("GETRANGE n 1 2"), Reply::bulk("12"));
+    assert_eq!(h.cmd("GETRANGE nokey 0 -1"), Reply::bulk(""));
+    assert_eq!(h.cmd("GETRANGE s x 1"), err(NOT_INT));
+    assert_eq!(h.cmd("TOKENLEASE rl 10 1 1000 1"), ints(&[1, 9, 0, 1000]));
+    assert_eq!(h.cmd("GETRANGE rl 0 1"), err(WRONGTYPE));
+    assert_eq!(h.cmd("GETRANGE s 0"), arity("getrange"));
+    assert_eq!(h.cmd("SUBSTR s 0"), arity("substr"));
+}
+
+#[test]
+fn msetnx_on_one_shard() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("MSETNX {t}a 1 {t}b 2"), Reply::Int(1));
+    assert_eq!(
+        h.run_effects("MSETNX {t}c 3 {t}a 9"),
+        (Reply::Int(0), vec![])
+    );
+    assert_eq!(
+        h.cmd("MGET {t}a {t}b {t}c"),
+        bulks_or_nil(&[Some("1"), Some("2"), None])
+    );
+    assert_eq!(h.cmd("MSETNX {t}a"), arity("msetnx"));
+}
+
+fn bulks_or_nil(v: &[Option<&str>]) -> Reply {
+    Reply::Array(
+        v.iter()
+            .map(|x| x.map_or(Reply::Nil, Reply::bulk))
+            .collect(),
+    )
 }

@@ -33,6 +33,7 @@ const LAYERS: &[&[&str]] = &[
         "store",
         "effects",
         "pubsub",
+        "monitor",
         "replication::backlog",
         "replication::role",
         "replication::outbuf",

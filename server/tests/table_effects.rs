@@ -86,6 +86,7 @@ const SAMPLES: &[Sample] = &[
         &["COMMAND COUNT", "COMMAND DOCS get", "COMMAND"],
     ),
     ("time", &[], &["TIME"]),
+    ("monitor", &[], &["MONITOR"]),
     ("shutdown", &[], &["SHUTDOWN NOSAVE"]),
     // Keys.
     ("del", &["SET a 1", "SET b 1"], &["DEL a", "DEL b missing"]),
@@ -96,6 +97,48 @@ const SAMPLES: &[Sample] = &[
         &["EXISTS {}", "EXISTS s n tb sw g missing"],
     ),
     ("type", READ_SETUP, &["TYPE {}"]),
+    (
+        "touch",
+        READ_SETUP,
+        &["TOUCH {}", "TOUCH s n tb sw g missing"],
+    ),
+    ("randomkey", READ_SETUP, &["RANDOMKEY", "RANDOMKEY"]),
+    (
+        "object",
+        READ_SETUP,
+        &[
+            "OBJECT ENCODING {}",
+            "OBJECT REFCOUNT {}",
+            "OBJECT IDLETIME {}",
+            "OBJECT HELP",
+        ],
+    ),
+    (
+        "memory",
+        READ_SETUP,
+        &["MEMORY USAGE {}", "MEMORY USAGE s SAMPLES 0", "MEMORY HELP"],
+    ),
+    // Both keys on one shard ({x}), and on two (a, b on a 2-shard server).
+    (
+        "rename",
+        &["SET a 1 EX 10", "SET {x}a 1", "TOKENLEASE c 10 1 1000 1"],
+        &["RENAME a b", "RENAME {x}a {x}b", "RENAME b a", "RENAME c d"],
+    ),
+    (
+        "renamenx",
+        &["SET a 1", "SET {x}a 1"],
+        &["RENAMENX a b", "RENAMENX {x}a {x}b"],
+    ),
+    (
+        "copy",
+        &["SET a 1", "SET {x}a 1", "SLIDINGWINDOW sw 5 1000"],
+        &[
+            "COPY a b",
+            "COPY {x}a {x}b",
+            "COPY a b REPLACE",
+            "COPY sw sw2",
+        ],
+    ),
     ("expire", &["SET a 1"], &["EXPIRE a 10", "EXPIRE a 20 GT"]),
     ("pexpire", &["SET a 1"], &["PEXPIRE a 10000"]),
     ("expireat", &["SET a 1"], &["EXPIREAT a 1800000000"]),
@@ -202,6 +245,22 @@ const SAMPLES: &[Sample] = &[
     ("psync", &["REPLCONF capa lh1"], &["PSYNC ? -1"]),
     ("role", READ_SETUP, &["ROLE"]),
     ("wait", READ_SETUP, &["WAIT 0 0"]),
+    ("msetnx", &[], &["MSETNX a 1 b 2", "MSETNX {x}a 1 {x}b 2"]),
+    (
+        "setrange",
+        &["SET a hello"],
+        &["SETRANGE a 1 E", "SETRANGE new 2 x"],
+    ),
+    (
+        "getrange",
+        READ_SETUP,
+        &["GETRANGE s 0 -1", "GETRANGE n 0 0", "GETRANGE missing 0 1"],
+    ),
+    (
+        "substr",
+        READ_SETUP,
+        &["SUBSTR s 0 -1", "SUBSTR missing 0 1"],
+    ),
     // Persistence: a request to the persistence thread (none runs in the
     // harness), no change. SAVE would wait for that thread: its files are
     // tested with real processes (`persistence.rs`).

@@ -21,6 +21,8 @@
 //!   has caught up, dump a keyspace to compare.
 //! - [`int_of`], [`text`]: replies as values or text, for assertions.
 //! - [`keys_in_both_halves`]: key names that land on different shards.
+//! - module [`differential`]: a real `redis-server` beside Leasehold, the
+//!   same requests to both, replies compared byte for byte.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -36,6 +38,7 @@ use leasehold_server::slot::{key_slot, SLOTS};
 use leasehold_server::ServerHandle;
 
 pub mod clock;
+pub mod differential;
 pub mod info;
 pub mod redis_rs;
 pub mod replication;

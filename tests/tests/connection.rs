@@ -214,3 +214,60 @@ on_1_and_2_threads! {
         assert_eq!(String::from_utf8_lossy(&got), want);
     }
 }
+
+on_1_and_2_threads! {
+    // CLIENT LIST shows each connection's buffers as they are: a partial
+    // request waiting in one connection's input is its qbuf.
+    fn client_list_shows_real_buffers(threads) {
+        let server = TestServer::start(threads);
+        let mut partial = server.raw();
+        let mut me = server.raw();
+        assert_eq!(partial.call("CLIENT SETNAME partial"), "+OK\r\n");
+        let half = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nab";
+        partial.send(half);
+        let field = |line: &str, name: &str| -> u64 {
+            let f = line.split(' ').find_map(|f| f.strip_prefix(&format!("{name}="))).unwrap();
+            f.parse().unwrap()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let list = me.call("CLIENT LIST");
+            let line = list.lines().find(|l| l.contains(" name=partial ")).unwrap().to_string();
+            if field(&line, "qbuf") == half.len() as u64 || std::time::Instant::now() > deadline {
+                break line;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(field(&line, "qbuf"), half.len() as u64, "{line}");
+        let rbs = field(&line, "rbs");
+        assert_eq!(field(&line, "qbuf-free"), rbs - half.len() as u64, "{line}");
+        assert!(field(&line, "tot-mem") >= rbs, "{line}");
+        assert_eq!(field(&line, "obl"), 0, "{line}");
+        assert!(line.contains(" cmd=client "), "{line}");
+        partial.send(b"cde\r\n");
+        assert_eq!(partial.read_text(), "+OK\r\n");
+    }
+
+    // A monitor that never reads is closed once its unwritten output passes
+    // the pub/sub output limit; other clients go on.
+    fn a_monitor_that_does_not_read_is_closed_at_the_limit(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        assert_eq!(c.call_args(&[b"CONFIG", b"SET", b"client-output-buffer-limit", b"pubsub 1mb 0 0"]), "+OK\r\n");
+        let mut monitor = server.raw();
+        assert_eq!(monitor.call("MONITOR"), "+OK\r\n");
+        assert!(c.call("CLIENT LIST").contains(" flags=O "));
+        let value = vec![b'v'; 64 * 1024];
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Each SET's line is about 64 KB: a few hundred pass 1 MB plus
+        // what the sockets buffer.
+        while c.call("CLIENT LIST").contains(" flags=O ") {
+            for _ in 0..50 {
+                assert_eq!(c.call_args(&[b"SET", b"k", &value]), "+OK\r\n");
+            }
+            assert!(std::time::Instant::now() < deadline, "the monitor is still open");
+        }
+        assert!(matches!(monitor.read_until_closed(Duration::from_secs(20)), Closed::Yes(_)));
+        assert_eq!(c.call("PING"), "+PONG\r\n");
+    }
+}

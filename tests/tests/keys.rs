@@ -282,6 +282,25 @@ on_1_and_2_threads! {
         assert_eq!(info["expired_keys"], "1000");
         eprintln!("1000 keys with PX 50 reclaimed in {:?}", start.elapsed());
     }
+
+    fn active_expiry_finds_a_few_sparse_ttl_keys_quickly(threads) {
+        // Three TTL keys among 16384 slots, never read: Redis reclaims them
+        // within about a second of their deadline; so must the sweep.
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        for k in ["sparse:a", "sparse:{b}", "other:z"] {
+            assert_eq!(c.call(&format!("SET {k} v PX 500")), "+OK\r\n");
+        }
+        assert_eq!(c.call("SET plain v"), "+OK\r\n");
+        let start = Instant::now();
+        while c.call("DBSIZE") != ":1\r\n" {
+            assert!(start.elapsed() < Duration::from_secs(2), "DBSIZE still {} after 2 s", c.call("DBSIZE"));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(490), "gone before their deadline: {took:?}");
+        eprintln!("three sparse PX 500 keys reclaimed in {took:?}");
+    }
 }
 
 /// Scans the whole keyspace with extra SCAN arguments; returns every key
@@ -300,4 +319,56 @@ async fn full_scan(r: &mut MultiplexedConnection, extra: &[&str]) -> Vec<String>
         }
     }
     panic!("SCAN did not end");
+}
+
+on_1_and_2_threads! {
+    // RENAME of a key to one on another shard is never seen half done: a
+    // reader reading both keys atomically (inside MULTI/EXEC, which locks
+    // both shards) always finds exactly one of them, while a writer moves
+    // the value back and forth; the value and its TTL survive every move.
+    fn rename_across_shards_is_never_seen_half_done(threads) {
+        let server = TestServer::start(threads);
+        let keys = keys_in_both_halves("swap", 2);
+        let (a, b) = (keys[0].clone(), keys[1].clone());
+        let mut w = server.raw();
+        assert_eq!(w.call(&format!("SET {a} payload EX 1000")), "+OK\r\n");
+        let moves = 1000;
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut r = server.raw();
+                let check = leasehold_tests::cmd("MULTI")
+                    .into_iter()
+                    .chain(leasehold_tests::cmd(&format!("EXISTS {a}")))
+                    .chain(leasehold_tests::cmd(&format!("EXISTS {b}")))
+                    .chain(leasehold_tests::cmd("EXEC"))
+                    .collect::<Vec<u8>>();
+                let mut seen = [0usize; 3];
+                for _ in 0..moves {
+                    r.send(&check);
+                    let _ = (r.read_text(), r.read_text(), r.read_text());
+                    let exec = r.read_text();
+                    let n = exec.matches(":1\r\n").count();
+                    assert_eq!(exec.len(), "*2\r\n:1\r\n:0\r\n".len(), "{exec:?}");
+                    seen[n] += 1;
+                }
+                seen
+            });
+            for i in 0..moves {
+                let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                assert_eq!(w.call(&format!("RENAME {from} {to}")), "+OK\r\n");
+            }
+            let seen = reader.join().expect("the reader ran");
+            assert_eq!(seen[1], moves, "both or neither seen: {seen:?}");
+        });
+        assert_eq!(w.call(&format!("GET {a}")), "$7\r\npayload\r\n");
+        let ttl = leasehold_tests::int_of(&w.call(&format!("TTL {a}")));
+        assert!((990..=1000).contains(&ttl), "TTL {ttl}");
+        // COPY and MSETNX alike: a reader never sees MSETNX's keys half set.
+        assert_eq!(w.call(&format!("COPY {a} {b}")), ":1\r\n");
+        assert_eq!(w.call(&format!("MGET {a} {b}")), "*2\r\n$7\r\npayload\r\n$7\r\npayload\r\n");
+        assert_eq!(w.call(&format!("DEL {a} {b}")), ":2\r\n");
+        assert_eq!(w.call(&format!("MSETNX {a} 1 {b} 2")), ":1\r\n");
+        assert_eq!(w.call(&format!("MSETNX {a} 3 {b} 4")), ":0\r\n");
+        assert_eq!(w.call(&format!("MGET {a} {b}")), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+    }
 }

@@ -234,7 +234,7 @@ fn random_command(rng: &mut StdRng) -> Vec<u8> {
         n.as_bytes(),
         ms.as_bytes(),
     );
-    match rng.random_range(0..16) {
+    match rng.random_range(0..21) {
         0 | 1 => resp(&[b"SET", k, v]),
         2 => resp(&[b"SET", k, v, b"PX", ms]),
         3 => resp(&[b"INCRBY", k, n]),
@@ -249,6 +249,11 @@ fn random_command(rng: &mut StdRng) -> Vec<u8> {
         12 => resp(&[b"CL.THROTTLE", k, b"10", b"20", b"60"]),
         13 => resp(&[b"GCRA", k, b"10", b"20", b"60"]),
         14 => resp(&[b"GETDEL", k]),
+        15 => resp(&[b"RENAME", k, k2]),
+        16 => resp(&[b"RENAMENX", k, k2]),
+        17 => resp(&[b"COPY", k, k2, b"REPLACE"]),
+        18 => resp(&[b"MSETNX", k, v, k2, v]),
+        19 => resp(&[b"SETRANGE", k, n, v]),
         _ => resp(&[b"SETNX", k, v]),
     }
 }
@@ -299,6 +304,66 @@ fn random_commands_leave_equal_state_on_every_replica() {
         &dump(&mut synced.raw()),
         &want,
         "the replica synced during the load",
+    );
+}
+
+/// RENAME, RENAMENX, COPY and MSETNX, with their keys on one shard and on
+/// two, over strings with and without TTLs and over rate-limit states:
+/// a replica (of another thread count) and a server loading the primary's
+/// append-only log end with the primary's keyspace exactly.
+#[test]
+fn renames_and_copies_replay_exactly_on_a_replica_and_from_the_log() {
+    let clock = clock();
+    let dir = leasehold_testkit::scratch_dir();
+    let mut config = TestServer::config(2);
+    config.persistence.dir = dir.display().to_string();
+    config.persistence.appendonly = true;
+    let primary = TestServer::with_config(config.clone(), clock.clone());
+    let replica = TestServer::with_clock(1, clock.clone());
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    let mut c = primary.raw();
+    let keys = leasehold_tests::keys_in_both_halves("mv", 8);
+    let k = |i: usize| keys[i].as_str();
+    let script = [
+        format!("SET {} v1 PX 90000", k(0)),
+        format!("RENAME {} {}", k(0), k(1)),
+        format!("SET {{t}}a v2 EX 500"),
+        "RENAME {t}a {t}b".to_string(),
+        format!("SET {} v3", k(2)),
+        format!("RENAME {} {}", k(1), k(2)),
+        format!("TOKENLEASE {} 10 1 1000 4", k(3)),
+        format!("RENAME {} {}", k(3), k(4)),
+        format!("SLIDINGWINDOW {} 10 60000 COUNT 3", k(5)),
+        format!("COPY {} {}", k(5), k(6)),
+        format!("GCRA {} 5 10 60", k(7)),
+        format!("RENAMENX {} {}", k(7), k(0)),
+        format!("COPY {} {} REPLACE", k(2), k(7)),
+        format!("MSETNX {} m1 {} m2", k(3), k(5)),
+        format!("MSETNX {} m1 {} m2 {{t}}c m3", k(1), k(3)),
+        format!("COPY {{t}}b {{t}}c REPLACE"),
+        format!("SETRANGE {} 2 xyz", k(2)),
+    ];
+    for line in &script {
+        let r = c.call(line);
+        assert!(!r.starts_with('-'), "{line}: {r}");
+    }
+    clock.advance_ms(1500);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    let want = dump(&mut c);
+    assert_eq!(want.len(), 10, "{want:?}");
+    assert_same(&dump(&mut replica.raw()), &want, "the replica");
+    drop(c);
+    drop(replica);
+    drop(primary);
+    let mut config = TestServer::config(1);
+    config.persistence.dir = dir.display().to_string();
+    config.persistence.appendonly = true;
+    let reloaded = TestServer::with_config(config, clock.clone());
+    assert_same(
+        &dump(&mut reloaded.raw()),
+        &want,
+        "the server that loaded the log",
     );
 }
 

@@ -183,6 +183,10 @@ fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
     super::pubsub::publish_counts(ctx);
     ctx.conn.proto = Protocol::Resp2;
     ctx.conn.handle.resp.store(2, Ordering::Relaxed);
+    if std::mem::take(&mut ctx.conn.monitor) {
+        ctx.shared.monitors.remove(ctx.conn.handle.id);
+        ctx.conn.handle.monitor.store(false, Ordering::Relaxed);
+    }
     *ctx.conn.handle.name.lock() = None;
     let open = ctx.shared.config.read().security.requirepass.is_empty();
     ctx.conn.set_authenticated(open);
@@ -219,9 +223,18 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
         .get(c.last_cmd.load(Ordering::Relaxed))
         .map_or("NULL", |s| s.name);
     let _ = shared;
-    let flags = if c.is_pubsub() { "P" } else { "N" };
+    let flags = if c.monitor.load(Ordering::Relaxed) {
+        "O"
+    } else if c.is_pubsub() {
+        "P"
+    } else {
+        "N"
+    };
+    let b = &c.buffers;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (qbuf, rbs) = (get(&b.qbuf), get(&b.rbs));
     format!(
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={} psub={} ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}\n",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={} psub={} ssub=0 multi=-1 qbuf={qbuf} qbuf-free={} argv-mem=0 multi-mem=0 rbs={rbs} rbp={qbuf} obl={} oll={} omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={}\n",
         c.id,
         c.addr,
         c.laddr,
@@ -230,6 +243,11 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
         idle_ms / 1000,
         c.sub.load(Ordering::Relaxed),
         c.psub.load(Ordering::Relaxed),
+        get(&b.qbuf_free),
+        get(&b.obl),
+        get(&b.oll),
+        get(&b.omem),
+        get(&b.tot_mem),
         cmd,
         c.resp.load(Ordering::Relaxed)
     )

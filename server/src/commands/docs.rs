@@ -173,6 +173,10 @@ const INTEGER_ARGS: &[&str] = &[
     "cursor",
     "index",
     "protover",
+    "offset",
+    "start",
+    "end",
+    "db",
 ];
 
 /// `(command, value)` pairs that are fractional numbers: GCRA's `period`

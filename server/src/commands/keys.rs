@@ -1,4 +1,4 @@
-//! Keys and expiry: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//! Keys and expiry: DEL, UNLINK, EXISTS, TYPE, TOUCH, RANDOMKEY, EXPIRE, PEXPIRE, EXPIREAT,
 //! PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN, DBSIZE,
 //! FLUSHALL, FLUSHDB, LH.FLUSHSLOTS (the effect FLUSHALL emits).
 //!
@@ -22,6 +22,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("unlink", -2, WRITE | FAST, (1, -1, 1), Exec::Keys(del, Merge::Sum), "Asynchronously deletes one or more keys."),
     cmd("exists", -2, READONLY | FAST, (1, -1, 1), Exec::Keys(exists, Merge::Sum), "Determines whether one or more keys exist."),
     cmd("type", 2, READONLY | FAST, KEY1, Exec::Key(type_), "Determines the type of value stored at a key."),
+    cmd("touch", -2, READONLY | FAST, (1, -1, 1), Exec::Keys(exists, Merge::Sum), "Returns the number of existing keys out of those specified after updating the time they were last accessed."),
+    cmd("randomkey", 1, READONLY, NO_KEYS, Exec::AllShards(randomkey, Merge::Any), "Returns a random key name from the database."),
     cmd("expire", -3, WRITE | FAST, KEY1, Exec::Key(expire), "Sets the expiration time of a key in seconds."),
     cmd("pexpire", -3, WRITE | FAST, KEY1, Exec::Key(pexpire), "Sets the expiration time of a key in milliseconds."),
     cmd("expireat", -3, WRITE | FAST, KEY1, Exec::Key(expireat), "Sets the expiration time of a key to a Unix timestamp."),
@@ -50,7 +52,8 @@ fn del(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(n))
 }
 
-fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+/// EXISTS (and TOUCH) on one shard's keys: how many are live.
+pub fn exists(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let mut n = 0;
     while a.remaining() > 0 {
         let key = a.key()?;
@@ -269,6 +272,14 @@ fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Reply::bulk(next.to_string()),
         Reply::Array(out),
     ]))
+}
+
+/// RANDOMKEY on one shard: one of its live keys at random, or nil (the
+/// merge picks one of the shards' answers at random).
+fn randomkey(s: &mut Shard, _a: &mut Args) -> Result<Reply, OpError> {
+    Ok(s.store
+        .random_key(s.now.unix_ms)
+        .map_or(Reply::Nil, Reply::Bulk))
 }
 
 fn dbsize(s: &mut Shard, _a: &mut Args) -> Result<Reply, OpError> {

@@ -10,11 +10,14 @@
 //! order:
 //! - [`connection`]: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT;
 //! - [`server`]: INFO, CONFIG, COMMAND, TIME, SHUTDOWN;
-//! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE, EXPIREAT,
+//! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, TOUCH, RANDOMKEY, EXPIRE, PEXPIRE, EXPIREAT,
 //!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
 //!   DBSIZE, FLUSHALL, FLUSHDB, LH.FLUSHSLOTS;
+//! - [`moves`]: RENAME, RENAMENX, COPY (across shards too, see [`span`]);
+//! - [`introspect`]: OBJECT, MEMORY;
 //! - [`strings`]: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
-//!   MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN;
+//!   MGET, MSET, MSETNX, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND,
+//!   STRLEN, SETRANGE, GETRANGE, SUBSTR;
 //! - [`ratelimit`]: TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GCRA, RLSTATE, LH.RESTORE (the algorithms are in [`crate::ratelimit`]);
 //! - [`replication`]: REPLICAOF, SLAVEOF, REPLCONF, PSYNC, ROLE;
@@ -26,9 +29,10 @@
 //! - [`pins`]: LH.PIN, LH.UNPIN, LH.UNPINALL, LH.PINS (pinned rate-limit
 //!   parameters; the check is in [`crate::ratelimit::pin`]).
 //!
-//! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
-//! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
-//! argument trees from `docs/commands.md`.
+//! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
+//! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
+//! argument trees from `docs/commands.md`, and [`span`] holds what commands
+//! over several shards are driven with (steps, the parcel's handlers).
 
 use std::sync::OnceLock;
 
@@ -41,13 +45,17 @@ pub use crate::shard::ShardFn;
 pub mod config;
 pub mod connection;
 pub mod docs;
+pub mod info;
+pub mod introspect;
 pub mod keys;
+pub mod moves;
 pub mod persistence;
 pub mod pins;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod server;
+pub mod span;
 pub mod strings;
 pub mod transaction;
 
@@ -100,6 +108,11 @@ pub enum Merge {
     Gather,
     /// Concatenate arrays (KEYS).
     Concat,
+    /// One of the parts that is not nil, chosen at random; nil when all
+    /// are (RANDOMKEY: shards hold about as many keys each, so a shard
+    /// drawn uniformly and a key drawn uniformly in it is close to a key
+    /// drawn uniformly).
+    Any,
 }
 
 /// How a command runs.
@@ -117,6 +130,10 @@ pub enum Exec {
     /// On the connection's thread, with connection state; pending replies
     /// are flushed first so state changes apply in request order.
     Conn(ConnFn),
+    /// Keys on one shard: the handler, there. Keys on several: driven in
+    /// steps by the [`span::SpanFn`] under the locks of every shard of its
+    /// keys, atomically (RENAME, COPY, MSETNX; see [`span`]).
+    Span(ShardFn, span::SpanFn),
 }
 
 /// One row of the command table.
@@ -224,6 +241,8 @@ impl Table {
             connection::COMMANDS,
             server::COMMANDS,
             keys::COMMANDS,
+            moves::COMMANDS,
+            introspect::COMMANDS,
             strings::COMMANDS,
             ratelimit::COMMANDS,
             replication::COMMANDS,
@@ -275,7 +294,11 @@ mod tests {
             assert_eq!(c.name, c.name.to_ascii_lowercase());
             assert!(c.arity != 0, "{}: arity 0", c.name);
             if c.first_key > 0 {
-                let min_argc = c.arity.unsigned_abs() as i32;
+                // A container's key follows its subcommand (`OBJECT
+                // ENCODING key`), one past the least arity, which its HELP
+                // (no key) sets.
+                let container = c.first_key == 2 && c.arity == -2;
+                let min_argc = c.arity.unsigned_abs() as i32 + i32::from(container);
                 assert!(
                     c.first_key < min_argc,
                     "{}: first key outside arity",

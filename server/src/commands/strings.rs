@@ -1,5 +1,6 @@
 //! Strings and counters: GET, SET, SETNX, SETEX, PSETEX, GETSET, GETDEL, GETEX,
-//! MGET, MSET, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND, STRLEN.
+//! MGET, MSET, MSETNX, INCR, DECR, INCRBY, DECRBY, INCRBYFLOAT, APPEND,
+//! STRLEN, SETRANGE, GETRANGE, SUBSTR.
 //!
 //! Semantics and error texts follow Redis 7 (`t_string.c`). Counters keep
 //! their TTL; SET without KEEPTTL clears it. Every write emits its resulting
@@ -9,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
+use super::span::{first_error, Next, Step};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1};
 use crate::error::OpError;
 use crate::shard::Shard;
@@ -27,6 +29,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("getex", -2, WRITE | FAST, KEY1, Exec::Key(getex), "Returns the string value of a key after setting its expiration time."),
     cmd("mget", -2, READONLY | FAST, (1, -1, 1), Exec::Keys(mget, Merge::Gather), "Atomically returns the string values of one or more keys."),
     cmd("mset", -3, WRITE | DENYOOM, (1, -1, 2), Exec::Keys(mset, Merge::AllOk), "Sets the string values of one or more keys (atomic per shard)."),
+    cmd("msetnx", -3, WRITE | DENYOOM, (1, -1, 2), Exec::Span(msetnx, msetnx_steps), "Atomically modifies the string values of one or more keys only when all keys don't exist."),
     cmd("incr", 2, WRITE | DENYOOM | FAST, KEY1, Exec::Key(incr), "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist."),
     cmd("decr", 2, WRITE | DENYOOM | FAST, KEY1, Exec::Key(decr), "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist."),
     cmd("incrby", 3, WRITE | DENYOOM | FAST, KEY1, Exec::Key(incrby), "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
@@ -34,6 +37,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("incrbyfloat", 3, WRITE | DENYOOM | FAST, KEY1, Exec::Key(incrbyfloat), "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
     cmd("append", 3, WRITE | DENYOOM | FAST, KEY1, Exec::Key(append), "Appends a string to the value of a key. Creates the key if it doesn't exist."),
     cmd("strlen", 2, READONLY | FAST, KEY1, Exec::Key(strlen), "Returns the length of a string value."),
+    cmd("setrange", 4, WRITE | DENYOOM, KEY1, Exec::Key(setrange), "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
+    cmd("getrange", 4, READONLY, KEY1, Exec::Key(getrange), "Returns a substring of the string stored at a key."),
+    cmd("substr", 4, READONLY, KEY1, Exec::Key(getrange), "Returns a substring from a string value."),
 ];
 
 /// Reads a string value: `Ok(None)` when absent, WRONGTYPE for other types.
@@ -264,6 +270,122 @@ fn mset(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         write_string(s, &key, Value::from_bytes(&value), None);
     }
     Ok(Reply::ok())
+}
+
+/// MSETNX with every key on this shard: nothing is written when any key
+/// exists (Redis's `msetnxCommand`).
+fn msetnx(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    if a.remaining() % 2 != 0 {
+        return Err(OpError::Arity("msetnx"));
+    }
+    let now = s.now.unix_ms;
+    let all = a.all();
+    if all[1..]
+        .chunks(2)
+        .any(|p| s.store.type_of(&p[0], now).is_some())
+    {
+        return Ok(Reply::Int(0));
+    }
+    for p in all[1..].chunks(2) {
+        write_string(s, &p[0], Value::from_bytes(&p[1]), None);
+    }
+    Ok(Reply::Int(1))
+}
+
+/// MSETNX over several shards: each shard counts its keys that exist
+/// (EXISTS), then, when none does anywhere, each sets its pairs (MSET), all
+/// under the shards' locks.
+fn msetnx_steps(args: &[Bytes], shards: usize, step: usize, replies: &[Reply]) -> Next {
+    if let Some(e) = first_error(replies) {
+        return e;
+    }
+    let per_shard = |name: &[u8], with_values: bool| {
+        let mut per: Vec<Vec<Bytes>> = vec![Vec::new(); shards];
+        for p in args[1..].chunks(2) {
+            let s = crate::slot::slot_shard(crate::slot::key_slot(&p[0]), shards);
+            if per[s].is_empty() {
+                per[s].push(Bytes::copy_from_slice(name));
+            }
+            per[s].extend_from_slice(if with_values { p } else { &p[..1] });
+        }
+        let run: crate::shard::ShardFn = if with_values {
+            mset
+        } else {
+            super::keys::exists
+        };
+        let jobs = per.into_iter().enumerate().filter(|(_, a)| !a.is_empty());
+        jobs.map(|(shard, args)| Step { shard, run, args })
+            .collect()
+    };
+    match step {
+        0 => Next::Run(per_shard(b"exists", false)),
+        1 if replies.iter().any(|r| *r != Reply::Int(0)) => Next::Done(Ok(Reply::Int(0))),
+        1 => Next::Run(per_shard(b"mset", true)),
+        _ => Next::Done(Ok(Reply::Int(1))),
+    }
+}
+
+/// SETRANGE: writes `value` at `offset` of the string at `key`, padding
+/// with zero bytes, keeping the TTL; answers the new length. As Redis's
+/// `setrangeCommand`: an empty `value` writes nothing (and creates no key),
+/// and the result may not pass `proto-max-bulk-len`.
+fn setrange(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let offset = a.i64()?;
+    let value = a.next()?;
+    if offset < 0 {
+        return Err(OpError::OffsetOutOfRange);
+    }
+    let now = s.now.unix_ms;
+    let (current, expire_at) = match s.store.get(&key, now) {
+        None => (None, None),
+        Some(e) => (
+            Some(e.value.as_bytes().ok_or(OpError::WrongType)?),
+            e.expire_at(s.now),
+        ),
+    };
+    if value.is_empty() {
+        return Ok(Reply::Int(current.map_or(0, |c| c.len() as i64)));
+    }
+    let end = (offset as u64)
+        .checked_add(value.len() as u64)
+        .filter(|&e| e <= s.conf.proto_max_bulk_len as u64)
+        .ok_or(OpError::StringTooLong)? as usize;
+    let current = current.unwrap_or_default();
+    let mut out = BytesMut::zeroed(end.max(current.len()));
+    out[..current.len()].copy_from_slice(&current);
+    out[offset as usize..end].copy_from_slice(&value);
+    let len = out.len();
+    write_string(s, &key, Value::from_bytes(&out), expire_at);
+    Ok(Reply::Int(len as i64))
+}
+
+/// GETRANGE (and SUBSTR): the bytes of the string at `key` from `start` to
+/// `end` inclusive, negative positions counting from the end, clamped as
+/// Redis's `getrangeCommand` clamps them; an empty string when absent.
+fn getrange(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let start = a.i64()?;
+    let end = a.i64()?;
+    let Some(v) = read_string(s, &key)? else {
+        return Ok(Reply::Bulk(Bytes::new()));
+    };
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return Ok(Reply::Bulk(Bytes::new()));
+    }
+    let from_end = |i: i64| {
+        if i < 0 {
+            len.saturating_add(i).max(0)
+        } else {
+            i
+        }
+    };
+    let (start, end) = (from_end(start), from_end(end).min(len - 1));
+    if start > end || len == 0 {
+        return Ok(Reply::Bulk(Bytes::new()));
+    }
+    Ok(Reply::Bulk(v.slice(start as usize..end as usize + 1)))
 }
 
 /// Adds `delta` to the integer at `key` (0 when absent), keeping its TTL.

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::{
-    count_rejected, cursor_shard, groups_complete, merge_split, single_shard, Outbox, Pipeline,
-    Route, Slot, WHOLE,
+    count_rejected, cursor_shard, groups_complete, merge_split, single_shard, At, Cmd, Outbox,
+    Pipeline, Route, Slot, WHOLE,
 };
+use crate::commands::span::Step;
 use crate::commands::{flags, CommandSpec, Exec};
 use crate::error::OpError;
 use crate::session::ConnState;
@@ -106,7 +107,7 @@ fn shards_of(
         },
         Exec::Cursor(_) => vec![cursor_shard(args, shards)],
         Exec::AllShards(..) => (0..shards).collect(),
-        Exec::Keys(..) => {
+        Exec::Keys(..) | Exec::Span(..) => {
             // `MSET a 1 b` is queued, as Redis queues it, and fails at EXEC
             // before any part runs: it needs no shard.
             if !groups_complete(spec, all.len()) {
@@ -137,6 +138,31 @@ impl Pipeline {
     /// Appends a reply that is already known.
     pub fn push_ready(&mut self, reply: Reply) {
         self.slots.push(Slot::Ready(reply));
+    }
+
+    /// Runs one job of a step of command `idx` spanning shards (see
+    /// `commands::span`): now when it is for this thread's shard, else
+    /// queued in `at`'s outbox. Its reply takes a slot; the command is
+    /// counted once, for its own reply, not for its steps.
+    pub fn run_step(&mut self, at: &mut At<'_>, idx: usize, step: Step) {
+        let cmd = Cmd::new(idx, step.run, false).part();
+        let part = self.run_on(at, step.shard, WHOLE, cmd, Args::new(step.args));
+        self.push_part(part);
+    }
+
+    /// Removes the slots from `from` on and returns their replies, as they
+    /// are (no merge, not counted): a step's. Call only when it owes
+    /// nothing.
+    pub fn take_from(&mut self, from: usize) -> Vec<Reply> {
+        debug_assert_eq!(self.owed, 0, "replies are still owed");
+        let reply = |slot| match slot {
+            Slot::Ready(r) => r,
+            _ => OpError::ShardUnavailable.reply(),
+        };
+        self.slots
+            .drain(from.min(self.slots.len())..)
+            .map(reply)
+            .collect()
     }
 
     /// Every slot's reply in request order, split replies merged, as

@@ -26,11 +26,14 @@ impl Store {
         Store::value_effect(key, value, expire_at, self.clock, |e| effects.emit(e));
     }
 
-    /// Calls `f` with the effects that recreate `value` at `key` expiring
+    /// Calls `f` with each effect that recreates `value` at `key` expiring
     /// at `expire_at` (Unix ms, `None` for no TTL), in order: `SET` for
-    /// strings, `LH.RESTORE` for rate-limit states (whose deadline is always
-    /// set), their instants written as Unix ms under `now`; a collection's
-    /// [`crate::collections::Collection::rebuild`] commands, then `PEXPIREAT` when it has a TTL.
+    /// strings; `LH.RESTORE` for rate-limit states, their instants written
+    /// as Unix ms under `now`, followed by `PERSIST` for a state without a
+    /// TTL (`LH.RESTORE` always carries a deadline; a state has none after
+    /// an explicit PERSIST, and keeps none through RENAME and COPY); a
+    /// collection's [`crate::collections::Collection::rebuild`] commands,
+    /// then `PEXPIREAT` when it has a TTL.
     pub(super) fn value_effect(
         key: &[u8],
         value: &Value,
@@ -62,6 +65,9 @@ impl Store {
                 expire_at_ms: expire_at.unwrap_or(i64::MAX as u64),
                 now,
             });
+            if expire_at.is_none() {
+                f(Effect::Persist { key });
+            }
         }
     }
 

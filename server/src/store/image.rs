@@ -149,9 +149,9 @@ impl Store {
         let mut put = |e: &Entry| {
             if !e.expired(now.unix_ms, now) {
                 Store::value_effect(e.key(), &e.value, e.expire_at(now), now, |eff| {
-                    eff.encode(&mut out)
+                    eff.encode(&mut out);
+                    records += 1;
                 });
-                records += 1;
             }
         };
         for e in table.iter() {

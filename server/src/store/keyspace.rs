@@ -61,7 +61,13 @@ impl Store {
     }
 
     /// [`Store::get`] for a key already located (table `i`, hash `h`).
-    fn get_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+    pub(super) fn get_at(
+        &mut self,
+        i: usize,
+        h: u64,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Option<&mut Entry> {
         let j = self.find_entry(i, h, key)?;
         if self.live_anyway() || !self.tables[i].at(j).expired(now_ms, self.clock) {
             return Some(self.tables[i].at_mut(j));
@@ -71,6 +77,12 @@ impl Store {
             self.remove_at(i, j, true);
         }
         None
+    }
+
+    /// [`Store::get_at`] that answers the entry's position instead.
+    pub(super) fn live_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<usize> {
+        self.get_at(i, h, key, now_ms)?;
+        self.tables[i].find(h, key)
     }
 
     /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`
@@ -91,7 +103,7 @@ impl Store {
 
     /// [`Store::set`] with the deadline as stored: Unix ms, [`MONOTONIC`] |
     /// monotonic ms, or 0.
-    fn put(&mut self, key: &[u8], value: Value, at: u64, now_ms: u64) -> &mut Entry {
+    pub(super) fn put(&mut self, key: &[u8], value: Value, at: u64, now_ms: u64) -> &mut Entry {
         let (i, h) = self.locate(key);
         self.put_at(i, h, key, value, at, now_ms)
     }
@@ -204,7 +216,7 @@ impl Store {
     /// `key` among the compact entries: `Ok(Some)` when live, `Ok(None)` when
     /// it was there but past its deadline (now reclaimed), `Err` when it is
     /// not a compact entry.
-    fn compact_lookup(
+    pub(super) fn compact_lookup(
         &mut self,
         i: usize,
         h: u64,
@@ -281,14 +293,15 @@ impl Store {
         self.effects.emit(Effect::Del { key: c.key() });
     }
 
-    /// Removes entry `j` of table `i`, counting it as expired or not, and
-    /// emits `DEL` for it.
-    fn remove_at(&mut self, i: usize, j: usize, expired: bool) {
+    /// Removes entry `j` of table `i`, counting it as expired or not, emits
+    /// `DEL` for it, and returns it.
+    pub(super) fn remove_at(&mut self, i: usize, j: usize, expired: bool) -> Entry {
         let entry = self.take_at(i, j);
         if expired {
             self.counts.expired += 1;
         }
         self.effects.emit(Effect::Del { key: entry.key() });
+        entry
     }
 
     /// Takes entry `j` of table `i` out of the keyspace, emitting nothing.
@@ -322,6 +335,7 @@ impl Store {
             let table = std::mem::take(&mut self.tables[i]);
             gone += (table.len() + table.compact.len()) as u64;
             self.counts.expires -= u64::from(std::mem::take(&mut self.slot_expires[i]));
+            self.ttl_tables.set(i, false);
         }
         self.counts.keys -= gone;
         self.effects.emit(Effect::FlushSlots {

@@ -26,6 +26,8 @@
 //! - `keyspace.rs`: lookups and writes, lazy expiry, and the moves of
 //!   rate-limit keys between compact and general entries;
 //! - `expiry.rs`: the TTL counters and the active-expiry sweep;
+//! - `moves.rs`: whole values taken, copied and restored under another key
+//!   (RENAME, COPY), a random key, what OBJECT and MEMORY USAGE read;
 //! - `emit.rs`: the store's side of the replication stream (it is the only
 //!   writer of the shard's effect log);
 //! - `watch.rs`: WATCH on this shard's keys (registering, EXEC's check);
@@ -42,6 +44,7 @@ mod emit;
 mod expiry;
 mod image;
 mod keyspace;
+mod moves;
 mod pins;
 mod table;
 mod value;
@@ -51,6 +54,7 @@ use crate::clock::Now;
 pub use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 use crate::effects::EffectLog;
 pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
+pub use moves::Moved;
 pub use table::{Entry, INLINE_KEY, MONOTONIC};
 use table::{Hasher, SlotTable};
 pub use value::{RateState, Value, SMALL_STRING};
@@ -70,8 +74,12 @@ pub struct StoreCounts {
 pub struct Store {
     first_slot: usize,
     tables: Vec<SlotTable>,
-    /// Keys with a TTL per slot table, so active expiry skips tables with none.
+    /// Keys with a TTL per slot table.
     slot_expires: Vec<u32>,
+    /// The tables whose `slot_expires` is not zero, one bit each, so active
+    /// expiry goes straight to them (a few TTL keys among 16384 slots are
+    /// all visited every cycle, not once per hundred cycles).
+    ttl_tables: expiry::TtlTables,
     hasher: Hasher,
     counts: StoreCounts,
     sweep_slot: usize,
@@ -95,6 +103,8 @@ pub struct Store {
     from_link: bool,
     /// Pinned limits (the same on every shard).
     pins: crate::ratelimit::pin::Pins,
+    /// RANDOMKEY's generator state (never 0).
+    rng: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -114,6 +124,7 @@ impl Store {
             first_slot,
             tables,
             slot_expires: vec![0; slots],
+            ttl_tables: expiry::TtlTables::new(slots),
             hasher: Hasher::default(),
             counts: StoreCounts::default(),
             sweep_slot: 0,
@@ -125,6 +136,7 @@ impl Store {
             replica: false,
             from_link: false,
             pins: Default::default(),
+            rng: random_seed(),
         }
     }
 
@@ -160,6 +172,13 @@ impl Store {
     pub fn table_bytes(&self) -> usize {
         self.tables.iter().map(SlotTable::allocation_size).sum()
     }
+}
+
+/// A seed for RANDOMKEY's generator, different in every store: the
+/// standard library's per-map random keys, hashed (never 0).
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0u8) | 1
 }
 
 #[cfg(test)]

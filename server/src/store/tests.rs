@@ -248,6 +248,45 @@ fn sweep_reclaims_without_reads_and_counts() {
 }
 
 #[test]
+fn sweep_goes_straight_to_the_few_tables_with_ttl_keys() {
+    let mut s = store();
+    // Three TTL keys in slots far apart, among keys without a TTL.
+    let keys = ["a", "foo", "zzzzzz"];
+    for (i, k) in keys.iter().enumerate() {
+        s.set(k.as_bytes(), Value::Int(1), Some(500), 0);
+        s.set(format!("plain{i}").as_bytes(), Value::Int(1), None, 0);
+    }
+    assert_eq!(s.ttl_tables.count(), 3);
+    // A cycle's share of 16384 slots (164) visits all three at once.
+    assert_eq!(s.sweep(499, 164, || false), (3, 0));
+    assert_eq!(s.sweep(500, 164, || false), (3, 3));
+    assert_eq!(s.counts(), StoreCounts::of(3, 0, 3));
+    assert_eq!(s.ttl_tables.count(), 0);
+    assert_eq!(s.sweep(501, 164, || false), (0, 0));
+    // One table per call resumes at the next one, wrapping around.
+    for k in keys {
+        s.set(k.as_bytes(), Value::Int(1), Some(600), 0);
+    }
+    let reclaimed: u64 = (0..3).map(|_| s.sweep(600, 1, || false).1).sum();
+    assert_eq!(reclaimed, 3);
+}
+
+#[test]
+fn ttl_bits_find_the_next_table_around_the_end() {
+    let mut t = super::expiry::TtlTables::new(200);
+    assert_eq!(t.next_from(0, 200), None);
+    t.set(3, true);
+    t.set(130, true);
+    assert_eq!(t.next_from(0, 200), Some(3));
+    assert_eq!(t.next_from(4, 200), Some(130));
+    assert_eq!(t.next_from(131, 200), Some(3), "wraps");
+    assert_eq!(t.next_from(130, 200), Some(130));
+    t.set(3, false);
+    t.set(3, false);
+    assert_eq!((t.count(), t.next_from(131, 200)), (1, Some(130)));
+}
+
+#[test]
 fn expiry_gives_small_tables_back_too() {
     let mut s = store();
     for i in 0..100_000u32 {
@@ -321,6 +360,8 @@ fn check_against(s: &Store, model: &std::collections::HashMap<Vec<u8>, (u64, i64
         t.check_invariants(&s.hasher);
         let with_ttl = t.iter().filter(|e| e.expire_at != 0).count() as u32;
         assert_eq!(s.slot_expires[i], with_ttl, "slot_expires of table {i}");
+        let marked = s.ttl_tables.next_from(i, s.tables.len()) == Some(i);
+        assert_eq!(marked, with_ttl > 0, "TTL bit of table {i}");
         keys += t.len() as u64;
         expires += u64::from(with_ttl);
     }
@@ -408,6 +449,8 @@ mod compact_model {
                 s.slot_expires[i] as usize, with_ttl,
                 "slot_expires of table {i}"
             );
+            let marked = s.ttl_tables.next_from(i, s.tables.len()) == Some(i);
+            assert_eq!(marked, with_ttl > 0, "TTL bit of table {i}");
             for c in t.compact.iter() {
                 let h = s.hasher.hash_one(c.key());
                 assert!(t.find(h, c.key()).is_none(), "a key in both vectors");

@@ -17,6 +17,13 @@ use crate::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
 /// Longest string kept inside its value rather than in an allocation.
 pub const SMALL_STRING: usize = 14;
 
+/// Longest string Redis 7 keeps in one allocation with its object
+/// (`OBJ_ENCODING_EMBSTR_SIZE_LIMIT`), for [`Value::encoding`].
+const EMBSTR_MAX: usize = 44;
+
+/// The integers Redis 7 keeps as shared objects (`OBJ_SHARED_INTEGERS`).
+const SHARED_INTEGERS: i64 = 10_000;
+
 /// A stored value: 16 bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -147,6 +154,60 @@ impl Value {
         })
     }
 
+    /// The name `OBJECT ENCODING` reports. Strings as Redis 7 names them:
+    /// `int` for a canonical `i64`, `embstr` up to 44 bytes, `raw` beyond
+    /// (Redis also reports `raw` for a short string APPEND or SETRANGE
+    /// built; Leasehold does not keep how a string was made, so it reports
+    /// `embstr` for those). Rate-limit states (Leasehold's own): `packed`
+    /// when held in the value's 15 bytes, `wide` when boxed whole because a
+    /// field does not fit. Collections: their own
+    /// ([`Collection::encoding`]).
+    pub fn encoding(&self) -> &'static str {
+        if let Some(c) = self.collection() {
+            return c.encoding();
+        }
+        match self {
+            Value::Int(_) => "int",
+            Value::Small { .. } => "embstr",
+            Value::Str(b) if b.len() <= EMBSTR_MAX => "embstr",
+            Value::Str(_) => "raw",
+            Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => "packed",
+            Value::Wide(_) => "wide",
+            Value::List(_) | Value::Hash(_) | Value::Set(_) | Value::ZSet(_) => {
+                unreachable!("collections answered above")
+            }
+        }
+    }
+
+    /// Bytes this value owns outside its 16 inline bytes: a boxed string's
+    /// `Bytes` handle and its buffer, a wide state's box; 0 for values held
+    /// inline. `MEMORY USAGE` adds this to the entry's own size.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Value::Str(b) => std::mem::size_of::<Bytes>() + b.len(),
+            Value::Wide(_) => std::mem::size_of::<RateState>(),
+            Value::List(l) => l.heap_bytes(),
+            Value::Hash(h) => h.heap_bytes(),
+            Value::Set(s) => s.heap_bytes(),
+            Value::ZSet(z) => z.heap_bytes(),
+            Value::Small { .. }
+            | Value::Int(_)
+            | Value::TokenBucket(_)
+            | Value::SlidingWindow(_)
+            | Value::Gcra(_) => 0,
+        }
+    }
+
+    /// What `OBJECT REFCOUNT` answers: as in Redis, the integers 0 to 9999
+    /// are shared objects there, reported as `i32::MAX`
+    /// (`OBJ_SHARED_REFCOUNT`); every other value has one reference.
+    pub fn refcount(&self) -> i64 {
+        match self {
+            Value::Int(i) if (0..SHARED_INTEGERS).contains(i) => i64::from(i32::MAX),
+            _ => 1,
+        }
+    }
+
     /// The rate-limit state this value holds, unpacked; `None` for strings
     /// and collections.
     pub fn rate_state(&self) -> Option<RateState> {
@@ -249,6 +310,43 @@ mod tests {
         assert!(matches!(Value::from_bytes(&long), Value::Str(_)));
         assert_eq!(&Value::Int(-5).as_bytes().unwrap()[..], b"-5");
         assert_eq!(Value::Int(-5).type_name(), "string");
+    }
+
+    #[test]
+    fn encodings_sizes_and_refcounts_as_object_and_memory_report_them() {
+        let long = |n: usize| Value::from_bytes(&vec![b'x'; n]);
+        let cases = [
+            (Value::from_bytes(b"9999"), "int", 0, i64::from(i32::MAX)),
+            (Value::from_bytes(b"0"), "int", 0, i64::from(i32::MAX)),
+            (Value::from_bytes(b"10000"), "int", 0, 1),
+            (Value::from_bytes(b"-1"), "int", 0, 1),
+            (Value::from_bytes(b"01"), "embstr", 0, 1),
+            (long(44), "embstr", 32 + 44, 1),
+            (long(45), "raw", 32 + 45, 1),
+        ];
+        for (v, encoding, heap, refs) in cases {
+            assert_eq!(
+                (v.encoding(), v.heap_bytes(), v.refcount()),
+                (encoding, heap, refs),
+                "{v:?}"
+            );
+        }
+        let b = Bucket {
+            tokens: 1,
+            frac: 0,
+            period_ms: 1000,
+            refilled_at: 0,
+        };
+        assert_eq!(RateState::TokenBucket(b).into_value().encoding(), "packed");
+        let wide = RateState::TokenBucket(Bucket {
+            period_ms: 1 << 33,
+            ..b
+        })
+        .into_value();
+        assert_eq!(
+            (wide.encoding(), wide.heap_bytes()),
+            ("wide", std::mem::size_of::<RateState>())
+        );
     }
 
     fn round_trip(r: RateState) -> Value {

@@ -215,9 +215,11 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 _ => {}
             }
         }
-        if let Planned::Conn(idx, _) = plan(at, &mut c.state, &mut c.pipe, items) {
+        if let Planned::Conn(idx, _) | Planned::Span(idx, _) =
+            plan(at, &mut c.state, &mut c.pipe, items)
+        {
             let name = crate::commands::table().commands[idx].name;
-            tracing::warn!("replication: ignoring connection command '{name}' in the stream");
+            tracing::warn!("replication: ignoring command '{name}' in the stream (not an effect)");
         }
     }
     flush(

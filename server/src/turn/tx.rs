@@ -29,6 +29,8 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::{Conn, Transport, Turn};
+use crate::commands::span::{Next, SpanFn};
+use crate::commands::{table, Exec};
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
@@ -119,6 +121,39 @@ pub(super) struct Running {
     dirty: bool,
     /// The last phase was sent: only its replies are awaited.
     last_sent: bool,
+    /// A command spanning shards being driven, step by step.
+    span: Option<SpanRun>,
+    /// Started for one command spanning shards, not by EXEC: its reply is
+    /// that command's, not an array.
+    single: bool,
+    /// The client's address (EXEC's monitor line).
+    addr: std::net::SocketAddr,
+}
+
+/// A command spanning shards inside a transaction (`commands::span`): its
+/// table index, driver and arguments, the step it is at, and the first
+/// slot of the transaction's pipeline that holds its step's replies.
+struct SpanRun {
+    idx: usize,
+    drive: SpanFn,
+    args: Vec<Bytes>,
+    step: usize,
+    base: usize,
+}
+
+impl SpanRun {
+    fn new(idx: usize, args: Args) -> Option<SpanRun> {
+        let Exec::Span(_, drive) = table().commands[idx].exec else {
+            return None;
+        };
+        Some(SpanRun {
+            idx,
+            drive,
+            args: args.into_inner(),
+            step: 0,
+            base: 0,
+        })
+    }
 }
 
 fn shard_of(key: &[u8], shards: usize) -> usize {
@@ -176,6 +211,61 @@ pub(super) fn watch(worker: &Worker, client: u64, keys: Vec<Bytes>, on: bool) {
     }
 }
 
+/// Starts command `idx` whose keys live on several shards (`Planned::Span`)
+/// as a transaction over those shards, locked: the connection owes its
+/// reply (a slot of its pipeline) until it ran. Nothing it watches is
+/// checked or forgotten.
+pub(super) fn start_span<T>(at: &mut At<'_>, c: &mut Conn<T>, idx: usize, args: Args) {
+    let worker = at.worker;
+    let n = worker.shared.shards;
+    let spec = &table().commands[idx];
+    let all = args.all();
+    let mut shards: Vec<usize> = spec
+        .key_positions(all.len())
+        .map(|p| shard_of(&all[p], n))
+        .collect();
+    shards.sort_unstable();
+    shards.dedup();
+    let Some(span) = SpanRun::new(idx, args) else {
+        return;
+    };
+    let mut run = Running::new(at, c, Mode::Locked { shards, granted: 0 }, VecDeque::new());
+    run.span = Some(span);
+    run.single = true;
+    run.route = Some(c.pipe.expect(at.conn));
+    if let Mode::Locked { shards, .. } = &run.mode {
+        run.lock(worker, shards[0]);
+    }
+    c.running = Some(Box::new(run));
+}
+
+impl Running {
+    fn new<T>(at: &At<'_>, c: &Conn<T>, mode: Mode, queue: VecDeque<Vec<Bytes>>) -> Running {
+        let tx = TxId {
+            thread: at.worker.id,
+            conn: at.conn,
+            client: c.state.handle.id,
+        };
+        Running {
+            tx,
+            route: None,
+            mode,
+            queue,
+            conn_cmd: None,
+            pipe: Pipeline::default(),
+            outbox: Outbox::new(at.worker.shared.shards),
+            watched: Vec::new(),
+            runs: 0,
+            dirty: false,
+            last_sent: false,
+            close_after: false,
+            span: None,
+            single: false,
+            addr: c.state.handle.addr,
+        }
+    }
+}
+
 /// Starts EXEC: inline it runs now and returns the reply; otherwise the
 /// connection owes EXEC's reply (a slot of its pipeline) until it ran.
 fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>) -> Option<Reply> {
@@ -196,25 +286,9 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
             granted: 0,
         }
     };
-    let tx = TxId {
-        thread: worker.id,
-        conn: at.conn,
-        client: c.state.handle.id,
-    };
-    let mut run = Running {
-        tx,
-        route: None,
-        mode,
-        queue: multi.queued.into(),
-        conn_cmd: None,
-        pipe: Pipeline::default(),
-        outbox: Outbox::new(n),
-        watched,
-        runs: 0,
-        dirty: false,
-        last_sent: false,
-        close_after: false,
-    };
+    let mut run = Running::new(at, c, mode, multi.queued.into());
+    run.watched = watched;
+    let tx = run.tx;
     match &run.mode {
         Mode::Inline => {
             if !run.watched.is_empty() {
@@ -262,6 +336,34 @@ impl Running {
             return self.runs == 0 && self.pipe.owed() == 0;
         }
         loop {
+            if let Some(mut sp) = self.span.take() {
+                if self.pipe.owed() > 0 {
+                    self.span = Some(sp);
+                    break;
+                }
+                let replies = self.pipe.take_from(sp.base);
+                let shards = worker.shared.shards;
+                match (sp.drive)(&sp.args, shards, sp.step, &replies) {
+                    Next::Run(steps) => {
+                        sp.step += 1;
+                        sp.base = self.pipe.len();
+                        let mut at = At {
+                            worker,
+                            outbox: &mut self.outbox,
+                            conn: self.tx.conn,
+                        };
+                        for step in steps {
+                            self.pipe.run_step(&mut at, sp.idx, step);
+                        }
+                        self.span = Some(sp);
+                    }
+                    Next::Done(result) => {
+                        let reply = worker.shard.borrow().stats.count_call(sp.idx, result);
+                        self.pipe.push_ready(reply);
+                    }
+                }
+                continue;
+            }
             if let Some((idx, mut args)) = self.conn_cmd.take() {
                 if self.pipe.owed() > 0 {
                     self.conn_cmd = Some((idx, args));
@@ -294,11 +396,18 @@ impl Running {
                 outbox: &mut self.outbox,
                 conn: self.tx.conn,
             };
-            if let Planned::Conn(idx, args) = plan(&mut at, state, &mut self.pipe, items) {
-                self.conn_cmd = Some((idx, args));
+            match plan(&mut at, state, &mut self.pipe, items) {
+                Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
+                Planned::Span(idx, args) => {
+                    self.span = SpanRun::new(idx, args).map(|mut sp| {
+                        sp.base = self.pipe.len();
+                        sp
+                    })
+                }
+                Planned::Queued => {}
             }
         }
-        let last = self.queue.is_empty() && self.conn_cmd.is_none();
+        let last = self.queue.is_empty() && self.conn_cmd.is_none() && self.span.is_none();
         let tx = self.tx;
         match &self.mode {
             Mode::Inline => {}
@@ -348,9 +457,19 @@ impl Running {
                 worker.mailboxes[s].send(Msg::Tx(msg));
             }
         }
-        match self.dirty {
-            true => Reply::NilArray,
-            false => Reply::Array(self.pipe.take_replies(worker)),
+        if !self.single && worker.shared.monitors.active() {
+            let exec = [Bytes::from_static(b"EXEC")];
+            crate::dispatch::feed_line(worker, &self.addr.to_string(), &exec);
+        }
+        match (self.dirty, self.single) {
+            (true, _) => Reply::NilArray,
+            // The command's own reply, counted when it is written.
+            (false, true) => self
+                .pipe
+                .take_from(0)
+                .pop()
+                .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
+            (false, false) => Reply::Array(self.pipe.take_replies(worker)),
         }
     }
 }
