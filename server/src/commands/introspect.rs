@@ -65,6 +65,7 @@ fn help(lines: &[&'static str]) -> Reply {
 
 /// The subcommand, upper-cased, and a check of the arguments' count
 /// (`arity` in Redis's sign convention, name and subcommand included).
+#[allow(clippy::type_complexity)] // an `impl Fn` cannot be named by an alias
 fn subcommand(
     a: &mut Args,
     command: &str,
