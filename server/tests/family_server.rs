@@ -454,7 +454,7 @@ fn monitor_shows_every_connection_s_commands_as_redis_prints_them() {
         err("ERR unknown command 'NOSUCH', with args beginning with: 'x' ")
     );
     assert_eq!(c.cmd("GET"), arity("get"));
-    assert_eq!(c.cmd("CONFIG GET port").is_error(), false);
+    assert!(!c.cmd("CONFIG GET port").is_error());
     assert_eq!(c.cmd("MULTI"), Reply::ok());
     assert_eq!(c.cmd("INCR n"), Reply::simple("QUEUED"));
     assert_eq!(c.cmd("EXEC"), Reply::Array(vec![Reply::Int(1)]));

@@ -117,7 +117,7 @@ impl Pair {
         Some(Pair {
             redis: Raw::connect(redis_server.addr),
             lh: lh_server.raw(),
-            redis_server: redis_server,
+            redis_server,
             lh_server,
         })
     }
