@@ -349,8 +349,9 @@ impl Cmd {
 /// unless the row has `NO_AUTH`); while a replica loads a full sync,
 /// `-LOADING` unless the row has `LOADING`; on a replica, `-READONLY` for
 /// `WRITE` rows, and `-MISCONF` for them while snapshots or the
-/// append-only log fail (see `Persistence::refuse_writes`). The replication link's own records pass
-/// the last three.
+/// append-only log fail (see `Persistence::refuse_writes`); `-OOM` for
+/// `DENYOOM` rows while used memory is past `maxmemory`. The replication
+/// link's own records pass the last four.
 /// Cluster redirections will belong here too.
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
     if !conn.authenticated && !spec.has(flags::NO_AUTH) {
@@ -361,6 +362,13 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
     }
     if shared.repl.is_loading() && !spec.has(flags::LOADING) {
         return Err(OpError::Loading);
+    }
+    if spec.has(flags::DENYOOM)
+        && shared
+            .over_maxmemory
+            .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err(OpError::OutOfMemory);
     }
     if spec.has(flags::WRITE) {
         if shared.repl.is_replica() {

@@ -77,6 +77,23 @@ pub enum Effect<'a> {
         /// The clock reading that converts the state's instants.
         now: Now,
     },
+    /// A command on one key that replays its own change exactly (a
+    /// collection's write: `RPUSH key a b`, `HDEL key f`), as its arguments
+    /// with the name first. Only deterministic forms are emitted (a random
+    /// pop is written as the removal of what it popped).
+    Command {
+        /// Key bytes (also `args[1]`).
+        key: &'a [u8],
+        /// The whole command, name first.
+        args: &'a [&'a [u8]],
+    },
+    /// A server-wide change that replays itself and names no key (`LH.PIN`,
+    /// `LH.UNPIN`, `LH.UNPINALL`), as its arguments with the name first;
+    /// emitted once, by the shard owning slot 0.
+    Global {
+        /// The whole command, name first.
+        args: &'a [&'a [u8]],
+    },
     /// Every key in hash slots `first..=last` is gone (FLUSHALL on the shard
     /// owning them).
     FlushSlots {
@@ -318,8 +335,9 @@ impl Effect<'_> {
             | Effect::Del { key }
             | Effect::ExpireAt { key, .. }
             | Effect::Persist { key }
-            | Effect::Rate { key, .. } => Some(key),
-            Effect::FlushSlots { .. } => None,
+            | Effect::Rate { key, .. }
+            | Effect::Command { key, .. } => Some(key),
+            Effect::FlushSlots { .. } | Effect::Global { .. } => None,
         }
     }
 
@@ -352,6 +370,7 @@ impl Effect<'_> {
                 out,
             ),
             Effect::Persist { key } => encode_request(&[b"PERSIST".as_slice(), key], out),
+            Effect::Command { args, .. } | Effect::Global { args } => encode_request(args, out),
             Effect::Rate {
                 key,
                 state,

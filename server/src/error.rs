@@ -179,6 +179,20 @@ pub enum OpError {
     /// (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context`
     /// (RESP2's subscribed mode), the command in lower case.
     SubscribedContext(&'static str),
+    /// `ERR rate limit parameters of keys under '<prefix>' are pinned to
+    /// <policy>`: a call on a pinned prefix with other parameters.
+    Pinned {
+        /// The pinned prefix, lossily as text.
+        prefix: String,
+        /// The words of the policy it accepts (`TOKENBUCKET 10 1 1000`).
+        policy: String,
+    },
+    /// `OOM command not allowed when used memory > 'maxmemory'.`
+    OutOfMemory,
+    /// `ERR <why>`: LH.PIN's words do not make a pin.
+    BadPin(String),
+    /// `ERR the prefix is pinned by the configuration (rate-limit-pins)`.
+    PinConfigured,
     /// `ERR no such key` (RENAME, RENAMENX of a missing key).
     NoSuchKey,
     /// `ERR source and destination objects are the same` (COPY to itself).
@@ -311,6 +325,16 @@ impl OpError {
             OpError::BgsaveWhileRewriting => Reply::err(
                 "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
             ),
+            OpError::Pinned { prefix, policy } => Reply::err_owned(format!(
+                "ERR rate limit parameters of keys under '{prefix}' are pinned to {policy}"
+            )),
+            OpError::OutOfMemory => {
+                Reply::err("OOM command not allowed when used memory > 'maxmemory'.")
+            }
+            OpError::BadPin(why) => Reply::err_owned(format!("ERR {why}")),
+            OpError::PinConfigured => {
+                Reply::err("ERR the prefix is pinned by the configuration (rate-limit-pins)")
+            }
             OpError::SaveFailed(why) => Reply::err_owned(format!("ERR Error saving the snapshot: {why}")),
             OpError::ShutdownSaveFailed => Reply::err("ERR Errors trying to SHUTDOWN. Check logs."),
             OpError::Misconf => Reply::err(
@@ -425,6 +449,11 @@ pub fn protocol_error(detail: &impl std::fmt::Display) -> Reply {
 
 /// `ERR max number of clients reached`, sent to a connection refused by maxclients.
 pub const MAX_CLIENTS: &str = "-ERR max number of clients reached\r\n";
+
+/// Redis 7's `-DENIED` reply to a client from outside the loopback
+/// interface while `protected-mode` is on and no password is set; the
+/// connection closes after it.
+pub const PROTECTED_MODE: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 
 /// An error whose text may quote the client's input: a CR or LF there would
 /// end the reply early and let the input forge replies, so they become

@@ -192,6 +192,7 @@ impl Harness {
     pub fn with_config(mut config: Config, shards: usize) -> Harness {
         // No persistence thread runs here: no rule may ask it for anything.
         config.persistence.save = String::new();
+        runtime::check_pins(&config).expect("rate-limit-pins");
         let shards = shards.max(1);
         let clock = Arc::new(ManualClock::new(T0_MS, 0));
         let addr = SocketAddr::from(([127, 0, 0, 1], config.net.port));

@@ -38,7 +38,7 @@ use mio::{Events, Interest, Poll, Token};
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::error::MAX_CLIENTS;
+use crate::error::{MAX_CLIENTS, PROTECTED_MODE};
 use crate::replication::feed;
 use crate::session::{ConnState, Handover, LinkState};
 use crate::shard::{LinkStart, Msg, ReplySink, Worker};
@@ -50,7 +50,7 @@ use crate::turn::{Incoming, Transport, Turn, READ_CHUNK};
 pub const READ_BUDGET: usize = 64 * 1024;
 /// Output buffers above this are released after a write instead of kept.
 const KEEP_OUTPUT_CAPACITY: usize = 1024 * 1024;
-/// Read buffers above this are released once empty.
+/// Read buffers that held more than this are released once empty.
 const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
 /// The waker's token (the mailbox's doorbell).
 pub const WAKE: Token = Token(usize::MAX - 1);
@@ -138,6 +138,8 @@ struct Loop {
     /// Per thread, since when a message posted to it waits without a ring.
     unrung: Vec<Option<Instant>>,
     fresh: Vec<usize>,
+    /// Input was stopped at the last turn (the drain before a shutdown).
+    input_stopped: bool,
 }
 
 /// Runs thread `worker`'s event loop until shutdown: `poll` (whose waker,
@@ -171,6 +173,7 @@ pub fn run(
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
         unrung: vec![None; worker.shared.shards],
         fresh: Vec::new(),
+        input_stopped: false,
     };
     let bell = worker.shared.doorbells[worker.id].clone();
     let mut deadline = Instant::now();
@@ -183,6 +186,9 @@ pub fn run(
             deadline = timer(&worker, now);
         }
         let mut timeout = Some(deadline.saturating_duration_since(now));
+        if lp.drain_step(&worker) {
+            timeout = timeout.map(|t| t.min(Duration::from_millis(1)));
+        }
         if let Some(at) = lp.accept_paused_until {
             timeout = timeout.map(|t| t.min(at.saturating_duration_since(now)));
         }
@@ -255,6 +261,25 @@ impl Loop {
         }
     }
 
+    /// Follows the drain before a shutdown: while input is stopped, says
+    /// whether this thread owes nothing (after its last turn); when input
+    /// resumes, accepts what waits and serves what was read meanwhile
+    /// (readiness is edge-triggered: no new event would say so). Returns
+    /// whether input is stopped.
+    fn drain_step(&mut self, worker: &Worker) -> bool {
+        let shared = &worker.shared;
+        let stopped = shared.input_stopped.load(Ordering::SeqCst);
+        if stopped {
+            let quiet = self.turn.owes_nothing() && self.mailbox.is_empty();
+            shared.quiet[worker.id].store(quiet, Ordering::SeqCst);
+        } else if self.input_stopped {
+            self.accept_all();
+            self.again.extend(self.turn.keys());
+        }
+        self.input_stopped = stopped;
+        stopped
+    }
+
     /// Polls without blocking.
     fn poll_now(&mut self) -> std::io::Result<()> {
         match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
@@ -285,7 +310,7 @@ impl Loop {
                 accept = true;
             }
         }
-        if accept && self.accept_paused_until.is_none() {
+        if accept && self.accept_paused_until.is_none() && !self.input_stopped {
             self.accept_all();
         }
         if bell.take_kills() {
@@ -300,7 +325,13 @@ impl Loop {
                 break;
             };
             match self.turn.deliver(msg) {
-                Some(Incoming::Client(stream)) => self.register(stream, None),
+                Some(Incoming::Client(stream)) => {
+                    self.register(stream, None);
+                    // Registered (in the client list) before it stops
+                    // counting as on its way: maxclients never under-counts.
+                    let shared = &self.turn.worker().shared;
+                    shared.counters.handing_over.fetch_sub(1, Ordering::AcqRel);
+                }
                 Some(Incoming::Link(start)) => {
                     let LinkStart {
                         stream,
@@ -411,6 +442,7 @@ impl Loop {
             self.close(k);
             return;
         }
+        c.rbuf_grew |= c.rbuf.len() > KEEP_INPUT_CAPACITY;
         if total > 0 {
             shared
                 .counters
@@ -435,8 +467,11 @@ impl Loop {
             self.close(k);
             return;
         }
-        if c.rbuf.is_empty() && c.rbuf.capacity() > KEEP_INPUT_CAPACITY {
+        // Released once empty (as Redis resizes its query buffer): an idle
+        // connection that once sent a 190 MB argument must not keep it.
+        if c.rbuf.is_empty() && (c.rbuf_grew || c.rbuf.capacity() > KEEP_INPUT_CAPACITY) {
             c.rbuf = bytes::BytesMut::with_capacity(READ_CHUNK);
+            c.rbuf_grew = false;
         }
         if hangup {
             // The client sent all it will: answer what it sent (connection
@@ -545,6 +580,23 @@ impl Loop {
         } else {
             let _ = c.out.split_to(written);
             c.note_buffers();
+            let st = &mut c.state;
+            let normal = st.pubsub.count() == 0 && !st.is_link();
+            let pending = c.out.len() as u64;
+            if normal
+                && st
+                    .normal_limit
+                    .exceeded(pending, &mut st.normal_soft_since, Instant::now())
+            {
+                let h = &st.handle;
+                tracing::warn!(
+                    "Client id={} addr={} laddr={} omem={pending} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    h.id,
+                    h.addr,
+                    h.laddr
+                );
+                self.close(k);
+            }
         }
     }
 
@@ -622,8 +674,18 @@ impl Loop {
             .counters
             .total_connections_received
             .fetch_add(1, Ordering::Relaxed);
-        let maxclients = shared.config.read().net.maxclients;
-        if shared.clients.lock().len() >= maxclients {
+        let (maxclients, protected) = {
+            let c = shared.config.read();
+            let protected = c.security.protected_mode && c.security.requirepass.is_empty();
+            (c.net.maxclients, protected)
+        };
+        if protected && !stream.peer_addr().is_ok_and(|a| is_loopback(&a)) {
+            let mut stream = stream;
+            let _ = stream.write(PROTECTED_MODE.as_bytes());
+            return;
+        }
+        let handing_over = shared.counters.handing_over.load(Ordering::Acquire);
+        if shared.clients.lock().len() + handing_over >= maxclients {
             shared
                 .counters
                 .rejected_connections
@@ -639,7 +701,10 @@ impl Loop {
         if target == worker.id {
             self.register(stream, None);
         } else {
-            worker.mailboxes[target].send(Msg::Conn(stream));
+            shared.counters.handing_over.fetch_add(1, Ordering::AcqRel);
+            if !worker.mailboxes[target].send(Msg::Conn(stream)) {
+                shared.counters.handing_over.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
@@ -739,4 +804,15 @@ pub fn new_client(
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle
+}
+
+/// Whether a peer is on the loopback interface (`127.0.0.0/8`, `::1`, or
+/// an IPv4 loopback address mapped into IPv6), as protected mode judges it.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip.is_loopback(),
+        std::net::IpAddr::V6(ip) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
 }

@@ -340,16 +340,7 @@ impl Subscriptions {
     /// seconds (the clock starts when the soft limit is first passed and
     /// stops when the output falls back under it).
     pub fn over_limit(&mut self, pending: usize, limit: &OutputLimit, now: Instant) -> bool {
-        let pending = pending as u64;
-        if limit.hard > 0 && pending >= limit.hard {
-            return true;
-        }
-        if limit.soft == 0 || pending < limit.soft {
-            self.soft_since = None;
-            return false;
-        }
-        let since = *self.soft_since.get_or_insert(now);
-        now.duration_since(since).as_secs() >= limit.soft_seconds
+        limit.exceeded(pending as u64, &mut self.soft_since, now)
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::persist::daemon::Daemon;
 use crate::persist::load::load_at_start;
 use crate::persist::status::{Request, Ticket};
+use crate::ratelimit::pin;
 use crate::replication::role::{random_hex40, Replication, Target};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
 use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
@@ -39,6 +40,32 @@ impl ServerHandle {
     pub fn shutdown(self) {
         self.shared.begin_shutdown();
         self.join();
+    }
+
+    /// Drains before a shutdown: stops accepting and reading requests, and
+    /// waits, at most `limit`, until every command already read has run and
+    /// its reply is written. Returns whether that happened within `limit`.
+    pub fn stop_input(&self, limit: Duration) -> bool {
+        self.shared.stop_input(true);
+        let start = Instant::now();
+        // Twice in a row, a millisecond apart: a reply crossing between
+        // threads at the first look is seen at the second.
+        let mut seen = 0;
+        while start.elapsed() < limit {
+            seen = if self.shared.drained() { seen + 1 } else { 0 };
+            if seen >= 2 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!("shutdown: replies still owed after {limit:?}; going on");
+        false
+    }
+
+    /// Serves again after [`ServerHandle::stop_input`] (the shutdown was
+    /// called off).
+    pub fn resume_input(&self) {
+        self.shared.stop_input(false);
     }
 
     /// Writes a snapshot when `save` rules are set, as Redis does before
@@ -88,10 +115,13 @@ impl ServerHandle {
 /// The bind error (address in use, permission denied, ...), the event
 /// loop's poll could not be made, or the files could not be loaded
 /// ([`std::io::ErrorKind::InvalidData`], the message says why).
-pub fn start(config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
+pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
+    check_pins(&config)?;
     let threads = config.threads().max(1);
+    config.net.maxclients = fit_open_files(config.net.maxclients);
     let listener = bind(&config)?;
     let local_addr = listener.local_addr()?;
+    warn_if_exposed(&config, &local_addr);
     let (polls, bells) = polls(threads)?;
     let shared = new_shared(&config, clock, local_addr, bells);
     let (mailboxes, receivers) = mailboxes(&shared);
@@ -230,6 +260,9 @@ pub fn new_shared(
         next_client_id: AtomicU64::new(1),
         counters: ServerCounters::default(),
         shutting_down: AtomicBool::new(false),
+        input_stopped: AtomicBool::new(false),
+        over_maxmemory: AtomicBool::new(false),
+        quiet: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         doorbells,
         started: Instant::now(),
         local_addr,
@@ -245,12 +278,32 @@ pub fn new_shared(
 
 /// Thread `id`'s worker: its shard with an empty keyspace over the slots
 /// that shard owns, and every thread's mailbox.
+/// Refuses a `rate-limit-pins` whose words do not make pins.
+///
+/// # Errors
+/// `InvalidInput`, naming the pin and what is wrong with it.
+pub fn check_pins(config: &Config) -> std::io::Result<()> {
+    pin::parse_list(&config.ratelimit.pins)
+        .map(drop)
+        .map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid rate-limit-pins: {}", e.0),
+            )
+        })
+}
+
 pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) -> Rc<Worker> {
     let threads = shared.shards;
     let first = slot::shard_first_slot(id, threads);
     let slots = slot::shard_first_slot(id + 1, threads) - first;
-    let backlog = shared.config.read().replication.backlog_bytes;
-    let store = Store::new(first, slots, backlog);
+    let (backlog, pins) = {
+        let c = shared.config.read();
+        (c.replication.backlog_bytes, c.ratelimit.pins.clone())
+    };
+    let mut store = Store::new(first, slots, backlog);
+    // Checked by `start` (and the harness) before any thread runs.
+    store.configure_pins(pin::parse_list(&pins).unwrap_or_default());
     let shard = Shard::new(id, store, shared.clone());
     Rc::new(Worker {
         id,
@@ -259,6 +312,64 @@ pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) 
         shared,
         monitor_feed: Default::default(),
     })
+}
+
+/// File descriptors kept for what is not a client (listener, polls, wakers,
+/// persistence and replication files and sockets), as Redis reserves 32.
+pub const RESERVED_FDS: usize = 32;
+
+/// Raises the soft limit on open files to fit `maxclients` clients plus
+/// [`RESERVED_FDS`] (up to the hard limit); when it cannot, returns the
+/// `maxclients` that fits, with a warning, as Redis lowers it. Otherwise
+/// clients past the limit would hang in the accept queue instead of
+/// getting `-ERR max number of clients reached`.
+pub fn fit_open_files(maxclients: usize) -> usize {
+    let want: libc::rlim_t = maxclients.saturating_add(RESERVED_FDS) as libc::rlim_t;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return maxclients;
+    }
+    if lim.rlim_cur >= want {
+        return maxclients;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want.min(lim.rlim_max),
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: setrlimit reads one rlimit through a valid pointer.
+    let now = match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } {
+        0 => raised.rlim_cur,
+        _ => lim.rlim_cur,
+    };
+    if now >= want {
+        return maxclients;
+    }
+    let fits = (now as usize).saturating_sub(RESERVED_FDS).max(1);
+    tracing::warn!(
+        "maxclients {maxclients} needs {want} open files; the limit is {now} (ulimit -n): maxclients is lowered to {fits}"
+    );
+    fits
+}
+
+/// Says at start when anyone who can reach the port may use the server,
+/// or when protected mode will refuse them.
+fn warn_if_exposed(config: &Config, addr: &SocketAddr) {
+    if addr.ip().is_loopback() || !config.security.requirepass.is_empty() {
+        return;
+    }
+    if config.security.protected_mode {
+        tracing::warn!(
+            "listening on {addr} with no password: protected mode is on, so only clients on the loopback interface are served (set requirepass, or protected-mode no behind a firewall)"
+        );
+    } else {
+        tracing::warn!(
+            "listening on {addr} with no password and protected mode off: anyone who can reach this port can read and change every key"
+        );
+    }
 }
 
 fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
@@ -285,13 +396,21 @@ fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
 /// either takes effect at the next cycle.
 fn expiry_timer() -> impl FnMut(&Worker, Instant) -> Instant {
     move |worker: &Worker, now: Instant| {
-        let (hz, pct) = {
+        let (hz, pct, maxmemory) = {
             let c = worker.shared.config.read();
             (
                 c.expiry.hz.clamp(1, 500),
                 c.expiry.budget_percent.clamp(1, 100),
+                c.limits.maxmemory,
             )
         };
+        if worker.id == 0 {
+            let over = maxmemory > 0 && commands::info::used_memory() > maxmemory as u64;
+            let was = worker.shared.over_maxmemory.swap(over, Ordering::Relaxed);
+            if over && !was {
+                tracing::warn!("used memory is past maxmemory ({maxmemory} bytes): commands that may allocate are refused (-OOM)");
+            }
+        }
         let period = Duration::from_millis(1000 / u64::from(hz));
         worker.shard.borrow_mut().expiry_cycle(period * pct / 100);
         now + period

@@ -49,6 +49,12 @@ pub struct ConnState {
     /// The pub/sub class of `client-output-buffer-limit`, refreshed with
     /// `limits`: what a subscribed connection may hold unwritten.
     pub pubsub_limit: OutputLimit,
+    /// The normal class's `client-output-buffer-limit` (not for a
+    /// subscribed connection, which has its own, nor the replication link).
+    pub normal_limit: OutputLimit,
+    /// When unwritten output passed the normal soft limit (see
+    /// [`OutputLimit::exceeded`]).
+    pub normal_soft_since: Option<std::time::Instant>,
     /// MULTI's queue and WATCH's keys.
     pub tx: TxState,
     /// In MONITOR mode: every command's line is pushed to it, and it may
@@ -201,6 +207,7 @@ impl ConnState {
         self.limits.max_inline_len = c.limits.max_inline_len;
         self.query_buffer_limit = c.limits.client_query_buffer_limit;
         self.pubsub_limit = c.limits.pubsub_output_limit();
+        self.normal_limit = c.limits.normal_output_limit();
         if c.security.requirepass.is_empty() {
             self.authenticated = true;
         }
@@ -254,6 +261,8 @@ impl ConnState {
             blocked: None,
             pubsub: Subscriptions::default(),
             pubsub_limit: OutputLimit::default(),
+            normal_limit: OutputLimit::default(),
+            normal_soft_since: None,
             tx: TxState::default(),
             monitor: false,
         };

@@ -293,6 +293,44 @@ pub struct ServerCounters {
     pub total_net_input_bytes: AtomicU64,
     /// Bytes written to clients.
     pub total_net_output_bytes: AtomicU64,
+    /// AUTH (and HELLO AUTH) attempts with a wrong user or password (INFO
+    /// `acl_access_denied_auth`).
+    pub auth_failures: AtomicU64,
+    /// Failures already named in the log (it says at most one line per
+    /// [`AUTH_LOG_EVERY_MS`], with the count since the last one).
+    pub auth_failures_logged: AtomicU64,
+    /// When the last AUTH failure line was logged, monotonic ms.
+    pub auth_logged_at_ms: AtomicU64,
+    /// Connections accepted and sent to another thread, not yet in the
+    /// client list: maxclients counts them, so a connection storm cannot
+    /// pass it while they are on their way.
+    pub handing_over: std::sync::atomic::AtomicUsize,
+}
+
+/// The least time between two log lines about failed AUTH attempts, ms: a
+/// password guesser cannot flood the log.
+pub const AUTH_LOG_EVERY_MS: u64 = 10_000;
+
+impl ServerCounters {
+    /// Counts a failed AUTH from `addr`, logging it unless a line was
+    /// logged in the last [`AUTH_LOG_EVERY_MS`] (`now_ms` monotonic).
+    pub fn auth_failed(&self, addr: &str, now_ms: u64) {
+        let total = self.auth_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let last = self.auth_logged_at_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last) >= AUTH_LOG_EVERY_MS;
+        if due
+            && self
+                .auth_logged_at_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let before = self.auth_failures_logged.swap(total, Ordering::Relaxed);
+            tracing::warn!(
+                "AUTH failed from {addr} ({} failed attempts since the last report, {total} in all)",
+                total - before
+            );
+        }
+    }
 }
 
 /// State shared by every thread.
@@ -315,6 +353,17 @@ pub struct Shared {
     pub counters: ServerCounters,
     /// Set once shutdown starts.
     pub shutting_down: AtomicBool,
+    /// The drain before a shutdown (SIGTERM, SIGINT): no connection is
+    /// accepted and no new request decoded, while what was read runs and
+    /// its replies are written. Cleared again if the shutdown is called off
+    /// (a failed snapshot).
+    pub input_stopped: AtomicBool,
+    /// Per thread, while input is stopped: its connections owe nothing and
+    /// its mailbox is empty (see [`Shared::drained`]).
+    pub quiet: Vec<AtomicBool>,
+    /// Bytes allocated are past `maxmemory`: `denyoom` commands are refused.
+    /// Refreshed by thread 0's timer, `hz` times a second.
+    pub over_maxmemory: AtomicBool,
     /// Each thread's doorbell, indexed by thread (= shard).
     pub doorbells: Vec<Arc<Doorbell>>,
     /// When the server started (uptime).
@@ -352,6 +401,24 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// Stops (`yes`) or resumes input on every thread (see
+    /// [`Shared::input_stopped`]).
+    pub fn stop_input(&self, yes: bool) {
+        for q in &self.quiet {
+            q.store(false, Ordering::SeqCst);
+        }
+        self.input_stopped.store(yes, Ordering::SeqCst);
+        for bell in &self.doorbells {
+            bell.wake();
+        }
+    }
+
+    /// Whether every thread has said, since input stopped, that it owes
+    /// nothing.
+    pub fn drained(&self) -> bool {
+        self.quiet.iter().all(|q| q.load(Ordering::SeqCst))
+    }
+
     /// Starts shutdown: every thread stops accepting and exits its loop.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);

@@ -55,6 +55,28 @@ pub const READ_CHUNK: usize = 16 * 1024;
 /// many replies buffered per turn, and is not read again until they are out.
 pub const MAX_PIPELINE: usize = 256;
 
+/// Most reply bytes an unauthenticated connection may have waiting: past
+/// it the connection is closed, as Redis closes one, so a password guesser
+/// gets a few hundred tries per connection, not millions.
+pub const UNAUTHENTICATED_OUTPUT_LIMIT: usize = 1024;
+
+/// Closes `c` when it is unauthenticated and its replies waiting pass
+/// [`UNAUTHENTICATED_OUTPUT_LIMIT`]; whether it did.
+fn cut_off_unauthenticated<T>(c: &mut Conn<T>) -> bool {
+    if c.state.authenticated || c.out.len() <= UNAUTHENTICATED_OUTPUT_LIMIT {
+        return false;
+    }
+    let h = &c.state.handle;
+    tracing::warn!(
+        "Client id={} addr={} closed: {} bytes of replies pending before it authenticated",
+        h.id,
+        h.addr,
+        c.out.len()
+    );
+    c.state.close = true;
+    true
+}
+
 /// A request that waits until the pipeline owes nothing.
 enum Parked {
     /// A connection command (table index, arguments).
@@ -96,6 +118,10 @@ pub struct Conn<T> {
     pub state: ConnState,
     /// Bytes read and not yet decoded.
     pub rbuf: BytesMut,
+    /// Set by the transport: `rbuf` held a large request since it was last
+    /// replaced. Decoded arguments share its allocation, so its capacity
+    /// alone cannot tell that a large allocation is still pinned by it.
+    pub rbuf_grew: bool,
     /// Encoded replies not yet written.
     pub out: BytesMut,
     pipe: Pipeline,
@@ -226,6 +252,7 @@ impl<T: Transport> Turn<T> {
             io: Some(io),
             state,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
+            rbuf_grew: false,
             out: BytesMut::with_capacity(READ_CHUNK),
             pipe: Pipeline::default(),
             parked: None,
@@ -717,6 +744,21 @@ impl<T: Transport> Turn<T> {
         !self.blocked.is_empty()
     }
 
+    /// Whether no open connection is owed anything: every reply is in and
+    /// written, nothing is parked, blocked or running elsewhere (the drain
+    /// before a shutdown waits for this on every thread).
+    pub fn owes_nothing(&self) -> bool {
+        self.conns.iter().all(|(_, c)| {
+            c.io.is_none()
+                || (c.out.is_empty()
+                    && c.pipe.owed() == 0
+                    && c.pipe.is_empty()
+                    && c.parked.is_none()
+                    && c.running.is_none()
+                    && c.state.blocked.is_none())
+        })
+    }
+
     /// Whether connections have output listed and not yet taken.
     pub fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()
@@ -779,6 +821,7 @@ impl<T: Transport> Turn<T> {
 /// when it stopped at [`MAX_PIPELINE`] with requests left in the buffer.
 fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
+    let stopped = worker.shared.input_stopped.load(Ordering::Relaxed);
     loop {
         if let Some(parked) = c.parked.take() {
             if c.pipe.owed() > 0 {
@@ -824,13 +867,21 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             if c.state.close || c.state.handover.is_some() || c.state.blocked.is_some() {
                 return false;
             }
+            if cut_off_unauthenticated(c) {
+                return false;
+            }
             continue;
         }
         if c.pipe.len() >= MAX_PIPELINE {
             if c.pipe.owed() == 0 {
                 c.pipe.encode(worker, c.state.proto, &mut c.out);
             }
-            return true;
+            return !cut_off_unauthenticated(c);
+        }
+        if stopped {
+            // Draining for a shutdown: what was decoded finishes, nothing
+            // more starts.
+            break;
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
@@ -850,5 +901,6 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     if c.pipe.owed() == 0 && !c.pipe.is_empty() {
         c.pipe.encode(worker, c.state.proto, &mut c.out);
     }
+    cut_off_unauthenticated(c);
     false
 }

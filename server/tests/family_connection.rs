@@ -109,6 +109,10 @@ fn a_password_guards_every_command_but_the_handshake() {
     assert_eq!(h.cmd("PING"), err(NOAUTH));
     assert_eq!(h.cmd("CLIENT ID"), err(NOAUTH));
     assert_eq!(h.cmd("SHUTDOWN"), err(NOAUTH));
+    // As Redis: NOAUTH before any argument is looked at.
+    for line in ["SHUTDOWN FOO", "SHUTDOWN ABORT", "SHUTDOWN NOSAVE SAVE"] {
+        assert_eq!(h.cmd(line), err(NOAUTH), "{line}");
+    }
     assert_eq!(
         h.cmd("HELLO 3"),
         err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
@@ -275,4 +279,32 @@ fn client_setinfo_no_evict_and_help() {
         help[0],
         Reply::simple("CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
     );
+}
+
+/// A pipelined password guesser is closed once about 1 KB of replies waits
+/// (as Redis closes it), every failure is counted in INFO, and an honest
+/// client that reads its replies is never cut off.
+#[test]
+fn a_password_guesser_is_cut_off_and_counted() {
+    let mut h = with_password();
+    let guesses: Vec<u8> = (0..10_000)
+        .flat_map(|i| format!("AUTH guess{i}\r\n").into_bytes())
+        .collect();
+    let replies = h.raw(&guesses);
+    assert!(h.is_closed(), "closed after {} replies", replies.len());
+    // 64 bytes per WRONGPASS line: closed at the 17th, not the 10,000th.
+    assert_eq!(replies.len(), 17);
+    assert!(replies.iter().all(|r| *r == err(WRONGPASS)));
+    let mut admin = h.new_connection();
+    for _ in 0..40 {
+        assert_eq!(admin.cmd("AUTH wrong"), err(WRONGPASS));
+    }
+    assert!(!admin.is_closed(), "replies read one by one never pile up");
+    assert_eq!(admin.cmd("AUTH secret"), Reply::ok());
+    let stats = text(&admin.cmd("INFO stats"));
+    assert!(stats.contains("acl_access_denied_auth:57\r\n"), "{stats}");
+    // Authenticated, a long pipeline of errors is not cut off.
+    let many: Vec<u8> = (0..100).flat_map(|_| b"AUTH wrong\r\n".to_vec()).collect();
+    assert_eq!(admin.raw(&many).len(), 100);
+    assert!(!admin.is_closed());
 }

@@ -42,6 +42,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         include_str!("family_ratelimit.rs"),
     ),
     (
+        "family_pins.rs",
+        commands::pins::COMMANDS,
+        include_str!("family_pins.rs"),
+    ),
+    (
         "family_replication.rs",
         commands::replication::COMMANDS,
         include_str!("family_replication.rs"),

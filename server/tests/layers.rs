@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "persist",
         "persist::format",
     ],
-    &["ratelimit"],
+    &["ratelimit", "collections"],
     &[
         "state",
         "store",

@@ -204,6 +204,30 @@ const SAMPLES: &[Sample] = &[
         &[],
         &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
     ),
+    // Pinned limits (each sample call changes a pin).
+    (
+        "lh.pin",
+        &[],
+        &[
+            "LH.PIN rl: TOKENBUCKET 10 1 1000",
+            "LH.PIN rl: TOKENBUCKET 9 1 1000",
+        ],
+    ),
+    (
+        "lh.unpin",
+        &["LH.PIN rl: TOKENBUCKET 10 1 1000"],
+        &["LH.UNPIN rl:"],
+    ),
+    (
+        "lh.unpinall",
+        &["LH.PIN rl: TOKENBUCKET 10 1 1000"],
+        &["LH.UNPINALL"],
+    ),
+    (
+        "lh.pins",
+        &["LH.PIN rl: TOKENBUCKET 10 1 1000"],
+        &["LH.PINS"],
+    ),
     // Transactions: the commands themselves write nothing (a queued read).
     ("multi", &[], &["MULTI"]),
     ("exec", &["MULTI", "GET a"], &["EXEC"]),

@@ -258,6 +258,44 @@ fn the_log_starts_and_stops_at_run_time() {
     });
 }
 
+/// Run-time pins come back after a restart, from the snapshot (SAVE) and
+/// from the log (`appendonly yes`, set and removed after the last rewrite),
+/// on another number of threads.
+#[test]
+fn pins_survive_a_restart_from_the_snapshot_and_from_the_log() {
+    for appendonly in [false, true] {
+        let dir = leasehold_testkit::scratch_dir();
+        let mut config = config_in(&dir, 2);
+        config.persistence.appendonly = appendonly;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let server = TestServer::with_config(config.clone(), clock);
+        let mut c = server.raw();
+        assert_eq!(c.call("LH.PIN rl: TOKENBUCKET 10 1 1000"), "+OK\r\n");
+        assert_eq!(c.call("LH.PIN gone: GCRA 0 1 1000"), "+OK\r\n");
+        if !appendonly {
+            assert_eq!(c.call("SAVE"), "+OK\r\n");
+        }
+        assert_eq!(c.call("LH.UNPIN gone:"), ":1\r\n");
+        assert_eq!(c.call("LH.PIN g: GCRA 15 30 60000"), "+OK\r\n");
+        if !appendonly {
+            assert_eq!(c.call("SAVE"), "+OK\r\n");
+        }
+        let before = c.call("LH.PINS");
+        drop(c);
+        drop(server);
+        config.shards.threads = 1;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let server = TestServer::with_config(config, clock);
+        let mut c = server.raw();
+        assert_eq!(c.call("LH.PINS"), before, "appendonly {appendonly}");
+        assert!(before.starts_with("*2\r\n*6\r\n$3\r\nrl:\r\n"), "{before}");
+        assert_eq!(
+            c.call("TOKENRETURN rl:k 1000000 1 60000 500000"),
+            "-ERR rate limit parameters of keys under 'rl:' are pinned to TOKENBUCKET 10 1 1000\r\n"
+        );
+    }
+}
+
 /// A replica with `appendonly yes` logs its primary's dataset: the full
 /// sync replaces its keys and restarts its stream, and its log is
 /// rewritten from that, so a restart after a promotion has every key.

@@ -148,6 +148,19 @@ on_1_and_2_threads! {
         k.ints("TOKENLEASE j 10 10 1000 0", &[0, 10, 0, 0]);
     }
 
+    // A call with a huge period cannot stall the key for the callers that
+    // follow with sane parameters: the stored TAT is brought back to their
+    // tolerance (32 s here) and stored so, and one interval (2 s) later the
+    // key admits again (without the clamp: limited for 3,999,999,999,970 s).
+    fn a_huge_gcra_period_is_clamped_by_the_next_policy(threads) {
+        let mut k = Case::new(threads);
+        k.at(1000).ints("CL.THROTTLE gl 0 1 4000000000000", &[0, 1, 0, -1, 4_000_000_000_000]);
+        k.ints("CL.THROTTLE gl 15 30 60", &[1, 16, 0, 2, 32]);
+        k.at(2999).ints("CL.THROTTLE gl 15 30 60", &[1, 16, 0, 1, 31]);
+        k.at(3000).ints("CL.THROTTLE gl 15 30 60", &[0, 16, 0, -1, 32]);
+        k.ints("CL.THROTTLE gl 15 30 60", &[1, 16, 0, 2, 32]);
+    }
+
     fn sliding_window_no_double_burst_at_a_boundary(threads) {
         let mut k = Case::new(threads);
         k.at(59_900);
@@ -278,8 +291,9 @@ on_1_and_2_threads! {
             ("LH.RESTORE bad HASH 1 1 1 1 PXAT 1", "-ERR syntax error\r\n"),
         ]);
         k.at(3100).ints("SLIDINGWINDOW w2 10 1000 COUNT 0", &[0, 3, 7, 0]);
-        // TAT 1400 ms ahead, 1 s per request, no burst: retry in 1.4 s, shown as 2.
-        k.ints("CL.THROTTLE g 0 1 1", &[1, 1, 0, 2, 2]);
+        // TAT 1400 ms ahead, 1 s per request, a burst of 1 (tolerance 2 s):
+        // the next request fits in 0.4 s, shown as 1; full again in 1.4 s, 2.
+        k.ints("CL.THROTTLE g 1 1 1", &[1, 2, 0, 1, 2]);
     }
 }
 

@@ -448,3 +448,40 @@ fn a_replica_that_never_reads_does_not_hold_up_another_full_sync() {
     assert_eq!(replica.raw().call("DBSIZE"), ":200000\r\n");
     drop(stuck);
 }
+
+/// Run-time pins reach a replica twice over: the ones set before it
+/// follows come with its full sync (which first drops any pin of its own),
+/// the later ones with the stream; and they hold there as on the primary.
+#[test]
+fn pins_reach_a_replica_by_full_sync_and_by_stream() {
+    let clock = clock();
+    let primary = TestServer::with_clock(2, clock.clone());
+    let replica = TestServer::with_clock(1, clock.clone());
+    let mut p = primary.raw();
+    let mut r = replica.raw();
+    assert_eq!(p.call("LH.PIN rl: TOKENBUCKET 10 1 1000"), "+OK\r\n");
+    assert_eq!(r.call("LH.PIN stale: GCRA 0 1 1000"), "+OK\r\n");
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    let pins =
+        "*1\r\n*6\r\n$3\r\nrl:\r\n$7\r\nruntime\r\n$11\r\nTOKENBUCKET\r\n:10\r\n:1\r\n:1000\r\n";
+    assert_eq!(
+        r.call("LH.PINS"),
+        pins,
+        "the full sync's pins, and only them"
+    );
+    assert_eq!(p.call("LH.PIN w: SLIDINGWINDOW 5 1000"), "+OK\r\n");
+    assert_eq!(p.call("LH.UNPIN rl:"), ":1\r\n");
+    wait_caught_up(&primary, &replica, CATCH_UP);
+    assert_eq!(r.call("LH.PINS"), p.call("LH.PINS"));
+    assert_eq!(
+        r.call("LH.PINS"),
+        "*1\r\n*5\r\n$2\r\nw:\r\n$7\r\nruntime\r\n$13\r\nSLIDINGWINDOW\r\n:5\r\n:1000\r\n"
+    );
+    // Promoted, the replica refuses what the primary refused.
+    assert_eq!(r.call("REPLICAOF NO ONE"), "+OK\r\n");
+    assert_eq!(
+        r.call("SLIDINGWINDOW w:k 500 1000"),
+        "-ERR rate limit parameters of keys under 'w:' are pinned to SLIDINGWINDOW 5 1000\r\n"
+    );
+}

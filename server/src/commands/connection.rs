@@ -46,8 +46,21 @@ fn echo(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 }
 
 /// Checks a password for the default user (the only user).
-fn check_password(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
-    let required = shared.config.read().security.requirepass.clone();
+/// Checks AUTH's (or HELLO AUTH's) user and password against the default
+/// user's; a wrong one is counted and, at a bounded rate, logged.
+fn check_password(ctx: &ConnCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
+    let checked = password_matches(ctx.shared, user, pass);
+    if checked == Err(OpError::WrongPass) {
+        let addr = ctx.conn.handle.addr.to_string();
+        let now = ctx.shared.clock.now().mono_ms;
+        ctx.shared.counters.auth_failed(&addr, now);
+    }
+    checked
+}
+
+fn password_matches(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
+    let config = shared.config.read();
+    let required = config.security.requirepass.as_bytes();
     if user.is_some_and(|u| u != b"default") {
         return Err(OpError::WrongPass);
     }
@@ -60,11 +73,23 @@ fn check_password(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(
             Err(OpError::AuthNotConfigured)
         };
     }
-    if required.as_bytes() == pass {
+    if same_secret(required, pass) {
         Ok(())
     } else {
         Err(OpError::WrongPass)
     }
+}
+
+/// Compares two secrets in time that depends only on their lengths, not on
+/// where they first differ (as Redis's `time_independent_strcmp` does).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let byte = |s: &[u8], i: usize| s.get(i).copied().unwrap_or(0);
+    let diff = (0..n).fold(
+        (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len()),
+        |d, i| d | (byte(a, i) ^ byte(b, i)),
+    );
+    diff == 0
 }
 
 fn auth(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
@@ -73,7 +98,7 @@ fn auth(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         2 => (Some(a.next()?), a.next()?),
         _ => return Err(OpError::Syntax),
     };
-    check_password(ctx.shared, user.as_deref(), &pass)?;
+    check_password(ctx, user.as_deref(), &pass)?;
     ctx.conn.set_authenticated(true);
     Ok(Reply::ok())
 }
@@ -102,7 +127,7 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             "AUTH" if a.remaining() >= 2 => {
                 let user = a.next()?;
                 let pass = a.next()?;
-                check_password(ctx.shared, Some(&user), &pass)?;
+                check_password(ctx, Some(&user), &pass)?;
                 ctx.conn.set_authenticated(true);
             }
             "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),

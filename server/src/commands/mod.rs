@@ -25,7 +25,9 @@
 //!   PUBSUB (the registry is [`crate::pubsub`]);
 //! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH;
 //! - [`persistence`]: SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE (the files are
-//!   [`crate::persist`]'s).
+//!   [`crate::persist`]'s);
+//! - [`pins`]: LH.PIN, LH.UNPIN, LH.UNPINALL, LH.PINS (pinned rate-limit
+//!   parameters; the check is in [`crate::ratelimit::pin`]).
 //!
 //! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
@@ -48,6 +50,7 @@ pub mod introspect;
 pub mod keys;
 pub mod moves;
 pub mod persistence;
+pub mod pins;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
@@ -246,6 +249,7 @@ impl Table {
             pubsub::COMMANDS,
             transaction::COMMANDS,
             persistence::COMMANDS,
+            pins::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

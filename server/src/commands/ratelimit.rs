@@ -27,6 +27,7 @@ use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, KEY1};
 use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;
+use crate::ratelimit::pin::Pinned;
 use crate::ratelimit::token_bucket::Change;
 use crate::ratelimit::{gcra, sliding_window, token_bucket, RateState};
 use crate::shard::Shard;
@@ -95,6 +96,18 @@ fn save(s: &mut Shard, key: &[u8], state: RateState, expire_mono: u64) {
     s.store.set_rate(key, state, at);
 }
 
+/// Refuses a call on a pinned prefix whose parameters are not the pinned
+/// ones (before the state is read, so nothing changes).
+fn check_pin(s: &Shard, key: &[u8], call: Pinned) -> Result<(), OpError> {
+    s.store
+        .pins()
+        .check(key, &call)
+        .map_err(|r| OpError::Pinned {
+            prefix: String::from_utf8_lossy(&r.prefix).into_owned(),
+            policy: r.policy.words().join(" "),
+        })
+}
+
 fn int_array<const N: usize>(v: [i64; N]) -> Reply {
     Reply::Array(v.into_iter().map(Reply::Int).collect())
 }
@@ -134,6 +147,7 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some(m) if (1..=requested).contains(&m) => m,
         Some(_) => return Err(OpError::MinOutOfRange),
     };
+    check_pin(s, &key, Pinned::TokenBucket(p))?;
     let prev = load(s, &key, pick_bucket)?;
     let (reply, change) = token_bucket::lease(prev, &p, requested, min, s.now.mono_ms);
     apply_bucket(s, &key, change);
@@ -145,6 +159,7 @@ fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     let p = token_policy(a)?;
     let n = count(a)?;
+    check_pin(s, &key, Pinned::TokenBucket(p))?;
     let prev = load(s, &key, pick_bucket)?;
     let (remaining, change) = token_bucket::give_back(prev, &p, n, s.now.mono_ms);
     apply_bucket(s, &key, change);
@@ -159,6 +174,7 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         window_ms: positive(a, "window_ms")?,
     };
     let n = option(a, "COUNT")?.unwrap_or(1);
+    check_pin(s, &key, Pinned::SlidingWindow(p))?;
     let prev = load(s, &key, |state| match state {
         RateState::SlidingWindow(w) => Some(w),
         _ => None,
@@ -172,6 +188,7 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn throttle(s: &mut Shard, key: &[u8], p: gcra::Policy, quantity: u64) -> Result<Reply, OpError> {
     let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
+    check_pin(s, key, Pinned::Gcra(p))?;
     let prev = load(s, key, |state| match state {
         RateState::Gcra(t) => Some(t),
         _ => None,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use leasehold_protocol::{Args, Reply};
 
-use super::flags::{self, ADMIN, FAST, LOADING, NO_AUTH, STALE};
+use super::flags::{self, ADMIN, FAST, LOADING, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::session::ConnCtx;
@@ -21,7 +21,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
     cmd("monitor", 1, ADMIN | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(monitor), "Listens for all requests received by the server in real-time."),
-    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd("shutdown", -1, ADMIN | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Applies a CONFIG SET value; the error is the reason Redis would print.
@@ -197,9 +197,6 @@ fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     }
     if abort {
         return Err(OpError::NoShutdownInProgress);
-    }
-    if !ctx.conn.authenticated {
-        return Err(OpError::NoAuth);
     }
     tracing::info!("SHUTDOWN requested by client {}", ctx.conn.handle.id);
     // As Redis: SAVE, or save rules without NOSAVE, write a snapshot first,

@@ -83,9 +83,14 @@ pub struct LimitsConfig {
     /// (`client-query-buffer-limit`); past it the connection is closed.
     pub client_query_buffer_limit: usize,
     /// Output limits per client class (`client-output-buffer-limit`), as
-    /// [`parse::OutputLimits::render`] writes them; only the pub/sub class
-    /// is enforced (see [`LimitsConfig::pubsub_output_limit`]).
+    /// [`parse::OutputLimits::render`] writes them; the pub/sub and normal
+    /// classes are enforced ([`LimitsConfig::pubsub_output_limit`],
+    /// [`LimitsConfig::normal_output_limit`]), the replica class is not read.
     pub client_output_buffer_limit: String,
+    /// `maxmemory`: past this many bytes allocated, commands that may
+    /// allocate (`denyoom`) are refused with `-OOM` (Redis's `noeviction`
+    /// policy, the only one); 0 for no limit.
+    pub maxmemory: usize,
 }
 
 impl LimitsConfig {
@@ -93,9 +98,19 @@ impl LimitsConfig {
     /// hold unwritten before it is closed (Redis's default 32 MB hard, 8 MB
     /// for 60 s soft, when the text names none).
     pub fn pubsub_output_limit(&self) -> parse::OutputLimit {
-        let given = parse::OutputLimits::parse(&self.client_output_buffer_limit)
-            .map(|l| l.0[parse::OutputLimits::PUBSUB]);
-        let default = parse::OutputLimits::DEFAULT.0[parse::OutputLimits::PUBSUB];
+        self.output_limit(parse::OutputLimits::PUBSUB)
+    }
+
+    /// The normal class's output limit: what any other client connection
+    /// may hold unwritten before it is closed (none by default, as Redis).
+    pub fn normal_output_limit(&self) -> parse::OutputLimit {
+        self.output_limit(parse::OutputLimits::NORMAL)
+    }
+
+    fn output_limit(&self, class: usize) -> parse::OutputLimit {
+        let given =
+            parse::OutputLimits::parse(&self.client_output_buffer_limit).map(|l| l.0[class]);
+        let default = parse::OutputLimits::DEFAULT.0[class];
         given.ok().flatten().or(default).unwrap_or_default()
     }
 }
@@ -108,16 +123,41 @@ impl Default for LimitsConfig {
             max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
             client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
+            maxmemory: 0,
         }
     }
 }
 
 /// `[security]`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// Password for the default user; empty means no AUTH required.
     pub requirepass: String,
+    /// `protected-mode`: with no password set, clients from outside the
+    /// loopback interface are refused with Redis's `-DENIED` text.
+    pub protected_mode: bool,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            requirepass: String::new(),
+            protected_mode: true,
+        }
+    }
+}
+
+/// `[ratelimit]`: the rate-limit commands.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// `rate-limit-pins`: pinned limits, `;`-separated, each `<prefix>
+    /// TOKENBUCKET <capacity> <rate> <period_ms>`, `<prefix> SLIDINGWINDOW
+    /// <limit> <window_ms>` or `<prefix> GCRA <max_burst> <count_per_period>
+    /// <period_ms>`; checked when the server starts (the words are read by
+    /// the rate-limit layer, above this one).
+    pub pins: String,
 }
 
 /// `[expiry]`: active reclamation of expired keys.
@@ -348,6 +388,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// `[expiry]`
     pub expiry: ExpiryConfig,
+    /// `[ratelimit]`
+    pub ratelimit: RateLimitConfig,
     /// `[replication]`
     pub replication: ReplicationConfig,
     /// `[persistence]`

@@ -201,8 +201,11 @@ pub static PARAMS: &[Param] = &[
     row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
     row("requirepass", ("security", "requirepass"), Kind::Text, field!(security.requirepass), Runtime, true, "Password clients must send with AUTH"),
+    row("protected-mode", ("security", "protected_mode"), Kind::Bool, field!(security.protected_mode), Runtime, true, "Without a password, refuse clients from outside the loopback interface"),
+    row("rate-limit-pins", ("ratelimit", "pins"), Kind::Text, field!(ratelimit.pins), Immutable, true, "Pinned limits: \"<prefix> <KIND> <integers...>; ...\" (LH.PIN's words)"),
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
     row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
+    row("maxmemory", ("limits", "maxmemory"), Kind::Memory(range!(0, 9223372036854775807)), field!(limits.maxmemory), Runtime, true, "Refuse commands that may allocate (-OOM) past this many bytes allocated; 0: no limit"),
     row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),
     row("client-output-buffer-limit", ("limits", "client_output_buffer_limit"), Kind::OutputLimits, OUTPUT_LIMITS, Runtime, false, "Output limits per client class: <class> <hard> <soft> <soft seconds> groups (only pubsub is enforced)"),
     row("max-multibulk-len", ("limits", "max_multibulk_len"), Kind::Int(range!(1, 9223372036854775807)), field!(limits.max_multibulk_len), FileOnly, false, "Most elements in one request array"),
@@ -257,11 +260,9 @@ const fn fixed(name: &'static str, value: &'static str, settable: bool) -> Fixed
 /// The settings Leasehold does not have, after [`PARAMS`] in CONFIG GET.
 pub static FIXED: &[Fixed] = &[
     fixed("databases", "1", false),
-    fixed("maxmemory", "0", true),
     fixed("maxmemory-policy", "noeviction", true),
     fixed("timeout", "0", true),
     fixed("cluster-enabled", "no", false),
-    fixed("protected-mode", "no", true),
     fixed("replica-read-only", "yes", true),
     fixed("replica-serve-stale-data", "yes", true),
     fixed("daemonize", "no", false),
@@ -548,6 +549,7 @@ mod tests {
                 "lots",
                 "argument must be a memory value",
             ),
+            ("maxmemory", "lots", "argument must be a memory value"),
         ];
         for (name, value, why) in cases {
             assert_eq!(

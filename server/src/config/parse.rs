@@ -269,6 +269,30 @@ pub struct OutputLimit {
     pub soft_seconds: u64,
 }
 
+impl OutputLimit {
+    /// Whether `pending` bytes of unwritten output break this limit at
+    /// `now`: at or above the hard limit, or above the soft limit for its
+    /// seconds without a break. `soft_since` is when the soft limit was
+    /// passed (kept by the caller per connection; cleared when the output
+    /// falls back under it).
+    pub fn exceeded(
+        &self,
+        pending: u64,
+        soft_since: &mut Option<std::time::Instant>,
+        now: std::time::Instant,
+    ) -> bool {
+        if self.hard > 0 && pending >= self.hard {
+            return true;
+        }
+        if self.soft == 0 || pending < self.soft {
+            *soft_since = None;
+            return false;
+        }
+        let since = *soft_since.get_or_insert(now);
+        now.duration_since(since).as_secs() >= self.soft_seconds
+    }
+}
+
 /// Redis's text for a group that is not four words.
 pub const LIMITS_ARITY: &str = "Wrong number of arguments in buffer limit configuration.";
 /// Redis's text for a class it has no limit for.
@@ -287,6 +311,8 @@ impl OutputLimits {
     /// The classes' names, as CONFIG GET shows them (Redis 7 still writes
     /// `slave`).
     pub const CLASSES: [&'static str; 3] = ["normal", "slave", "pubsub"];
+    /// Index of the normal class.
+    pub const NORMAL: usize = 0;
     /// Index of the pub/sub class.
     pub const PUBSUB: usize = 2;
 

@@ -3,8 +3,8 @@
 //! **Snapshot** (`dump.lhs`, and an append-only log's base file): the line
 //! [`SNAPSHOT_MAGIC`] (`LEASEHOLD-SNAPSHOT 1`), then the records of a
 //! full sync's body (`LH.SNAPSHOT <version> <replid> <offset> <unix ms>
-//! <shards>`, `LH.FLUSHSLOTS 0 16383`, one record per key, `LH.SNAPEND
-//! <records>`), then the trailer `LH.CHECKSUM <crc>`: a RESP array whose
+//! <shards>`, `LH.FLUSHSLOTS 0 16383`, `LH.UNPINALL`, the run-time pins'
+//! `LH.PIN`s, one record per key, `LH.SNAPEND <records>`), then the trailer `LH.CHECKSUM <crc>`: a RESP array whose
 //! second element is 8 lower-case hex digits, the CRC-32 (IEEE) of every
 //! byte before the trailer. A file whose trailer is missing or does not
 //! match is corrupt or truncated.

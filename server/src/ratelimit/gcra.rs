@@ -109,11 +109,20 @@ fn ceil_seconds(units: u128, p: &Policy) -> i64 {
 }
 
 /// Applies a request of `quantity` (0 = peek) to `prev` (None for a missing
-/// key) at monotonic `now`. Returns the reply and, when the request was
-/// allowed and moved the TAT, the new TAT with the monotonic ms (rounded up)
-/// its key expires at.
+/// key) at monotonic `now`. Returns the reply and, when the stored TAT must
+/// change, the new TAT with the monotonic ms (rounded up) its key expires at.
 ///
 /// `dvt` is [`Policy::dvt`] (the caller rejects policies without one).
+///
+/// Under one policy the TAT is never more than `dvt` ahead of now (an
+/// allowed request keeps it there and time only moves on). A stored TAT
+/// further ahead, left by a call with other parameters (or by a clock that
+/// stepped back), is brought back to `now + dvt` and that is stored, as a
+/// token bucket's balance is clamped to a smaller capacity: the key is then
+/// limited for one more emission interval, never for the old period (a
+/// mistaken `CL.THROTTLE k 0 1 4000000000000` would otherwise stall it for
+/// 4e12 s). redis-cell does not clamp; under unchanged parameters the two
+/// agree.
 pub fn throttle(
     prev: Option<Tat>,
     p: &Policy,
@@ -122,7 +131,13 @@ pub fn throttle(
     now: u64,
 ) -> (Throttle, Option<(Tat, u64)>) {
     let now_u = now as u128 * p.units_per_ms as u128;
-    let tat = prev.map_or(now_u, |t| t.units(p)).max(now_u);
+    let stored = prev.map_or(now_u, |t| t.units(p));
+    let tat = stored.clamp(now_u, now_u + dvt);
+    let store = |tat: u128| {
+        let expire = u64::try_from(tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
+        Some((Tat::from_units(tat, p), expire))
+    };
+    let clamped = if stored > tat { store(tat) } else { None };
     let limit = p.max_burst + 1;
     let reply = |limited, retry_after_s, ttl: u128| {
         // remaining = floor((dvt - ttl) / T), 0 when negative (redis-cell).
@@ -137,22 +152,21 @@ pub fn throttle(
     };
     if quantity > limit {
         // increment > dvt: refused, and retrying cannot help.
-        return (reply(true, -1, tat - now_u), None);
+        return (reply(true, -1, tat - now_u), clamped);
     }
     // quantity <= max_burst + 1, so increment <= dvt < 2^126.
     let new_tat = tat + p.interval * quantity as u128;
     if new_tat > now_u + dvt {
         return (
             reply(true, ceil_seconds(new_tat - dvt - now_u, p), tat - now_u),
-            None,
+            clamped,
         );
     }
     let allowed = reply(false, -1, new_tat - now_u);
     if quantity == 0 {
-        return (allowed, None);
+        return (allowed, clamped);
     }
-    let expire = u64::try_from(new_tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
-    (allowed, Some((Tat::from_units(new_tat, p), expire)))
+    (allowed, store(new_tat))
 }
 
 /// The policy of `CL.THROTTLE key max_burst count_per_period period_s`.
@@ -273,16 +287,20 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_going_back_allows_nothing_more() {
+    fn a_clock_stepped_back_forgives_only_debt_beyond_the_tolerance() {
+        // The burst of 2 used at 10 s; the clock reads 0 next: the TAT (12 s)
+        // is brought back to 0 + dvt (2 s), so the key is limited for one
+        // interval of the clock it now reads, then admits its rate again.
         let p = cell_policy(1, 1, 1);
-        let r = run(p, &[(10_000, 2), (0, 1), (10_999, 1), (11_000, 1)]);
+        let r = run(p, &[(10_000, 2), (0, 1), (999, 1), (1000, 1), (1001, 1)]);
         assert_eq!(
             r,
             vec![
                 [0, 2, 0, -1, 2],
-                [1, 2, 0, 11, 12],
                 [1, 2, 0, 1, 2],
-                [0, 2, 0, -1, 2]
+                [1, 2, 0, 1, 2],
+                [0, 2, 0, -1, 2],
+                [1, 2, 0, 1, 2]
             ]
         );
     }
@@ -310,5 +328,45 @@ mod tests {
             max_burst: 0,
         };
         assert_eq!(t.units(&p), 21);
+    }
+
+    #[test]
+    fn a_tat_left_by_a_huge_period_is_clamped_to_the_current_tolerance() {
+        // CL.THROTTLE gl 0 1 4000000000000, then CL.THROTTLE gl 15 30 60.
+        let huge = cell_policy(0, 1, 4_000_000_000_000);
+        let (first, change) = throttle(None, &huge, huge.dvt().unwrap(), 1, 1000);
+        assert_eq!(first.to_array(), [0, 1, 0, -1, 4_000_000_000_000]);
+        let stored = change.unwrap().0;
+        let normal = cell_policy(15, 30, 60);
+        let dvt = normal.dvt().unwrap();
+        // T = 2 s, dvt = 32 s: limited for one interval, not for 4e12 s.
+        let (r, moved) = throttle(Some(stored), &normal, dvt, 1, 1000);
+        assert_eq!(r.to_array(), [1, 16, 0, 2, 32]);
+        let (clamped, expire) = moved.unwrap();
+        assert_eq!(expire, 1000 + 32_000);
+        let (r, moved) = throttle(Some(clamped), &normal, dvt, 1, 3000);
+        assert_eq!(r.to_array(), [0, 16, 0, -1, 32]);
+        assert_eq!(moved.unwrap().1, 3000 + 32_000);
+    }
+
+    #[test]
+    fn the_clamp_changes_nothing_under_one_policy() {
+        // 200 calls a few ms apart on one policy: the clamped run equals
+        // redis-cell's rule applied by hand.
+        let p = cell_policy(3, 10, 1);
+        let dvt = p.dvt().unwrap();
+        let (mut state, mut by_hand): (Option<Tat>, u128) = (None, 0);
+        for i in 0..200u64 {
+            let now = 1000 + i * 37;
+            let now_u = now as u128 * p.units_per_ms as u128;
+            let tat = by_hand.max(now_u);
+            let allowed = tat + p.interval <= now_u + dvt;
+            let (r, change) = throttle(state, &p, dvt, 1, now);
+            assert_eq!(r.limited, !allowed, "call {i}");
+            if allowed {
+                by_hand = tat + p.interval;
+                state = Some(change.unwrap().0);
+            }
+        }
     }
 }

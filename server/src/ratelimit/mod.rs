@@ -11,6 +11,8 @@
 //! - [`sliding_window`]: SLIDINGWINDOW; two fixed windows weighted by overlap.
 //! - [`gcra`]: CL.THROTTLE (redis-cell) and GCRA (Redis 8.8); a theoretical
 //!   arrival time.
+//! - [`pin`]: pinned limits, the one policy an operator allows under a key
+//!   prefix.
 //! - `model` (tests only): a reference model written for clarity, compared
 //!   with the three algorithms by proptest over random calls and clock steps.
 //!
@@ -22,6 +24,7 @@
 pub mod gcra;
 #[cfg(test)]
 mod model;
+pub mod pin;
 pub mod sliding_window;
 pub mod token_bucket;
 

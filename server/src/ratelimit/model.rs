@@ -258,7 +258,13 @@ fn model_throttle(
         let at = Ratio::int(at as i128);
         tat.max(at).add(t_ms.mul(Ratio::int(q as i128))) <= at.add(tolerance)
     };
-    let tat = state.map_or(now_r, |s| s.0);
+    // A TAT further ahead than this policy's tolerance (left by another
+    // policy) is brought back to it, and stored so.
+    let mut tat = state.map_or(now_r, |s| s.0);
+    if tat > now_r.add(tolerance) {
+        tat = now_r.add(tolerance);
+        *state = Some(ModelTat(tat));
+    }
     let limit = burst + 1;
     let limited = !conforms(tat, now, q);
     let retry = if !limited || q > limit {
@@ -385,7 +391,8 @@ proptest! {
         }
     }
 
-    /// CL.THROTTLE against the model. Burst and period change freely; the rate
+    /// CL.THROTTLE against the model. Burst and period change freely (the
+    /// model clamps a TAT beyond the new tolerance, as the rule does); the rate
     /// (the time unit) stays fixed in a sequence, since a new unit rounds the
     /// stored TAT up by less than one unit (tested on its own).
     #[test]

@@ -38,6 +38,21 @@ pub struct Backlog {
     /// append-only log's copier), `u64::MAX` for none: an append that would
     /// overwrite bytes it has not read grows the ring instead.
     pinned: std::sync::atomic::AtomicU64,
+    /// Followers copying the stream (a replica's sender, the log's copier):
+    /// only for them does a record bigger than half the ring grow it.
+    followers: std::sync::atomic::AtomicUsize,
+    /// `repl-backlog-size`: the ring goes back to this once nobody follows.
+    base: usize,
+}
+
+/// A follower of the stream, counted while it lives ([`Backlog::follow`]).
+pub struct Following<'a>(&'a Backlog);
+
+impl Drop for Following<'_> {
+    fn drop(&mut self) {
+        let f = &self.0.followers;
+        f.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The most a pinned follower may keep the ring growing to, bytes.
@@ -89,7 +104,19 @@ impl Backlog {
             grown: Condvar::new(),
             durable: Durable::default(),
             pinned: std::sync::atomic::AtomicU64::new(u64::MAX),
+            followers: std::sync::atomic::AtomicUsize::new(0),
+            base: capacity.max(1),
         }
+    }
+
+    /// Counts a follower until the guard drops: while one copies the stream,
+    /// a record bigger than half the ring grows it so that the follower
+    /// does not lose it to the wrap; once none does, the ring goes back to
+    /// `repl-backlog-size` (a 40 MB SET must not keep 128 MB forever).
+    pub fn follow(&self) -> Following<'_> {
+        self.followers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Following(self)
     }
 
     /// Keeps every byte from `pos` on until the next call (see
@@ -192,7 +219,9 @@ impl Backlog {
                 r.buf.len()
             );
             r.grow(grown);
-        } else if total > r.buf.len() / 2 {
+        } else if total > r.buf.len() / 2
+            && self.followers.load(std::sync::atomic::Ordering::SeqCst) > 0
+        {
             // A record this big would leave a reader that has not copied it
             // yet behind the ring: keep room for twice it, from now on.
             let grown = (total * 2).next_power_of_two();
@@ -204,6 +233,11 @@ impl Backlog {
         }
         for part in parts {
             r.push(part);
+        }
+        let idle =
+            pinned == u64::MAX && self.followers.load(std::sync::atomic::Ordering::SeqCst) == 0;
+        if idle && r.buf.len() > self.base {
+            r.grow(self.base);
         }
         let offset = r.offset;
         drop(r);
@@ -341,8 +375,9 @@ mod tests {
     }
 
     #[test]
-    fn a_record_over_half_the_ring_grows_it_and_keeps_the_history() {
+    fn a_record_over_half_the_ring_grows_it_while_followed_then_shrinks_back() {
         let b = Backlog::new(8);
+        let follower = b.follow();
         b.append(&[b"abcdef"]);
         b.append(&[b"0123456789"]);
         assert_eq!(b.capacity(), 32);
@@ -350,6 +385,18 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(b.read(0, 100, &mut out), Ok(16));
         assert_eq!(out, b"abcdef0123456789");
+        // Nobody follows: the next append brings it back to 8 bytes, the
+        // last 8 of the stream kept.
+        drop(follower);
+        b.append(&[b"xy"]);
+        assert_eq!(b.capacity(), 8);
+        assert_eq!((b.offset(), b.histlen()), (18, 8));
+        out.clear();
+        assert_eq!(b.read(10, 100, &mut out), Ok(8));
+        assert_eq!(out, b"456789xy");
+        // Unfollowed, a big record does not grow it at all.
+        b.append(&[b"0123456789ABCDEF"]);
+        assert_eq!((b.capacity(), b.histlen()), (8, 8));
     }
 
     #[test]

@@ -109,6 +109,9 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             .spawn(move || read_acks(reader, f.input, &repl, id, &alive, timeout))?;
     }
     let out = Outbuf::default();
+    // Counted from before the cut: a big record appended before the copier
+    // starts must not be lost to the ring's wrap.
+    let following = repl.backlog.follow();
     let result = (|| {
         let (from, cut) = match repl.answer_psync(&f.replid, f.offset) {
             Some(from) => {
@@ -157,6 +160,7 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             sent.and(copied)
         })
     })();
+    drop(following);
     alive.store(false, Ordering::SeqCst);
     let _ = w.shutdown(std::net::Shutdown::Both);
     result

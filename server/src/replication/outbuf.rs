@@ -63,6 +63,7 @@ pub fn copy_stream(
     pinned: bool,
     stopped: impl Fn(u64) -> bool,
 ) -> Result<(), String> {
+    let _following = backlog.follow();
     let mut pos = from;
     let mut chunk = Vec::with_capacity(READ_MAX);
     while !stopped(pos) {

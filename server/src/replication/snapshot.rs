@@ -10,10 +10,11 @@
 //! stream from `M`.
 //!
 //! The body ([`write_body`]) is RESP records: `LH.SNAPSHOT <version>
-//! <replid> <M> <unix ms> <shards>`, `LH.FLUSHSLOTS 0 16383` (the reader
-//! starts from nothing), every shard's image records as they come, then
-//! `LH.SNAPEND <records>` (the count of records between the two, the flush
-//! included).
+//! <replid> <M> <unix ms> <shards>`, `LH.FLUSHSLOTS 0 16383` and
+//! `LH.UNPINALL` (the reader starts from nothing: no key, no run-time pin),
+//! every shard's image records as they come (the first shard's start with
+//! its `LH.PIN`s), then `LH.SNAPEND <records>` (the count of records
+//! between the two, the flush and the unpin included).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -133,8 +134,9 @@ pub fn write_body(
     ];
     encode_request(&header, &mut head);
     encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
+    encode_request(&["LH.UNPINALL"], &mut head);
     w.write_all(&head)?;
-    let records = 1 + write_images(cut, w, go_on)?;
+    let records = 2 + write_images(cut, w, go_on)?;
     let mut end = BytesMut::new();
     encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
     w.write_all(&end)?;

@@ -27,11 +27,13 @@ impl Store {
     }
 
     /// Calls `f` with each effect that recreates `value` at `key` expiring
-    /// at `expire_at` (Unix ms, `None` for no TTL): `SET` for strings;
-    /// `LH.RESTORE` for rate-limit states, their instants written as Unix
-    /// ms under `now`, followed by `PERSIST` for a state without a TTL
-    /// (`LH.RESTORE` always carries a deadline; a state has none after an
-    /// explicit PERSIST, and keeps none through RENAME and COPY).
+    /// at `expire_at` (Unix ms, `None` for no TTL), in order: `SET` for
+    /// strings; `LH.RESTORE` for rate-limit states, their instants written
+    /// as Unix ms under `now`, followed by `PERSIST` for a state without a
+    /// TTL (`LH.RESTORE` always carries a deadline; a state has none after
+    /// an explicit PERSIST, and keeps none through RENAME and COPY); a
+    /// collection's [`crate::collections::Collection::rebuild`] commands,
+    /// then `PEXPIREAT` when it has a TTL.
     pub(super) fn value_effect(
         key: &[u8],
         value: &Value,
@@ -39,6 +41,13 @@ impl Store {
         now: Now,
         mut f: impl FnMut(Effect<'_>),
     ) {
+        if let Some(c) = value.collection() {
+            c.rebuild(key, &mut |args| f(Effect::Command { key, args }));
+            if let Some(at_ms) = expire_at {
+                f(Effect::ExpireAt { key, at_ms });
+            }
+            return;
+        }
         let written = value.with_string(|bytes| {
             f(Effect::Set {
                 key,
@@ -60,5 +69,11 @@ impl Store {
                 f(Effect::Persist { key });
             }
         }
+    }
+
+    /// Emits a collection write as the command that replays it (`args`,
+    /// name first, the key at `args[1]`): see [`Effect::Command`].
+    pub fn emit_command(&mut self, args: &[&[u8]]) {
+        self.effects.emit(Effect::Command { key: args[1], args });
     }
 }

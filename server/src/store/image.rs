@@ -78,6 +78,11 @@ impl Store {
     pub fn start_image(&mut self, sink: ImageSink) {
         let n = self.tables.len();
         self.image_ids += 1;
+        let (pins, records) = self.pin_records();
+        if records > 0 {
+            sink.queued.fetch_add(pins.len(), Ordering::Relaxed);
+            let _ = sink.tx.send(ImagePart::Chunk(pins.freeze(), records));
+        }
         self.images.push(Image {
             id: self.image_ids,
             sink,

@@ -138,6 +138,25 @@ impl Store {
         }
     }
 
+    /// Stores a new collection `value` under the absent (or expired) `key`,
+    /// with no TTL, emitting nothing: the command that creates it emits
+    /// itself with [`Store::emit_command`] once it has changed the value,
+    /// and replays the creation with it. Returns the new entry to fill.
+    pub fn create(&mut self, key: &[u8], value: Value, now_ms: u64) -> &mut Entry {
+        debug_assert!(value.collection().is_some(), "create is for collections");
+        self.put(key, value, 0, now_ms)
+    }
+
+    /// Removes `key`, whose collection a command has just emptied, emitting
+    /// nothing: that command's own effect, replayed, empties and removes it
+    /// too (Redis has no empty collections).
+    pub fn remove_emptied(&mut self, key: &[u8]) {
+        let (i, h) = self.locate(key);
+        if let Some(j) = self.tables[i].find(h, key) {
+            self.take_at(i, j);
+        }
+    }
+
     /// Changes the deadline of an existing key (`None` removes the TTL) and
     /// emits `PEXPIREAT` or `PERSIST`. Returns false when the key is absent.
     /// The caller has already checked liveness with [`Store::get`] under the
@@ -277,15 +296,21 @@ impl Store {
     /// Removes entry `j` of table `i`, counting it as expired or not, emits
     /// `DEL` for it, and returns it.
     pub(super) fn remove_at(&mut self, i: usize, j: usize, expired: bool) -> Entry {
+        let entry = self.take_at(i, j);
+        if expired {
+            self.counts.expired += 1;
+        }
+        self.effects.emit(Effect::Del { key: entry.key() });
+        entry
+    }
+
+    /// Takes entry `j` of table `i` out of the keyspace, emitting nothing.
+    fn take_at(&mut self, i: usize, j: usize) -> Entry {
         let table = &mut self.tables[i];
         let entry = table.swap_remove(j, &self.hasher);
         table.shrink(&self.hasher);
         self.counts.keys -= 1;
-        if expired {
-            self.counts.expired += 1;
-        }
         self.ttl_changed(i, entry.expire_at != 0, false);
-        self.effects.emit(Effect::Del { key: entry.key() });
         entry
     }
 

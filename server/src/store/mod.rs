@@ -45,11 +45,13 @@ mod expiry;
 mod image;
 mod keyspace;
 mod moves;
+mod pins;
 mod table;
 mod value;
 mod watch;
 
 use crate::clock::Now;
+pub use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 use crate::effects::EffectLog;
 pub use image::{ImagePart, ImageSink, ImageStep, IMAGE_QUEUE_LIMIT};
 pub use moves::Moved;
@@ -99,6 +101,8 @@ pub struct Store {
     /// The command running comes from the replication link: every present
     /// entry is live to it, deadline or not.
     from_link: bool,
+    /// Pinned limits (the same on every shard).
+    pins: crate::ratelimit::pin::Pins,
     /// RANDOMKEY's generator state (never 0).
     rng: u64,
 }
@@ -131,6 +135,7 @@ impl Store {
             image_ids: 0,
             replica: false,
             from_link: false,
+            pins: Default::default(),
             rng: random_seed(),
         }
     }

@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 pub use crate::ratelimit::RateState;
 use crate::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
 
@@ -51,6 +52,14 @@ pub enum Value {
     Gcra(Packed),
     /// A rate-limit state whose fields do not fit the packed form.
     Wide(Box<RateState>),
+    /// A list (Redis "list" type).
+    List(Box<List>),
+    /// A hash (Redis "hash" type).
+    Hash(Box<Hash>),
+    /// A set (Redis "set" type).
+    Set(Box<Set>),
+    /// A sorted set (Redis "zset" type).
+    ZSet(Box<ZSet>),
 }
 
 /// The 15 bytes after a [`Value`]'s tag, little-endian fields of the widths
@@ -121,10 +130,28 @@ impl RateState {
 impl Value {
     /// The name `TYPE` reports.
     pub fn type_name(&self) -> &'static str {
-        match self.rate_state() {
-            None => "string",
-            Some(r) => r.type_name(),
+        match self {
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
+            _ => match self.rate_state() {
+                None => "string",
+                Some(r) => r.type_name(),
+            },
         }
+    }
+
+    /// The collection this value holds (`None` for strings and rate-limit
+    /// states).
+    pub fn collection(&self) -> Option<&dyn Collection> {
+        Some(match self {
+            Value::List(l) => &**l,
+            Value::Hash(h) => &**h,
+            Value::Set(s) => &**s,
+            Value::ZSet(z) => &**z,
+            _ => return None,
+        })
     }
 
     /// The name `OBJECT ENCODING` reports. Strings as Redis 7 names them:
@@ -133,8 +160,12 @@ impl Value {
     /// built; Leasehold does not keep how a string was made, so it reports
     /// `embstr` for those). Rate-limit states (Leasehold's own): `packed`
     /// when held in the value's 15 bytes, `wide` when boxed whole because a
-    /// field does not fit.
+    /// field does not fit. Collections: their own
+    /// ([`Collection::encoding`]).
     pub fn encoding(&self) -> &'static str {
+        if let Some(c) = self.collection() {
+            return c.encoding();
+        }
         match self {
             Value::Int(_) => "int",
             Value::Small { .. } => "embstr",
@@ -142,6 +173,9 @@ impl Value {
             Value::Str(_) => "raw",
             Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => "packed",
             Value::Wide(_) => "wide",
+            Value::List(_) | Value::Hash(_) | Value::Set(_) | Value::ZSet(_) => {
+                unreachable!("collections answered above")
+            }
         }
     }
 
@@ -152,6 +186,10 @@ impl Value {
         match self {
             Value::Str(b) => std::mem::size_of::<Bytes>() + b.len(),
             Value::Wide(_) => std::mem::size_of::<RateState>(),
+            Value::List(l) => l.heap_bytes(),
+            Value::Hash(h) => h.heap_bytes(),
+            Value::Set(s) => s.heap_bytes(),
+            Value::ZSet(z) => z.heap_bytes(),
             Value::Small { .. }
             | Value::Int(_)
             | Value::TokenBucket(_)
@@ -170,10 +208,17 @@ impl Value {
         }
     }
 
-    /// The rate-limit state this value holds, unpacked; `None` for strings.
+    /// The rate-limit state this value holds, unpacked; `None` for strings
+    /// and collections.
     pub fn rate_state(&self) -> Option<RateState> {
         Some(match self {
-            Value::Str(_) | Value::Small { .. } | Value::Int(_) => return None,
+            Value::Str(_)
+            | Value::Small { .. }
+            | Value::Int(_)
+            | Value::List(_)
+            | Value::Hash(_)
+            | Value::Set(_)
+            | Value::ZSet(_) => return None,
             Value::Wide(r) => **r,
             Value::TokenBucket(p) => {
                 let [units, period_ms, refilled_at] = unpack(BUCKET, p);

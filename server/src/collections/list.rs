@@ -1,0 +1,28 @@
+//! A Redis list: an ordered sequence of strings (LPUSH, RPOP, LRANGE...).
+//!
+//! Placeholder representation until the type's commands land: the store
+//! and the effects already carry it (see [`super::Collection`]).
+
+use super::Collection;
+
+/// A Redis list: an ordered sequence of strings (LPUSH, RPOP, LRANGE...).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct List {
+    _private: (),
+}
+
+impl Collection for List {
+    fn encoding(&self) -> &'static str {
+        "listpack"
+    }
+
+    fn len(&self) -> usize {
+        0
+    }
+
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+
+    fn rebuild(&self, _key: &[u8], _f: &mut dyn FnMut(&[&[u8]])) {}
+}
