@@ -349,21 +349,9 @@ fn info_sections_in_redis_7s_order_and_selections() {
     assert_eq!(headers(&mut h, &["INFO"]), default);
     assert_eq!(headers(&mut h, &["INFO", "default"]), default);
     assert_eq!(headers(&mut h, &["INFO", "cpu", "DEFAULT"]), default);
-    let all = [
-        "Server",
-        "Clients",
-        "Memory",
-        "Persistence",
-        "Stats",
-        "Replication",
-        "CPU",
-        "Modules",
-        "Commandstats",
-        "Errorstats",
-        "Latencystats",
-        "Cluster",
-        "Keyspace",
-    ];
+    let mut all = default.to_vec();
+    all.insert(8, "Commandstats");
+    all.insert(10, "Latencystats");
     assert_eq!(headers(&mut h, &["INFO", "all"]), all);
     let mut everything = all.to_vec();
     everything.push("Leasehold");
@@ -454,7 +442,7 @@ fn monitor_shows_every_connection_s_commands_as_redis_prints_them() {
         err("ERR unknown command 'NOSUCH', with args beginning with: 'x' ")
     );
     assert_eq!(c.cmd("GET"), arity("get"));
-    assert_eq!(c.cmd("CONFIG GET port").is_error(), false);
+    assert!(!c.cmd("CONFIG GET port").is_error());
     assert_eq!(c.cmd("MULTI"), Reply::ok());
     assert_eq!(c.cmd("INCR n"), Reply::simple("QUEUED"));
     assert_eq!(c.cmd("EXEC"), Reply::Array(vec![Reply::Int(1)]));

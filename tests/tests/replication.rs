@@ -328,7 +328,7 @@ fn renames_and_copies_replay_exactly_on_a_replica_and_from_the_log() {
     let script = [
         format!("SET {} v1 PX 90000", k(0)),
         format!("RENAME {} {}", k(0), k(1)),
-        format!("SET {{t}}a v2 EX 500"),
+        "SET {t}a v2 EX 500".to_string(),
         "RENAME {t}a {t}b".to_string(),
         format!("SET {} v3", k(2)),
         format!("RENAME {} {}", k(1), k(2)),
@@ -341,7 +341,7 @@ fn renames_and_copies_replay_exactly_on_a_replica_and_from_the_log() {
         format!("COPY {} {} REPLACE", k(2), k(7)),
         format!("MSETNX {} m1 {} m2", k(3), k(5)),
         format!("MSETNX {} m1 {} m2 {{t}}c m3", k(1), k(3)),
-        format!("COPY {{t}}b {{t}}c REPLACE"),
+        "COPY {t}b {t}c REPLACE".to_string(),
         format!("SETRANGE {} 2 xyz", k(2)),
     ];
     for line in &script {

@@ -63,47 +63,56 @@ fn help(lines: &[&'static str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::simple(l)).collect())
 }
 
-/// The subcommand, upper-cased, and a check of the arguments' count
-/// (`arity` in Redis's sign convention, name and subcommand included).
-#[allow(clippy::type_complexity)] // an `impl Fn` cannot be named by an alias
-fn subcommand(
-    a: &mut Args,
-    command: &str,
-) -> Result<(String, impl Fn(i32) -> Result<(), OpError>), OpError> {
-    let sub = a.word()?;
-    let argc = a.all().len();
-    let name = format!("{command}|{}", sub.to_ascii_lowercase());
-    let check = move |arity: i32| {
-        let ok = if arity >= 0 {
-            argc == arity as usize
-        } else {
-            argc >= arity.unsigned_abs() as usize
+/// A container's subcommand as sent: upper-cased, with the request's
+/// argument count and its name for arity errors (`object|encoding`).
+struct Sub {
+    word: String,
+    argc: usize,
+    label: String,
+}
+
+impl Sub {
+    fn read(a: &mut Args, command: &str) -> Result<Sub, OpError> {
+        let word = a.word()?;
+        let label = format!("{command}|{}", word.to_ascii_lowercase());
+        Ok(Sub {
+            word,
+            argc: a.all().len(),
+            label,
+        })
+    }
+
+    /// Checks the argument count (`arity` in Redis's sign convention, name
+    /// and subcommand included).
+    fn arity(&self, arity: i32) -> Result<(), OpError> {
+        let ok = match arity >= 0 {
+            true => self.argc == arity as usize,
+            false => self.argc >= arity.unsigned_abs() as usize,
         };
         ok.then_some(())
-            .ok_or_else(|| OpError::SubcommandArity(name.clone()))
-    };
-    Ok((sub, check))
+            .ok_or_else(|| OpError::SubcommandArity(self.label.clone()))
+    }
 }
 
 fn object(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let (sub, arity) = subcommand(a, "object")?;
+    let sub = Sub::read(a, "object")?;
     let known = ["ENCODING", "FREQ", "IDLETIME", "REFCOUNT"];
-    if sub == "HELP" {
-        arity(2)?;
+    if sub.word == "HELP" {
+        sub.arity(2)?;
         return Ok(help(OBJECT_HELP));
     }
-    if !known.contains(&sub.as_str()) {
+    if !known.contains(&sub.word.as_str()) {
         return Err(OpError::UnknownSubcommand {
             command: "OBJECT",
             sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
         });
     }
-    arity(3)?;
+    sub.arity(3)?;
     let key = a.key()?;
     let Some((encoding, refcount, _)) = s.store.describe(&key, s.now.unix_ms) else {
         return Ok(Reply::Nil);
     };
-    match sub.as_str() {
+    match sub.word.as_str() {
         "ENCODING" => Ok(Reply::bulk(encoding)),
         "REFCOUNT" => Ok(Reply::Int(refcount)),
         "IDLETIME" => Ok(Reply::Int(0)),
@@ -112,14 +121,14 @@ fn object(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 }
 
 fn memory(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let (sub, arity) = subcommand(a, "memory")?;
-    match sub.as_str() {
+    let sub = Sub::read(a, "memory")?;
+    match sub.word.as_str() {
         "HELP" => {
-            arity(2)?;
+            sub.arity(2)?;
             Ok(help(MEMORY_HELP))
         }
         "USAGE" => {
-            arity(-3)?;
+            sub.arity(-3)?;
             let key = a.key()?;
             while a.remaining() > 0 {
                 if !a.flag("SAMPLES") || a.remaining() == 0 {

@@ -117,74 +117,99 @@ fn copy(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(1))
 }
 
-/// The shards of a two-key command's source and destination.
-fn two_shards(args: &[Bytes], shards: usize) -> (usize, usize) {
-    let of = |k: &Bytes| slot_shard(key_slot(k), shards);
-    (of(&args[1]), of(&args[2]))
+/// A two-key command's source and destination, and their shards.
+struct Keys<'a> {
+    name: &'a Bytes,
+    src: &'a Bytes,
+    dst: &'a Bytes,
+    from: usize,
+    to: usize,
+}
+
+impl Keys<'_> {
+    /// Calls `then` with the keys of `args`, unless a reply of the last
+    /// step is an error (which is then the command's).
+    fn steps(
+        args: &[Bytes],
+        shards: usize,
+        replies: &[Reply],
+        then: impl FnOnce(&Keys<'_>) -> Next,
+    ) -> Next {
+        if let Some(e) = first_error(replies) {
+            return e;
+        }
+        let of = |k: &Bytes| slot_shard(key_slot(k), shards);
+        let (name, src, dst) = (&args[0], &args[1], &args[2]);
+        then(&Keys {
+            name,
+            src,
+            dst,
+            from: of(src),
+            to: of(dst),
+        })
+    }
+
+    /// Whether each key exists, on its shard: replies `[source, destination]`.
+    fn check_both(&self) -> Next {
+        Next::Run(vec![
+            step(self.from, step_exists, self.name, &[self.src]),
+            step(self.to, step_exists, self.name, &[self.dst]),
+        ])
+    }
+
+    /// The source into its shard's parcel: removed (`take`) or copied.
+    fn pack(&self, run: super::span::StepFn) -> Next {
+        Next::Run(vec![step(self.from, run, self.name, &[self.src])])
+    }
+
+    /// The parcel stored under the destination.
+    fn unpack(&self) -> Next {
+        let from = self.from.to_string();
+        Next::Run(vec![step(
+            self.to,
+            step_put,
+            self.name,
+            &[self.dst, from.as_bytes()],
+        )])
+    }
 }
 
 /// RENAME across shards: take the source into its shard's parcel, then
 /// store it under the destination.
 fn rename_steps(args: &[Bytes], shards: usize, step_no: usize, replies: &[Reply]) -> Next {
-    if let Some(e) = first_error(replies) {
-        return e;
-    }
-    let (from, to) = two_shards(args, shards);
-    let (name, src, dst) = (&args[0], &args[1], &args[2]);
-    match step_no {
-        0 => Next::Run(vec![step(from, step_take, name, &[src])]),
+    Keys::steps(args, shards, replies, |k| match step_no {
+        0 => k.pack(step_take),
         1 if int(replies.first()) == 0 => Next::Done(Err(OpError::NoSuchKey)),
-        1 => Next::Run(vec![put(to, name, dst, from)]),
+        1 => k.unpack(),
         _ => Next::Done(Ok(Reply::ok())),
-    }
-}
-
-/// The step storing shard `from`'s parcel under `dst` on shard `to`.
-fn put(to: usize, name: &Bytes, dst: &[u8], from: usize) -> super::span::Step {
-    step(to, step_put, name, &[dst, from.to_string().as_bytes()])
+    })
 }
 
 /// RENAMENX across shards: both keys checked, then the move as RENAME's.
 fn renamenx_steps(args: &[Bytes], shards: usize, step_no: usize, replies: &[Reply]) -> Next {
-    if let Some(e) = first_error(replies) {
-        return e;
-    }
-    let (from, to) = two_shards(args, shards);
-    let (name, src, dst) = (&args[0], &args[1], &args[2]);
-    match step_no {
-        0 => Next::Run(vec![
-            step(from, step_exists, name, &[src]),
-            step(to, step_exists, name, &[dst]),
-        ]),
+    Keys::steps(args, shards, replies, |k| match step_no {
+        0 => k.check_both(),
         1 if int(replies.first()) == 0 => Next::Done(Err(OpError::NoSuchKey)),
         1 if int(replies.get(1)) == 1 => Next::Done(Ok(Reply::Int(0))),
-        1 => Next::Run(vec![step(from, step_take, name, &[src])]),
-        2 => Next::Run(vec![put(to, name, dst, from)]),
+        1 => k.pack(step_take),
+        2 => k.unpack(),
         _ => Next::Done(Ok(Reply::Int(1))),
-    }
+    })
 }
 
 /// COPY across shards: the options checked, both keys checked, the
 /// source copied into its shard's parcel, then stored.
 fn copy_steps(args: &[Bytes], shards: usize, step_no: usize, replies: &[Reply]) -> Next {
-    if let Some(e) = first_error(replies) {
-        return e;
-    }
     let replace = match copy_options(&args[3..]) {
         Ok(r) => r,
         Err(e) => return Next::Done(Err(e)),
     };
-    let (from, to) = two_shards(args, shards);
-    let (name, src, dst) = (&args[0], &args[1], &args[2]);
-    match step_no {
-        0 => Next::Run(vec![
-            step(from, step_exists, name, &[src]),
-            step(to, step_exists, name, &[dst]),
-        ]),
+    Keys::steps(args, shards, replies, |k| match step_no {
+        0 => k.check_both(),
         1 if int(replies.first()) == 0 => Next::Done(Ok(Reply::Int(0))),
         1 if !replace && int(replies.get(1)) == 1 => Next::Done(Ok(Reply::Int(0))),
-        1 => Next::Run(vec![step(from, step_peek, name, &[src])]),
-        2 => Next::Run(vec![put(to, name, dst, from)]),
+        1 => k.pack(step_peek),
+        2 => k.unpack(),
         _ => Next::Done(Ok(Reply::Int(1))),
-    }
+    })
 }

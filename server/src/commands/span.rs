@@ -25,6 +25,9 @@ use leasehold_protocol::{Args, Reply};
 use crate::error::OpError;
 use crate::shard::{Shard, ShardFn};
 
+/// A step's handler (a [`ShardFn`] that no table row names).
+pub type StepFn = ShardFn;
+
 /// One job of a step: `run` on `shard` with `args` (name included).
 #[derive(Debug)]
 pub struct Step {
