@@ -72,6 +72,7 @@ pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod runtime;
+pub mod script;
 pub mod session;
 pub mod shard;
 pub mod slot;

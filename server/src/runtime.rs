@@ -238,6 +238,7 @@ pub fn new_shared(
         repl: Arc::new(Replication::new(config.replication.backlog_bytes)),
         pubsub: Default::default(),
         persist: Default::default(),
+        scripts: crate::script::cache::ScriptCache::new(threads),
     })
 }
 

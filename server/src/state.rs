@@ -288,6 +288,9 @@ pub struct Shared {
     pub pubsub: crate::pubsub::Registry,
     /// Snapshot and append-only log status, and requests to their thread.
     pub persist: crate::persist::status::Persistence,
+    /// Script bodies by SHA1 and each shard's script run state (SCRIPT
+    /// LOAD, EVALSHA, BUSY, SCRIPT KILL).
+    pub scripts: crate::script::cache::ScriptCache,
 }
 
 impl std::fmt::Debug for Shared {
@@ -296,6 +299,22 @@ impl std::fmt::Debug for Shared {
             .field("shards", &self.shards)
             .field("local_addr", &self.local_addr)
             .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Why a write must be refused now: on a replica (`READONLY`), and
+    /// while snapshots or the append-only log fail (`MISCONF`, see
+    /// `Persistence::refuse_writes`).
+    pub fn write_refusal(&self) -> Option<OpError> {
+        if self.repl.is_replica() {
+            return Some(OpError::ReadOnly);
+        }
+        match self.persist.refuse_writes.load(Ordering::Relaxed) {
+            0 => None,
+            crate::persist::status::REFUSE_LOG => Some(OpError::MisconfLog),
+            _ => Some(OpError::Misconf),
+        }
     }
 }
 

@@ -19,10 +19,10 @@ use crate::state::Shared;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("info", -1, LOADING | STALE, NO_KEYS, Exec::Conn(info), "Returns information and statistics about the server."),
-    cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
+    cmd("config", -2, ADMIN | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
     cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
-    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd("shutdown", -1, ADMIN | NO_AUTH | LOADING | STALE | flags::NO_MULTI | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Bytes allocated by the process, from jemalloc when it is the allocator.
@@ -347,7 +347,7 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 return Err(OpError::InvalidCommandArguments);
             }
             let keys: Vec<Reply> = spec
-                .key_positions(names.len())
+                .keys_in(&names)
                 .map(|p| Reply::Bulk(names[p].clone()))
                 .collect();
             if keys.is_empty() {

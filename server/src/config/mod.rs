@@ -86,6 +86,10 @@ pub struct LimitsConfig {
     /// [`parse::OutputLimits::render`] writes them; only the pub/sub class
     /// is enforced (see [`LimitsConfig::pubsub_output_limit`]).
     pub client_output_buffer_limit: String,
+    /// Milliseconds a script runs before other connections get `-BUSY` for
+    /// its shard and SCRIPT KILL may stop it (`busy-reply-threshold`, alias
+    /// `lua-time-limit`; Redis's default 5000; 0: from the first check).
+    pub busy_reply_threshold: u64,
 }
 
 impl LimitsConfig {
@@ -108,6 +112,7 @@ impl Default for LimitsConfig {
             max_inline_len: leasehold_protocol::request::DEFAULT_MAX_INLINE_LEN,
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
             client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
+            busy_reply_threshold: 5000,
         }
     }
 }
