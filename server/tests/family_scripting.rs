@@ -513,3 +513,31 @@ fn eval_runs_inside_multi() {
         ])
     );
 }
+
+#[test]
+fn eval_ro_reads_and_refuses_writes() {
+    let mut h = Harness::new();
+    assert_eq!(h.cmd("SET k v"), Reply::ok());
+    assert_eq!(
+        h.run(&["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "k"]),
+        Reply::bulk("v")
+    );
+    let body = "return redis.call('set', KEYS[1], 'x')";
+    let sha = sha_suffix(body);
+    assert_eq!(
+        h.run(&["EVAL_RO", body, "1", "k"]),
+        err(&format!(
+            "ERR Write commands are not allowed from read-only scripts.{sha}"
+        ))
+    );
+    assert_eq!(
+        h.run(&[
+            "EVAL_RO",
+            "return redis.pcall('set', KEYS[1], 'x')",
+            "1",
+            "k"
+        ]),
+        err("ERR Write commands are not allowed from read-only scripts.")
+    );
+    assert_eq!(h.cmd("GET k"), Reply::bulk("v"));
+}

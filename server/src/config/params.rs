@@ -520,6 +520,11 @@ mod tests {
             ),
             ("hz", "x", "argument couldn't be parsed into an integer"),
             (
+                "busy-reply-threshold",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
                 "replica-priority",
                 "-1",
                 "argument must be between 0 and 2147483647 inclusive",

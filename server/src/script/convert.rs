@@ -25,8 +25,11 @@ use leasehold_protocol::Reply;
 use mlua::{Lua, Result, Table, Value};
 
 /// How deep a returned table may nest before the reply is an error
-/// (Redis stops where its C stack check does, about as deep).
-const MAX_DEPTH: usize = 1000;
+/// (`ERR reached lua stack limit`, Redis's text where its stack check
+/// stops; Redis goes deeper, about 2000 levels, but no reply needs more,
+/// and a table that contains itself must stop somewhere on a thread's
+/// stack).
+const MAX_DEPTH: usize = 128;
 
 /// A reply as the Lua value `redis.call` returns (`resp3`: after
 /// `redis.setresp(3)`).
