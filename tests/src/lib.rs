@@ -21,6 +21,8 @@
 //!   has caught up, dump a keyspace to compare.
 //! - [`int_of`], [`text`]: replies as values or text, for assertions.
 //! - [`keys_in_both_halves`]: key names that land on different shards.
+//! - module [`redis_pair`]: a real `redis-server` beside Leasehold, for
+//!   byte-for-byte differential tests.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -37,6 +39,7 @@ use leasehold_server::ServerHandle;
 
 pub mod clock;
 pub mod info;
+pub mod redis_pair;
 pub mod redis_rs;
 pub mod replication;
 

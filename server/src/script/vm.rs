@@ -237,16 +237,13 @@ fn err_table(lua: &Lua, text: &str) -> Result<Table> {
     Ok(t)
 }
 
-/// Redis's `luaPushErrorBuff`: `-CODE msg` and `msg` (code `ERR`) both
-/// become `CODE msg`, without a trailing CR or LF.
+/// `redis.error_reply`'s error text, as Redis 7.0 makes it: the first word
+/// (a leading `-` dropped) is the code, `ERR` when there is only one word
+/// (`boom` is `ERR boom`, `x y` is `x y`); no trailing CR or LF.
 fn error_reply_text(given: &str) -> String {
-    let (code, msg) = match given.strip_prefix('-') {
-        Some(rest) => match rest.split_once(' ') {
-            Some((code, msg)) => (code, msg),
-            None => ("ERR", rest),
-        },
-        None => ("ERR", given),
-    };
+    // `redis.error_reply` puts a `-` in front when there is none.
+    let rest = given.strip_prefix('-').unwrap_or(given);
+    let (code, msg) = rest.split_once(' ').unwrap_or(("ERR", rest));
     format!("{code} {}", msg.trim_matches(['\r', '\n']))
 }
 
@@ -685,6 +682,6 @@ mod tests {
         assert_eq!(error_reply_text("boom"), "ERR boom");
         assert_eq!(error_reply_text("-boom"), "ERR boom");
         assert_eq!(error_reply_text("-MY boom\r\n"), "MY boom");
-        assert_eq!(error_reply_text("x y"), "ERR x y");
+        assert_eq!(error_reply_text("x y"), "x y");
     }
 }
