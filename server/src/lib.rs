@@ -25,6 +25,7 @@
 //!   replication::outbuf   a follower's own copy of the stream
 //!   persist::status       requests to the persistence thread, its status
 //! 1 ratelimit  the algorithms and their state types (pure)
+//!   script     Lua VMs, reply <-> Lua conversions, libraries, script cache
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
 //!   error      every error reply text
@@ -37,7 +38,7 @@
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
-//! 1 [`ratelimit`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
+//! 1 [`ratelimit`], [`script`]; 2 [`state`], [`store`], [`effects`], [`pubsub`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
