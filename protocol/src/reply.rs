@@ -170,8 +170,9 @@ impl Reply {
     }
 }
 
-/// Formats a double like Redis's RESP3 double: `inf`, `-inf`, `nan`, or the
-/// shortest text that reads back to the same value.
+/// Formats a double as Redis 7.0's `addReplyDouble` does, RESP2 and RESP3
+/// alike: `inf`, `-inf`, `nan`, or C's `%.17g` (`0.1` is
+/// `0.10000000000000001`, `1e300` is `1.0000000000000001e+300`).
 pub fn format_double(d: f64) -> String {
     if d.is_nan() {
         "nan".into()
@@ -181,12 +182,42 @@ pub fn format_double(d: f64) -> String {
         } else {
             "-inf".into()
         }
-    } else if d == d.trunc() && d.abs() < 1e17 {
-        format!("{}", d as i64)
     } else {
-        let mut b = ryu::Buffer::new();
-        b.format_finite(d).to_string()
+        format_g(d, 17)
     }
+}
+
+/// C's `%.<precision>g` for a finite `d` (precision at least 1): the
+/// shorter of fixed and exponent notation for that many significant
+/// digits, trailing zeros dropped, the exponent at least two digits
+/// (`1e+20`). Lua prints numbers with `%.14g`, Redis's scripting converts
+/// a number argument with `%.17g`.
+pub fn format_g(d: f64, precision: usize) -> String {
+    let p = precision.max(1);
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // Rounded to p significant digits first: the exponent of the rounded
+    // value decides the notation, as C does.
+    let sci = format!("{:.*e}", p - 1, d);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if exp < -4 || exp >= p as i32 {
+        let m = trim_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{m}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        let decimals = (p as i32 - 1 - exp).max(0) as usize;
+        trim_zeros(&format!("{:.*}", decimals, d)).to_string()
+    }
+}
+
+/// `1.500` -> `1.5`, `2.000` -> `2`; text without a point is unchanged.
+fn trim_zeros(s: &str) -> &str {
+    if !s.contains('.') {
+        return s;
+    }
+    s.trim_end_matches('0').trim_end_matches('.')
 }
 
 /// Writes `<tag><n>\r\n`.
@@ -214,6 +245,22 @@ fn put_bulk(out: &mut BytesMut, b: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_g_matches_c() {
+        assert_eq!(format_g(0.1, 17), "0.10000000000000001");
+        assert_eq!(format_g(1e300, 17), "1.0000000000000001e+300");
+        assert_eq!(format_g(1e21, 17), "1e+21");
+        assert_eq!(format_g(3.14159265358979, 14), "3.1415926535898");
+        assert_eq!(format_g(1e20, 14), "1e+20");
+        assert_eq!(format_g(100.0, 14), "100");
+        assert_eq!(format_g(1.5, 17), "1.5");
+        assert_eq!(format_g(0.0001, 14), "0.0001");
+        assert_eq!(format_g(0.00001, 14), "1e-05");
+        assert_eq!(format_g(-2.5, 14), "-2.5");
+        assert_eq!(format_g(123456789012345.0, 14), "1.2345678901234e+14");
+        assert_eq!(format_double(3.0), "3");
+    }
 
     #[test]
     fn push_is_an_array_in_resp2_and_several_is_concatenated() {

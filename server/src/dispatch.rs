@@ -187,6 +187,11 @@ impl Pipeline {
             let mut s = at.worker.shard.borrow_mut();
             return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, cmd.link, &mut args));
         }
+        // A shard running a script past busy-reply-threshold answers
+        // nothing until it ends: say so now, as Redis does.
+        if at.worker.shared.scripts.busy(shard) {
+            return Part::Ready(OpError::Busy.reply());
+        }
         let job = Job {
             cmd: cmd.idx,
             run: cmd.run,
@@ -371,17 +376,8 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
         return Err(OpError::OutOfMemory);
     }
     if spec.has(flags::WRITE) {
-        if shared.repl.is_replica() {
-            return Err(OpError::ReadOnly);
-        }
-        match shared
-            .persist
-            .refuse_writes
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            0 => {}
-            crate::persist::status::REFUSE_LOG => return Err(OpError::MisconfLog),
-            _ => return Err(OpError::Misconf),
+        if let Some(e) = shared.write_refusal() {
+            return Err(e);
         }
     }
     Ok(())
@@ -538,15 +534,24 @@ fn count_rejected(worker: &Worker, idx: usize) {
 fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option<usize>, OpError> {
     let all = args.all();
     let mut found = None;
-    for p in spec.key_positions(all.len()) {
+    for p in spec.keys_in(all) {
         let s = slot_shard(key_slot(&all[p]), shards);
         match found {
             None => found = Some(s),
-            Some(f) if f != s => return Err(OpError::CrossSlot),
+            Some(f) if f != s => return Err(cross_shard(spec)),
             _ => {}
         }
     }
     Ok(found)
+}
+
+/// The refusal of keys on several shards: a script's names the fix.
+#[cold]
+fn cross_shard(spec: &CommandSpec) -> OpError {
+    match spec.has(flags::MOVABLE_KEYS) {
+        true => OpError::ScriptCrossShard,
+        false => OpError::CrossSlot,
+    }
 }
 
 /// Splits a multi-key command into one command per shard over that shard's keys.

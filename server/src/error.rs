@@ -204,6 +204,42 @@ pub enum OpError {
     /// `ERR Replica can't interact with the keyspace`: a key command from a
     /// connection in MONITOR mode (Redis flags monitors as replicas).
     MonitorKeyspace,
+    /// `BUSY Redis is busy running a script. You can only call SCRIPT KILL
+    /// or SHUTDOWN NOSAVE.`: the key's shard runs a script past
+    /// `busy-reply-threshold`.
+    Busy,
+    /// `NOSCRIPT No matching script. Please use EVAL.` (EVALSHA).
+    NoScript,
+    /// `NOTBUSY No scripts in execution right now.` (SCRIPT KILL).
+    NotBusy,
+    /// `UNKILLABLE Sorry the script already executed write commands ...`
+    /// (SCRIPT KILL of a script that has written).
+    Unkillable,
+    /// `ERR Number of keys can't be negative` (EVAL's numkeys).
+    NegativeKeyCount,
+    /// `ERR Number of keys can't be greater than number of args`.
+    TooManyKeys,
+    /// `ERR SCRIPT FLUSH only support SYNC|ASYNC option`.
+    ScriptFlushOption,
+    /// `CROSSSLOT Keys in request don't hash to the same slot ...`: a
+    /// script's KEYS live on several shards; the text names the fix.
+    ScriptCrossShard,
+    /// `ERR Unknown Redis command called from script`.
+    ScriptUnknownCommand,
+    /// `ERR Wrong number of args calling Redis command from script`.
+    ScriptArity,
+    /// `ERR This Redis command is not allowed from script` (a `noscript` row).
+    ScriptNotAllowed,
+    /// `ERR Write commands are not allowed from read-only scripts.`
+    ScriptWriteInReadOnly,
+    /// A script touched a key of another shard than the one it runs on;
+    /// the text names the key and the fix.
+    ScriptForeignKey(String),
+    /// A command that runs on every shard, called from a script on a
+    /// server of several shards.
+    ScriptAllShards(&'static str),
+    /// A connection command a script cannot run (it has no connection).
+    ScriptConnCommand(&'static str),
 }
 
 impl OpError {
@@ -359,6 +395,44 @@ impl OpError {
             OpError::SubscribedContext(name) => Reply::err_owned(format!(
                 "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
             )),
+            OpError::Busy => Reply::err(
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            ),
+            OpError::NoScript => Reply::err("NOSCRIPT No matching script. Please use EVAL."),
+            OpError::NotBusy => Reply::err("NOTBUSY No scripts in execution right now."),
+            OpError::Unkillable => Reply::err(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+            ),
+            OpError::NegativeKeyCount => Reply::err("ERR Number of keys can't be negative"),
+            OpError::TooManyKeys => {
+                Reply::err("ERR Number of keys can't be greater than number of args")
+            }
+            OpError::ScriptFlushOption => {
+                Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+            }
+            OpError::ScriptUnknownCommand => {
+                Reply::err("ERR Unknown Redis command called from script")
+            }
+            OpError::ScriptArity => {
+                Reply::err("ERR Wrong number of args calling Redis command from script")
+            }
+            OpError::ScriptNotAllowed => Reply::err("ERR This Redis command is not allowed from script"),
+            OpError::ScriptWriteInReadOnly => {
+                Reply::err("ERR Write commands are not allowed from read-only scripts.")
+            }
+            OpError::ScriptForeignKey(key) => err_echoing_input(format!(
+                "ERR Script attempted to access key '{}', which lives on another shard than the script's KEYS: declare every key the script touches in KEYS and give them one hash tag, e.g. {{user1}}:a and {{user1}}:b, so they share a shard",
+                truncate(key, 128)
+            )),
+            OpError::ScriptAllShards(name) => Reply::err_owned(format!(
+                "ERR '{name}' runs on every shard and is not available from scripts on a server of several threads"
+            )),
+            OpError::ScriptConnCommand(name) => Reply::err_owned(format!(
+                "ERR '{name}' needs a connection and is not available from scripts (TIME and SELECT 0 are)"
+            )),
+            OpError::ScriptCrossShard => Reply::err(
+                "CROSSSLOT Keys in request don't hash to the same slot: a script's KEYS must live on one shard; give them one hash tag, e.g. {user1}:tokens and {user1}:stamp",
+            ),
 
         }
     }
@@ -391,7 +465,7 @@ impl OpError {
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 11] = [
+pub const ERROR_CODES: [&str; 15] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
@@ -403,6 +477,10 @@ pub const ERROR_CODES: [&str; 11] = [
     "NOMASTERLINK",
     "MISCONF",
     "EXECABORT",
+    "BUSY",
+    "NOSCRIPT",
+    "NOTBUSY",
+    "UNKILLABLE",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another

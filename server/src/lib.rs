@@ -27,6 +27,7 @@
 //!   persist::status       requests to the persistence thread, its status
 //! 1 ratelimit  the algorithms and their state types (pure)
 //!   collections  lists, hashes, sets, sorted sets: the data structures (pure)
+//!   script     Lua VMs, reply <-> Lua conversions, libraries, script cache
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
 //!   error      every error reply text
@@ -39,8 +40,8 @@
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
-//! 1 [`ratelimit`], [`collections`]; 2 [`state`], [`store`], [`effects`],
-//! [`pubsub`], [`monitor`]; 3 [`shard`];
+//! 1 [`ratelimit`], [`collections`], [`script`]; 2 [`state`], [`store`],
+//! [`effects`], [`pubsub`], [`monitor`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
@@ -77,6 +78,7 @@ pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
 pub mod runtime;
+pub mod script;
 pub mod session;
 pub mod shard;
 pub mod slot;

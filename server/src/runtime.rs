@@ -273,6 +273,7 @@ pub fn new_shared(
         persist: Default::default(),
         monitors: Default::default(),
         parcels: (0..threads).map(|_| Default::default()).collect(),
+        scripts: crate::script::cache::ScriptCache::new(threads),
     })
 }
 

@@ -38,6 +38,9 @@ pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
 pub struct ShardConf {
     /// `proto-max-bulk-len`: the longest string a write may build, bytes.
     pub proto_max_bulk_len: usize,
+    /// `busy-reply-threshold`: how long a script runs before other threads
+    /// see its shard busy, milliseconds.
+    pub busy_reply_threshold_ms: u64,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -282,6 +285,7 @@ impl Shard {
             now,
             conf: ShardConf {
                 proto_max_bulk_len: 0,
+                busy_reply_threshold_ms: 0,
             },
             stats,
             shared,
@@ -306,6 +310,7 @@ impl Shard {
         if gen != self.config_gen {
             let c = self.shared.config.read();
             self.conf.proto_max_bulk_len = c.limits.proto_max_bulk_len;
+            self.conf.busy_reply_threshold_ms = c.limits.busy_reply_threshold;
             self.config_gen = gen;
         }
     }
@@ -336,6 +341,17 @@ impl Shard {
     /// The parcel of values leaving shard `from` (see `commands/span.rs`).
     pub fn parcel(&self, from: usize) -> &crate::state::Parcel {
         &self.shared.parcels[from]
+    }
+
+    /// The server-wide script cache and run states (EVAL, EVALSHA).
+    pub fn scripts(&self) -> &crate::script::cache::ScriptCache {
+        &self.shared.scripts
+    }
+
+    /// Why a write must be refused now (see [`Shared::write_refusal`]):
+    /// a script's writes pass the checks a client's pass in the dispatcher.
+    pub fn write_refusal(&self) -> Option<OpError> {
+        self.shared.write_refusal()
     }
 
     /// Runs a batch from another thread in order, under one clock reading.

@@ -385,6 +385,9 @@ pub struct Shared {
     /// Per shard, the value a command spanning shards (cross-shard RENAME,
     /// COPY) is moving out of it (`commands/span.rs`).
     pub parcels: Vec<Parcel>,
+    /// Script bodies by SHA1 and each shard's script run state (SCRIPT
+    /// LOAD, EVALSHA, BUSY, SCRIPT KILL).
+    pub scripts: crate::script::cache::ScriptCache,
 }
 
 /// One value on its way out of a shard to another: only the transaction
@@ -419,6 +422,22 @@ impl Shared {
         self.quiet.iter().all(|q| q.load(Ordering::SeqCst))
     }
 
+    /// Why a write must be refused now: on a replica (`READONLY`), and
+    /// while snapshots or the append-only log fail (`MISCONF`, see
+    /// `Persistence::refuse_writes`).
+    pub fn write_refusal(&self) -> Option<OpError> {
+        if self.repl.is_replica() {
+            return Some(OpError::ReadOnly);
+        }
+        match self.persist.refuse_writes.load(Ordering::Relaxed) {
+            0 => None,
+            crate::persist::status::REFUSE_LOG => Some(OpError::MisconfLog),
+            _ => Some(OpError::Misconf),
+        }
+    }
+}
+
+impl Shared {
     /// Starts shutdown: every thread stops accepting and exits its loop.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);

@@ -62,6 +62,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         include_str!("family_pubsub.rs"),
     ),
     (
+        "family_scripting.rs",
+        commands::scripting::COMMANDS,
+        include_str!("family_scripting.rs"),
+    ),
+    (
         "family_persistence.rs",
         commands::persistence::COMMANDS,
         include_str!("family_persistence.rs"),

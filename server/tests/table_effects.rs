@@ -268,6 +268,50 @@ const SAMPLES: &[Sample] = &[
     ("bgsave", READ_SETUP, &["BGSAVE"]),
     ("bgrewriteaof", READ_SETUP, &["BGREWRITEAOF"]),
     ("lastsave", READ_SETUP, &["LASTSAVE"]),
+    // Scripting: a MAY_REPLICATE row writes only through the commands its
+    // script runs (the first call reads, the second writes); the read-only
+    // forms only read.
+    (
+        "eval",
+        READ_SETUP,
+        &[
+            "EVAL return(redis.call('get',KEYS[1])) 1 s",
+            "EVAL return(redis.call('incr',KEYS[1])) 1 n",
+        ],
+    ),
+    (
+        "evalsha",
+        &[
+            "SCRIPT LOAD return(redis.call('incr',KEYS[1]))",
+            "SCRIPT LOAD return(redis.call('exists',KEYS[1]))",
+        ],
+        &[
+            "EVALSHA b45d86215205dc01d0573f9211ea71804dd160ac 1 s",
+            "EVALSHA a79a73d4efb6d4d8861290b54f6770d6422c2144 1 n",
+        ],
+    ),
+    (
+        "eval_ro",
+        READ_SETUP,
+        &["EVAL_RO return(redis.call('pttl',KEYS[1])) 1 {}"],
+    ),
+    (
+        "evalsha_ro",
+        &[
+            "SET s v EX 100",
+            "SCRIPT LOAD return(redis.call('exists',KEYS[1]))",
+        ],
+        &["EVALSHA_RO b45d86215205dc01d0573f9211ea71804dd160ac 1 s"],
+    ),
+    (
+        "script",
+        &["SCRIPT LOAD return(1)"],
+        &[
+            "SCRIPT LOAD return(2)",
+            "SCRIPT EXISTS 930269f31393d0be681588b6ab08dccee7d6bb67",
+            "SCRIPT FLUSH",
+        ],
+    ),
 ];
 
 fn sample(name: &str) -> Option<&'static Sample> {
@@ -356,9 +400,32 @@ fn every_write_row_appends_an_effect() {
 }
 
 #[test]
+fn a_may_replicate_row_writes_only_through_its_commands() {
+    let mut wrong = Vec::new();
+    let rows = table()
+        .commands
+        .iter()
+        .filter(|c| c.has(flags::MAY_REPLICATE));
+    for spec in rows {
+        let runs = run_sample(spec);
+        let grew: Vec<bool> = runs.iter().map(|r| r.2).collect();
+        for (call, replies, _) in &runs {
+            if replies.iter().any(Reply::is_error) {
+                wrong.push(format!("{call}: a sample must succeed: {replies:?}"));
+            }
+        }
+        if grew != [false, true] {
+            wrong.push(format!("{}: a read then a write, got {grew:?}", spec.name));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
 fn no_other_row_appends_an_effect() {
     let mut wrong = Vec::new();
-    for spec in table().commands.iter().filter(|c| !c.has(flags::WRITE)) {
+    let others = |c: &&CommandSpec| !c.has(flags::WRITE) && !c.has(flags::MAY_REPLICATE);
+    for spec in table().commands.iter().filter(others) {
         let kind = match spec.has(flags::READONLY) {
             true => "a READONLY",
             false => "an unflagged",

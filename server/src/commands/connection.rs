@@ -25,12 +25,12 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("ping", -1, FAST | STALE, NO_KEYS, Exec::Key(ping), "Returns the server's liveliness response."),
     cmd("echo", 2, FAST, NO_KEYS, Exec::Key(echo), "Returns the given string."),
-    cmd("hello", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(hello), "Handshakes with the Redis server."),
-    cmd("auth", -2, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(auth), "Authenticates the connection."),
+    cmd("hello", -1, NO_AUTH | FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(hello), "Handshakes with the Redis server."),
+    cmd("auth", -2, NO_AUTH | FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(auth), "Authenticates the connection."),
     cmd("select", 2, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(select), "Changes the selected database (only database 0 exists)."),
-    cmd("quit", -1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(quit), "Closes the connection."),
-    cmd("reset", 1, NO_AUTH | FAST | LOADING | STALE, NO_KEYS, Exec::Conn(reset), "Resets the connection."),
-    cmd("client", -2, LOADING | STALE, NO_KEYS, Exec::Conn(client), "A container for client connection commands."),
+    cmd("quit", -1, NO_AUTH | FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(quit), "Closes the connection."),
+    cmd("reset", 1, NO_AUTH | FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(reset), "Resets the connection."),
+    cmd("client", -2, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(client), "A container for client connection commands."),
 ];
 
 fn ping(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {

@@ -171,6 +171,7 @@ const INTEGER_ARGS: &[&str] = &[
     "increment",
     "decrement",
     "cursor",
+    "numkeys",
     "index",
     "protover",
     "offset",

@@ -28,6 +28,8 @@
 //!   [`crate::persist`]'s);
 //! - [`pins`]: LH.PIN, LH.UNPIN, LH.UNPINALL, LH.PINS (pinned rate-limit
 //!   parameters; the check is in [`crate::ratelimit::pin`]).
+//! - [`scripting`]: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (the Lua
+//!   side is [`crate::script`]).
 //!
 //! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
@@ -54,6 +56,7 @@ pub mod pins;
 pub mod pubsub;
 pub mod ratelimit;
 pub mod replication;
+pub mod scripting;
 pub mod server;
 pub mod span;
 pub mod strings;
@@ -87,10 +90,31 @@ pub mod flags {
     /// transaction`, which aborts the transaction): PSYNC, whose connection
     /// leaves the event loop.
     pub const NO_MULTI: u32 = 1 << 8;
+    /// Refused from scripts (Redis `noscript`: `ERR This Redis command is
+    /// not allowed from script`): EVAL itself, MULTI, WATCH, SUBSCRIBE,
+    /// connection and administrative commands.
+    pub const NO_SCRIPT: u32 = 1 << 9;
+    /// May write without being a write command (EVAL, EVALSHA): its
+    /// writes are those of the commands it runs, each checked then.
+    pub const MAY_REPLICATE: u32 = 1 << 10;
+    /// Its keys are counted by the argument at position 2 and follow it
+    /// (EVAL's `numkeys key [key ...]`); the row's key positions are 0.
+    pub const MOVABLE_KEYS: u32 = 1 << 11;
 
     /// Flag names for COMMAND INFO, in bit order.
-    pub const NAMES: [&str; 9] = [
-        "write", "readonly", "fast", "admin", "no_auth", "denyoom", "loading", "stale", "no_multi",
+    pub const NAMES: [&str; 12] = [
+        "write",
+        "readonly",
+        "fast",
+        "admin",
+        "no_auth",
+        "denyoom",
+        "loading",
+        "stale",
+        "no_multi",
+        "noscript",
+        "may_replicate",
+        "movablekeys",
     ];
 }
 
@@ -135,6 +159,9 @@ pub enum Exec {
     /// keys, atomically (RENAME, COPY, MSETNX; see [`span`]).
     Span(ShardFn, span::SpanFn),
 }
+
+/// Argument positions of a request's keys, in order.
+pub type KeyPositions = std::iter::StepBy<std::ops::Range<usize>>;
 
 /// One row of the command table.
 #[derive(Clone, Copy)]
@@ -181,8 +208,26 @@ impl CommandSpec {
         self.flags & flag != 0
     }
 
+    /// The argument positions of the keys of request `all` (name first):
+    /// [`CommandSpec::key_positions`], or for a [`flags::MOVABLE_KEYS`]
+    /// row the `numkeys` keys after position 2 (none when `numkeys` is not
+    /// a count the request has: the command itself refuses it).
+    pub fn keys_in(&self, all: &[bytes::Bytes]) -> KeyPositions {
+        if !self.has(flags::MOVABLE_KEYS) {
+            return self.key_positions(all.len());
+        }
+        let n = all
+            .get(2)
+            .and_then(|n| leasehold_protocol::int::parse_u64(n))
+            .unwrap_or(0) as usize;
+        match all.len().checked_sub(3) {
+            Some(rest) if n <= rest => (3..3 + n).step_by(1),
+            _ => (0..0).step_by(1),
+        }
+    }
+
     /// The argument positions of the keys for a request of `argc` arguments.
-    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+    pub fn key_positions(&self, argc: usize) -> KeyPositions {
         let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
         let last = if self.first_key == 0 {
             0
@@ -250,6 +295,7 @@ impl Table {
             transaction::COMMANDS,
             persistence::COMMANDS,
             pins::COMMANDS,
+            scripting::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -22,9 +22,9 @@ use crate::state::Shared;
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("save", 1, ADMIN | NO_MULTI, NO_KEYS, Exec::Conn(save), "Synchronously saves the database(s) to disk."),
-    cmd("bgsave", -1, ADMIN, NO_KEYS, Exec::Conn(bgsave), "Asynchronously saves the database(s) to disk."),
-    cmd("bgrewriteaof", 1, ADMIN, NO_KEYS, Exec::Conn(bgrewriteaof), "Asynchronously rewrites the append-only file to disk."),
+    cmd("save", 1, ADMIN | NO_MULTI | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(save), "Synchronously saves the database(s) to disk."),
+    cmd("bgsave", -1, ADMIN | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(bgsave), "Asynchronously saves the database(s) to disk."),
+    cmd("bgrewriteaof", 1, ADMIN | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(bgrewriteaof), "Asynchronously rewrites the append-only file to disk."),
     cmd("lastsave", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(lastsave), "Returns the Unix timestamp of the last successful save to disk."),
 ];
 

@@ -24,10 +24,10 @@ use crate::shard::Msg;
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("subscribe", -2, LOADING | STALE, NO_KEYS, Exec::Conn(subscribe), "Listens for messages published to channels."),
-    cmd("unsubscribe", -1, LOADING | STALE, NO_KEYS, Exec::Conn(unsubscribe), "Stops listening to messages posted to channels."),
-    cmd("psubscribe", -2, LOADING | STALE, NO_KEYS, Exec::Conn(psubscribe), "Listens for messages published to channels that match one or more patterns."),
-    cmd("punsubscribe", -1, LOADING | STALE, NO_KEYS, Exec::Conn(punsubscribe), "Stops listening to messages published to channels that match one or more patterns."),
+    cmd("subscribe", -2, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(subscribe), "Listens for messages published to channels."),
+    cmd("unsubscribe", -1, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(unsubscribe), "Stops listening to messages posted to channels."),
+    cmd("psubscribe", -2, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(psubscribe), "Listens for messages published to channels that match one or more patterns."),
+    cmd("punsubscribe", -1, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(punsubscribe), "Stops listening to messages published to channels that match one or more patterns."),
     cmd("publish", 3, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(publish), "Posts a message to a channel."),
     cmd("pubsub", -2, LOADING | STALE, NO_KEYS, Exec::Conn(pubsub), "A container for Pub/Sub commands."),
 ];

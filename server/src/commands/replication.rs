@@ -22,12 +22,12 @@ use crate::state::Shared;
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("replicaof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
-    cmd("slaveof", 3, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
-    cmd("replconf", -1, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
-    cmd("psync", -3, ADMIN | LOADING | STALE | NO_MULTI, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
-    cmd("role", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
-    cmd("wait", 3, 0, NO_KEYS, Exec::Conn(wait), "Blocks until the asynchronous replication of all preceding write commands sent by the connection are completed."),
+    cmd("replicaof", 3, ADMIN | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(replicaof), "Configures a server as replica of another, or promotes it to a master."),
+    cmd("slaveof", 3, ADMIN | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(replicaof), "Sets a Redis server as a replica of another, or promotes it to being a master."),
+    cmd("replconf", -1, ADMIN | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(replconf), "An internal command for configuring the replication stream."),
+    cmd("psync", -3, ADMIN | LOADING | STALE | NO_MULTI | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(psync), "An internal command used in replication."),
+    cmd("role", 1, FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(role), "Returns the replication role."),
+    cmd("wait", 3, super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(wait), "Blocks until the asynchronous replication of all preceding write commands sent by the connection are completed."),
 ];
 
 fn kill_client(shared: &Shared, id: Option<u64>) {

@@ -17,11 +17,11 @@ use crate::session::ConnCtx;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("info", -1, LOADING | STALE, NO_KEYS, Exec::Conn(super::info::info), "Returns information and statistics about the server."),
-    cmd("config", -2, ADMIN | LOADING | STALE, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
+    cmd("config", -2, ADMIN | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(super::config::config), "A container for server configuration commands."),
     cmd("command", -1, LOADING | STALE, NO_KEYS, Exec::Conn(command), "Returns detailed information about all commands."),
     cmd("time", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(time), "Returns the server time."),
-    cmd("monitor", 1, ADMIN | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(monitor), "Listens for all requests received by the server in real-time."),
-    cmd("shutdown", -1, ADMIN | LOADING | STALE | flags::NO_MULTI, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    cmd("monitor", 1, ADMIN | LOADING | STALE | flags::NO_MULTI | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(monitor), "Listens for all requests received by the server in real-time."),
+    cmd("shutdown", -1, ADMIN | LOADING | STALE | flags::NO_MULTI | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(shutdown), "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
 /// Applies a CONFIG SET value; the error is the reason Redis would print.
@@ -68,6 +68,8 @@ fn command_group(name: &str) -> &'static str {
         "transactions"
     } else if member(super::pubsub::COMMANDS) {
         "pubsub"
+    } else if member(super::scripting::COMMANDS) {
+        "scripting"
     } else {
         "module"
     }
@@ -138,7 +140,7 @@ fn command(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 return Err(OpError::InvalidCommandArguments);
             }
             let keys: Vec<Reply> = spec
-                .key_positions(names.len())
+                .keys_in(&names)
                 .map(|p| Reply::Bulk(names[p].clone()))
                 .collect();
             if keys.is_empty() {

@@ -21,11 +21,11 @@ use crate::session::{ConnCtx, Multi, TxWork};
 /// The family's rows.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("multi", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(multi), "Starts a transaction."),
-    cmd("exec", 1, LOADING | STALE, NO_KEYS, Exec::Conn(exec), "Executes all commands in a transaction."),
-    cmd("discard", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(discard), "Discards a transaction."),
-    cmd("watch", -2, FAST | LOADING | STALE, (1, -1, 1), Exec::Conn(watch), "Monitors changes to keys to determine the execution of a transaction."),
-    cmd("unwatch", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(unwatch), "Forgets about watched keys of a transaction."),
+    cmd("multi", 1, FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(multi), "Starts a transaction."),
+    cmd("exec", 1, LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(exec), "Executes all commands in a transaction."),
+    cmd("discard", 1, FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(discard), "Discards a transaction."),
+    cmd("watch", -2, FAST | LOADING | STALE | super::flags::NO_SCRIPT, (1, -1, 1), Exec::Conn(watch), "Monitors changes to keys to determine the execution of a transaction."),
+    cmd("unwatch", 1, FAST | LOADING | STALE | super::flags::NO_SCRIPT, NO_KEYS, Exec::Conn(unwatch), "Forgets about watched keys of a transaction."),
 ];
 
 /// Whether a row runs at once inside MULTI instead of being queued: the

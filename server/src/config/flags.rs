@@ -151,6 +151,7 @@ mod tests {
             "auto-aof-rewrite-percentage",
             "auto-aof-rewrite-min-size",
             "stop-writes-on-bgsave-error",
+            "busy-reply-threshold",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -91,6 +91,10 @@ pub struct LimitsConfig {
     /// allocate (`denyoom`) are refused with `-OOM` (Redis's `noeviction`
     /// policy, the only one); 0 for no limit.
     pub maxmemory: usize,
+    /// Milliseconds a script runs before other connections get `-BUSY` for
+    /// its shard and SCRIPT KILL may stop it (`busy-reply-threshold`, alias
+    /// `lua-time-limit`; Redis's default 5000; 0: from the first check).
+    pub busy_reply_threshold: u64,
 }
 
 impl LimitsConfig {
@@ -124,6 +128,7 @@ impl Default for LimitsConfig {
             client_query_buffer_limit: DEFAULT_QUERY_BUFFER_LIMIT,
             client_output_buffer_limit: parse::OutputLimits::DEFAULT.render(),
             maxmemory: 0,
+            busy_reply_threshold: 5000,
         }
     }
 }

@@ -55,7 +55,7 @@ macro_rules! int_field_value {
         }
     )*};
 }
-int_field_value!(u16, i32, u32, usize);
+int_field_value!(u16, i32, u32, u64, usize);
 
 impl FieldValue for bool {
     fn to_value(&self) -> Value {
@@ -137,7 +137,7 @@ impl Param {
     }
 
     /// The row with other names (a row of [`PARAMS`] is written
-    /// `row(...).with_aliases(&["old-name"])`; none has one yet).
+    /// `row(...).with_aliases(&["old-name"])`).
     pub const fn with_aliases(mut self, aliases: &'static [&'static str]) -> Param {
         self.aliases = aliases;
         self
@@ -208,6 +208,7 @@ pub static PARAMS: &[Param] = &[
     row("maxmemory", ("limits", "maxmemory"), Kind::Memory(range!(0, 9223372036854775807)), field!(limits.maxmemory), Runtime, true, "Refuse commands that may allocate (-OOM) past this many bytes allocated; 0: no limit"),
     row("client-query-buffer-limit", ("limits", "client_query_buffer_limit"), MEMORY_1MB, field!(limits.client_query_buffer_limit), Runtime, true, "Largest pending input per connection: bytes, or with a unit as in redis.conf (at least 1mb)"),
     row("client-output-buffer-limit", ("limits", "client_output_buffer_limit"), Kind::OutputLimits, OUTPUT_LIMITS, Runtime, false, "Output limits per client class: <class> <hard> <soft> <soft seconds> groups (only pubsub is enforced)"),
+    row("busy-reply-threshold", ("limits", "busy_reply_threshold"), Kind::Int(range!(0, 9223372036854775807)), field!(limits.busy_reply_threshold), Runtime, true, "Milliseconds a script runs before other connections get -BUSY for its shard and SCRIPT KILL may stop it").with_aliases(&["lua-time-limit"]),
     row("max-multibulk-len", ("limits", "max_multibulk_len"), Kind::Int(range!(1, 9223372036854775807)), field!(limits.max_multibulk_len), FileOnly, false, "Most elements in one request array"),
     row("max-inline-len", ("limits", "max_inline_len"), Kind::Int(range!(1024, 9223372036854775807)), field!(limits.max_inline_len), FileOnly, false, "Longest inline request, bytes"),
     row("hz", ("expiry", "hz"), Kind::Clamped { range: range!(0, 2147483647), lo: 1, hi: 500 }, field!(expiry.hz), Runtime, true, "Active-expiry cycles per second (clamped to 1..=500)"),
@@ -519,6 +520,11 @@ mod tests {
                 "argument must be between 0 and 2147483647 inclusive",
             ),
             ("hz", "x", "argument couldn't be parsed into an integer"),
+            (
+                "busy-reply-threshold",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
             (
                 "replica-priority",
                 "-1",

@@ -1,0 +1,275 @@
+//! Scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT, with Redis
+//! 7.0's Lua environment (the VM, the conversions and the libraries are
+//! [`crate::script`]'s; `docs/scripting.md` tells the whole design).
+//!
+//! A script runs as an ordinary shard command on the shard that owns its
+//! declared KEYS (the dispatcher routes it by them; with no keys, on the
+//! connection's own shard), so it is atomic there: the shard's thread runs
+//! nothing else until it returns. Each `redis.call` is checked here as
+//! Redis checks it (the command exists, its arity, it is allowed from
+//! scripts, a write in a read-only script or on a replica) and runs the
+//! row's handler directly on this shard. Its writes emit their effects
+//! like any command's, and EVAL itself is never replicated.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use leasehold_protocol::{Args, Reply};
+
+use super::flags::{MAY_REPLICATE, MOVABLE_KEYS, NO_SCRIPT, READONLY, STALE, WRITE};
+use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
+use crate::error::OpError;
+use crate::script::cache::{parse_sha, sha1_hex, KillOutcome};
+use crate::script::vm::{with_vm, RunCell, RunOpts};
+use crate::session::ConnCtx;
+use crate::shard::Shard;
+use crate::slot::{key_slot, slot_shard};
+
+const EVAL: u32 = NO_SCRIPT | MAY_REPLICATE | MOVABLE_KEYS | STALE;
+const EVAL_RO: u32 = READONLY | NO_SCRIPT | MOVABLE_KEYS | STALE;
+
+/// The scripting family's rows.
+#[rustfmt::skip]
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("eval", -3, EVAL, NO_KEYS, Exec::Key(eval), "Executes a server-side Lua script."),
+    cmd("evalsha", -3, EVAL, NO_KEYS, Exec::Key(evalsha), "Executes a server-side Lua script by SHA1 digest."),
+    cmd("eval_ro", -3, EVAL_RO, NO_KEYS, Exec::Key(eval_ro), "Executes a read-only server-side Lua script."),
+    cmd("evalsha_ro", -3, EVAL_RO, NO_KEYS, Exec::Key(evalsha_ro), "Executes a read-only server-side Lua script by SHA1 digest."),
+    cmd("script", -2, NO_SCRIPT | STALE, NO_KEYS, Exec::Conn(script), "A container for Lua scripts management commands."),
+];
+
+fn eval(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    run(s, a, false, false)
+}
+
+fn evalsha(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    run(s, a, true, false)
+}
+
+fn eval_ro(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    run(s, a, false, true)
+}
+
+fn evalsha_ro(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    run(s, a, true, true)
+}
+
+/// Whether a command of that name exists (`redis.acl_check_cmd`).
+fn known(name: &[u8]) -> bool {
+    table().lookup(name).is_some()
+}
+
+/// EVAL and its siblings: `script numkeys key... arg...`, the script a
+/// body or (`by_sha`) a SHA1 of a cached one.
+fn run(s: &mut Shard, a: &mut Args, by_sha: bool, read_only: bool) -> Result<Reply, OpError> {
+    let script = a.next()?;
+    let numkeys = a.i64()?;
+    if numkeys < 0 {
+        return Err(OpError::NegativeKeyCount);
+    }
+    if numkeys as u64 > a.remaining() as u64 {
+        return Err(OpError::TooManyKeys);
+    }
+    let keys = (0..numkeys)
+        .map(|_| a.next())
+        .collect::<Result<Vec<_>, _>>()?;
+    let argv = (0..a.remaining())
+        .map(|_| a.next())
+        .collect::<Result<Vec<_>, _>>()?;
+    let generation = s.scripts().generation();
+    let state = s.scripts().run_state(s.id).clone();
+    let threshold = Duration::from_millis(s.conf.busy_reply_threshold_ms);
+    with_vm(known, |vm| {
+        vm.sync(generation);
+        let (sha, function) = if by_sha {
+            let sha = parse_sha(&script).ok_or(OpError::NoScript)?;
+            match vm.function(&sha) {
+                Some(f) => (sha, f),
+                None => {
+                    let body = s.scripts().body(&sha).ok_or(OpError::NoScript)?;
+                    match vm.compile(sha, &body) {
+                        Ok(f) => (sha, f),
+                        Err(reply) => return Ok(reply),
+                    }
+                }
+            }
+        } else {
+            let sha = sha1_hex(&script);
+            match vm.function(&sha) {
+                Some(f) => (sha, f),
+                None => match vm.compile(sha, &script) {
+                    Ok(f) => {
+                        s.scripts().insert(sha, script.clone());
+                        (sha, f)
+                    }
+                    Err(reply) => return Ok(reply),
+                },
+            }
+        };
+        let opts = RunOpts {
+            sha,
+            read_only,
+            threshold,
+            state,
+        };
+        let mut call = |run: &RunCell, argv: Vec<Bytes>| script_call(s, run, argv);
+        Ok(vm.run(&function, &keys, &argv, opts, &mut call))
+    })
+}
+
+/// One `redis.call` on shard `s`, checked in Redis's order.
+fn script_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Reply {
+    match checked_call(s, run, argv) {
+        Ok(reply) => reply,
+        Err(e) => e.reply(),
+    }
+}
+
+fn checked_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Result<Reply, OpError> {
+    let Some((idx, spec)) = table().lookup(&argv[0]) else {
+        return Err(OpError::ScriptUnknownCommand);
+    };
+    if !spec.arity_ok(argv.len()) {
+        return Err(OpError::ScriptArity);
+    }
+    if spec.has(NO_SCRIPT) {
+        return Err(OpError::ScriptNotAllowed);
+    }
+    let write = spec.has(WRITE);
+    if write {
+        if run.read_only() {
+            return Err(OpError::ScriptWriteInReadOnly);
+        }
+        if let Some(e) = s.write_refusal() {
+            return Err(e);
+        }
+    }
+    if let Some(p) = spec
+        .keys_in(&argv)
+        .find(|&p| slot_shard(key_slot(&argv[p]), s.shards) != s.id)
+    {
+        let key = String::from_utf8_lossy(&argv[p]).into_owned();
+        return Err(OpError::ScriptForeignKey(key));
+    }
+    let handler = match spec.exec {
+        // Every key is on this shard (checked above): the one-shard form.
+        Exec::Key(f) | Exec::Keys(f, _) | Exec::Span(f, _) => f,
+        // One shard holds every key: the command's every-shard form is
+        // this shard's alone.
+        Exec::AllShards(f, _) | Exec::Cursor(f) if s.shards == 1 => f,
+        Exec::AllShards(..) | Exec::Cursor(_) => {
+            return Err(OpError::ScriptAllShards(spec.name));
+        }
+        Exec::Conn(_) => return conn_command(s, spec, &argv),
+    };
+    if write && !run.before_write() {
+        return Ok(RunCell::killed_reply());
+    }
+    let mut args = Args::new(argv);
+    Ok(s.run(idx, handler, true, false, &mut args))
+}
+
+/// The connection commands a script may call: TIME (the shard's clock
+/// reading, to the millisecond) and SELECT 0. The others need a
+/// connection a script does not have.
+fn conn_command(s: &mut Shard, spec: &CommandSpec, argv: &[Bytes]) -> Result<Reply, OpError> {
+    match spec.name {
+        "time" => {
+            let ms = s.now.unix_ms;
+            Ok(Reply::Array(vec![
+                Reply::bulk((ms / 1000).to_string()),
+                Reply::bulk(((ms % 1000) * 1000).to_string()),
+            ]))
+        }
+        "select" => match &argv[1][..] {
+            b"0" => Ok(Reply::ok()),
+            _ => Err(OpError::DbIndexOutOfRange),
+        },
+        name => Err(OpError::ScriptConnCommand(name)),
+    }
+}
+
+/// SCRIPT LOAD | EXISTS | FLUSH [ASYNC|SYNC] | KILL | HELP, on the
+/// connection's thread. LOAD compiles in this thread's VM (a syntax error
+/// is refused as Redis refuses it) and caches the body for every thread.
+fn script(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
+    let given = a.next()?;
+    let sub = String::from_utf8_lossy(&given).to_ascii_uppercase();
+    let arity = || OpError::SubcommandArity(format!("script|{}", sub.to_ascii_lowercase()));
+    let cache = &ctx.shared.scripts;
+    match sub.as_str() {
+        "LOAD" => {
+            let body = a.next().map_err(|_| arity())?;
+            a.finish().map_err(|_| arity())?;
+            let sha = sha1_hex(&body);
+            let compiled = with_vm(known, |vm| {
+                vm.sync(cache.generation());
+                match vm.function(&sha) {
+                    Some(_) => Ok(()),
+                    None => vm.compile(sha, &body).map(|_| ()),
+                }
+            });
+            if let Err(reply) = compiled {
+                return Ok(reply);
+            }
+            cache.insert(sha, body);
+            Ok(Reply::bulk(sha))
+        }
+        "EXISTS" => {
+            if a.remaining() == 0 {
+                return Err(arity());
+            }
+            let found = (0..a.remaining())
+                .map(|_| {
+                    a.next()
+                        .map(|sha| parse_sha(&sha).is_some_and(|s| cache.contains(&s)))
+                })
+                .map(|r| r.map(|f| Reply::Int(i64::from(f))))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Reply::Array(found))
+        }
+        "FLUSH" => {
+            let ok = match a.remaining() {
+                0 => true,
+                1 => a.flag("ASYNC") || a.flag("SYNC"),
+                _ => false,
+            };
+            if !ok {
+                return Err(OpError::ScriptFlushOption);
+            }
+            cache.flush();
+            Ok(Reply::ok())
+        }
+        "KILL" => {
+            a.finish().map_err(|_| arity())?;
+            match cache.kill() {
+                KillOutcome::Killed => Ok(Reply::ok()),
+                KillOutcome::Unkillable => Err(OpError::Unkillable),
+                KillOutcome::NotBusy => Err(OpError::NotBusy),
+            }
+        }
+        "HELP" => Ok(Reply::Array(
+            SCRIPT_HELP.iter().map(|l| Reply::simple(l)).collect(),
+        )),
+        _ => Err(OpError::UnknownSubcommand {
+            command: "SCRIPT",
+            sub: String::from_utf8_lossy(&given).into_owned(),
+        }),
+    }
+}
+
+/// SCRIPT HELP's lines (Redis's, less SCRIPT DEBUG, which Leasehold has not).
+const SCRIPT_HELP: &[&str] = &[
+    "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache. Very dangerous on replicas.",
+    "    ASYNC and SYNC both flush at once (the cache is small).",
+    "KILL",
+    "    Kill the currently executing Lua script.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+    "HELP",
+    "    Prints this help.",
+];

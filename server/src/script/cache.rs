@@ -1,0 +1,235 @@
+//! The server-wide script cache and each shard's script run state.
+//!
+//! Script bodies are kept once for the whole server, by SHA1 (lower-case
+//! hex), so a SCRIPT LOAD on one connection makes EVALSHA work on every
+//! thread; each thread's Lua VM compiles a body the first time it runs it
+//! (`script::vm`). SCRIPT FLUSH empties the cache and bumps its
+//! generation, which every VM compares before it runs a script, so a
+//! flushed script is gone everywhere.
+//!
+//! A shard running a script past `busy-reply-threshold` says so in its
+//! [`RunState`], which other threads read: their connections get `-BUSY`
+//! for that shard, and SCRIPT KILL asks the script to stop there.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+/// A script's SHA1 as 40 lower-case hex digits.
+pub type Sha = [u8; 40];
+
+/// The SHA1 of `body`, as SCRIPT LOAD answers it.
+pub fn sha1_hex(body: &[u8]) -> Sha {
+    let hex = sha1_smol::Sha1::from(body).digest().to_string();
+    let mut sha = [0u8; 40];
+    sha.copy_from_slice(hex.as_bytes());
+    sha
+}
+
+/// `text` as a [`Sha`] key: lower-cased when it is 40 bytes long (EVALSHA
+/// takes either case, as Redis does), `None` otherwise (no script has it).
+pub fn parse_sha(text: &[u8]) -> Option<Sha> {
+    let mut sha: Sha = text.try_into().ok()?;
+    sha.make_ascii_lowercase();
+    Some(sha)
+}
+
+/// Every script body the server knows, by SHA1.
+#[derive(Debug, Default)]
+pub struct ScriptCache {
+    bodies: RwLock<hashbrown::HashMap<Sha, Bytes>>,
+    generation: AtomicU64,
+    runs: Vec<Arc<RunState>>,
+}
+
+impl ScriptCache {
+    /// An empty cache for a server of `shards` shards.
+    pub fn new(shards: usize) -> ScriptCache {
+        ScriptCache {
+            runs: (0..shards).map(|_| Arc::default()).collect(),
+            ..ScriptCache::default()
+        }
+    }
+
+    /// The body of script `sha`.
+    pub fn body(&self, sha: &Sha) -> Option<Bytes> {
+        self.bodies.read().get(sha).cloned()
+    }
+
+    /// Keeps `body` under `sha` (its SHA1).
+    pub fn insert(&self, sha: Sha, body: Bytes) {
+        if !self.bodies.read().contains_key(&sha) {
+            self.bodies.write().insert(sha, body);
+        }
+    }
+
+    /// Whether script `sha` is cached.
+    pub fn contains(&self, sha: &Sha) -> bool {
+        self.bodies.read().contains_key(sha)
+    }
+
+    /// Forgets every script (SCRIPT FLUSH): each VM drops its compiled
+    /// functions before it runs its next script.
+    pub fn flush(&self) {
+        let mut bodies = self.bodies.write();
+        bodies.clear();
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Counts flushes; a VM compiled under an older one drops its functions.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Shard `shard`'s run state.
+    pub fn run_state(&self, shard: usize) -> &Arc<RunState> {
+        &self.runs[shard]
+    }
+
+    /// Whether shard `shard` runs a script past `busy-reply-threshold`.
+    /// One relaxed load: the dispatcher asks before it routes a command to
+    /// another shard.
+    #[inline]
+    pub fn busy(&self, shard: usize) -> bool {
+        self.runs
+            .get(shard)
+            .is_some_and(|r| r.0.load(Ordering::Relaxed) & RunState::BUSY != 0)
+    }
+
+    /// SCRIPT KILL: asks every shard whose script is busy and has not
+    /// written to stop it.
+    pub fn kill(&self) -> KillOutcome {
+        let mut outcome = KillOutcome::NotBusy;
+        for run in &self.runs {
+            match run.request_kill() {
+                KillOutcome::Killed => outcome = KillOutcome::Killed,
+                KillOutcome::Unkillable if outcome == KillOutcome::NotBusy => {
+                    outcome = KillOutcome::Unkillable
+                }
+                _ => {}
+            }
+        }
+        outcome
+    }
+}
+
+/// What SCRIPT KILL found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// No script is busy (`NOTBUSY`).
+    NotBusy,
+    /// Every busy script has written (`UNKILLABLE`): stopping it would
+    /// leave half its writes.
+    Unkillable,
+    /// At least one busy script will stop at its next check.
+    Killed,
+}
+
+/// One shard's script run state, shared with every thread: bits
+/// [`RunState::BUSY`], [`RunState::WROTE`], [`RunState::KILL`]. Only a
+/// script that has passed the threshold writes it (so a short script
+/// costs no shared write), and SCRIPT KILL.
+#[derive(Debug, Default)]
+pub struct RunState(AtomicU8);
+
+impl RunState {
+    /// A script runs here past `busy-reply-threshold`.
+    pub const BUSY: u8 = 1;
+    /// That script has written: it cannot be killed.
+    pub const WROTE: u8 = 2;
+    /// SCRIPT KILL asked it to stop.
+    pub const KILL: u8 = 4;
+
+    /// The running script passed the threshold (`wrote`: it has written).
+    pub fn publish_busy(&self, wrote: bool) {
+        let bits = Self::BUSY | if wrote { Self::WROTE } else { 0 };
+        self.0.fetch_or(bits, Ordering::AcqRel);
+    }
+
+    /// The busy script is about to write. False when a kill came first:
+    /// the script must stop without writing.
+    pub fn note_write(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & Self::KILL == 0).then_some(s | Self::WROTE)
+            })
+            .is_ok()
+    }
+
+    /// Whether SCRIPT KILL asked the busy script to stop.
+    pub fn kill_requested(&self) -> bool {
+        self.0.load(Ordering::Acquire) & Self::KILL != 0
+    }
+
+    /// The script ended: not busy any more.
+    pub fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    fn request_kill(&self) -> KillOutcome {
+        let mut outcome = KillOutcome::NotBusy;
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                if s & Self::BUSY == 0 {
+                    outcome = KillOutcome::NotBusy;
+                    None
+                } else if s & Self::WROTE != 0 {
+                    outcome = KillOutcome::Unkillable;
+                    None
+                } else {
+                    outcome = KillOutcome::Killed;
+                    Some(s | Self::KILL)
+                }
+            });
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha_of_a_body_is_redis_script_load_answer() {
+        assert_eq!(
+            &sha1_hex(b"return 'hi'"),
+            b"2f31ba2bb6d6a0f42cc159d2e2dad55440778de3"
+        );
+        assert_eq!(
+            parse_sha(b"2F31BA2BB6D6A0F42CC159D2E2DAD55440778DE3"),
+            Some(sha1_hex(b"return 'hi'"))
+        );
+        assert_eq!(parse_sha(b"abc"), None);
+    }
+
+    #[test]
+    fn kill_stops_only_a_busy_script_that_has_not_written() {
+        let cache = ScriptCache::new(2);
+        assert_eq!(cache.kill(), KillOutcome::NotBusy);
+        cache.run_state(1).publish_busy(false);
+        assert!(cache.busy(1) && !cache.busy(0));
+        assert_eq!(cache.kill(), KillOutcome::Killed);
+        assert!(cache.run_state(1).kill_requested());
+        // A write after the kill is refused.
+        assert!(!cache.run_state(1).note_write());
+        cache.run_state(1).clear();
+        cache.run_state(0).publish_busy(false);
+        assert!(cache.run_state(0).note_write());
+        assert_eq!(cache.kill(), KillOutcome::Unkillable);
+    }
+
+    #[test]
+    fn flush_forgets_bodies_and_counts() {
+        let cache = ScriptCache::new(1);
+        let sha = sha1_hex(b"return 1");
+        cache.insert(sha, Bytes::from_static(b"return 1"));
+        assert!(cache.contains(&sha));
+        let g = cache.generation();
+        cache.flush();
+        assert!(!cache.contains(&sha));
+        assert_eq!(cache.generation(), g + 1);
+    }
+}

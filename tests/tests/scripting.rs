@@ -1,0 +1,497 @@
+//! Scripting end to end over TCP: the measured cases' exact bytes on 1 and
+//! 2 threads; Redis's conversions, errors, libraries and SCRIPT
+//! subcommands byte for byte against a real `redis-server` in RESP2 and
+//! RESP3; SCRIPT KILL and BUSY from a connection of another thread; keys
+//! of two shards refused; a script's writes reaching a replica as effects
+//! and surviving a restart with `appendonly yes`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_server::clock::ManualClock;
+use leasehold_tests::redis_pair::Pair;
+use leasehold_tests::replication::{follow, wait_caught_up};
+use leasehold_tests::{keys_in_both_halves, on_1_and_2_threads, resp, Raw, TestServer, T0_MS};
+
+/// `EVAL script numkeys args...` as RESP.
+fn eval(script: &str, rest: &[&str]) -> Vec<u8> {
+    let mut args: Vec<&[u8]> = vec![b"EVAL", script.as_bytes()];
+    args.extend(rest.iter().map(|a| a.as_bytes()));
+    resp(&args)
+}
+
+fn call(c: &mut Raw, request: &[u8]) -> String {
+    c.send(request);
+    c.read_text()
+}
+
+on_1_and_2_threads! {
+    fn the_measured_cases(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        // L1.
+        assert_eq!(call(&mut c, &eval("return redis.call('incr', KEYS[1])", &["1", "c"])), ":1\r\n");
+        // L2.
+        assert_eq!(
+            call(&mut c, &eval("return 1", &["2", "k"])),
+            "-ERR Number of keys can't be greater than number of args\r\n"
+        );
+        // L3.
+        assert_eq!(
+            c.call("EVALSHA 0000000000000000000000000000000000000000 0"),
+            "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+        );
+        // L4.
+        assert_eq!(
+            c.call_args(&[b"SCRIPT", b"LOAD", b"return 'hi'"]),
+            "$40\r\n2f31ba2bb6d6a0f42cc159d2e2dad55440778de3\r\n"
+        );
+        // L5.
+        assert_eq!(
+            call(&mut c, &eval("return {1, 2, 3.7, 'x', false, 'after'}", &["0"])),
+            "*6\r\n:1\r\n:2\r\n:3\r\n$1\r\nx\r\n$-1\r\n$5\r\nafter\r\n"
+        );
+        assert_eq!(call(&mut c, &eval("return {1, nil, 3}", &["0"])), "*1\r\n:1\r\n");
+        // L6.
+        assert_eq!(c.call("SET notint abc"), "+OK\r\n");
+        assert_eq!(
+            call(&mut c, &eval("return redis.pcall('incr', KEYS[1])", &["1", "notint"])),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        // L7: the server and the connection go on.
+        let r = call(&mut c, &eval("return redis.call('nosuch')", &["0"]));
+        assert!(r.starts_with("-ERR Unknown Redis command called from script "), "{r}");
+        assert_eq!(c.call("PING"), "+PONG\r\n");
+        assert_eq!(server.raw().call("PING"), "+PONG\r\n");
+    }
+
+    fn same_as_redis_resp2(threads) {
+        let Some(mut p) = Pair::start(threads) else { return };
+        for (script, rest) in resp2_cases() {
+            p.same_raw(&eval(script, rest));
+        }
+        p.same(&["SET notint abc"]);
+        p.same_raw(&eval("return redis.pcall('incr', KEYS[1])", &["1", "notint"]));
+        p.same_raw(&eval("return redis.call('incr', KEYS[1])", &["1", "notint"]));
+        // SCRIPT and EVALSHA.
+        p.same_args(&[b"SCRIPT", b"LOAD", b"return 'hi'"]);
+        p.same_args(&[b"SCRIPT", b"LOAD", b"return +"]);
+        p.same(&[
+            "SCRIPT EXISTS 2f31ba2bb6d6a0f42cc159d2e2dad55440778de3 0000",
+            "EVALSHA 2f31ba2bb6d6a0f42cc159d2e2dad55440778de3 0",
+            "EVALSHA 2F31BA2BB6D6A0F42CC159D2E2DAD55440778DE3 0",
+            "EVALSHA_RO 2f31ba2bb6d6a0f42cc159d2e2dad55440778de3 0",
+            "EVALSHA abc 0",
+            "EVALSHA 0000000000000000000000000000000000000000 0",
+            "SCRIPT FLUSH BOGUS",
+            "SCRIPT FLUSH ASYNC",
+            "SCRIPT EXISTS 2f31ba2bb6d6a0f42cc159d2e2dad55440778de3",
+            "EVALSHA 2f31ba2bb6d6a0f42cc159d2e2dad55440778de3 0",
+            "SCRIPT FLUSH",
+            "SCRIPT FLUSH SYNC",
+            "SCRIPT KILL",
+            "SCRIPT NOPE",
+            "SCRIPT",
+            "EVAL",
+            "EVALSHA x",
+        ]);
+        p.same_raw(&resp(&[b"EVAL_RO", b"return redis.call('set', KEYS[1], 'x')", b"1", b"k"]));
+        p.same_raw(&resp(&[b"EVAL_RO", b"return redis.call('get', KEYS[1])", b"1", b"k"]));
+    }
+
+    fn same_as_redis_resp3(threads) {
+        let Some(mut p) = Pair::start(threads) else { return };
+        let (r, l) = p.both_raw(&resp(&[b"HELLO", b"3"]));
+        assert!(r.starts_with('%') && l.starts_with('%'), "{r} / {l}");
+        for (script, rest) in resp2_cases().into_iter().chain(resp3_cases()) {
+            p.same_raw(&eval(script, rest));
+        }
+    }
+
+    fn keys_of_two_shards(threads) {
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let keys = keys_in_both_halves("sk", 1);
+        let body = "return redis.call('incr', KEYS[1]) + redis.call('incr', KEYS[2])";
+        let r = call(&mut c, &eval(body, &["2", &keys[0], &keys[1]]));
+        match threads {
+            1 => assert_eq!(r, ":2\r\n"),
+            _ => {
+                assert!(r.starts_with("-CROSSSLOT Keys in request don't hash to the same slot"), "{r}");
+                assert!(r.contains("hash tag"), "{r}");
+                assert_eq!(c.call(&format!("MGET {} {}", keys[0], keys[1])), "*2\r\n$-1\r\n$-1\r\n");
+            }
+        }
+        // One hash tag always works.
+        assert_eq!(call(&mut c, &eval(body, &["2", "{rl}a", "{rl}b"])), ":2\r\n");
+    }
+}
+
+/// Scripts whose replies Redis and Leasehold must send byte for byte,
+/// whatever the connection's RESP version.
+fn resp2_cases() -> Vec<(&'static str, &'static [&'static str])> {
+    vec![
+        ("return redis.call('incr', KEYS[1])", &["1", "c"]),
+        ("return 1", &["2", "k"]),
+        ("return 1", &["-1"]),
+        ("return 1", &["abc"]),
+        ("return {1, 2, 3.7, 'x', false, 'after'}", &["0"]),
+        ("return {1, nil, 3}", &["0"]),
+        ("return 3.99", &["0"]),
+        ("return -3.99", &["0"]),
+        ("return -0.5", &["0"]),
+        ("return 1e30", &["0"]),
+        ("return 'str'", &["0"]),
+        ("return {1,{2,{3,'x'}},{}}", &["0"]),
+        ("return KEYS", &["2", "{t}a", "{t}b"]),
+        ("return ARGV", &["1", "a", "b", "c"]),
+        ("return #KEYS", &["0"]),
+        ("return redis.sha1hex('')", &["0"]),
+        ("return redis.sha1hex('abc')", &["0"]),
+        ("return {err='MY boom'}", &["0"]),
+        ("return {err='boom'}", &["0"]),
+        ("return {ok='fine'}", &["0"]),
+        ("return {ok=1}", &["0"]),
+        ("return {err=1}", &["0"]),
+        ("return {1,2,err='x'}", &["0"]),
+        ("return redis.error_reply('x y')", &["0"]),
+        ("return redis.error_reply('boom')", &["0"]),
+        ("return redis.error_reply('-boom')", &["0"]),
+        ("return redis.error_reply('-MY boom')", &["0"]),
+        ("return redis.error_reply()", &["0"]),
+        ("return redis.status_reply('x y')", &["0"]),
+        ("return redis.status_reply()", &["0"]),
+        ("return {double='abc'}", &["0"]),
+        ("return {map={a=1}}", &["0"]),
+        ("return {map={1,2}}", &["0"]),
+        ("return {set={a=true}}", &["0"]),
+        ("return {double=3}", &["0"]),
+        ("return {double=0.1}", &["0"]),
+        ("return {double=1e300}", &["0"]),
+        ("return {double=1/0}", &["0"]),
+        ("return {double=-1/0}", &["0"]),
+        ("redis.setresp(3); return true", &["0"]),
+        ("redis.setresp(3); return false", &["0"]),
+        ("redis.setresp(3); return nil", &["0"]),
+        ("redis.setresp(3); return {true,false,1}", &["0"]),
+        ("redis.setresp(2); return {map={a=1}}", &["0"]),
+        ("return redis.setresp(3)", &["0"]),
+        ("return redis.setresp(4)", &["0"]),
+        ("redis.setresp(3); return type(redis.call('get', KEYS[1]))", &["1", "nokey"]),
+        ("return type(redis.call('get', KEYS[1]))", &["1", "nokey"]),
+        ("return redis.call('get', KEYS[1])", &["1", "nokey"]),
+        ("return true", &["0"]),
+        ("return false", &["0"]),
+        ("return nil", &["0"]),
+        ("return {true, false}", &["0"]),
+        // Errors, with the script's SHA1 and line.
+        ("x = 1", &["0"]),
+        ("return x", &["0"]),
+        ("error('boom')", &["0"]),
+        ("\n\nerror('boom')", &["0"]),
+        ("error({err='MY boom'})", &["0"]),
+        ("error({err='boom'})", &["0"]),
+        ("return syntax error here", &["0"]),
+        ("local a = 'x' .. nil", &["0"]),
+        ("redis.call = nil", &["0"]),
+        ("rawset(_G, 'x', 1)", &["0"]),
+        ("setmetatable(_G, nil)", &["0"]),
+        ("print('x')", &["0"]),
+        ("return redis.call('nosuch')", &["0"]),
+        ("return redis.pcall('nosuch')", &["0"]),
+        ("return redis.call('incr')", &["0"]),
+        ("return redis.call('incr', 'a', 'b')", &["0"]),
+        ("return redis.pcall('incr', 'a', 'b')", &["0"]),
+        ("return redis.call('multi')", &["0"]),
+        ("return redis.call('eval', 'return 1', '0')", &["0"]),
+        ("return redis.call('subscribe', 'x')", &["0"]),
+        ("return redis.call('config', 'get', 'maxmemory')", &["0"]),
+        ("return redis.call('client', 'list')", &["0"]),
+        ("return redis.call('script', 'load', 'return 1')", &["0"]),
+        ("return redis.call()", &["0"]),
+        ("return redis.call({})", &["0"]),
+        ("return redis.call('get', {})", &["0"]),
+        ("return redis.call('set', KEYS[1], true)", &["1", "k"]),
+        ("local ok, e = pcall(redis.call, 'nosuch'); return {tostring(ok), e}", &["0"]),
+        ("local ok, e = pcall(redis.call, 'incr', 'a', 'b'); return e", &["0"]),
+        ("local ok, e = pcall(error, 'x'); return e", &["0"]),
+        ("local t = redis.pcall('incr', 'a', 'b'); return type(t)..(t.err or '')", &["0"]),
+        // Arguments: numbers as %.17g.
+        ("return redis.call('set', KEYS[1], 0.1)", &["1", "k"]),
+        ("return redis.call('get', KEYS[1])", &["1", "k"]),
+        ("return redis.call('set', KEYS[1], 1e21)", &["1", "k"]),
+        ("return redis.call('get', KEYS[1])", &["1", "k"]),
+        ("return redis.call('set', KEYS[1], 42)", &["1", "k"]),
+        ("return redis.call('incrby', KEYS[1], 8)", &["1", "k"]),
+        ("return {redis.call('set', KEYS[1], 'v')}", &["1", "k"]),
+        ("local r = redis.call('set', KEYS[1], 'v'); return type(r)..r.ok", &["1", "k"]),
+        ("return redis.call('incrbyfloat', KEYS[1], '1.5')", &["1", "f"]),
+        ("return redis.call('ping')", &["0"]),
+        ("return redis.call('echo', 'hi')", &["0"]),
+        ("return redis.call('select', '0')", &["0"]),
+        ("return #redis.call('time')", &["0"]),
+        // The redis table.
+        ("return redis.LOG_WARNING", &["0"]),
+        ("return {redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE}", &["0"]),
+        ("return {redis.REPL_ALL, redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA}", &["0"]),
+        ("redis.set_repl(redis.REPL_ALL); return 1", &["0"]),
+        ("redis.set_repl(99); return 1", &["0"]),
+        ("redis.log(redis.LOG_WARNING, 'hello from a test'); return 1", &["0"]),
+        ("redis.log(99, 'hello'); return 1", &["0"]),
+        ("return string.format('%d', 3)", &["0"]),
+        ("return tostring(0.1)", &["0"]),
+        ("return unpack({1,2})", &["0"]),
+        ("return loadstring('return 7')()", &["0"]),
+        // cjson.
+        ("return cjson.encode({1,2,'a',{b=1}})", &["0"]),
+        ("return cjson.encode({a='/x\"\\n'})", &["0"]),
+        ("return cjson.encode({})", &["0"]),
+        ("return cjson.encode(3.14159265358979)", &["0"]),
+        ("return cjson.encode(1e20)", &["0"]),
+        ("return cjson.encode({[1]=1,[3]=3})", &["0"]),
+        ("return cjson.encode({[1]=1,[30]=3})", &["0"]),
+        ("return cjson.encode(function() end)", &["0"]),
+        ("return cjson.encode(1/0)", &["0"]),
+        ("return cjson.encode({true, false, cjson.null})", &["0"]),
+        ("return cjson.encode('\\1\\127')", &["0"]),
+        ("return cjson.decode('[1,2,{\"a\":null}]')[3].a == cjson.null", &["0"]),
+        ("return cjson.decode('[1.5, \"x\", true]')", &["0"]),
+        ("return cjson.decode('{\"a\":{\"b\":[1,2]}}').a.b[2]", &["0"]),
+        // cmsgpack.
+        ("return cmsgpack.pack({1,2,3})", &["0"]),
+        ("return cmsgpack.pack({a=1}, 'x', 1.5, -1, 300, true, nil)", &["0"]),
+        ("return cmsgpack.pack(-33, 70000, 5000000000, -5000000000, 0.1, string.rep('x', 40))", &["0"]),
+        ("return {cmsgpack.unpack(cmsgpack.pack(1,'a',{1,2}))}", &["0"]),
+        ("return cmsgpack.unpack('\\193')", &["0"]),
+        // bit.
+        ("return bit.band(0xff, 0x0f)", &["0"]),
+        ("return {bit.bor(1, 2, 4), bit.bxor(7, 2)}", &["0"]),
+        ("return bit.tohex(-1)", &["0"]),
+        ("return bit.tohex(255, -4)", &["0"]),
+        ("return bit.bnot(0)", &["0"]),
+        ("return bit.lshift(1, 31)", &["0"]),
+        ("return bit.rshift(-1, 28)", &["0"]),
+        ("return bit.arshift(-256, 4)", &["0"]),
+        ("return bit.rol(0x12345678, 12)", &["0"]),
+        ("return bit.ror(0x12345678, 12)", &["0"]),
+        ("return bit.bswap(0x12345678)", &["0"]),
+        ("return bit.tobit(2^32 + 5)", &["0"]),
+        // struct.
+        ("return struct.pack('>I2', 258)", &["0"]),
+        ("return {struct.unpack('<i4', struct.pack('<i4', -2))}", &["0"]),
+        ("return struct.size('>I4d')", &["0"]),
+        ("return struct.pack('bBhHlL', 1, 2, 3, 4, 5, 6)", &["0"]),
+        ("return {struct.unpack('s', 'abc\\0z')}", &["0"]),
+        ("return struct.pack('c3', 'abcdef')", &["0"]),
+        ("return struct.pack('!4 b i', 1, 2)", &["0"]),
+        ("return {struct.unpack('>h B', struct.pack('>h B', -300, 200))}", &["0"]),
+        ("return struct.pack('>d', 1.5)", &["0"]),
+    ]
+}
+
+/// RESP3-only shapes: the connection said HELLO 3.
+fn resp3_cases() -> Vec<(&'static str, &'static [&'static str])> {
+    vec![
+        (
+            "redis.setresp(3); return redis.call('get', KEYS[1])",
+            &["1", "nokey"],
+        ),
+        ("return {1, false, 3}", &["0"]),
+    ]
+}
+
+/// A low `busy-reply-threshold` (through its Redis 6 alias too), so a
+/// test's script is busy quickly.
+fn low_threshold(c: &mut Raw) {
+    assert_eq!(c.call("CONFIG SET busy-reply-threshold 50"), "+OK\r\n");
+    assert_eq!(
+        c.call("CONFIG GET lua-time-limit"),
+        "*2\r\n$20\r\nbusy-reply-threshold\r\n$2\r\n50\r\n"
+    );
+}
+
+/// Waits until an MGET over both shards answers BUSY, on connections of
+/// the thread that does not run the script (`probes`, opened before it
+/// started: thread 0 accepts connections, and it may be the busy one). A
+/// command that reached the script's shard before the threshold waits for
+/// the script's end, so each try takes a fresh connection and a try
+/// without an answer at once is left behind.
+fn wait_busy(probes: &mut Vec<Raw>, keys: &[String]) {
+    let mget = format!("MGET {} {}", keys[0], keys[1]);
+    while let Some(mut c) = probes.pop() {
+        c.send_cmd(&mget);
+        if let Some((_, bytes)) = c.try_read_reply_raw(Duration::from_millis(100)) {
+            let r = String::from_utf8_lossy(&bytes).into_owned();
+            assert_eq!(
+                r,
+                "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+            );
+            return;
+        }
+    }
+    panic!("never BUSY");
+}
+
+/// The index in `keys` (one key of each shard) of the key on the shard of
+/// `c`'s thread: a script without keys runs there and may touch only it.
+fn own_key(c: &mut Raw, keys: &[String]) -> usize {
+    let probe = "return redis.call('get', ARGV[1])";
+    (0..keys.len())
+        .find(|&i| !call(c, &eval(probe, &["0", &keys[i]])).starts_with('-'))
+        .expect("a key on the connection's shard")
+}
+
+/// A connection `a`, one `b` served by the other thread (of a 2-thread
+/// server), and 30 more of `b`'s thread to probe for BUSY.
+fn on_two_threads(server: &TestServer, keys: &[String]) -> (Raw, Raw, Vec<Raw>) {
+    let mut a = server.raw();
+    let mine = own_key(&mut a, keys);
+    let mut others = Vec::new();
+    while others.len() < 31 {
+        let mut b = server.raw();
+        if own_key(&mut b, keys) != mine {
+            others.push(b);
+        }
+    }
+    let b = others.pop().expect("31 connections");
+    (a, b, others)
+}
+
+#[test]
+fn script_kill_from_another_thread() {
+    let server = TestServer::start(2);
+    let keys = keys_in_both_halves("busy", 1);
+    let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+    low_threshold(&mut b);
+    assert_eq!(
+        b.call("SCRIPT KILL"),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    let body = "while true do end";
+    a.send(&eval(body, &["0"]));
+    wait_busy(&mut probes, &keys);
+    let killed = Instant::now();
+    assert_eq!(b.call("SCRIPT KILL"), "+OK\r\n");
+    let r = a.read_text();
+    assert!(
+        r.starts_with("-ERR Script killed by user with SCRIPT KILL... script: ")
+            && r.ends_with(", on @user_script:1.\r\n"),
+        "{r}"
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        killed.elapsed()
+    );
+    // Both connections and both shards go on.
+    assert_eq!(a.call("PING"), "+PONG\r\n");
+    assert_eq!(
+        b.call(&format!("MGET {} {}", keys[0], keys[1])),
+        "*2\r\n$-1\r\n$-1\r\n"
+    );
+    assert_eq!(
+        b.call("SCRIPT KILL"),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    // A pcall does not catch the kill.
+    a.send(&eval(
+        "while true do pcall(function() while true do end end) end",
+        &["0"],
+    ));
+    wait_busy(&mut probes, &keys);
+    assert_eq!(b.call("SCRIPT KILL"), "+OK\r\n");
+    assert!(a
+        .read_text()
+        .starts_with("-ERR Script killed by user with SCRIPT KILL..."));
+}
+
+#[test]
+fn a_script_that_wrote_is_unkillable() {
+    let server = TestServer::start(2);
+    let keys = keys_in_both_halves("w", 1);
+    let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+    low_threshold(&mut b);
+    // The key of `a`'s own shard: the script runs there.
+    let own = keys[own_key(&mut a, &keys)].clone();
+    let body = "redis.call('set', KEYS[1], 'x') for i = 1, 30000000 do end return 1";
+    a.send(&eval(body, &["1", &own]));
+    wait_busy(&mut probes, &keys);
+    assert!(b.call("SCRIPT KILL").starts_with(
+        "-UNKILLABLE Sorry the script already executed write commands against the dataset."
+    ));
+    assert_eq!(a.read_text(), ":1\r\n");
+    assert_eq!(b.call(&format!("GET {own}")), "$1\r\nx\r\n");
+}
+
+#[test]
+fn a_scripts_writes_reach_a_replica_as_effects() {
+    let clock = Arc::new(ManualClock::new(T0_MS, 0));
+    let primary = TestServer::with_clock(2, clock.clone());
+    let replica = TestServer::with_clock(1, clock);
+    follow(&replica, &primary);
+    let mut p = primary.raw();
+    let body = "local n = redis.call('incrby', KEYS[1], ARGV[1]) \
+                redis.call('set', KEYS[2], n, 'PX', 60000) \
+                redis.call('tokenlease', KEYS[3], 10, 1, 1000, 3) \
+                return n";
+    for _ in 0..3 {
+        assert!(call(&mut p, &eval(body, &["3", "{u}n", "{u}s", "{u}tb", "5"])).starts_with(':'));
+    }
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let mut r = replica.raw();
+    assert_eq!(r.call("GET {u}n"), "$2\r\n15\r\n");
+    assert_eq!(r.call("GET {u}s"), "$2\r\n15\r\n");
+    assert_eq!(r.call("PTTL {u}s"), p.call("PTTL {u}s"));
+    assert_eq!(r.call("RLSTATE {u}tb"), p.call("RLSTATE {u}tb"));
+    // A replica refuses a script's writes, not its reads.
+    let r_write = call(
+        &mut r,
+        &eval("return redis.call('incr', KEYS[1])", &["1", "{u}n"]),
+    );
+    assert!(
+        r_write.starts_with("-READONLY You can't write against a read only replica. script: "),
+        "{r_write}"
+    );
+    assert_eq!(
+        call(
+            &mut r,
+            &eval("return redis.call('get', KEYS[1])", &["1", "{u}n"])
+        ),
+        "$2\r\n15\r\n"
+    );
+}
+
+#[test]
+fn a_scripts_writes_survive_a_restart_with_appendonly() {
+    let dir = leasehold_testkit::scratch_dir();
+    let config = || {
+        let mut c = TestServer::config(2);
+        c.persistence.dir = dir.display().to_string();
+        c.persistence.appendonly = true;
+        c.persistence.save = String::new();
+        c
+    };
+    let clock = || Arc::new(ManualClock::new(T0_MS, 0));
+    {
+        let server = TestServer::with_config(config(), clock());
+        let mut c = server.raw();
+        let body =
+            "redis.call('set', KEYS[1], ARGV[1]) return redis.call('incrby', KEYS[2], ARGV[1])";
+        assert_eq!(
+            call(&mut c, &eval(body, &["2", "{p}a", "{p}b", "7"])),
+            ":7\r\n"
+        );
+        assert_eq!(
+            call(&mut c, &eval(body, &["2", "{p}a", "{p}b", "8"])),
+            ":15\r\n"
+        );
+    }
+    let server = TestServer::with_config(config(), clock());
+    let mut c = server.raw();
+    let start = Instant::now();
+    while c.call("GET {p}b").starts_with("-LOADING") {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.call("MGET {p}a {p}b"), "*2\r\n$1\r\n8\r\n$2\r\n15\r\n");
+}
