@@ -38,6 +38,10 @@ pub type ShardFn = fn(&mut Shard, &mut Args) -> Result<Reply, OpError>;
 pub struct ShardConf {
     /// `proto-max-bulk-len`: the longest string a write may build, bytes.
     pub proto_max_bulk_len: usize,
+    /// `hash-max-listpack-entries` and `hash-max-listpack-value`.
+    pub hash_limits: crate::collections::hash::Limits,
+    /// `list-max-listpack-size`, for lists created from now on.
+    pub list_fill: i32,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -280,6 +284,8 @@ impl Shard {
             now,
             conf: ShardConf {
                 proto_max_bulk_len: 0,
+                hash_limits: Default::default(),
+                list_fill: crate::collections::list::DEFAULT_FILL,
             },
             stats,
             shared,
@@ -304,6 +310,11 @@ impl Shard {
         if gen != self.config_gen {
             let c = self.shared.config.read();
             self.conf.proto_max_bulk_len = c.limits.proto_max_bulk_len;
+            self.conf.hash_limits = crate::collections::hash::Limits {
+                max_entries: c.collections.hash_max_listpack_entries,
+                max_value: c.collections.hash_max_listpack_value,
+            };
+            self.conf.list_fill = c.collections.list_max_listpack_size;
             self.config_gen = gen;
         }
     }

@@ -51,6 +51,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::persistence::COMMANDS,
         include_str!("family_persistence.rs"),
     ),
+    (
+        "family_lists.rs",
+        commands::lists::COMMANDS,
+        include_str!("family_lists.rs"),
+    ),
 ];
 
 #[test]

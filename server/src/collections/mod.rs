@@ -6,8 +6,13 @@
 
 pub mod hash;
 pub mod list;
+pub mod pack;
+pub mod rng;
 pub mod set;
 pub mod zset;
+
+#[cfg(test)]
+mod tests;
 
 /// Most elements (members, fields with their values) one command of a
 /// value's [`Collection::rebuild`] carries, so that a record of a large

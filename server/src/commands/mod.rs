@@ -22,7 +22,10 @@
 //!   PUBSUB (the registry is [`crate::pubsub`]);
 //! - [`transaction`]: MULTI, EXEC, DISCARD, WATCH, UNWATCH;
 //! - [`persistence`]: SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE (the files are
-//!   [`crate::persist`]'s).
+//!   [`crate::persist`]'s);
+//! - [`lists`]: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LTRIM,
+//!   LINDEX, LLEN, LREM, LSET, LINSERT, LPOS, LMOVE, RPOPLPUSH (the
+//!   structure is [`crate::collections::list`]).
 //!
 //! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
@@ -40,6 +43,7 @@ pub mod config;
 pub mod connection;
 pub mod docs;
 pub mod keys;
+pub mod lists;
 pub mod persistence;
 pub mod pubsub;
 pub mod ratelimit;
@@ -227,6 +231,7 @@ impl Table {
             pubsub::COMMANDS,
             transaction::COMMANDS,
             persistence::COMMANDS,
+            lists::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -277,6 +277,8 @@ fn command_group(name: &str) -> &'static str {
         "transactions"
     } else if member(super::pubsub::COMMANDS) {
         "pubsub"
+    } else if member(super::lists::COMMANDS) {
+        "list"
     } else {
         "module"
     }

@@ -148,6 +148,9 @@ mod tests {
             "auto-aof-rewrite-percentage",
             "auto-aof-rewrite-min-size",
             "stop-writes-on-bgsave-error",
+            "hash-max-listpack-entries",
+            "hash-max-listpack-value",
+            "list-max-listpack-size",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }
