@@ -55,6 +55,10 @@ pub enum Reply {
     /// Several replies to one request, encoded one after another (SUBSCRIBE
     /// of n channels answers n pushes); never nested inside another reply.
     Several(Vec<Reply>),
+    /// Pairs (a field and its value, a member and its score): an array of
+    /// two-element arrays in RESP3, one flat array of both in RESP2, as
+    /// Redis answers HRANDFIELD WITHVALUES.
+    Pairs(Vec<(Reply, Reply)>),
     /// An array, map or set of bulk strings encoded as they were gathered
     /// (see [`Bulks`]): a long range of a list or hash costs one buffer,
     /// not an allocation per element.
@@ -206,6 +210,19 @@ impl Reply {
                 }
             }
             Reply::Bulks(b) => b.encode(proto, out),
+            Reply::Pairs(pairs) => {
+                match proto {
+                    Protocol::Resp3 => put_header(out, b'*', pairs.len() as i64),
+                    Protocol::Resp2 => put_header(out, b'*', 2 * pairs.len() as i64),
+                }
+                for (a, b) in pairs {
+                    if proto == Protocol::Resp3 {
+                        out.extend_from_slice(b"*2\r\n");
+                    }
+                    a.encode(proto, out);
+                    b.encode(proto, out);
+                }
+            }
             Reply::Set(items) => {
                 let tag = if proto == Protocol::Resp3 { b'~' } else { b'*' };
                 put_header(out, tag, items.len() as i64);
@@ -354,6 +371,15 @@ mod tests {
                 );
             }
         }
+        let pairs = Reply::Pairs(vec![(Reply::bulk("f"), Reply::bulk("v"))]);
+        assert_eq!(
+            &pairs.to_bytes(Protocol::Resp2)[..],
+            b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(
+            &pairs.to_bytes(Protocol::Resp3)[..],
+            b"*1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
         let empty = Reply::from(Bulks::with_capacity(Aggregate::Map, 0));
         assert_eq!(&empty.to_bytes(Protocol::Resp3)[..], b"%0\r\n");
         assert_eq!(&empty.to_bytes(Protocol::Resp2)[..], b"*0\r\n");

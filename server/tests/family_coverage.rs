@@ -56,6 +56,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::lists::COMMANDS,
         include_str!("family_lists.rs"),
     ),
+    (
+        "family_hashes.rs",
+        commands::hashes::COMMANDS,
+        include_str!("family_hashes.rs"),
+    ),
 ];
 
 #[test]

@@ -14,10 +14,11 @@ use leasehold_server::harness::Harness;
 
 /// Keys a read sample's `{}` stands for, one call each: the five that
 /// [`READ_SETUP`] writes (on both shards) and one that does not exist.
-const READ_KEYS: &[&str] = &["s", "n", "tb", "sw", "g", "l", "missing"];
+const READ_KEYS: &[&str] = &["s", "n", "tb", "sw", "g", "l", "h", "missing"];
 
 /// What every read sample runs first: a string with a TTL, a counter, one
-/// state of each rate-limit kind, all with deadlines past 1 s, and a list.
+/// state of each rate-limit kind, all with deadlines past 1 s, a list and
+/// a hash.
 const READ_SETUP: &[&str] = &[
     "SET s v EX 100",
     "INCR n",
@@ -25,6 +26,7 @@ const READ_SETUP: &[&str] = &[
     "SLIDINGWINDOW sw 10 1000",
     "CL.THROTTLE g 5 1 10",
     "RPUSH l a b a",
+    "HSET h a 1 b 2",
 ];
 
 /// One row's sample: its name, the calls that prepare the keyspace, and

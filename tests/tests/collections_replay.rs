@@ -82,12 +82,67 @@ fn list_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
     .collect()
 }
 
+/// Hashes of every shape under `tag`: listpacks, tables by size (past one
+/// rebuild record of 512 fields) and by a long value, binary fields, one
+/// with a TTL.
+fn hash_mix(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for i in 0..40 {
+        out.push(words(&format!("HSET {tag}:h{i} name n{i} n {i} f 1.5")));
+    }
+    let mut big = words(&format!("HSET {tag}:big"));
+    for i in 0..1200 {
+        big.push(format!("field:{i}").into_bytes());
+        big.push(format!("value:{}", "v".repeat(i % 30)).into_bytes());
+    }
+    out.push(big);
+    out.push(vec![
+        b"HSET".to_vec(),
+        format!("{tag}:hlong").into_bytes(),
+        b"f".to_vec(),
+        vec![b'x'; 200],
+    ]);
+    out.push(vec![
+        b"HSET".to_vec(),
+        format!("{tag}:hbin").into_bytes(),
+        b"a\r\nb".to_vec(),
+        Vec::new(),
+        Vec::new(),
+        vec![0, 255],
+    ]);
+    out.push(words(&format!("HSET {tag}:httl a 1")));
+    out.push(words(&format!("PEXPIRE {tag}:httl 400000")));
+    out
+}
+
+/// Changes to [`hash_mix`]'s hashes: every kind of hash write.
+fn hash_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    [
+        format!("HSET {tag}:h0 name changed extra 1"),
+        format!("HMSET {tag}:h1 name m"),
+        format!("HSETNX {tag}:h2 new 1"),
+        format!("HSETNX {tag}:h2 name ignored"),
+        format!("HINCRBY {tag}:h3 n 100"),
+        format!("HINCRBYFLOAT {tag}:h4 f 0.1"),
+        format!("HINCRBYFLOAT {tag}:h4 g 1e-3"),
+        format!("HDEL {tag}:h5 name n f"),
+        format!("HDEL {tag}:big field:1 field:2 field:1000"),
+        format!("HSET {tag}:big field:3 new-value"),
+        format!("HINCRBY {tag}:big counter -5"),
+        format!("HSET {tag}:httl b 2"),
+        format!("HSET {tag}:hfresh a 1"),
+    ]
+    .iter()
+    .map(|l| words(l))
+    .collect()
+}
+
 fn all_writes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    list_mix(tag)
+    [list_mix(tag), hash_mix(tag)].concat()
 }
 
 fn all_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    list_changes(tag)
+    [list_changes(tag), hash_changes(tag)].concat()
 }
 
 fn replica_matches_its_primary(primary_threads: usize, replica_threads: usize) {
@@ -120,6 +175,15 @@ fn replica_matches_its_primary(primary_threads: usize, replica_threads: usize) {
         format!(":{}\r\n", T0_MS + 500_000)
     );
     assert_eq!(r.call("LRANGE {a}b 0 -1"), "*2\r\n$1\r\n2\r\n$1\r\n3\r\n");
+    assert_eq!(r.call("EXISTS a:h5"), ":0\r\n", "emptied hashes are gone");
+    assert_eq!(r.call("HGET a:h4 f"), "$3\r\n1.6\r\n");
+    assert_eq!(r.call("HLEN a:big"), ":1198\r\n");
+    assert_eq!(
+        r.call("PEXPIRETIME a:httl"),
+        format!(":{}\r\n", T0_MS + 400_000)
+    );
+    // A listpack's order survives the sync.
+    assert_eq!(r.call("HKEYS a:h0"), p.call("HKEYS a:h0"));
 }
 
 #[test]

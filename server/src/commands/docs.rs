@@ -197,8 +197,12 @@ const INTEGER_ARGS: &[&str] = &[
 const KEY_ARGS: &[&str] = &["key", "source", "destination"];
 
 /// `(command, value)` pairs that are fractional numbers: GCRA's `period`
-/// (seconds, microsecond accuracy) and INCRBYFLOAT's `increment`.
-const DOUBLE_ARGS: &[(&str, &str)] = &[("gcra", "period"), ("incrbyfloat", "increment")];
+/// (seconds, microsecond accuracy), INCRBYFLOAT's and HINCRBYFLOAT's `increment`.
+const DOUBLE_ARGS: &[(&str, &str)] = &[
+    ("gcra", "period"),
+    ("incrbyfloat", "increment"),
+    ("hincrbyfloat", "increment"),
+];
 
 /// The COMMAND DOCS type of value `w` of command `cmd`.
 fn value_type(cmd: &str, w: &str) -> &'static str {

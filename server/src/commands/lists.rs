@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use leasehold_protocol::{Aggregate, Args, Bulks, Reply};
 
+use super::collection::{emit, lookup, or_create};
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, KEY1};
 use crate::collections::list::{End, List};
@@ -45,56 +46,29 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("rpoplpush", 3, WRITE | DENYOOM, KEY1_2, Exec::Key(rpoplpush), "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."),
 ];
 
-/// The list at `key` for a write: `None` when absent, WRONGTYPE for another
-/// type.
-fn list_mut<'a>(s: &'a mut Shard, key: &[u8]) -> Result<Option<&'a mut List>, OpError> {
-    match s.store.get(key, s.now.unix_ms) {
-        None => Ok(None),
-        Some(e) => match &mut e.value {
-            Value::List(l) => Ok(Some(l)),
-            _ => Err(OpError::WrongType),
-        },
+fn as_list(v: &mut Value) -> Option<&mut List> {
+    match v {
+        Value::List(l) => Some(l),
+        _ => None,
     }
 }
 
-/// [`list_mut`] for a read, counting a keyspace hit or miss as Redis's
-/// read lookups do.
+/// The list at `key` for a write: `None` when absent, WRONGTYPE for another
+/// type.
+fn list_mut<'a>(s: &'a mut Shard, key: &[u8]) -> Result<Option<&'a mut List>, OpError> {
+    lookup(s, key, false, as_list)
+}
+
+/// [`list_mut`] for a read (a keyspace hit or miss counted).
 fn list_read<'a>(s: &'a mut Shard, key: &[u8]) -> Result<Option<&'a mut List>, OpError> {
-    let Shard {
-        store, stats, now, ..
-    } = s;
-    match store.get(key, now.unix_ms) {
-        None => {
-            stats.keyspace_misses.add(1);
-            Ok(None)
-        }
-        Some(e) => {
-            stats.keyspace_hits.add(1);
-            match &mut e.value {
-                Value::List(l) => Ok(Some(l)),
-                _ => Err(OpError::WrongType),
-            }
-        }
-    }
+    lookup(s, key, true, as_list)
 }
 
 /// The list at `key`, created empty (with the configured node fill) when
 /// absent; WRONGTYPE for another type.
 fn list_or_create<'a>(s: &'a mut Shard, key: &[u8]) -> Result<&'a mut List, OpError> {
     let fill = s.conf.list_fill;
-    let make = || Value::List(Box::new(List::new(fill)));
-    match &mut s.store.get_or_create(key, s.now.unix_ms, make).0.value {
-        Value::List(l) => Ok(l),
-        _ => Err(OpError::WrongType),
-    }
-}
-
-/// Emits `name key args...` (the command that replays a change).
-fn emit(s: &mut Shard, name: &[u8], key: &[u8], args: &[&[u8]]) {
-    let mut all: Vec<&[u8]> = Vec::with_capacity(args.len() + 2);
-    all.extend_from_slice(&[name, key]);
-    all.extend_from_slice(args);
-    s.store.emit_command(&all);
+    or_create(s, key, || Value::List(Box::new(List::new(fill))), as_list)
 }
 
 /// Removes `key` when the command just emptied its list (`empty`).

@@ -25,11 +25,15 @@
 //!   [`crate::persist`]'s);
 //! - [`lists`]: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LTRIM,
 //!   LINDEX, LLEN, LREM, LSET, LINSERT, LPOS, LMOVE, RPOPLPUSH (the
-//!   structure is [`crate::collections::list`]).
+//!   structure is [`crate::collections::list`]);
+//! - [`hashes`]: HSET, HGET, HMGET, HMSET, HSETNX, HINCRBY, HINCRBYFLOAT,
+//!   HDEL, HEXISTS, HLEN, HKEYS, HVALS, HGETALL, HSTRLEN, HRANDFIELD, HSCAN
+//!   (the structure is [`crate::collections::hash`]).
 //!
-//! Two files hold no rows: [`config`] runs CONFIG's subcommands (the
-//! `server` family's CONFIG row calls it), and [`docs`] builds COMMAND DOCS'
-//! argument trees from `docs/commands.md`.
+//! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
+//! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
+//! argument trees from `docs/commands.md`, and [`collection`] holds what the
+//! collection families share (lookups, creation, effects).
 
 use std::sync::OnceLock;
 
@@ -39,9 +43,11 @@ use crate::error::OpError;
 use crate::session::ConnCtx;
 pub use crate::shard::ShardFn;
 
+pub mod collection;
 pub mod config;
 pub mod connection;
 pub mod docs;
+pub mod hashes;
 pub mod keys;
 pub mod lists;
 pub mod persistence;
@@ -232,6 +238,7 @@ impl Table {
             transaction::COMMANDS,
             persistence::COMMANDS,
             lists::COMMANDS,
+            hashes::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -279,6 +279,8 @@ fn command_group(name: &str) -> &'static str {
         "pubsub"
     } else if member(super::lists::COMMANDS) {
         "list"
+    } else if member(super::hashes::COMMANDS) {
+        "hash"
     } else {
         "module"
     }
