@@ -71,6 +71,12 @@ impl List {
         self.len
     }
 
+    /// Whether it holds no element (a stored list never is: the command
+    /// that empties one removes its key).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Whether `node` may take `add` more bytes in one more entry.
     fn fits(&self, node: &Pack, add: usize) -> bool {
         let bytes = node.bytes() + add;
@@ -110,9 +116,14 @@ impl List {
                 End::Right => self.nodes.push_back(Pack::new()),
             }
         }
+        let node = match end {
+            End::Left => &mut self.nodes[0],
+            End::Right => self.nodes.back_mut().expect("a node"),
+        };
+        node.reserve(add);
         match end {
-            End::Left => self.nodes[0].push_front(s),
-            End::Right => self.nodes.back_mut().expect("a node").push_back(s),
+            End::Left => node.push_front(s),
+            End::Right => node.push_back(s),
         }
         self.len += 1;
     }

@@ -154,6 +154,17 @@ impl Pack {
         }
     }
 
+    /// Makes room for `additional` more bytes, with an eighth of the
+    /// buffer to spare when it has to grow: a pack that grows one entry at
+    /// a time (a list's end node under LPUSH) then reallocates once every
+    /// few entries rather than at each. [`Pack::insert_all`] alone grows
+    /// exactly.
+    pub fn reserve(&mut self, additional: usize) {
+        if self.buf.capacity() - self.buf.len() < additional {
+            self.buf.reserve_exact(additional.max(self.buf.len() / 8));
+        }
+    }
+
     /// Inserts `items`, in order, at offset `at` (an entry's start or the end).
     pub fn insert_all(&mut self, at: usize, items: &[&[u8]]) {
         let size: usize = items.iter().map(|s| entry_size(s.len())).sum();

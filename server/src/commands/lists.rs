@@ -178,7 +178,7 @@ fn pop(s: &mut Shard, a: &mut Args, end: End, name: &'static str) -> Result<Repl
             reply
         }
     };
-    let empty = list.len() == 0;
+    let empty = list.is_empty();
     let n = count.map(|c| c.to_string());
     let args: Vec<&[u8]> = n.iter().map(|c| c.as_bytes()).collect();
     emit(s, pop_name(end), &key, &args);
@@ -236,7 +236,7 @@ fn ltrim(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if front + back > 0 {
         list.trim_front(front);
         list.trim_back(back);
-        let empty = list.len() == 0;
+        let empty = list.is_empty();
         let (start, stop) = (start.to_string(), stop.to_string());
         emit(s, b"LTRIM", &key, &[start.as_bytes(), stop.as_bytes()]);
         remove_if_empty(s, &key, empty);
@@ -278,7 +278,7 @@ fn lrem(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         return Ok(Reply::Int(0));
     };
     let removed = list.remove_equal(&element, count);
-    let empty = list.len() == 0;
+    let empty = list.is_empty();
     if removed > 0 {
         let count = count.to_string();
         emit(s, b"LREM", &key, &[count.as_bytes(), &element]);
@@ -443,7 +443,7 @@ fn move_element(
     }
     let source = list_mut(s, src)?.expect("looked up above");
     let element = source.pop(from).expect("a stored list is never empty");
-    let emptied = source.len() == 0;
+    let emptied = source.is_empty();
     list_or_create(s, dst)?.push(to, &element);
     if src == dst {
         // One command: a pop and a push replayed apart would empty and

@@ -72,6 +72,11 @@ impl Table {
         self.nodes.len()
     }
 
+    /// Whether it holds no field.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
     /// Bytes allocated: buckets, nodes, fields and values.
     pub fn heap_bytes(&self) -> usize {
         let data: usize = self.nodes.iter().map(|n| n.data.len()).sum();
