@@ -229,6 +229,34 @@ const SAMPLES: &[Sample] = &[
         "rpoplpush",
         &["RPUSH {t}a x y"],
         &["RPOPLPUSH {t}a {t}b", "RPOPLPUSH {t}b {t}b"],
+    ), // Hashes.
+    ("hset", &[], &["HSET a f v", "HSET a f v g w"]),
+    ("hget", READ_SETUP, &["HGET h a", "HGET missing a"]),
+    ("hmget", READ_SETUP, &["HMGET h a x", "HMGET missing a"]),
+    ("hmset", &[], &["HMSET a f v"]),
+    ("hsetnx", &[], &["HSETNX a f v", "HSETNX a g w"]),
+    ("hincrby", &[], &["HINCRBY a f 2", "HINCRBY a f -1"]),
+    ("hincrbyfloat", &[], &["HINCRBYFLOAT a f 1.5"]),
+    ("hdel", &["HSET a f v g w"], &["HDEL a f", "HDEL a g x"]),
+    ("hexists", READ_SETUP, &["HEXISTS h a", "HEXISTS missing a"]),
+    ("hlen", READ_SETUP, &["HLEN h", "HLEN missing"]),
+    ("hkeys", READ_SETUP, &["HKEYS h", "HKEYS missing"]),
+    ("hvals", READ_SETUP, &["HVALS h", "HVALS missing"]),
+    ("hgetall", READ_SETUP, &["HGETALL h", "HGETALL missing"]),
+    ("hstrlen", READ_SETUP, &["HSTRLEN h a", "HSTRLEN missing a"]),
+    (
+        "hrandfield",
+        READ_SETUP,
+        &[
+            "HRANDFIELD h",
+            "HRANDFIELD h -5 WITHVALUES",
+            "HRANDFIELD missing 2",
+        ],
+    ),
+    (
+        "hscan",
+        READ_SETUP,
+        &["HSCAN h 0", "HSCAN h 0 MATCH a* COUNT 5", "HSCAN missing 0"],
     ),
 ];
 

@@ -265,37 +265,29 @@ impl List {
         removed
     }
 
-    /// Removes the first `n` elements (or all, if fewer).
-    pub fn trim_front(&mut self, mut n: usize) {
+    /// Removes `n` elements (or all, if fewer) at `end`.
+    pub fn trim(&mut self, end: End, mut n: usize) {
         n = n.min(self.len);
         self.len -= n;
         while n > 0 {
-            let node = self.nodes.front_mut().expect("a node holds them");
+            let node = match end {
+                End::Left => self.nodes.front_mut(),
+                End::Right => self.nodes.back_mut(),
+            };
+            let node = node.expect("a node holds them");
             if node.len() <= n {
                 n -= node.len();
-                self.nodes.pop_front();
-            } else {
-                let to = node.offset_of(n);
-                node.remove_span(0, to, n);
-                n = 0;
+                match end {
+                    End::Left => self.nodes.pop_front(),
+                    End::Right => self.nodes.pop_back(),
+                };
+                continue;
             }
-        }
-    }
-
-    /// Removes the last `n` elements (or all, if fewer).
-    pub fn trim_back(&mut self, mut n: usize) {
-        n = n.min(self.len);
-        self.len -= n;
-        while n > 0 {
-            let node = self.nodes.back_mut().expect("a node holds them");
-            if node.len() <= n {
-                n -= node.len();
-                self.nodes.pop_back();
-            } else {
-                let from = node.offset_of(node.len() - n);
-                node.remove_span(from, node.bytes(), n);
-                n = 0;
+            match end {
+                End::Left => node.remove_span(0, node.offset_of(n), n),
+                End::Right => node.remove_span(node.offset_of(node.len() - n), node.bytes(), n),
             }
+            n = 0;
         }
     }
 

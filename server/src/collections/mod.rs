@@ -3,6 +3,13 @@
 //! (the way Redis's listpacks keep small collections cheap). Pure: they know
 //! nothing of keys, shards or effects; the store keeps them in a
 //! [`crate::store::Value`] and the command families in `commands` drive them.
+//!
+//! - [`pack`]: strings packed in one buffer, the listpack-like encoding
+//!   small lists and hashes live in;
+//! - [`list`]: a quicklist, a deque of packs;
+//! - [`hash`]: a pack of field-value pairs, or past its thresholds a
+//!   chained table with Redis's scan cursor;
+//! - [`rng`]: the generator random picks (HRANDFIELD) draw from.
 
 pub mod hash;
 pub mod list;

@@ -171,10 +171,7 @@ fn pop(s: &mut Shard, a: &mut Args, end: End, name: &'static str) -> Result<Repl
                 End::Left => range_reply(list, 0, n - 1, false),
                 End::Right => range_reply(list, list.len() - n, list.len() - 1, true),
             };
-            match end {
-                End::Left => list.trim_front(n),
-                End::Right => list.trim_back(n),
-            }
+            list.trim(end, n);
             reply
         }
     };
@@ -234,8 +231,8 @@ fn ltrim(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some((from, to)) => (from, len - 1 - to),
     };
     if front + back > 0 {
-        list.trim_front(front);
-        list.trim_back(back);
+        list.trim(End::Left, front);
+        list.trim(End::Right, back);
         let empty = list.is_empty();
         let (start, stop) = (start.to_string(), stop.to_string());
         emit(s, b"LTRIM", &key, &[start.as_bytes(), stop.as_bytes()]);

@@ -111,11 +111,11 @@ proptest! {
                     model = kept;
                 }
                 Op::TrimFront(n) => {
-                    l.trim_front(n);
+                    l.trim(End::Left, n);
                     model.drain(..n.min(model.len()));
                 }
                 Op::TrimBack(n) => {
-                    l.trim_back(n);
+                    l.trim(End::Right, n);
                     let keep = model.len().saturating_sub(n);
                     model.truncate(keep);
                 }
