@@ -35,5 +35,5 @@ pub mod request;
 
 pub use args::{ArgError, Args};
 pub use decode_reply::{decode_reply, ReplyDecodeError};
-pub use reply::{Protocol, Reply};
+pub use reply::{Aggregate, Bulks, Protocol, Reply};
 pub use request::{decode_request, encode_request, Limits, ProtocolError};

@@ -55,6 +55,142 @@ pub enum Reply {
     /// Several replies to one request, encoded one after another (SUBSCRIBE
     /// of n channels answers n pushes); never nested inside another reply.
     Several(Vec<Reply>),
+    /// Pairs (a field and its value, a member and its score): an array of
+    /// two-element arrays in RESP3, one flat array of both in RESP2, as
+    /// Redis answers HRANDFIELD WITHVALUES.
+    Pairs(Vec<(Reply, Reply)>),
+    /// An array, map or set of bulk strings encoded as they were gathered
+    /// (see [`Bulks`]): a long range of a list or hash costs one buffer,
+    /// not an allocation per element.
+    Bulks(Box<Bulks>),
+}
+
+/// What kind of aggregate a [`Bulks`] reply is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aggregate {
+    /// `*n`: an array of the strings.
+    Array,
+    /// `%n` in RESP3 with the strings as key, value, key, value...; a flat
+    /// array of them in RESP2 (an odd string out is never written: the
+    /// builder's user pushes pairs).
+    Map,
+    /// `~n` in RESP3, an array in RESP2.
+    Set,
+}
+
+/// Bulk strings encoded into one buffer as they are pushed: a bulk string
+/// reads the same in RESP2 and RESP3, so only the aggregate's header waits
+/// for the encoding, which writes it and copies the body once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bulks {
+    kind: Aggregate,
+    count: usize,
+    body: BytesMut,
+}
+
+impl Bulks {
+    /// An empty aggregate of `kind` with room for `bytes` of body.
+    pub fn with_capacity(kind: Aggregate, bytes: usize) -> Bulks {
+        Bulks {
+            kind,
+            count: 0,
+            body: BytesMut::with_capacity(bytes),
+        }
+    }
+
+    /// Appends one bulk string.
+    pub fn push(&mut self, s: &[u8]) {
+        self.body.reserve(s.len() + 16);
+        put_bulk(&mut self.body, s);
+        self.count += 1;
+    }
+
+    /// How many strings were pushed.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The strings pushed, in order (read back from the encoded body).
+    pub fn items(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest = &self.body[..];
+        std::iter::from_fn(move || {
+            // Each item is `$<len>\r\n<bytes>\r\n`, as `push` wrote it.
+            let end = rest.iter().position(|&b| b == b'\r')?;
+            let len: usize = std::str::from_utf8(&rest[1..end]).ok()?.parse().ok()?;
+            let item = &rest[end + 2..end + 2 + len];
+            rest = &rest[end + 4 + len..];
+            Some(item)
+        })
+    }
+
+    fn encode(&self, proto: Protocol, out: &mut BytesMut) {
+        let n = self.count as i64;
+        match (self.kind, proto) {
+            (Aggregate::Map, Protocol::Resp3) => put_header(out, b'%', n / 2),
+            (Aggregate::Set, Protocol::Resp3) => put_header(out, b'~', n),
+            _ => put_header(out, b'*', n),
+        }
+        out.extend_from_slice(&self.body);
+    }
+}
+
+impl Bulks {
+    /// The same aggregate as ordinary replies (an array, map or set of bulk
+    /// strings), for readers that walk replies (scripts) rather than
+    /// encode them.
+    pub fn to_plain(&self) -> Reply {
+        let bulk = |s: &[u8]| Reply::Bulk(Bytes::copy_from_slice(s));
+        match self.kind {
+            Aggregate::Array => Reply::Array(self.items().map(bulk).collect()),
+            Aggregate::Set => Reply::Set(self.items().map(bulk).collect()),
+            Aggregate::Map => {
+                let items: Vec<Reply> = self.items().map(bulk).collect();
+                let mut it = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            }
+        }
+    }
+}
+
+impl Reply {
+    /// A compact aggregate ([`Reply::Bulks`], [`Reply::Pairs`]) as the
+    /// ordinary replies it encodes to in `proto`; `None` for every other
+    /// reply (already ordinary).
+    pub fn to_plain(&self, proto: Protocol) -> Option<Reply> {
+        Some(match self {
+            Reply::Bulks(b) => b.to_plain(),
+            Reply::Pairs(pairs) => match proto {
+                Protocol::Resp3 => Reply::Array(
+                    pairs
+                        .iter()
+                        .map(|(a, b)| Reply::Array(vec![a.clone(), b.clone()]))
+                        .collect(),
+                ),
+                Protocol::Resp2 => Reply::Array(
+                    pairs
+                        .iter()
+                        .flat_map(|(a, b)| [a.clone(), b.clone()])
+                        .collect(),
+                ),
+            },
+            _ => return None,
+        })
+    }
+}
+
+impl From<Bulks> for Reply {
+    fn from(b: Bulks) -> Reply {
+        Reply::Bulks(Box::new(b))
+    }
 }
 
 impl Reply {
@@ -119,6 +255,20 @@ impl Reply {
             Reply::Several(replies) => {
                 for r in replies {
                     r.encode(proto, out);
+                }
+            }
+            Reply::Bulks(b) => b.encode(proto, out),
+            Reply::Pairs(pairs) => {
+                match proto {
+                    Protocol::Resp3 => put_header(out, b'*', pairs.len() as i64),
+                    Protocol::Resp2 => put_header(out, b'*', 2 * pairs.len() as i64),
+                }
+                for (a, b) in pairs {
+                    if proto == Protocol::Resp3 {
+                        out.extend_from_slice(b"*2\r\n");
+                    }
+                    a.encode(proto, out);
+                    b.encode(proto, out);
                 }
             }
             Reply::Set(items) => {
@@ -279,5 +429,54 @@ mod tests {
             &Reply::Several(Vec::new()).to_bytes(Protocol::Resp3)[..],
             b""
         );
+    }
+
+    #[test]
+    fn bulks_encode_like_the_replies_they_stand_for() {
+        let words: [&[u8]; 4] = [b"f1", b"", b"a\r\nb", b"v2"];
+        for (kind, plain) in [
+            (
+                Aggregate::Array,
+                Reply::Array(words.iter().map(Reply::bulk).collect()),
+            ),
+            (
+                Aggregate::Set,
+                Reply::Set(words.iter().map(Reply::bulk).collect()),
+            ),
+            (
+                Aggregate::Map,
+                Reply::Map(vec![
+                    (Reply::bulk(words[0]), Reply::bulk(words[1])),
+                    (Reply::bulk(words[2]), Reply::bulk(words[3])),
+                ]),
+            ),
+        ] {
+            let mut b = Bulks::with_capacity(kind, 0);
+            for w in words {
+                b.push(w);
+            }
+            assert_eq!(b.len(), 4);
+            assert_eq!(b.items().collect::<Vec<_>>(), words.to_vec());
+            let packed = Reply::from(b);
+            for proto in [Protocol::Resp2, Protocol::Resp3] {
+                assert_eq!(
+                    packed.to_bytes(proto),
+                    plain.to_bytes(proto),
+                    "{kind:?} {proto:?}"
+                );
+            }
+        }
+        let pairs = Reply::Pairs(vec![(Reply::bulk("f"), Reply::bulk("v"))]);
+        assert_eq!(
+            &pairs.to_bytes(Protocol::Resp2)[..],
+            b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(
+            &pairs.to_bytes(Protocol::Resp3)[..],
+            b"*1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        let empty = Reply::from(Bulks::with_capacity(Aggregate::Map, 0));
+        assert_eq!(&empty.to_bytes(Protocol::Resp3)[..], b"%0\r\n");
+        assert_eq!(&empty.to_bytes(Protocol::Resp2)[..], b"*0\r\n");
     }
 }

@@ -68,8 +68,30 @@ pub enum OpError {
     /// `ERR invalid slot range` (LH.FLUSHSLOTS: first above last, or a slot
     /// past 16383).
     InvalidSlotRange,
-    /// `CROSSSLOT Keys in request don't hash to the same slot`
+    /// `CROSSSLOT Keys in request don't hash to the same slot ...`: the keys
+    /// of one command live on different shards; the text names the fix (a
+    /// common hash tag).
     CrossSlot,
+    /// `ERR no such key` (LSET on a missing key; RENAME, RENAMENX of one).
+    NoSuchKey,
+    /// `ERR index out of range` (LSET).
+    IndexOutOfRange,
+    /// `ERR hash value is not an integer` (HINCRBY).
+    HashValueNotInteger,
+    /// `ERR hash value is not a float` (HINCRBYFLOAT).
+    HashValueNotFloat,
+    /// `ERR value is NaN or Infinity` (HINCRBYFLOAT's increment).
+    ValueNanOrInfinity,
+    /// LPOS's `RANK 0`, in Redis 7.0's words.
+    RankZero,
+    /// `ERR <option> can't be negative` (LPOS COUNT and MAXLEN).
+    CantBeNegative(&'static str),
+    /// `ERR value is out of range` (HRANDFIELD's count with WITHVALUES
+    /// whose reply length would overflow, or a reply too big to build).
+    OutOfRange,
+    /// `ERR value is out of range, value must between <min> and <max>`
+    /// (Redis's wording, HRANDFIELD's count).
+    OutOfRangeBetween(i64, i64),
     /// `ERR shard unavailable (shutting down)`: a shard's thread stopped
     /// before it answered.
     ShardUnavailable,
@@ -193,8 +215,6 @@ pub enum OpError {
     BadPin(String),
     /// `ERR the prefix is pinned by the configuration (rate-limit-pins)`.
     PinConfigured,
-    /// `ERR no such key` (RENAME, RENAMENX of a missing key).
-    NoSuchKey,
     /// `ERR source and destination objects are the same` (COPY to itself).
     SameObject,
     /// `ERR offset is out of range` (SETRANGE with a negative offset).
@@ -293,9 +313,24 @@ impl OpError {
             }
             OpError::BadRateLimitState => Reply::err("ERR invalid rate limit state"),
             OpError::InvalidSlotRange => Reply::err("ERR invalid slot range"),
-            OpError::CrossSlot => {
-                Reply::err("CROSSSLOT Keys in request don't hash to the same slot")
+            OpError::CrossSlot => Reply::err(
+                "CROSSSLOT Keys in request don't hash to the same slot (here: the same shard); give them a common {hash tag}, e.g. {user1}:a and {user1}:b",
+            ),
+            OpError::NoSuchKey => Reply::err("ERR no such key"),
+            OpError::IndexOutOfRange => Reply::err("ERR index out of range"),
+            OpError::HashValueNotInteger => Reply::err("ERR hash value is not an integer"),
+            OpError::HashValueNotFloat => Reply::err("ERR hash value is not a float"),
+            OpError::ValueNanOrInfinity => Reply::err("ERR value is NaN or Infinity"),
+            OpError::RankZero => Reply::err(
+                "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
+            ),
+            OpError::CantBeNegative(what) => {
+                Reply::err_owned(format!("ERR {what} can't be negative"))
             }
+            OpError::OutOfRange => Reply::err("ERR value is out of range"),
+            OpError::OutOfRangeBetween(min, max) => Reply::err_owned(format!(
+                "ERR value is out of range, value must between {min} and {max}"
+            )),
             OpError::ShardUnavailable => Reply::err("ERR shard unavailable (shutting down)"),
             OpError::Arity(name) => wrong_arity(name),
             OpError::InvalidCommandSpecified => Reply::err("ERR Invalid command specified"),
@@ -385,7 +420,6 @@ impl OpError {
             OpError::HelloNoAuth => Reply::err(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             ),
-            OpError::NoSuchKey => Reply::err("ERR no such key"),
             OpError::SameObject => Reply::err("ERR source and destination objects are the same"),
             OpError::OffsetOutOfRange => Reply::err("ERR offset is out of range"),
             OpError::LfuNotSelected => Reply::err(

@@ -41,6 +41,10 @@ pub struct ShardConf {
     /// `busy-reply-threshold`: how long a script runs before other threads
     /// see its shard busy, milliseconds.
     pub busy_reply_threshold_ms: u64,
+    /// `hash-max-listpack-entries` and `hash-max-listpack-value`.
+    pub hash_limits: crate::collections::hash::Limits,
+    /// `list-max-listpack-size`, for lists created from now on.
+    pub list_fill: i32,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -286,6 +290,8 @@ impl Shard {
             conf: ShardConf {
                 proto_max_bulk_len: 0,
                 busy_reply_threshold_ms: 0,
+                hash_limits: Default::default(),
+                list_fill: crate::collections::list::DEFAULT_FILL,
             },
             stats,
             shared,
@@ -311,6 +317,11 @@ impl Shard {
             let c = self.shared.config.read();
             self.conf.proto_max_bulk_len = c.limits.proto_max_bulk_len;
             self.conf.busy_reply_threshold_ms = c.limits.busy_reply_threshold;
+            self.conf.hash_limits = crate::collections::hash::Limits {
+                max_entries: c.collections.hash_max_listpack_entries,
+                max_value: c.collections.hash_max_listpack_value,
+            };
+            self.conf.list_fill = c.collections.list_max_listpack_size;
             self.config_gen = gen;
         }
     }

@@ -71,6 +71,16 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::persistence::COMMANDS,
         include_str!("family_persistence.rs"),
     ),
+    (
+        "family_lists.rs",
+        commands::lists::COMMANDS,
+        include_str!("family_lists.rs"),
+    ),
+    (
+        "family_hashes.rs",
+        commands::hashes::COMMANDS,
+        include_str!("family_hashes.rs"),
+    ),
 ];
 
 #[test]

@@ -14,16 +14,19 @@ use leasehold_server::harness::Harness;
 
 /// Keys a read sample's `{}` stands for, one call each: the five that
 /// [`READ_SETUP`] writes (on both shards) and one that does not exist.
-const READ_KEYS: &[&str] = &["s", "n", "tb", "sw", "g", "missing"];
+const READ_KEYS: &[&str] = &["s", "n", "tb", "sw", "g", "l", "h", "missing"];
 
-/// What every read sample runs first: a string with a TTL, a counter, and
-/// one state of each rate-limit kind, all with deadlines past 1 s.
+/// What every read sample runs first: a string with a TTL, a counter, one
+/// state of each rate-limit kind, all with deadlines past 1 s, a list and
+/// a hash.
 const READ_SETUP: &[&str] = &[
     "SET s v EX 100",
     "INCR n",
     "TOKENLEASE tb 10 1 1000 5",
     "SLIDINGWINDOW sw 10 1000",
     "CL.THROTTLE g 5 1 10",
+    "RPUSH l a b a",
+    "HSET h a 1 b 2",
 ];
 
 /// One row's sample: its name, the calls that prepare the keyspace, and
@@ -311,6 +314,76 @@ const SAMPLES: &[Sample] = &[
             "SCRIPT EXISTS 930269f31393d0be681588b6ab08dccee7d6bb67",
             "SCRIPT FLUSH",
         ],
+    ),
+    // Lists: every write sample changes its list; reads on a list and on
+    // a missing key.
+    ("lpush", &[], &["LPUSH a x", "LPUSH a y z"]),
+    ("rpush", &[], &["RPUSH a x", "RPUSH a y z"]),
+    ("lpushx", &["RPUSH a x"], &["LPUSHX a y"]),
+    ("rpushx", &["RPUSH a x"], &["RPUSHX a y z"]),
+    ("lpop", &["RPUSH a x y z"], &["LPOP a", "LPOP a 5"]),
+    ("rpop", &["RPUSH a x y z"], &["RPOP a 2", "RPOP a"]),
+    (
+        "lrange",
+        READ_SETUP,
+        &["LRANGE l 0 -1", "LRANGE missing 0 -1"],
+    ),
+    (
+        "ltrim",
+        &["RPUSH a x y z"],
+        &["LTRIM a 1 -1", "LTRIM a 1 0"],
+    ),
+    ("lindex", READ_SETUP, &["LINDEX l 1", "LINDEX missing 0"]),
+    ("llen", READ_SETUP, &["LLEN l", "LLEN missing"]),
+    ("lrem", &["RPUSH a x y x"], &["LREM a 0 x"]),
+    ("lset", &["RPUSH a x"], &["LSET a 0 y", "LSET a -1 z"]),
+    (
+        "linsert",
+        &["RPUSH a x"],
+        &["LINSERT a BEFORE x w", "LINSERT a AFTER x y"],
+    ),
+    (
+        "lpos",
+        READ_SETUP,
+        &["LPOS l a", "LPOS l a RANK -1 COUNT 0", "LPOS missing a"],
+    ),
+    (
+        "lmove",
+        &["RPUSH {t}a x y"],
+        &["LMOVE {t}a {t}b LEFT RIGHT", "LMOVE {t}a {t}a RIGHT LEFT"],
+    ),
+    (
+        "rpoplpush",
+        &["RPUSH {t}a x y"],
+        &["RPOPLPUSH {t}a {t}b", "RPOPLPUSH {t}b {t}b"],
+    ), // Hashes.
+    ("hset", &[], &["HSET a f v", "HSET a f v g w"]),
+    ("hget", READ_SETUP, &["HGET h a", "HGET missing a"]),
+    ("hmget", READ_SETUP, &["HMGET h a x", "HMGET missing a"]),
+    ("hmset", &[], &["HMSET a f v"]),
+    ("hsetnx", &[], &["HSETNX a f v", "HSETNX a g w"]),
+    ("hincrby", &[], &["HINCRBY a f 2", "HINCRBY a f -1"]),
+    ("hincrbyfloat", &[], &["HINCRBYFLOAT a f 1.5"]),
+    ("hdel", &["HSET a f v g w"], &["HDEL a f", "HDEL a g x"]),
+    ("hexists", READ_SETUP, &["HEXISTS h a", "HEXISTS missing a"]),
+    ("hlen", READ_SETUP, &["HLEN h", "HLEN missing"]),
+    ("hkeys", READ_SETUP, &["HKEYS h", "HKEYS missing"]),
+    ("hvals", READ_SETUP, &["HVALS h", "HVALS missing"]),
+    ("hgetall", READ_SETUP, &["HGETALL h", "HGETALL missing"]),
+    ("hstrlen", READ_SETUP, &["HSTRLEN h a", "HSTRLEN missing a"]),
+    (
+        "hrandfield",
+        READ_SETUP,
+        &[
+            "HRANDFIELD h",
+            "HRANDFIELD h -5 WITHVALUES",
+            "HRANDFIELD missing 2",
+        ],
+    ),
+    (
+        "hscan",
+        READ_SETUP,
+        &["HSCAN h 0", "HSCAN h 0 MATCH a* COUNT 5", "HSCAN missing 0"],
     ),
 ];
 

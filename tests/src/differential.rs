@@ -186,6 +186,17 @@ impl Pair {
         );
     }
 
+    /// Switches both connections to RESP `version` with HELLO (their
+    /// replies differ in the client id and the server's name; neither may
+    /// be an error).
+    pub fn hello(&mut self, version: u8) {
+        let (r, l) = self.both_raw(&cmd(&format!("HELLO {version}")));
+        assert!(
+            !r.starts_with('-') && !l.starts_with('-'),
+            "HELLO {version}: {r:?} / {l:?}"
+        );
+    }
+
     /// Sends bytes that end the connection: both must send the same bytes, then close.
     pub fn same_then_closed(&mut self, request: &[u8]) {
         self.redis.send(request);

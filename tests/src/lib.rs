@@ -19,6 +19,8 @@
 //! - [`info()`], [`info_fields`] (module [`mod@info`]): INFO's text and its fields.
 //! - module [`replication`]: make a server follow another, wait until it
 //!   has caught up, dump a keyspace to compare.
+//! - module [`differential`]: a real `redis-server` beside Leasehold, the
+//!   same requests to both, replies compared byte for byte ([`differential::Pair`]).
 //! - [`int_of`], [`text`]: replies as values or text, for assertions.
 //! - [`keys_in_both_halves`]: key names that land on different shards.
 //! - module [`differential`]: a real `redis-server` beside Leasehold, the

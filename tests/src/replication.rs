@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use crate::{info, info_fields, Raw, Reply, TestServer};
 
 /// One key as a replica must hold it: its type, its value (GET for
-/// strings, RLSTATE for rate-limit keys) and its absolute deadline
-/// (PEXPIRETIME), as reply text.
+/// strings, RLSTATE for rate-limit keys, LRANGE for lists, HGETALL's pairs
+/// sorted for hashes, whose table order is each server's own) and its
+/// absolute deadline (PEXPIRETIME), as reply text.
 pub type Dump = BTreeMap<String, (String, String, String)>;
 
 /// An INFO field of `section`.
@@ -105,9 +106,10 @@ pub fn dump(c: &mut Raw) -> Dump {
     for chunk in keys.chunks(200) {
         let mut wire = Vec::new();
         for k in chunk {
-            for cmd in ["TYPE", "GET", "RLSTATE", "PEXPIRETIME"] {
+            for cmd in ["TYPE", "GET", "RLSTATE", "PEXPIRETIME", "HGETALL"] {
                 wire.extend(crate::resp(&[cmd.as_bytes(), k.as_bytes()]));
             }
+            wire.extend(crate::resp(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]));
         }
         c.send(&wire);
         for k in chunk {
@@ -115,11 +117,29 @@ pub fn dump(c: &mut Raw) -> Dump {
             let get = c.read_text();
             let rl = c.read_text();
             let at = c.read_text();
-            let value = if ty.contains("string") { get } else { rl };
+            let hash = sorted_pairs(c.read_reply());
+            let list = c.read_text();
+            let value = match ty.as_str() {
+                "+string\r\n" => get,
+                "+list\r\n" => list,
+                "+hash\r\n" => hash,
+                _ => rl,
+            };
             out.insert(k.clone(), (ty, value, at));
         }
     }
     out
+}
+
+/// A flat array of field, value, ... as its pairs sorted (any other reply
+/// as it came).
+fn sorted_pairs(reply: Reply) -> String {
+    let Reply::Array(flat) = reply else {
+        return format!("{reply:?}");
+    };
+    let mut pairs: Vec<String> = flat.chunks(2).map(|pair| format!("{:?}", pair)).collect();
+    pairs.sort();
+    pairs.join(",")
 }
 
 /// Asserts two dumps are equal, naming at most 10 keys that differ.

@@ -1,7 +1,9 @@
 //! A cross-check of our generator with Redis's own `redis-benchmark` (SET,
 //! GET and INCR, and each rate-limit command against its Lua script, on 100k
 //! random keys at -P 1 and -P 16, one run each), so a reader can see that the
-//! ratios do not come from `leasehold-bench`.
+//! ratios do not come from `leasehold-bench`; and redis-benchmark's list and
+//! hash tests (LPUSH, RPUSH, LPOP, RPOP, HSET, LRANGE_100 to _600) as it
+//! runs them.
 
 use std::path::Path;
 
@@ -86,6 +88,31 @@ fn words(side: &Side, server: &Server, lua_dir: &Path) -> Option<Vec<String>> {
     )
 }
 
+/// Runs redis-benchmark's `tests` on both servers and adds a row per test
+/// Redis answered.
+fn compare_builtin(
+    redis: &Server,
+    leasehold: &Server,
+    pipeline: usize,
+    n: u64,
+    tests: &str,
+    commands: &mut Vec<String>,
+    out: &mut Vec<Check>,
+) {
+    let builtin = Tests::Builtin(tests);
+    let r = run(redis, pipeline, n, &builtin, commands);
+    let l = run(leasehold, pipeline, n, &builtin, commands);
+    for (test, rps) in &r {
+        out.push(Check {
+            test: test.clone(),
+            pipeline,
+            redis: Some(*rps),
+            leasehold: l.iter().find(|(t, _)| t == test).map(|&(_, v)| v),
+        });
+    }
+    eprintln!("redis-benchmark -P {pipeline} {tests}: Redis {r:?}, Leasehold {l:?}");
+}
+
 /// Runs the cross-check on both servers; empty when redis-benchmark is missing.
 /// `scale` shrinks the request counts (1.0 for the full run).
 pub fn run_all(
@@ -98,18 +125,28 @@ pub fn run_all(
     let mut out = Vec::new();
     for (pipeline, requests) in [(1usize, 200_000f64), (16, 1_000_000.0)] {
         let n = (requests * scale).max(1000.0) as u64;
-        let builtin = Tests::Builtin("set,get,incr");
-        let r = run(redis, pipeline, n, &builtin, commands);
-        let l = run(leasehold, pipeline, n, &builtin, commands);
-        for (test, rps) in &r {
-            out.push(Check {
-                test: test.clone(),
-                pipeline,
-                redis: Some(*rps),
-                leasehold: l.iter().find(|(t, _)| t == test).map(|&(_, v)| v),
-            });
-        }
-        eprintln!("redis-benchmark -P {pipeline}: Redis {r:?}, Leasehold {l:?}");
+        compare_builtin(
+            redis,
+            leasehold,
+            pipeline,
+            n,
+            "set,get,incr",
+            commands,
+            &mut out,
+        );
+        // The list and hash tests; an LRANGE reply is up to 600 elements: a
+        // tenth of the requests keeps each run to seconds.
+        let tests = "lpush,rpush,lpop,rpop,hset,lrange_100,lrange_300,lrange_500,lrange_600";
+        let n_collections = (n / 10).max(1000);
+        compare_builtin(
+            redis,
+            leasehold,
+            pipeline,
+            n_collections,
+            tests,
+            commands,
+            &mut out,
+        );
         // The Lua side is several times slower: a fifth of the requests
         // keeps each run to a few seconds.
         let n = (n / 5).max(1000);

@@ -201,8 +201,15 @@ pub fn memory_rows() -> Vec<MemoryRow> {
                 "gcra.lua",
             ),
         ),
+        row("hash of 10 fields (HSET, a listpack on both)", 1, (HASH10, HASH10)),
     ]
 }
+
+/// A hash of 10 short fields, one HSET: both servers keep it as a listpack.
+const HASH10: Side = Side {
+    command: "HSET hs:__key__ field:0 value:00000 field:1 value:00001 field:2 value:00002 field:3 value:00003 field:4 value:00004 field:5 value:00005 field:6 value:00006 field:7 value:00007 field:8 value:00008 field:9 value:00009",
+    script: None,
+};
 
 /// The reclamation row's command: the same on both servers.
 pub const RECLAIM_COMMAND: &str = "SET rc:__key__ xxx PX 1000";

@@ -3,11 +3,23 @@
 //! (the way Redis's listpacks keep small collections cheap). Pure: they know
 //! nothing of keys, shards or effects; the store keeps them in a
 //! [`crate::store::Value`] and the command families in `commands` drive them.
+//!
+//! - [`pack`]: strings packed in one buffer, the listpack-like encoding
+//!   small lists and hashes live in;
+//! - [`list`]: a quicklist, a deque of packs;
+//! - [`hash`]: a pack of field-value pairs, or past its thresholds a
+//!   chained table with Redis's scan cursor;
+//! - [`rng`]: the generator random picks (HRANDFIELD) draw from.
 
 pub mod hash;
 pub mod list;
+pub mod pack;
+pub mod rng;
 pub mod set;
 pub mod zset;
+
+#[cfg(test)]
+mod tests;
 
 /// Most elements (members, fields with their values) one command of a
 /// value's [`Collection::rebuild`] carries, so that a record of a large

@@ -7,7 +7,8 @@
 //! interactive hints and the `HELP <command>` synopsis.
 //!
 //! Syntax: `UPPER` words are tokens, `key` is a key, other lower-case words
-//! are values, `[...]` is optional, `a | b` chooses one, `...` repeats the
+//! are values, `[...]` is optional, `<...>` groups a required part (Redis's
+//! docs write `<BEFORE | AFTER>`), `a | b` chooses one, `...` repeats the
 //! item before it. A value's type is `integer` when its name is one of
 //! `INTEGER_ARGS`, `double` for the fractional ones of `DOUBLE_ARGS`
 //! (Redis's types), `string` otherwise.
@@ -69,6 +70,8 @@ fn tokens(syntax: &str) -> Vec<String> {
     let spaced = syntax
         .replace('[', " [ ")
         .replace(']', " ] ")
+        .replace('<', " < ")
+        .replace('>', " > ")
         .replace('|', " | ")
         .replace("...", " ... ");
     spaced.split_whitespace().map(str::to_string).collect()
@@ -79,7 +82,16 @@ fn parse_seq(t: &[String], pos: &mut usize) -> Option<Vec<Node>> {
     let mut items = Vec::new();
     while let Some(tok) = t.get(*pos) {
         match tok.as_str() {
-            "]" | "|" => break,
+            "]" | "|" | ">" => break,
+            "<" => {
+                *pos += 1;
+                let inner = parse_alt(t, pos)?;
+                if t.get(*pos).map(String::as_str) != Some(">") {
+                    return None;
+                }
+                *pos += 1;
+                items.push(inner);
+            }
             "[" => {
                 *pos += 1;
                 let inner = parse_alt(t, pos)?;
@@ -178,11 +190,24 @@ const INTEGER_ARGS: &[&str] = &[
     "start",
     "end",
     "db",
+    "start",
+    "stop",
+    "rank",
+    "num_matches",
+    "len",
 ];
 
+/// Value names that are keys (LMOVE's `source` and `destination`, as Redis
+/// names them).
+const KEY_ARGS: &[&str] = &["key", "source", "destination"];
+
 /// `(command, value)` pairs that are fractional numbers: GCRA's `period`
-/// (seconds, microsecond accuracy) and INCRBYFLOAT's `increment`.
-const DOUBLE_ARGS: &[(&str, &str)] = &[("gcra", "period"), ("incrbyfloat", "increment")];
+/// (seconds, microsecond accuracy), INCRBYFLOAT's and HINCRBYFLOAT's `increment`.
+const DOUBLE_ARGS: &[(&str, &str)] = &[
+    ("gcra", "period"),
+    ("incrbyfloat", "increment"),
+    ("hincrbyfloat", "increment"),
+];
 
 /// The COMMAND DOCS type of value `w` of command `cmd`.
 fn value_type(cmd: &str, w: &str) -> &'static str {
@@ -247,7 +272,7 @@ fn render(cmd: &str, node: &Node, flags: &mut Vec<&'static str>) -> Reply {
             flags,
             Vec::new(),
         ),
-        Node::Word(w) if w == "key" => entry("key", "key", None, flags, Vec::new()),
+        Node::Word(w) if KEY_ARGS.contains(&w.as_str()) => entry(w, "key", None, flags, Vec::new()),
         Node::Word(w) => entry(w, value_type(cmd, w), None, flags, Vec::new()),
         Node::Block(items) => match items.as_slice() {
             // `TOKEN value`: one argument introduced by its token, as Redis
@@ -334,6 +359,20 @@ mod tests {
                 (get("name"), get("type"))
             })
             .collect()
+    }
+
+    #[test]
+    fn a_required_choice_is_one_argument() {
+        let t = types("linsert");
+        let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["key", "choice", "pivot", "element"]);
+        assert_eq!(t[1].1, "oneof");
+        let lmove: Vec<String> = types("lmove").into_iter().map(|(_, k)| k).collect();
+        assert_eq!(lmove, ["key", "key", "oneof", "oneof"]);
+        assert_eq!(
+            types("lpos")[2],
+            ("rank".to_string(), "integer".to_string())
+        );
     }
 
     #[test]

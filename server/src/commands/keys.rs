@@ -222,28 +222,56 @@ fn keys(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Array(out))
 }
 
-/// SCAN's cursor is a hash slot: this call returns every key of whole slots,
-/// starting at the cursor's, until COUNT keys are gathered or this shard's
-/// slots end, and answers the next slot to visit (0 after the last slot).
-fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let cursor = leasehold_protocol::int::parse_u64(&a.next()?).ok_or(OpError::InvalidCursor)?;
-    let mut pattern = None;
-    let mut count = 10u64;
-    let mut type_filter = None;
+/// The options of SCAN and of HSCAN-like commands, as Redis's
+/// `scanGenericCommand` reads them.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    /// MATCH's glob pattern.
+    pub pattern: Option<Bytes>,
+    /// COUNT, 10 when not given.
+    pub count: u64,
+    /// TYPE's name, lower case (SCAN only).
+    pub type_filter: Option<String>,
+}
+
+/// Reads `[MATCH pattern] [COUNT n] [TYPE type]` in any order (the last of
+/// each wins); TYPE only when `with_type` (SCAN's, not HSCAN's).
+///
+/// # Errors
+/// Syntax error for an unknown option, a missing value or a COUNT below 1;
+/// the integer error for a COUNT that is not one.
+pub fn scan_options(a: &mut Args, with_type: bool) -> Result<ScanOptions, OpError> {
+    let mut o = ScanOptions {
+        count: 10,
+        ..ScanOptions::default()
+    };
     while a.remaining() > 0 {
         match a.word()?.as_str() {
-            "MATCH" => pattern = Some(a.next()?),
+            "MATCH" => o.pattern = Some(a.next()?),
             "COUNT" => {
                 let n = a.i64()?;
                 if n < 1 {
                     return Err(OpError::Syntax);
                 }
-                count = n as u64;
+                o.count = n as u64;
             }
-            "TYPE" => type_filter = Some(a.word()?.to_ascii_lowercase()),
+            "TYPE" if with_type => o.type_filter = Some(a.word()?.to_ascii_lowercase()),
             _ => return Err(OpError::Syntax),
         }
     }
+    Ok(o)
+}
+
+/// SCAN's cursor is a hash slot: this call returns every key of whole slots,
+/// starting at the cursor's, until COUNT keys are gathered or this shard's
+/// slots end, and answers the next slot to visit (0 after the last slot).
+fn scan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let cursor = leasehold_protocol::int::parse_u64(&a.next()?).ok_or(OpError::InvalidCursor)?;
+    let ScanOptions {
+        pattern,
+        count,
+        type_filter,
+    } = scan_options(a, true)?;
     if cursor >= SLOTS as u64 {
         return Ok(Reply::Array(vec![
             Reply::bulk("0"),

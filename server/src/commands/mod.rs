@@ -30,11 +30,19 @@
 //!   parameters; the check is in [`crate::ratelimit::pin`]).
 //! - [`scripting`]: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT (the Lua
 //!   side is [`crate::script`]).
+//! - [`lists`]: LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LTRIM,
+//!   LINDEX, LLEN, LREM, LSET, LINSERT, LPOS, LMOVE, RPOPLPUSH (the
+//!   structure is [`crate::collections::list`]);
+//! - [`hashes`]: HSET, HGET, HMGET, HMSET, HSETNX, HINCRBY, HINCRBYFLOAT,
+//!   HDEL, HEXISTS, HLEN, HKEYS, HVALS, HGETALL, HSTRLEN, HRANDFIELD, HSCAN
+//!   (the structure is [`crate::collections::hash`]).
 //!
-//! Three files hold no rows: [`config`] runs CONFIG's subcommands (the
+//! Four files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
-//! argument trees from `docs/commands.md`, and [`span`] holds what commands
-//! over several shards are driven with (steps, the parcel's handlers).
+//! argument trees from `docs/commands.md`, [`span`] holds what commands
+//! over several shards are driven with (steps, the parcel's handlers), and
+//! [`collection`] holds what the collection families share (lookups,
+//! creation, effects).
 
 use std::sync::OnceLock;
 
@@ -44,12 +52,15 @@ use crate::error::OpError;
 use crate::session::ConnCtx;
 pub use crate::shard::ShardFn;
 
+pub mod collection;
 pub mod config;
 pub mod connection;
 pub mod docs;
+pub mod hashes;
 pub mod info;
 pub mod introspect;
 pub mod keys;
+pub mod lists;
 pub mod moves;
 pub mod persistence;
 pub mod pins;
@@ -296,6 +307,8 @@ impl Table {
             persistence::COMMANDS,
             pins::COMMANDS,
             scripting::COMMANDS,
+            lists::COMMANDS,
+            hashes::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

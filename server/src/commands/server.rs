@@ -70,6 +70,10 @@ fn command_group(name: &str) -> &'static str {
         "pubsub"
     } else if member(super::scripting::COMMANDS) {
         "scripting"
+    } else if member(super::lists::COMMANDS) {
+        "list"
+    } else if member(super::hashes::COMMANDS) {
+        "hash"
     } else {
         "module"
     }

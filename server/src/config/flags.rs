@@ -152,6 +152,9 @@ mod tests {
             "auto-aof-rewrite-min-size",
             "stop-writes-on-bgsave-error",
             "busy-reply-threshold",
+            "hash-max-listpack-entries",
+            "hash-max-listpack-value",
+            "list-max-listpack-size",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

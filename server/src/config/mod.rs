@@ -363,6 +363,34 @@ pub fn apply_log_level(old: &Config, new: &Config) {
     }
 }
 
+/// `[collections]`: when small lists and hashes leave their compact
+/// encodings (Redis's names and ranges).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectionsConfig {
+    /// Most fields a hash keeps in its listpack (`hash-max-listpack-entries`).
+    pub hash_max_listpack_entries: usize,
+    /// Longest field or value a hash keeps in its listpack, bytes
+    /// (`hash-max-listpack-value`).
+    pub hash_max_listpack_value: usize,
+    /// A list node's limit (`list-max-listpack-size`): -1 to -5 cap it at
+    /// 4, 8, 16, 32 or 64 KiB (below -5 is -5), a positive number at that
+    /// many elements.
+    pub list_max_listpack_size: i32,
+}
+
+impl Default for CollectionsConfig {
+    /// redis.conf's values (the compiled-in hash default of redis-server
+    /// 7.0 without a file is 512 fields; redis.conf sets 128).
+    fn default() -> Self {
+        CollectionsConfig {
+            hash_max_listpack_entries: 128,
+            hash_max_listpack_value: 64,
+            list_max_listpack_size: -2,
+        }
+    }
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -399,6 +427,8 @@ pub struct Config {
     pub replication: ReplicationConfig,
     /// `[persistence]`
     pub persistence: PersistenceConfig,
+    /// `[collections]`
+    pub collections: CollectionsConfig,
     /// `[log]`
     pub log: LogConfig,
     /// The file the configuration was read from, as an absolute path (INFO

@@ -234,6 +234,9 @@ pub static PARAMS: &[Param] = &[
     row("aof-load-truncated", ("persistence", "aof_load_truncated"), Kind::Bool, field!(persistence.aof_load_truncated), Runtime, true, "Drop a log's last record cut short (yes) or refuse to start (no)"),
     row("load-corrupt-snapshot", ("persistence", "load_corrupt_snapshot"), Kind::Bool, field!(persistence.load_corrupt_snapshot), Runtime, true, "Start from a snapshot whose checksum fails (yes) or refuse (no)"),
     row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, true, "Refuse writes while the last snapshot failed"),
+    row("hash-max-listpack-entries", ("collections", "hash_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_entries), Runtime, true, "Most fields a hash keeps in its compact listpack encoding").with_aliases(&["hash-max-ziplist-entries"]),
+    row("hash-max-listpack-value", ("collections", "hash_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_value), Runtime, true, "Longest field or value, bytes, a hash keeps in its listpack").with_aliases(&["hash-max-ziplist-value"]),
+    row("list-max-listpack-size", ("collections", "list_max_listpack_size"), Kind::Int(range!(-2147483648, 2147483647)), field!(collections.list_max_listpack_size), Runtime, true, "A list node's limit: -1..-5 for 4..64 KiB, or a positive element count").with_aliases(&["list-max-ziplist-size"]),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -556,6 +559,21 @@ mod tests {
                 "argument must be a memory value",
             ),
             ("maxmemory", "lots", "argument must be a memory value"),
+            (
+                "hash-max-listpack-entries",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hash-max-listpack-value",
+                "1k",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "list-max-listpack-size",
+                "2147483648",
+                "argument must be between -2147483648 and 2147483647 inclusive",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(

@@ -94,6 +94,16 @@ pub fn reply_to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> Result<Value> {
             single("verbatim_string", Value::Table(t))?
         }
         Reply::Verbatim(_, body) => str_value(body)?,
+        Reply::Bulks(_) | Reply::Pairs(_) => {
+            let proto = match resp3 {
+                true => leasehold_protocol::Protocol::Resp3,
+                false => leasehold_protocol::Protocol::Resp2,
+            };
+            match reply.to_plain(proto) {
+                Some(plain) => reply_to_lua(lua, &plain, resp3)?,
+                None => Value::Nil,
+            }
+        }
     })
 }
 

@@ -148,6 +148,8 @@ impl Store {
         let mut records = 0u64;
         let mut put = |e: &Entry| {
             if !e.expired(now.unix_ms, now) {
+                // A collection takes several records (its rebuild's chunks,
+                // then PEXPIREAT): the count is of records, not of keys.
                 Store::value_effect(e.key(), &e.value, e.expire_at(now), now, |eff| {
                     eff.encode(&mut out);
                     records += 1;

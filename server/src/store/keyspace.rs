@@ -68,9 +68,16 @@ impl Store {
         key: &[u8],
         now_ms: u64,
     ) -> Option<&mut Entry> {
+        let j = self.live_position(i, h, key, now_ms)?;
+        Some(self.tables[i].at_mut(j))
+    }
+
+    /// The position of `key`'s live entry in table `i`, reclaiming it
+    /// first when its deadline has passed.
+    fn live_position(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<usize> {
         let j = self.find_entry(i, h, key)?;
         if self.live_anyway() || !self.tables[i].at(j).expired(now_ms, self.clock) {
-            return Some(self.tables[i].at_mut(j));
+            return Some(j);
         }
         // A replica hides the key; the primary's DEL will remove it.
         if !self.replica {
@@ -81,8 +88,27 @@ impl Store {
 
     /// [`Store::get_at`] that answers the entry's position instead.
     pub(super) fn live_at(&mut self, i: usize, h: u64, key: &[u8], now_ms: u64) -> Option<usize> {
-        self.get_at(i, h, key, now_ms)?;
-        self.tables[i].find(h, key)
+        self.live_position(i, h, key, now_ms)
+    }
+
+    /// The live entry for `key`, or, when it is absent, a new collection
+    /// `make()` stored there as [`Store::create`] stores one (no TTL, no
+    /// effect). One lookup either way; the flag says whether it was created.
+    pub fn get_or_create(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        make: impl FnOnce() -> Value,
+    ) -> (&mut Entry, bool) {
+        let (i, h) = self.locate(key);
+        match self.live_position(i, h, key, now_ms) {
+            Some(j) => (self.tables[i].at_mut(j), false),
+            None => {
+                let value = make();
+                debug_assert!(value.collection().is_some(), "create is for collections");
+                (self.put_at(i, h, key, value, 0, now_ms), true)
+            }
+        }
     }
 
     /// Stores `value` under `key` with the deadline `expire_at` (Unix ms, `None`

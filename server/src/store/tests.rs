@@ -625,3 +625,38 @@ fn clearing_slots_removes_only_those_slots() {
     assert_eq!(s.clear_slots(0..8192), 0);
     assert_eq!(s.effects().offset(), offset);
 }
+
+#[test]
+fn an_image_counts_records_not_keys() {
+    use crate::collections::list::{End, List};
+    let mut s = store();
+    let mut list = List::default();
+    for i in 0..1200 {
+        list.push(End::Right, format!("e{i}").as_bytes());
+    }
+    // Three RPUSH records of at most 512 elements, then PEXPIREAT.
+    let key = b"l";
+    s.set(key, Value::List(Box::new(list)), Some(u64::MAX / 4), 0);
+    s.set(b"k", Value::from_bytes(b"v"), None, 0);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    s.start_image(ImageSink {
+        tx,
+        queued: Default::default(),
+    });
+    while s.image_step(std::time::Duration::from_secs(1)) != ImageStep::Idle {}
+    let mut records = 0;
+    let mut bytes = bytes::BytesMut::new();
+    while let Ok(ImagePart::Chunk(b, n)) = rx.try_recv() {
+        records += n;
+        bytes.extend_from_slice(&b);
+    }
+    let limits = leasehold_protocol::Limits::default();
+    let mut decoded = 0;
+    while leasehold_protocol::decode_request(&mut bytes, &limits)
+        .unwrap()
+        .is_some()
+    {
+        decoded += 1;
+    }
+    assert_eq!((records, decoded), (5, 5));
+}
