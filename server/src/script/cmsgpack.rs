@@ -24,8 +24,7 @@ fn fail(what: &str) -> mlua::Error {
 fn number(x: f64, out: &mut Vec<u8>) {
     // As lua-cmsgpack's IS_INT64_EQUIVALENT.
     if x.is_finite()
-        && x >= -9.223_372_036_854_776e18
-        && x < 9.223_372_036_854_776e18
+        && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&x)
         && x as i64 as f64 == x
     {
         let _ = rmp::encode::write_sint(out, x as i64);

@@ -109,7 +109,7 @@ pub fn reply_to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> Result<Value> {
 
 /// A Lua number as a reply's integer: C's `(long long)` cast on x86-64.
 pub fn truncate(x: f64) -> i64 {
-    if x >= -9.223_372_036_854_776e18 && x < 9.223_372_036_854_776e18 {
+    if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&x) {
         x as i64
     } else {
         i64::MIN
@@ -142,7 +142,7 @@ fn lua_to_reply_at(v: &Value, resp3: bool, depth: usize) -> Result<Reply> {
         Value::Boolean(b) if resp3 => Reply::Bool(*b),
         Value::Boolean(true) => Reply::Int(1),
         Value::Boolean(false) => Reply::Nil,
-        Value::Integer(i) => Reply::Int(*i as i64),
+        Value::Integer(i) => Reply::Int(*i),
         Value::Number(n) => Reply::Int(truncate(*n)),
         Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
         Value::Table(t) => table_to_reply(t, resp3, depth)?,

@@ -612,7 +612,7 @@ impl Vm {
                 reply => Ok(Ok(reply_to_lua(lua, &reply, run.resp3.get())?)),
             }
         };
-        let reply = lua.scope(|scope| {
+        lua.scope(|scope| {
             let raising =
                 scope.create_function(|lua, args: MultiValue| match call(lua, args)? {
                     Ok(v) => Ok(v),
@@ -630,8 +630,7 @@ impl Vm {
                 true => lua_to_reply(&value, run.resp3.get()),
                 false => failed(&value, sha)?,
             })
-        });
-        reply
+        })
     }
 }
 
