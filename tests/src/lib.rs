@@ -25,8 +25,6 @@
 //! - [`keys_in_both_halves`]: key names that land on different shards.
 //! - module [`differential`]: a real `redis-server` beside Leasehold, the
 //!   same requests to both, replies compared byte for byte.
-//! - module [`redis_pair`]: a real `redis-server` beside Leasehold, for
-//!   byte-for-byte differential tests.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -44,7 +42,6 @@ use leasehold_server::ServerHandle;
 pub mod clock;
 pub mod differential;
 pub mod info;
-pub mod redis_pair;
 pub mod redis_rs;
 pub mod replication;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_server::clock::ManualClock;
-use leasehold_tests::redis_pair::Pair;
+use leasehold_tests::differential::Pair;
 use leasehold_tests::replication::{follow, wait_caught_up};
 use leasehold_tests::{keys_in_both_halves, on_1_and_2_threads, resp, Raw, TestServer, T0_MS};
 
