@@ -17,6 +17,16 @@ fn command(dir: &Path, port: u16, extra: &[&str]) -> Command {
     cmd
 }
 
+/// A started node on a free port with its files in a scratch directory,
+/// plus `extra` flags: the process (stopped on drop) and its port.
+fn node(extra: &[&str]) -> (Proc, u16) {
+    let (dir, port) = (scratch_dir(), free_port());
+    (
+        started(&mut command(&dir, port, extra), port, "leasehold-server"),
+        port,
+    )
+}
+
 /// Connects to `addr`, sends PING, and returns what came back within 5 s
 /// (until the server closes or a reply line is complete), the connection
 /// kept open when it is.
@@ -67,13 +77,7 @@ fn protected_mode_refuses_outside_clients_until_a_password_or_no() {
         eprintln!("NOTICE: no non-loopback address on this machine; protected-mode test skipped");
         return;
     };
-    let dir = scratch_dir();
-    let port = free_port();
-    let _node = started(
-        &mut command(&dir, port, &["--bind", "0.0.0.0"]),
-        port,
-        "leasehold-server",
-    );
+    let (_node, port) = node(&["--bind", "0.0.0.0"]);
     let from_outside = SocketAddr::new(outside, port);
     // Sent nothing (so the close cannot reset the connection before the
     // reply is read), it is told why and closed.
@@ -135,13 +139,7 @@ fn storm(port: u16, n: usize) -> (usize, usize, Vec<TcpStream>) {
 
 #[test]
 fn maxclients_is_exact_under_a_connection_storm() {
-    let dir = scratch_dir();
-    let port = free_port();
-    let _node = started(
-        &mut command(&dir, port, &["--maxclients", "50"]),
-        port,
-        "leasehold-server",
-    );
+    let (_node, port) = node(&["--maxclients", "50"]);
     // Let the readiness probe's connection go.
     std::thread::sleep(Duration::from_millis(200));
     let (pong, refused, kept) = storm(port, 160);
@@ -207,9 +205,7 @@ fn used_memory(port: u16) -> u64 {
 /// where it started, while they stay open.
 #[test]
 fn idle_connections_do_not_pin_their_largest_request() {
-    let dir = scratch_dir();
-    let port = free_port();
-    let _node = started(&mut command(&dir, port, &[]), port, "leasehold-server");
+    let (_node, port) = node(&[]);
     let before = used_memory(port);
     let value = "v".repeat(40 << 20);
     let mut conns = Vec::new();
@@ -236,9 +232,7 @@ fn idle_connections_do_not_pin_their_largest_request() {
 /// `normal 0 0 0`) nothing is closed.
 #[test]
 fn a_client_that_never_reads_is_closed_at_the_normal_output_limit() {
-    let dir = scratch_dir();
-    let port = free_port();
-    let _node = started(&mut command(&dir, port, &[]), port, "leasehold-server");
+    let (_node, port) = node(&[]);
     let set = [
         "CONFIG",
         "SET",
@@ -353,9 +347,7 @@ fn sigterm_under_load_answers_every_command_that_ran() {
 /// go on; back under it (or at 0) writes are served again.
 #[test]
 fn past_maxmemory_writes_are_refused_and_reads_go_on() {
-    let dir = scratch_dir();
-    let port = free_port();
-    let _node = started(&mut command(&dir, port, &[]), port, "leasehold-server");
+    let (_node, port) = node(&[]);
     assert_eq!(text(&call(port, &["SET", "kept", "v"]).unwrap()), "OK");
     assert_eq!(
         text(&call(port, &["CONFIG", "SET", "maxmemory", "1mb"]).unwrap()),

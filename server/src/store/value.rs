@@ -163,9 +163,6 @@ impl Value {
     /// field does not fit. Collections: their own
     /// ([`Collection::encoding`]).
     pub fn encoding(&self) -> &'static str {
-        if let Some(c) = self.collection() {
-            return c.encoding();
-        }
         match self {
             Value::Int(_) => "int",
             Value::Small { .. } => "embstr",
@@ -173,9 +170,10 @@ impl Value {
             Value::Str(_) => "raw",
             Value::TokenBucket(_) | Value::SlidingWindow(_) | Value::Gcra(_) => "packed",
             Value::Wide(_) => "wide",
-            Value::List(_) | Value::Hash(_) | Value::Set(_) | Value::ZSet(_) => {
-                unreachable!("collections answered above")
-            }
+            Value::List(l) => l.encoding(),
+            Value::Hash(h) => h.encoding(),
+            Value::Set(s) => s.encoding(),
+            Value::ZSet(z) => z.encoding(),
         }
     }
 
