@@ -9,6 +9,7 @@
 //! 9 harness    the in-process test tier: every shard on one thread, no sockets
 //! 8 runtime    threads: each gets a Shard, a mailbox, an event loop, an expiry timer
 //! 7 net        sockets: each thread's mio event loop, accepting, reading, writing
+//!   metrics    the Prometheus endpoint: GET /metrics, counters summed when scraped
 //!   replication::feed, ::link   a sender thread per replica; the replica's link
 //!   replication::snapshot       the cut of every shard, the image's records
 //!   persist::daemon, ::aof, ::load   the files' thread, the log's writer, loading
@@ -33,16 +34,17 @@
 //!   error      every error reply text
 //!   config     flags, the TOML file, defaults
 //!   glob       Redis's glob patterns
+//!   latency    the sampled latency histogram (power-of-two buckets)
 //!   replication  declares its files, each on its own rung (above)
 //!   persist      likewise; persist::format, the files' formats, sits here
 //! ```
 //!
 //! By layer, from the bottom:
-//! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`replication`]
+//! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`latency`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
 //! 1 [`ratelimit`], [`collections`], [`script`]; 2 [`state`], [`store`],
 //! [`effects`], [`pubsub`], [`monitor`]; 3 [`shard`];
-//! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`];
+//! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`], [`metrics`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
 //!
 //! # Reading order
@@ -71,6 +73,8 @@ pub mod effects;
 pub mod error;
 pub mod glob;
 pub mod harness;
+pub mod latency;
+pub mod metrics;
 pub mod monitor;
 pub mod net;
 pub mod persist;

@@ -31,6 +31,8 @@ pub struct ServerHandle {
     pub addr: SocketAddr,
     /// Its shared state (statistics, configuration, shutdown).
     pub shared: Arc<Shared>,
+    /// Where `/metrics` is served (`metrics-port`), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
     files: Option<Daemon>,
 }
@@ -125,6 +127,13 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     let (polls, bells) = polls(threads)?;
     let shared = new_shared(&config, clock, local_addr, bells);
     let (mailboxes, receivers) = mailboxes(&shared);
+    let metrics_addr = match config.net.metrics_port {
+        0 => None,
+        port => Some(crate::metrics::spawn(
+            shared.clone(),
+            SocketAddr::new(local_addr.ip(), port),
+        )?),
+    };
     // Clients that connect get -LOADING until the data is loaded and the
     // append-only log runs (set before the listener's thread starts).
     shared.repl.set_loading(true);
@@ -172,6 +181,7 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
         shared,
         threads: handles,
         files: Some(files),
+        metrics_addr,
     })
 }
 

@@ -69,6 +69,9 @@ pub struct Shard {
     /// Locked by a transaction over several shards: the turn runs only its
     /// jobs here, publishing and active expiry wait until it is released.
     pub locked: bool,
+    /// Counted calls until the next one is timed (see
+    /// [`crate::latency::SAMPLE_EVERY`]).
+    until_timed: u32,
 }
 
 impl std::fmt::Debug for Shard {
@@ -297,6 +300,7 @@ impl Shard {
             shared,
             config_gen: u64::MAX,
             locked: false,
+            until_timed: 0,
         };
         shard.tick();
         shard
@@ -341,12 +345,27 @@ impl Shard {
         args: &mut Args,
     ) -> Reply {
         self.store.set_from_link(link);
-        let result = run(self, args);
-        self.store.set_from_link(false);
-        match counted {
-            true => self.stats.count_call(cmd, result),
-            false => result.unwrap_or_else(|e| e.reply()),
+        if !counted {
+            let result = run(self, args);
+            self.store.set_from_link(false);
+            return result.unwrap_or_else(|e| e.reply());
         }
+        let result = match self.until_timed.checked_sub(1) {
+            Some(left) => {
+                self.until_timed = left;
+                run(self, args)
+            }
+            None => {
+                self.until_timed = crate::latency::SAMPLE_EVERY - 1;
+                let start = std::time::Instant::now();
+                let result = run(self, args);
+                let ns = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+                self.stats.latency[cmd].record(ns);
+                result
+            }
+        };
+        self.store.set_from_link(false);
+        self.stats.count_call(cmd, result)
     }
 
     /// The parcel of values leaving shard `from` (see `commands/span.rs`).

@@ -79,6 +79,83 @@ pub struct ShardStats {
     pub other_error_codes: Mutex<Vec<(String, u64)>>,
     /// Batches received from other threads.
     pub batches_in: Counter,
+    /// Run time of sampled calls (one in [`crate::latency::SAMPLE_EVERY`])
+    /// per command, indexed like the command table.
+    pub latency: Vec<crate::latency::Histogram>,
+    /// Rate-limit decisions per command and outcome, indexed by
+    /// [`RateCommand`] and [`RateOutcome`].
+    pub rate_decisions: [[Counter; RateOutcome::ALL.len()]; RateCommand::ALL.len()],
+}
+
+/// The rate-limit commands whose decisions are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateCommand {
+    /// TOKENLEASE.
+    TokenLease,
+    /// SLIDINGWINDOW.
+    SlidingWindow,
+    /// CL.THROTTLE.
+    ClThrottle,
+    /// GCRA.
+    Gcra,
+}
+
+impl RateCommand {
+    /// Every one, in index order.
+    pub const ALL: [RateCommand; 4] = [
+        RateCommand::TokenLease,
+        RateCommand::SlidingWindow,
+        RateCommand::ClThrottle,
+        RateCommand::Gcra,
+    ];
+
+    /// The command's name, lower case.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateCommand::TokenLease => "tokenlease",
+            RateCommand::SlidingWindow => "slidingwindow",
+            RateCommand::ClThrottle => "cl.throttle",
+            RateCommand::Gcra => "gcra",
+        }
+    }
+}
+
+/// How a rate-limit decision went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateOutcome {
+    /// Everything asked was granted.
+    Granted,
+    /// Less than asked, but at least the minimum (TOKENLEASE with MIN).
+    Partial,
+    /// Nothing was granted.
+    Denied,
+}
+
+impl RateOutcome {
+    /// Every one, in index order.
+    pub const ALL: [RateOutcome; 3] = [
+        RateOutcome::Granted,
+        RateOutcome::Partial,
+        RateOutcome::Denied,
+    ];
+
+    /// The outcome's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RateOutcome::Granted => "granted",
+            RateOutcome::Partial => "partial",
+            RateOutcome::Denied => "denied",
+        }
+    }
+
+    /// The outcome of granting `granted` of `asked`.
+    pub fn of(granted: u64, asked: u64) -> RateOutcome {
+        match granted {
+            0 => RateOutcome::Denied,
+            g if g >= asked => RateOutcome::Granted,
+            _ => RateOutcome::Partial,
+        }
+    }
 }
 
 impl ShardStats {
@@ -101,6 +178,11 @@ impl ShardStats {
         }
         self.commands_processed.add(1);
         reply
+    }
+
+    /// Counts one rate-limit decision (owner thread only).
+    pub fn count_decision(&self, cmd: RateCommand, outcome: RateOutcome) {
+        self.rate_decisions[cmd as usize][outcome as usize].add(1);
     }
 
     /// Counts a reply about to be sent if it is an error (owner thread only).
@@ -142,6 +224,8 @@ impl ShardStats {
             total_error_replies: Counter::default(),
             other_error_codes: Mutex::new(Vec::new()),
             batches_in: Counter::default(),
+            latency: (0..commands).map(|_| Default::default()).collect(),
+            rate_decisions: Default::default(),
         }
     }
 }

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "config",
         "glob",
+        "latency",
         "replication",
         "persist",
         "persist::format",
@@ -45,6 +46,7 @@ const LAYERS: &[&[&str]] = &[
     &["turn"],
     &[
         "net",
+        "metrics",
         "replication::feed",
         "replication::link",
         "replication::snapshot",

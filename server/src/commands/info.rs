@@ -309,7 +309,7 @@ fn leasehold(shared: &Shared, w: &mut String) {
 
 /// Resident set size, bytes: field 2 of `/proc/self/statm` times the page
 /// size (4096 on every mainstream Linux); 0 where `/proc` is missing.
-fn rss_bytes() -> u64 {
+pub fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm
         .split_whitespace()

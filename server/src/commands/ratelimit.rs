@@ -31,6 +31,7 @@ use crate::ratelimit::pin::Pinned;
 use crate::ratelimit::token_bucket::Change;
 use crate::ratelimit::{gcra, sliding_window, token_bucket, RateState};
 use crate::shard::Shard;
+use crate::state::{RateCommand, RateOutcome};
 
 /// The family's rows.
 #[rustfmt::skip]
@@ -151,6 +152,8 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let prev = load(s, &key, pick_bucket)?;
     let (reply, change) = token_bucket::lease(prev, &p, requested, min, s.now.mono_ms);
     apply_bucket(s, &key, change);
+    let outcome = RateOutcome::of(reply.granted, requested);
+    s.stats.count_decision(RateCommand::TokenLease, outcome);
     Ok(int_array(reply.to_array()))
 }
 
@@ -180,13 +183,21 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         _ => None,
     })?;
     let (verdict, change) = sliding_window::admit(prev, &p, n, s.now.mono_ms);
+    let outcome = RateOutcome::of(verdict.admitted, n);
+    s.stats.count_decision(RateCommand::SlidingWindow, outcome);
     if let Some((w, empty_at)) = change {
         save(s, &key, RateState::SlidingWindow(w), empty_at);
     }
     Ok(int_array(verdict.to_array()))
 }
 
-fn throttle(s: &mut Shard, key: &[u8], p: gcra::Policy, quantity: u64) -> Result<Reply, OpError> {
+fn throttle(
+    s: &mut Shard,
+    key: &[u8],
+    p: gcra::Policy,
+    quantity: u64,
+    cmd: RateCommand,
+) -> Result<Reply, OpError> {
     let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
     check_pin(s, key, Pinned::Gcra(p))?;
     let prev = load(s, key, |state| match state {
@@ -194,6 +205,11 @@ fn throttle(s: &mut Shard, key: &[u8], p: gcra::Policy, quantity: u64) -> Result
         _ => None,
     })?;
     let (reply, change) = gcra::throttle(prev, &p, dvt, quantity, s.now.mono_ms);
+    let outcome = match reply.limited {
+        true => RateOutcome::Denied,
+        false => RateOutcome::Granted,
+    };
+    s.stats.count_decision(cmd, outcome);
     if let Some((tat, expire)) = change {
         save(s, key, RateState::Gcra(tat), expire);
     }
@@ -213,6 +229,7 @@ fn cl_throttle(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         &key,
         gcra::cell_policy(max_burst, per_period, period_s),
         quantity,
+        RateCommand::ClThrottle,
     )
 }
 
@@ -230,7 +247,7 @@ fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let tokens = option(a, "TOKENS")?.unwrap_or(1);
     let p =
         gcra::gcra_policy(max_burst, per_period, period_us).ok_or(OpError::RateLimitOverflow)?;
-    throttle(s, &key, p, tokens)
+    throttle(s, &key, p, tokens, RateCommand::Gcra)
 }
 
 /// `RLSTATE key`: the stored fields of a rate-limit key as a map, Unix ms

@@ -48,6 +48,9 @@ pub struct NetConfig {
     pub tcp_backlog: i32,
     /// Most simultaneous client connections; more are refused with an error.
     pub maxclients: usize,
+    /// Port of the Prometheus endpoint (`GET /metrics` over HTTP on the
+    /// `bind` address); 0: none.
+    pub metrics_port: u16,
 }
 
 impl Default for NetConfig {
@@ -57,6 +60,7 @@ impl Default for NetConfig {
             port: DEFAULT_PORT,
             tcp_backlog: DEFAULT_TCP_BACKLOG,
             maxclients: DEFAULT_MAXCLIENTS,
+            metrics_port: 0,
         }
     }
 }

@@ -199,6 +199,7 @@ pub static PARAMS: &[Param] = &[
     row("bind", ("net", "bind"), Kind::Text, field!(net.bind), Immutable, true, "Address to listen on"),
     row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one"),
     row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
+    row("metrics-port", ("net", "metrics_port"), Kind::Int(range!(0, 65535)), field!(net.metrics_port), Immutable, true, "Port serving Prometheus metrics on GET /metrics (0: none)"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
     row("requirepass", ("security", "requirepass"), Kind::Text, field!(security.requirepass), Runtime, true, "Password clients must send with AUTH"),
     row("protected-mode", ("security", "protected_mode"), Kind::Bool, field!(security.protected_mode), Runtime, true, "Without a password, refuse clients from outside the loopback interface"),
