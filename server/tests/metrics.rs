@@ -8,7 +8,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use leasehold_testkit::{free_port, node_command, scratch_dir, started, Conn, Proc, Reply};
+use leasehold_testkit::{
+    free_port, node_command, scratch_dir, started, tool_installed, Conn, Proc, Reply,
+};
 
 /// A node (two threads) with its metrics on another free port.
 fn node() -> (Proc, u16, u16) {
@@ -199,4 +201,106 @@ fn other_paths_and_methods_get_http_errors_and_the_endpoint_survives() {
     assert_eq!(get(&m, "leasehold_keys"), 0.0);
     let mut c = Conn::open(port).expect("connect");
     assert_eq!(c.call(&["PING"]), Some(Reply::Simple("PONG".into())));
+}
+
+/// Runs `program args` in the background until dropped.
+fn background(program: &str, args: &[&str]) -> Proc {
+    Proc(
+        std::process::Command::new(program)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}")),
+    )
+}
+
+/// Debian's `prometheus-redis-exporter`, unchanged, pointed at Leasehold:
+/// the standard Redis series come out with Leasehold's values.
+#[test]
+fn redis_exporter_exports_the_standard_redis_series() {
+    let exporter = "prometheus-redis-exporter";
+    let test = "redis_exporter_exports_the_standard_redis_series";
+    if !tool_installed(exporter, "--version", "LEASEHOLD_REQUIRE_PROMETHEUS", test) {
+        return;
+    }
+    let (_node, port, _) = node();
+    let mut c = Conn::open(port).expect("connect");
+    for i in 0..5 {
+        c.call(&["SET", &format!("k{i}"), "v"]);
+    }
+    c.call(&["SET", "ttl", "v", "EX", "100"]);
+    let web = free_port();
+    let _exporter = background(
+        exporter,
+        &[
+            &format!("--redis.addr=127.0.0.1:{port}"),
+            &format!("--web.listen-address=127.0.0.1:{web}"),
+        ],
+    );
+    let mut body = String::new();
+    leasehold_testkit::wait_for(
+        "the exporter's first scrape",
+        Duration::from_secs(10),
+        || {
+            if TcpStream::connect(("127.0.0.1", web)).is_err() {
+                return false;
+            }
+            body = http(
+                web,
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+            .1;
+            body.lines().any(|l| l == "redis_up 1")
+        },
+    );
+    let line = |name: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {name} in the exporter's output"))
+            .rsplit_once(' ')
+            .unwrap()
+            .1
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(line(r#"redis_db_keys{db="db0"}"#), 6.0);
+    assert_eq!(line(r#"redis_db_keys_expiring{db="db0"}"#), 1.0);
+    assert_eq!(line(r#"redis_commands_total{cmd="set"}"#), 6.0);
+    assert_eq!(line(r#"redis_exporter_last_scrape_error{err=""}"#), 0.0);
+    assert!(line("redis_connected_clients") >= 1.0);
+    assert!(line("redis_memory_used_bytes") > 1e5);
+    assert!(body.contains(r#"redis_version="7.0.15""#), "instance info");
+}
+
+/// The shipped alerting and recording rules pass `promtool check rules`
+/// and their unit tests (`promtool test rules`).
+#[test]
+fn shipped_rules_pass_their_promtool_tests() {
+    let test = "shipped_rules_pass_their_promtool_tests";
+    if !tool_installed(
+        "promtool",
+        "--version",
+        "LEASEHOLD_REQUIRE_PROMETHEUS",
+        test,
+    ) {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus");
+    for args in [
+        ["check", "rules", "rules.yml"],
+        ["test", "rules", "rules_test.yml"],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

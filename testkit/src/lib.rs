@@ -177,26 +177,39 @@ pub fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
     proc
 }
 
-/// Whether `redis-server` (which runs sentinels with `--sentinel`) is on
-/// PATH. When it is not, prints a notice naming `test` and returns false,
-/// unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes it panic.
+/// Whether `program` runs (`program version_arg` exits 0). When it does
+/// not, prints a notice naming `test` and returns false, unless the
+/// environment variable `require` is `1` (CI sets it after installing the
+/// program), which makes it panic: a test that needs it is skipped loudly
+/// by `cargo test` and fails in CI.
 ///
 /// # Panics
-/// When it is missing and `LEASEHOLD_REQUIRE_REDIS=1`.
-pub fn sentinel_installed(test: &str) -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
+/// When it is missing and `require` is `1`.
+pub fn tool_installed(program: &str, version_arg: &str, require: &str, test: &str) -> bool {
+    let ok = Command::new(program)
+        .arg(version_arg)
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
         assert!(
-            std::env::var("LEASEHOLD_REQUIRE_REDIS").as_deref() != Ok("1"),
-            "redis-server (for redis-server --sentinel) is not on PATH and LEASEHOLD_REQUIRE_REDIS=1"
+            std::env::var(require).as_deref() != Ok("1"),
+            "{program} is not on PATH and {require}=1"
         );
-        eprintln!("NOTICE: redis-server is not on PATH; {test} is skipped");
+        eprintln!("NOTICE: {program} is not on PATH; {test} is skipped");
     }
     ok
+}
+
+/// Whether `redis-server` (which runs sentinels with `--sentinel`) is on
+/// PATH (see [`tool_installed`]; `LEASEHOLD_REQUIRE_REDIS=1` makes a
+/// missing one fail).
+///
+/// # Panics
+/// When it is missing and `LEASEHOLD_REQUIRE_REDIS=1`.
+pub fn sentinel_installed(test: &str) -> bool {
+    tool_installed("redis-server", "--version", "LEASEHOLD_REQUIRE_REDIS", test)
 }
 
 /// A stock sentinel on `port` (config file in `dir`) monitoring
