@@ -289,11 +289,10 @@ fn sscan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 /// was in the source (which alone changes nothing when both keys are one).
 fn smove(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let (src, dst, member) = (a.key()?, a.key()?, a.next()?);
-    let found = set_mut(s, &src)?.is_some();
-    set_mut(s, &dst)?;
-    if !found {
+    if set_mut(s, &src)?.is_none() {
         return Ok(Reply::Int(0));
     }
+    set_mut(s, &dst)?;
     let source = set_mut(s, &src)?.expect("looked up above");
     if src == dst {
         return Ok(Reply::Int(i64::from(source.contains(&member))));
