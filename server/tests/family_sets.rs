@@ -35,7 +35,11 @@ fn sadd_srem_and_their_effects() {
     let mut h = Harness::new();
     let (reply, effects) = h.run_effects("SADD s b a b c");
     assert_eq!(reply, Reply::Int(3));
-    assert_eq!(effects, vec![vec!["SADD", "s", "b", "a", "c"]], "new members only");
+    assert_eq!(
+        effects,
+        vec![vec!["SADD", "s", "b", "a", "c"]],
+        "new members only"
+    );
     let (reply, effects) = h.run_effects("SADD s a");
     assert_eq!(reply, Reply::Int(0));
     assert!(effects.is_empty(), "no change, no effect");
@@ -44,12 +48,13 @@ fn sadd_srem_and_their_effects() {
     assert_eq!(h.cmd("SISMEMBER s a"), Reply::Int(1));
     assert_eq!(h.cmd("SISMEMBER s z"), Reply::Int(0));
     assert_eq!(h.cmd("SISMEMBER nokey z"), Reply::Int(0));
-    assert_eq!(
-        h.cmd("SMISMEMBER s a z c"),
-        common::ints(&[1, 0, 1])
-    );
+    assert_eq!(h.cmd("SMISMEMBER s a z c"), common::ints(&[1, 0, 1]));
     assert_eq!(h.cmd("SMISMEMBER nokey a"), common::ints(&[0]));
-    assert_eq!(h.cmd("SMEMBERS s"), bulks(&["b", "a", "c"]), "insertion order while small");
+    assert_eq!(
+        h.cmd("SMEMBERS s"),
+        bulks(&["b", "a", "c"]),
+        "insertion order while small"
+    );
     assert_eq!(h.cmd("SMEMBERS nokey"), bulks(&[]));
     let (reply, effects) = h.run_effects("SREM s a z a");
     assert_eq!(reply, Reply::Int(1));
@@ -59,7 +64,11 @@ fn sadd_srem_and_their_effects() {
     assert!(effects.is_empty());
     assert_eq!(h.cmd("SREM nokey a"), Reply::Int(0));
     assert_eq!(h.cmd("SREM s b c"), Reply::Int(2));
-    assert_eq!(h.cmd("EXISTS s"), Reply::Int(0), "an emptied set is removed");
+    assert_eq!(
+        h.cmd("EXISTS s"),
+        Reply::Int(0),
+        "an emptied set is removed"
+    );
     assert_eq!(h.cmd("SADD s"), arity("sadd"));
     assert_eq!(h.cmd("SREM s"), arity("srem"));
     assert_eq!(h.cmd("SISMEMBER s"), arity("sismember"));
@@ -77,7 +86,11 @@ fn intsets_sort_and_encodings_change_at_the_thresholds() {
     let mut h = Harness::new();
     h.cmd("SADD i 5 -3 10 0");
     assert_eq!(h.cmd("OBJECT ENCODING i"), Reply::bulk("intset"));
-    assert_eq!(h.cmd("SMEMBERS i"), bulks(&["-3", "0", "5", "10"]), "ascending");
+    assert_eq!(
+        h.cmd("SMEMBERS i"),
+        bulks(&["-3", "0", "5", "10"]),
+        "ascending"
+    );
     assert_eq!(
         h.cmd("SADD i 9223372036854775807 -9223372036854775808"),
         Reply::Int(2)
@@ -86,7 +99,11 @@ fn intsets_sort_and_encodings_change_at_the_thresholds() {
     for member in ["010", "+1", "-0", "1.0", " 1"] {
         h.run(&["DEL", "n"]);
         h.run(&["SADD", "n", member]);
-        assert_eq!(h.cmd("OBJECT ENCODING n"), Reply::bulk("hashtable"), "{member:?}");
+        assert_eq!(
+            h.cmd("OBJECT ENCODING n"),
+            Reply::bulk("hashtable"),
+            "{member:?}"
+        );
         assert_eq!(h.run(&["SISMEMBER", "n", member]), Reply::Int(1));
     }
     // A non-integer member leaves the intset (a small pack, reported as
@@ -97,7 +114,11 @@ fn intsets_sort_and_encodings_change_at_the_thresholds() {
     assert_eq!(h.cmd("SISMEMBER i -9223372036854775808"), Reply::Int(1));
     assert_eq!(h.cmd("SISMEMBER i 10"), Reply::Int(1));
     h.cmd("SREM i x");
-    assert_eq!(h.cmd("OBJECT ENCODING i"), Reply::bulk("hashtable"), "never back");
+    assert_eq!(
+        h.cmd("OBJECT ENCODING i"),
+        Reply::bulk("hashtable"),
+        "never back"
+    );
     // 513 integers: past set-max-intset-entries.
     let mut args = vec!["SADD".to_string(), "big".to_string()];
     args.extend((0..513).map(|i| i.to_string()));
@@ -124,12 +145,21 @@ fn intsets_sort_and_encodings_change_at_the_thresholds() {
     assert_eq!(h.cmd("OBJECT ENCODING few"), Reply::bulk("intset"));
     h.cmd("SADD few 3");
     assert_eq!(h.cmd("OBJECT ENCODING few"), Reply::bulk("hashtable"));
-    assert_eq!(h.cmd("SMEMBERS few"), bulks(&["1", "2", "3"]), "a pack keeps the order");
+    assert_eq!(
+        h.cmd("SMEMBERS few"),
+        bulks(&["1", "2", "3"]),
+        "a pack keeps the order"
+    );
     assert_eq!(h.cmd("CONFIG SET set-max-listpack-entries 1"), Reply::ok());
     assert_eq!(h.cmd("CONFIG SET set-max-listpack-value 3"), Reply::ok());
     assert_eq!(
         h.cmd("CONFIG GET set-max-listpack-*"),
-        bulks(&["set-max-listpack-entries", "1", "set-max-listpack-value", "3"])
+        bulks(&[
+            "set-max-listpack-entries",
+            "1",
+            "set-max-listpack-value",
+            "3"
+        ])
     );
     h.cmd("SADD lv abcd");
     assert_eq!(h.cmd("SMEMBERS lv"), bulks(&["abcd"]));
@@ -143,7 +173,10 @@ fn spop_replays_as_srem_or_del() {
     let (reply, effects) = h.run_effects("SPOP p");
     let one = common::text(&reply);
     assert!(["1", "2", "3", "4", "5"].contains(&one.as_str()));
-    assert_eq!(effects, vec![vec!["SREM".to_string(), "p".into(), one.clone()]]);
+    assert_eq!(
+        effects,
+        vec![vec!["SREM".to_string(), "p".into(), one.clone()]]
+    );
     assert_eq!(h.run(&["SISMEMBER", "p", &one]), Reply::Int(0));
     let (reply, effects) = h.run_effects("SPOP p 2");
     let two = texts(&reply);
@@ -154,7 +187,11 @@ fn spop_replays_as_srem_or_del() {
     assert_eq!(h.cmd("SCARD p"), Reply::Int(2));
     let (reply, effects) = h.run_effects("SPOP p 10");
     assert_eq!(texts(&reply).len(), 2, "the rest");
-    assert_eq!(effects, vec![vec!["DEL", "p"]], "all of them: DEL, as Redis");
+    assert_eq!(
+        effects,
+        vec![vec!["DEL", "p"]],
+        "all of them: DEL, as Redis"
+    );
     assert_eq!(h.cmd("EXISTS p"), Reply::Int(0));
     h.cmd("SADD q a");
     let (_, effects) = h.run_effects("SPOP q");
@@ -169,7 +206,11 @@ fn spop_replays_as_srem_or_del() {
     let positive = "ERR value is out of range, must be positive";
     assert_eq!(h.cmd("SPOP p -1"), err(positive));
     assert_eq!(h.cmd("SPOP p x"), err(positive));
-    assert_eq!(h.cmd("SPOP nokey -1"), err(positive), "count before the key");
+    assert_eq!(
+        h.cmd("SPOP nokey -1"),
+        err(positive),
+        "count before the key"
+    );
     assert_eq!(h.cmd("SPOP p 1 2"), err(SYNTAX));
     h.cmd("HELLO 3");
     assert!(matches!(h.cmd("SPOP p 1"), Reply::Set(v) if v.len() == 1));
@@ -185,7 +226,11 @@ fn srandmember_picks() {
         let one = common::text(&h.cmd("SRANDMEMBER r"));
         assert!(all.contains(&one), "{one}");
         let three = texts(&h.cmd("SRANDMEMBER r 3"));
-        assert_eq!(three.iter().collect::<BTreeSet<_>>().len(), 3, "distinct: {three:?}");
+        assert_eq!(
+            three.iter().collect::<BTreeSet<_>>().len(),
+            3,
+            "distinct: {three:?}"
+        );
         assert!(three.iter().all(|m| all.contains(m)));
     }
     assert_eq!(
@@ -195,10 +240,16 @@ fn srandmember_picks() {
     );
     let many = texts(&h.cmd("SRANDMEMBER r -200"));
     assert_eq!(many.len(), 200);
-    assert_eq!(many.iter().collect::<BTreeSet<_>>().len(), 5, "repeats reach every member");
+    assert_eq!(
+        many.iter().collect::<BTreeSet<_>>().len(),
+        5,
+        "repeats reach every member"
+    );
     h.cmd("SADD ints 3 1 2");
     assert_eq!(texts(&h.cmd("SRANDMEMBER ints 3")), ["1", "2", "3"]);
-    assert!(texts(&h.cmd("SRANDMEMBER ints -4")).iter().all(|m| ["1", "2", "3"].contains(&m.as_str())));
+    assert!(texts(&h.cmd("SRANDMEMBER ints -4"))
+        .iter()
+        .all(|m| ["1", "2", "3"].contains(&m.as_str())));
     // RESP3: an array, not a set.
     h.cmd("HELLO 3");
     assert!(matches!(h.cmd("SRANDMEMBER r 2"), Reply::Array(v) if v.len() == 2));
@@ -291,14 +342,20 @@ fn smove_replays_as_srem_and_sadd() {
     assert!(effects.is_empty(), "one key: nothing changes");
     assert_eq!(h.cmd("SMOVE {m}b {m}b z"), Reply::Int(0));
     h.cmd("SET {m}s v");
-    assert_eq!(h.cmd("SMOVE {m}nokey {m}s x"), Reply::Int(0), "source first");
+    assert_eq!(
+        h.cmd("SMOVE {m}nokey {m}s x"),
+        Reply::Int(0),
+        "source first"
+    );
     assert_eq!(h.cmd("SMOVE {m}b {m}s x"), err(WRONGTYPE));
     assert_eq!(h.cmd("SMOVE {m}s {m}b x"), err(WRONGTYPE));
     assert_eq!(h.cmd("SMOVE {m}b {m}c"), arity("smove"));
     let a = h.key_on(0, "a");
     let b = h.key_on(1, "b");
     h.run(&["SADD", &a, "x"]);
-    assert!(matches!(h.run(&["SMOVE", &a, &b, "x"]), Reply::Error(e) if e.starts_with("CROSSSLOT")));
+    assert!(
+        matches!(h.run(&["SMOVE", &a, &b, "x"]), Reply::Error(e) if e.starts_with("CROSSSLOT"))
+    );
 }
 
 #[test]
@@ -315,36 +372,65 @@ fn inter_union_diff_and_their_stores() {
         sorted(&h.cmd("SUNION {o}a {o}b {o}nokey")),
         strs(&["1", "2", "3", "4", "5", "x"])
     );
-    assert_eq!(h.cmd("SUNION {o}a {o}c"), bulks(&["1", "2", "3", "4", "x"]), "an intset, then x");
+    assert_eq!(
+        h.cmd("SUNION {o}a {o}c"),
+        bulks(&["1", "2", "3", "4", "x"]),
+        "an intset, then x"
+    );
     assert_eq!(h.cmd("SDIFF {o}a {o}b"), bulks(&["1", "2"]));
     assert_eq!(h.cmd("SDIFF {o}a {o}a"), bulks(&[]));
     assert_eq!(h.cmd("SDIFF {o}nokey {o}a"), bulks(&[]));
-    assert_eq!(sorted(&h.cmd("SDIFF {o}b {o}nokey {o}c")), strs(&["3", "5"]));
+    assert_eq!(
+        sorted(&h.cmd("SDIFF {o}b {o}nokey {o}c")),
+        strs(&["3", "5"])
+    );
     assert_eq!(h.cmd("SINTERCARD 2 {o}a {o}b"), Reply::Int(2));
     assert_eq!(h.cmd("SINTERCARD 2 {o}a {o}b LIMIT 1"), Reply::Int(1));
     assert_eq!(h.cmd("SINTERCARD 2 {o}a {o}b limit 0"), Reply::Int(2));
     assert_eq!(h.cmd("SINTERCARD 2 {o}a {o}nokey"), Reply::Int(0));
-    assert_eq!(h.cmd("SINTERCARD 1 {o}a LIMIT 10 LIMIT 2"), Reply::Int(2), "the last LIMIT");
+    assert_eq!(
+        h.cmd("SINTERCARD 1 {o}a LIMIT 10 LIMIT 2"),
+        Reply::Int(2),
+        "the last LIMIT"
+    );
     // The stores: DEL of the old destination, SADD of the result.
     h.cmd("SET {o}d old");
     h.cmd("EXPIRE {o}d 100");
     let (reply, effects) = h.run_effects("SINTERSTORE {o}d {o}a {o}b");
     assert_eq!(reply, Reply::Int(2));
-    assert_eq!(effects, vec![vec!["DEL", "{o}d"], vec!["SADD", "{o}d", "3", "4"]]);
+    assert_eq!(
+        effects,
+        vec![vec!["DEL", "{o}d"], vec!["SADD", "{o}d", "3", "4"]]
+    );
     assert_eq!(h.cmd("TTL {o}d"), Reply::Int(-1), "the TTL goes");
-    assert_eq!(h.cmd("OBJECT ENCODING {o}d"), Reply::bulk("intset"), "built afresh");
+    assert_eq!(
+        h.cmd("OBJECT ENCODING {o}d"),
+        Reply::bulk("intset"),
+        "built afresh"
+    );
     let (reply, effects) = h.run_effects("SUNIONSTORE {o}e {o}c {o}a");
     assert_eq!(reply, Reply::Int(5));
     assert_eq!(effects.len(), 1);
-    assert_eq!(sorted(&h.cmd("SMEMBERS {o}e")), strs(&["1", "2", "3", "4", "x"]));
+    assert_eq!(
+        sorted(&h.cmd("SMEMBERS {o}e")),
+        strs(&["1", "2", "3", "4", "x"])
+    );
     assert_eq!(h.cmd("SDIFFSTORE {o}f {o}a {o}b"), Reply::Int(2));
     assert_eq!(h.cmd("SMEMBERS {o}f"), bulks(&["1", "2"]));
     let (reply, effects) = h.run_effects("SDIFFSTORE {o}f {o}a {o}a");
     assert_eq!(reply, Reply::Int(0));
-    assert_eq!(effects, vec![vec!["DEL", "{o}f"]], "an empty result removes");
+    assert_eq!(
+        effects,
+        vec![vec!["DEL", "{o}f"]],
+        "an empty result removes"
+    );
     assert_eq!(h.cmd("EXISTS {o}f"), Reply::Int(0));
     assert_eq!(h.cmd("SINTERSTORE {o}f {o}nokey {o}a"), Reply::Int(0));
-    assert_eq!(h.cmd("SUNIONSTORE {o}a {o}a {o}b"), Reply::Int(6), "a source as destination");
+    assert_eq!(
+        h.cmd("SUNIONSTORE {o}a {o}a {o}b"),
+        Reply::Int(6),
+        "a source as destination"
+    );
     // Errors and their order.
     h.cmd("SET {o}s v");
     for line in [
@@ -359,7 +445,11 @@ fn inter_union_diff_and_their_stores() {
     ] {
         assert_eq!(h.cmd(line), err(WRONGTYPE), "{line}");
     }
-    assert_eq!(h.cmd("SINTERSTORE {o}s {o}a"), Reply::Int(6), "the destination's type is no matter");
+    assert_eq!(
+        h.cmd("SINTERSTORE {o}s {o}a"),
+        Reply::Int(6),
+        "the destination's type is no matter"
+    );
     let numkeys = "ERR numkeys should be greater than 0";
     assert_eq!(h.cmd("SINTERCARD 0 {o}a"), err(numkeys));
     assert_eq!(h.cmd("SINTERCARD x {o}a"), err(numkeys));
@@ -390,9 +480,15 @@ fn inter_union_diff_and_their_stores() {
             "{cmd}"
         );
     }
-    assert!(matches!(h.run(&["SINTERCARD", "2", &a, &b]), Reply::Error(e) if e.starts_with("CROSSSLOT Keys in request don't hash to the same slot (here")));
+    assert!(
+        matches!(h.run(&["SINTERCARD", "2", &a, &b]), Reply::Error(e) if e.starts_with("CROSSSLOT Keys in request don't hash to the same slot (here"))
+    );
     h.run(&["SADD", &a, "1"]);
-    assert_eq!(h.run(&["SINTERCARD", "1", &a, "LIMIT", "5"]), Reply::Int(1), "LIMIT is no key");
+    assert_eq!(
+        h.run(&["SINTERCARD", "1", &a, "LIMIT", "5"]),
+        Reply::Int(1),
+        "LIMIT is no key"
+    );
 }
 
 #[test]

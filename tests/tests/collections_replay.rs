@@ -153,7 +153,11 @@ fn set_mix(tag: &str) -> Vec<Vec<Vec<u8>>> {
     let mut ints = words(&format!("SADD {tag}:ibig"));
     ints.extend((0..600).map(|i| (i * 7).to_string().into_bytes()));
     out.push(ints);
-    out.push(vec![b"SADD".to_vec(), format!("{tag}:slong").into_bytes(), vec![b'x'; 200]]);
+    out.push(vec![
+        b"SADD".to_vec(),
+        format!("{tag}:slong").into_bytes(),
+        vec![b'x'; 200],
+    ]);
     out.push(vec![
         b"SADD".to_vec(),
         format!("{tag}:sbin").into_bytes(),

@@ -9,7 +9,7 @@
 //! Both servers get `set-max-intset-entries 512` (Redis 7.0 has no set
 //! listpack: Leasehold's small pack reports `hashtable` as Redis does).
 
-use leasehold_tests::differential::Pair;
+use leasehold_tests::differential::{scan_to_end, Pair};
 use leasehold_tests::{cmd, on_1_and_2_threads, resp, Reply};
 
 fn start(threads: usize) -> Option<Pair> {
@@ -39,24 +39,8 @@ fn same_sorted(p: &mut Pair, line: &str) {
 }
 
 /// Every member SSCAN returns from cursor 0 to the end, sorted, distinct.
-fn scan_all(c: &mut leasehold_tests::Raw, key: &str, extra: &str) -> Vec<String> {
-    let mut cursor = "0".to_string();
-    let mut all = Vec::new();
-    loop {
-        c.send(&cmd(&format!("SSCAN {key} {cursor} {extra}")));
-        let reply = c.read_reply();
-        let Reply::Array(parts) = reply else {
-            panic!("SSCAN {key} {cursor}: {reply:?}")
-        };
-        let Reply::Bulk(next) = &parts[0] else {
-            panic!("a cursor: {:?}", parts[0])
-        };
-        cursor = String::from_utf8_lossy(next).into_owned();
-        all.extend(sorted(parts[1].clone()).1);
-        if cursor == "0" {
-            break;
-        }
-    }
+fn scan_all(c: &mut leasehold_tests::Raw, key: &str, options: &str) -> Vec<String> {
+    let mut all = scan_to_end(c, &format!("SSCAN {key}"), options);
     all.sort();
     all.dedup();
     all

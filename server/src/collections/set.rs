@@ -146,8 +146,7 @@ impl Set {
                 }
                 p.push_back(member);
                 let too_long = member.len() > limits.max_pack_value;
-                if too_long || p.len() > limits.max_pack_entries || p.bytes() > PACK_SAFETY_BYTES
-                {
+                if too_long || p.len() > limits.max_pack_entries || p.bytes() > PACK_SAFETY_BYTES {
                     let t = Set::table_of(self);
                     *self = t;
                 }

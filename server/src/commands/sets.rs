@@ -160,7 +160,9 @@ fn smembers(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn scard(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    Ok(Reply::Int(set_read(s, &key)?.map_or(0, |set| set.len()) as i64))
+    Ok(Reply::Int(
+        set_read(s, &key)?.map_or(0, |set| set.len()) as i64
+    ))
 }
 
 /// The members at `positions` of `set`, copied out.
@@ -180,7 +182,12 @@ fn spop(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     let count = match a.remaining() {
         0 => None,
-        1 => Some(a.i64().ok().filter(|&n| n >= 0).ok_or(OpError::NotPositive)?),
+        1 => Some(
+            a.i64()
+                .ok()
+                .filter(|&n| n >= 0)
+                .ok_or(OpError::NotPositive)?,
+        ),
         _ => return Err(OpError::Syntax),
     };
     let Some(set) = set_mut(s, &key)? else {

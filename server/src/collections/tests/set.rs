@@ -161,7 +161,11 @@ fn a_small_set_is_one_buffer() {
     }
     assert!(std::mem::size_of::<Set>() <= 32);
     // 10 x (8 + 2) bytes, in one buffer.
-    assert!(s.heap_bytes() >= 100 && s.heap_bytes() < 160, "{}", s.heap_bytes());
+    assert!(
+        s.heap_bytes() >= 100 && s.heap_bytes() < 160,
+        "{}",
+        s.heap_bytes()
+    );
     let mut ints = Set::default();
     for i in 0..10 {
         ints.insert(i.to_string().as_bytes(), &limits);
