@@ -3,8 +3,9 @@
 //! Three representations:
 //! - `intset`: while every member is the canonical decimal form of an `i64`
 //!   (`7`, `-12`; not `+7`, `07` or `-0`) and there are at most
-//!   `set-max-intset-entries` of them, a sorted vector of the integers, as
-//!   Redis's intset (so SMEMBERS lists them in ascending order, as Redis
+//!   `set-max-intset-entries` of them, an [`IntSet`]: the integers sorted,
+//!   2, 4 or 8 bytes each as the widest needs, in one exactly sized buffer,
+//!   as Redis's intset (so SMEMBERS lists them in ascending order, as Redis
 //!   does); a lookup is a binary search;
 //! - a pack ([`Pack`]) of members in insertion order, while there are at
 //!   most `set-max-listpack-entries` members of at most
@@ -49,11 +50,125 @@ impl Default for Limits {
     }
 }
 
+/// Distinct integers, ascending, each stored little-endian in the fewest
+/// bytes (2, 4 or 8) that hold every one of them, in one buffer sized
+/// exactly (Redis's intset: it widens when a wider integer comes, and never
+/// narrows). The buffer's first byte is that width (no buffer while empty).
+#[derive(Debug, Clone, Default)]
+pub struct IntSet(Vec<u8>);
+
+/// The fewest bytes (2, 4 or 8) that hold `v`.
+fn width_of(v: i64) -> usize {
+    if i16::try_from(v).is_ok() {
+        2
+    } else if i32::try_from(v).is_ok() {
+        4
+    } else {
+        8
+    }
+}
+
+impl IntSet {
+    /// Bytes an integer takes.
+    fn width(&self) -> usize {
+        self.0.first().map_or(2, |&w| usize::from(w))
+    }
+
+    /// How many integers it holds.
+    pub fn len(&self) -> usize {
+        self.0.len().saturating_sub(1) / self.width()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The integer at `i` (below the length), in ascending order.
+    pub fn get(&self, i: usize) -> i64 {
+        let w = self.width();
+        let b = &self.0[1 + i * w..1 + i * w + w];
+        match w {
+            2 => i64::from(i16::from_le_bytes([b[0], b[1]])),
+            4 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            _ => i64::from_le_bytes(b.try_into().expect("8 bytes")),
+        }
+    }
+
+    /// Where `v` is, or where it would go.
+    fn search(&self, v: i64) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.get(mid).cmp(&v) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Whether `v` is in it.
+    pub fn contains(&self, v: i64) -> bool {
+        width_of(v) <= self.width() && self.search(v).is_ok()
+    }
+
+    /// Adds `v`; true when it is new.
+    pub fn insert(&mut self, v: i64) -> bool {
+        let need = width_of(v);
+        if self.0.is_empty() || need > self.width() {
+            let w = need.max(self.width());
+            let mut data = Vec::with_capacity(1 + (self.len() + 1) * w);
+            data.push(w as u8);
+            for i in self.iter() {
+                data.extend_from_slice(&i.to_le_bytes()[..w]);
+            }
+            self.0 = data;
+        }
+        let Err(at) = self.search(v) else {
+            return false;
+        };
+        let w = self.width();
+        self.0.reserve_exact(w);
+        let bytes = v.to_le_bytes();
+        self.0
+            .splice(1 + at * w..1 + at * w, bytes[..w].iter().copied());
+        true
+    }
+
+    /// Removes `v`; true when it was there.
+    pub fn remove(&mut self, v: i64) -> bool {
+        if width_of(v) > self.width() {
+            return false;
+        }
+        let Ok(at) = self.search(v) else {
+            return false;
+        };
+        let w = self.width();
+        self.0.drain(1 + at * w..1 + at * w + w);
+        if self.0.capacity() > self.0.len() + 64 {
+            self.0.shrink_to_fit();
+        }
+        true
+    }
+
+    /// The integers, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Bytes allocated.
+    pub fn heap_bytes(&self) -> usize {
+        self.0.capacity()
+    }
+}
+
 /// A Redis set (see the module documentation).
 #[derive(Debug, Clone)]
 pub enum Set {
     /// `intset`: the integers, ascending.
-    Ints(Vec<i64>),
+    Ints(IntSet),
     /// Members in insertion order (reported as `hashtable`, as Redis 7.0).
     Pack(Pack),
     /// `hashtable`: members as fields with empty values.
@@ -62,7 +177,7 @@ pub enum Set {
 
 impl Default for Set {
     fn default() -> Set {
-        Set::Ints(Vec::new())
+        Set::Ints(IntSet::default())
     }
 }
 
@@ -113,7 +228,7 @@ impl Set {
     /// Whether `member` is in it.
     pub fn contains(&self, member: &[u8]) -> bool {
         match self {
-            Set::Ints(v) => as_int(member).is_some_and(|i| v.binary_search(&i).is_ok()),
+            Set::Ints(v) => as_int(member).is_some_and(|i| v.contains(i)),
             Set::Pack(p) => pack_find(p, member).is_some(),
             Set::Table(t) => t.get(member).is_some(),
         }
@@ -125,10 +240,9 @@ impl Set {
         match self {
             Set::Ints(v) => match as_int(member) {
                 Some(i) => {
-                    let Err(at) = v.binary_search(&i) else {
+                    if !v.insert(i) {
                         return false;
-                    };
-                    v.insert(at, i);
+                    }
                     if v.len() > limits.max_intset_entries {
                         self.convert(None, limits);
                     }
@@ -163,13 +277,13 @@ impl Set {
             return;
         };
         let mut buf = itoa::Buffer::new();
-        let widest = v.iter().map(|i| buf.format(*i).len()).max().unwrap_or(0);
+        let widest = v.iter().map(|i| buf.format(i).len()).max().unwrap_or(0);
         let fits = v.len() + usize::from(next.is_some()) <= limits.max_pack_entries
             && widest.max(next.unwrap_or(0)) <= limits.max_pack_value;
         *self = if fits {
             let mut p = Pack::new();
             for i in v.iter() {
-                p.push_back(buf.format(*i).as_bytes());
+                p.push_back(buf.format(i).as_bytes());
             }
             Set::Pack(p)
         } else {
@@ -189,16 +303,7 @@ impl Set {
     /// Removes `member`; true when it was there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match self {
-            Set::Ints(v) => match as_int(member).map(|i| v.binary_search(&i)) {
-                Some(Ok(at)) => {
-                    v.remove(at);
-                    if v.capacity() > 2 * v.len() + 8 {
-                        v.shrink_to_fit();
-                    }
-                    true
-                }
-                _ => false,
-            },
+            Set::Ints(v) => as_int(member).is_some_and(|i| v.remove(i)),
             Set::Pack(p) => match pack_find(p, member) {
                 Some(at) => {
                     p.remove(at);
@@ -216,8 +321,8 @@ impl Set {
         match self {
             Set::Ints(v) => {
                 let mut buf = itoa::Buffer::new();
-                for i in v {
-                    f(buf.format(*i).as_bytes());
+                for i in v.iter() {
+                    f(buf.format(i).as_bytes());
                 }
             }
             Set::Pack(p) => p.iter().for_each(f),
@@ -273,7 +378,7 @@ impl Set {
 /// A set's members by position (see [`Set::by_position`]).
 pub enum Positions<'a> {
     /// An intset's integers.
-    Ints(&'a [i64]),
+    Ints(&'a IntSet),
     /// A pack's members, gathered.
     Pack(Vec<&'a [u8]>),
     /// A table's dense nodes.
@@ -285,7 +390,7 @@ impl Positions<'_> {
     /// into `buf`.
     pub fn get<'s>(&'s self, i: usize, buf: &'s mut itoa::Buffer) -> &'s [u8] {
         match self {
-            Positions::Ints(v) => buf.format(v[i]).as_bytes(),
+            Positions::Ints(v) => buf.format(v.get(i)).as_bytes(),
             Positions::Pack(v) => v[i],
             Positions::Table(t) => t.nth(i).0,
         }
@@ -308,7 +413,7 @@ impl Collection for Set {
 
     fn heap_bytes(&self) -> usize {
         match self {
-            Set::Ints(v) => v.capacity() * 8,
+            Set::Ints(v) => v.heap_bytes(),
             Set::Pack(p) => p.heap_bytes(),
             Set::Table(t) => std::mem::size_of::<Table>() + t.heap_bytes(),
         }

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 
 use super::element;
 use crate::collections::set::{as_int, Limits, Set};
+
 use crate::collections::Collection;
 
 #[derive(Debug, Clone)]
@@ -102,16 +103,12 @@ proptest! {
             }
             prop_assert!(!s.contains(b"absent"));
             let got = s.members();
-            match rank {
-                // An intset lists its integers ascending (a pack's
-                // insertion order is checked below, on its own).
-                0 => {
-                    let mut ints: Vec<i64> = model.iter().map(|m| as_int(m).unwrap()).collect();
-                    ints.sort_unstable();
-                    let want: Vec<Vec<u8>> = ints.iter().map(|i| i.to_string().into_bytes()).collect();
-                    prop_assert_eq!(got.iter().map(|b| b.to_vec()).collect::<Vec<_>>(), want);
-                }
-                _ => {}
+            // An intset lists its integers ascending.
+            if rank == 0 {
+                let mut ints: Vec<i64> = model.iter().map(|m| as_int(m).unwrap()).collect();
+                ints.sort_unstable();
+                let want: Vec<Vec<u8>> = ints.iter().map(|i| i.to_string().into_bytes()).collect();
+                prop_assert_eq!(got.iter().map(|b| b.to_vec()).collect::<Vec<_>>(), want);
             }
             let all: BTreeSet<Vec<u8>> = got.iter().map(|b| b.to_vec()).collect();
             prop_assert_eq!(&all, &model);
@@ -171,5 +168,31 @@ fn a_small_set_is_one_buffer() {
         ints.insert(i.to_string().as_bytes(), &limits);
     }
     assert_eq!(ints.encoding(), "intset");
-    assert!(ints.heap_bytes() <= 16 * 8);
+    assert_eq!(
+        ints.heap_bytes(),
+        21,
+        "2 bytes each and the width, sized exactly"
+    );
+}
+
+#[test]
+fn an_intset_widens_for_wider_integers() {
+    let limits = Limits::default();
+    let mut s = Set::default();
+    for m in ["3", "-32768", "32767"] {
+        assert!(s.insert(m.as_bytes(), &limits));
+    }
+    assert_eq!(s.heap_bytes(), 7);
+    assert!(s.insert(b"70000", &limits));
+    assert_eq!(s.heap_bytes(), 17, "4 bytes each");
+    assert!(!s.contains(b"9223372036854775807"));
+    assert!(!s.remove(b"-9223372036854775808"));
+    assert!(s.insert(b"-9223372036854775808", &limits));
+    assert_eq!(s.heap_bytes(), 41, "8 bytes each");
+    assert!(s.remove(b"70000"));
+    assert_eq!(
+        s.members(),
+        ["-9223372036854775808", "-32768", "3", "32767"]
+    );
+    assert!(s.contains(b"-32768") && !s.contains(b"70000"));
 }
