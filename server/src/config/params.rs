@@ -577,6 +577,21 @@ mod tests {
                 "2147483648",
                 "argument must be between -2147483648 and 2147483647 inclusive",
             ),
+            (
+                "set-max-intset-entries",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "set-max-listpack-entries",
+                "x",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "set-max-listpack-value",
+                "-5",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(
