@@ -545,10 +545,11 @@ fn single_shard(spec: &CommandSpec, args: &Args, shards: usize) -> Result<Option
     Ok(found)
 }
 
-/// The refusal of keys on several shards: a script's names the fix.
+/// The refusal of keys on several shards: a script's names the fix (the
+/// scripts are the movable-keys rows scripts may not call).
 #[cold]
 fn cross_shard(spec: &CommandSpec) -> OpError {
-    match spec.has(flags::MOVABLE_KEYS) {
+    match spec.has(flags::MOVABLE_KEYS) && spec.has(flags::NO_SCRIPT) {
         true => OpError::ScriptCrossShard,
         false => OpError::CrossSlot,
     }

@@ -239,6 +239,9 @@ pub enum OpError {
     NegativeKeyCount,
     /// `ERR Number of keys can't be greater than number of args`.
     TooManyKeys,
+    /// `ERR numkeys should be greater than 0` (SINTERCARD's numkeys, also
+    /// when it is not a number, as in Redis).
+    NumKeysNotPositive,
     /// `ERR SCRIPT FLUSH only support SYNC|ASYNC option`.
     ScriptFlushOption,
     /// `CROSSSLOT Keys in request don't hash to the same slot ...`: a
@@ -441,6 +444,7 @@ impl OpError {
             OpError::TooManyKeys => {
                 Reply::err("ERR Number of keys can't be greater than number of args")
             }
+            OpError::NumKeysNotPositive => Reply::err("ERR numkeys should be greater than 0"),
             OpError::ScriptFlushOption => {
                 Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
             }

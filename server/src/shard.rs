@@ -45,6 +45,9 @@ pub struct ShardConf {
     pub hash_limits: crate::collections::hash::Limits,
     /// `list-max-listpack-size`, for lists created from now on.
     pub list_fill: i32,
+    /// `set-max-intset-entries`, `set-max-listpack-entries` and
+    /// `set-max-listpack-value`.
+    pub set_limits: crate::collections::set::Limits,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -295,6 +298,7 @@ impl Shard {
                 busy_reply_threshold_ms: 0,
                 hash_limits: Default::default(),
                 list_fill: crate::collections::list::DEFAULT_FILL,
+                set_limits: Default::default(),
             },
             stats,
             shared,
@@ -326,6 +330,11 @@ impl Shard {
                 max_value: c.collections.hash_max_listpack_value,
             };
             self.conf.list_fill = c.collections.list_max_listpack_size;
+            self.conf.set_limits = crate::collections::set::Limits {
+                max_intset_entries: c.collections.set_max_intset_entries,
+                max_pack_entries: c.collections.set_max_listpack_entries,
+                max_pack_value: c.collections.set_max_listpack_value,
+            };
             self.config_gen = gen;
         }
     }

@@ -81,6 +81,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::hashes::COMMANDS,
         include_str!("family_hashes.rs"),
     ),
+    (
+        "family_sets.rs",
+        commands::sets::COMMANDS,
+        include_str!("family_sets.rs"),
+    ),
 ];
 
 #[test]

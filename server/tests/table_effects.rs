@@ -29,6 +29,15 @@ const READ_SETUP: &[&str] = &[
     "HSET h a 1 b 2",
 ];
 
+/// What the set read samples run first: a string, and sets of strings
+/// and of integers (with a deadline) on one shard.
+const SET_SETUP: &[&str] = &[
+    "SET s v EX 100",
+    "SADD {t}a a b 1",
+    "SADD {t}i 1 2 3 10",
+    "EXPIRE {t}i 100",
+];
+
 /// One row's sample: its name, the calls that prepare the keyspace, and
 /// the calls checked (for read rows, a `{}` runs once per [`READ_KEYS`]).
 type Sample = (
@@ -384,6 +393,96 @@ const SAMPLES: &[Sample] = &[
         "hscan",
         READ_SETUP,
         &["HSCAN h 0", "HSCAN h 0 MATCH a* COUNT 5", "HSCAN missing 0"],
+    ),
+    // Sets (reads on SET_SETUP's keys).
+    ("sadd", &[], &["SADD a x", "SADD a x y 1"]),
+    ("srem", &["SADD a x y z"], &["SREM a x", "SREM a y z w"]),
+    (
+        "sismember",
+        SET_SETUP,
+        &[
+            "SISMEMBER {t}a a",
+            "SISMEMBER {t}i 2",
+            "SISMEMBER missing a",
+        ],
+    ),
+    (
+        "smismember",
+        SET_SETUP,
+        &["SMISMEMBER {t}a a z", "SMISMEMBER missing a"],
+    ),
+    (
+        "smembers",
+        SET_SETUP,
+        &["SMEMBERS {t}a", "SMEMBERS {t}i", "SMEMBERS missing"],
+    ),
+    ("scard", SET_SETUP, &["SCARD {t}a", "SCARD missing"]),
+    (
+        "spop",
+        &["SADD a x y z w v", "SADD b 1"],
+        &["SPOP a", "SPOP a 2", "SPOP a 5", "SPOP b"],
+    ),
+    (
+        "srandmember",
+        SET_SETUP,
+        &[
+            "SRANDMEMBER {t}a",
+            "SRANDMEMBER {t}a 2",
+            "SRANDMEMBER {t}i -5",
+            "SRANDMEMBER missing 2",
+        ],
+    ),
+    (
+        "sscan",
+        SET_SETUP,
+        &[
+            "SSCAN {t}a 0",
+            "SSCAN {t}i 0 MATCH 1* COUNT 5",
+            "SSCAN missing 0",
+        ],
+    ),
+    (
+        "smove",
+        &["SADD {t}a x y", "SADD {t}b y"],
+        &["SMOVE {t}a {t}b x", "SMOVE {t}a {t}b y"],
+    ),
+    (
+        "sinter",
+        SET_SETUP,
+        &["SINTER {t}a {t}i", "SINTER {t}a {t}missing"],
+    ),
+    (
+        "sunion",
+        SET_SETUP,
+        &["SUNION {t}a {t}i", "SUNION {t}missing"],
+    ),
+    (
+        "sdiff",
+        SET_SETUP,
+        &["SDIFF {t}a {t}i", "SDIFF {t}missing {t}a"],
+    ),
+    (
+        "sintercard",
+        SET_SETUP,
+        &["SINTERCARD 2 {t}a {t}i LIMIT 1", "SINTERCARD 1 {t}missing"],
+    ),
+    (
+        "sinterstore",
+        &["SADD {t}a x y", "SADD {t}b y", "SET {t}d v"],
+        &[
+            "SINTERSTORE {t}d {t}a {t}b",
+            "SINTERSTORE {t}d {t}a {t}missing",
+        ],
+    ),
+    (
+        "sunionstore",
+        &["SADD {t}a x y", "SADD {t}b y z"],
+        &["SUNIONSTORE {t}d {t}a {t}b", "SUNIONSTORE {t}a {t}b"],
+    ),
+    (
+        "sdiffstore",
+        &["SADD {t}a x y", "SADD {t}b y", "SET {t}d v EX 100"],
+        &["SDIFFSTORE {t}d {t}a {t}b", "SDIFFSTORE {t}d {t}b {t}b"],
     ),
 ];
 

@@ -255,3 +255,30 @@ pub fn hello_without_id(reply: &str) -> String {
     let kind = &reply[..1];
     format!("{kind}{:?}", blank(pairs))
 }
+
+/// Every element a SCAN-like walk returns (`HSCAN key`, `SSCAN key`, as
+/// `scan`, then the cursor, then `options`), from cursor 0 until 0 comes
+/// back, in the order they came (one connection: either server's).
+pub fn scan_to_end(c: &mut Raw, scan: &str, options: &str) -> Vec<String> {
+    let mut cursor = "0".to_string();
+    let mut all = Vec::new();
+    loop {
+        c.send(&cmd(&format!("{scan} {cursor} {options}")));
+        let reply = c.read_reply();
+        let Reply::Array(parts) = reply else {
+            panic!("{scan} {cursor}: {reply:?}")
+        };
+        let Reply::Bulk(next) = &parts[0] else {
+            panic!("a cursor: {:?}", parts[0])
+        };
+        cursor = String::from_utf8_lossy(next).into_owned();
+        let Reply::Array(items) = &parts[1] else {
+            panic!("{scan} {cursor}: not an array: {:?}", parts[1])
+        };
+        all.extend(items.iter().map(crate::text));
+        if cursor == "0" {
+            break;
+        }
+    }
+    all
+}

@@ -110,6 +110,7 @@ pub fn dump(c: &mut Raw) -> Dump {
                 wire.extend(crate::resp(&[cmd.as_bytes(), k.as_bytes()]));
             }
             wire.extend(crate::resp(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]));
+            wire.extend(crate::resp(&[b"SMEMBERS", k.as_bytes()]));
         }
         c.send(&wire);
         for k in chunk {
@@ -117,12 +118,14 @@ pub fn dump(c: &mut Raw) -> Dump {
             let get = c.read_text();
             let rl = c.read_text();
             let at = c.read_text();
-            let hash = sorted_pairs(c.read_reply());
+            let hash = sorted_chunks(c.read_reply(), 2);
             let list = c.read_text();
+            let set = sorted_chunks(c.read_reply(), 1);
             let value = match ty.as_str() {
                 "+string\r\n" => get,
                 "+list\r\n" => list,
                 "+hash\r\n" => hash,
+                "+set\r\n" => set,
                 _ => rl,
             };
             out.insert(k.clone(), (ty, value, at));
@@ -131,13 +134,13 @@ pub fn dump(c: &mut Raw) -> Dump {
     out
 }
 
-/// A flat array of field, value, ... as its pairs sorted (any other reply
-/// as it came).
-fn sorted_pairs(reply: Reply) -> String {
+/// A flat array as its runs of `n` (field and value: 2; members: 1)
+/// sorted (any other reply as it came).
+fn sorted_chunks(reply: Reply, n: usize) -> String {
     let Reply::Array(flat) = reply else {
         return format!("{reply:?}");
     };
-    let mut pairs: Vec<String> = flat.chunks(2).map(|pair| format!("{:?}", pair)).collect();
+    let mut pairs: Vec<String> = flat.chunks(n).map(|pair| format!("{:?}", pair)).collect();
     pairs.sort();
     pairs.join(",")
 }

@@ -1,9 +1,9 @@
-//! Lists and hashes replayed: a replica's full sync (the values rebuilt
+//! Lists, hashes and sets replayed: a replica's full sync (the values rebuilt
 //! from their `Collection::rebuild` records) and its stream (each write's
 //! own replaying command), and a restart from a snapshot plus the
 //! append-only log, leave every element, field, value and deadline equal to
-//! the primary's (the keyspace dumps compare LRANGE for lists and HGETALL's
-//! pairs for hashes).
+//! the primary's (the keyspace dumps compare LRANGE for lists, HGETALL's
+//! pairs for hashes and SMEMBERS sorted for sets).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,12 +137,74 @@ fn hash_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
     .collect()
 }
 
+/// Sets of every shape under `tag`: intsets, small sets of strings,
+/// tables by size (past one rebuild record of 512 members, past the
+/// intset's 512 integers) and by a long member, binary members, one with
+/// a TTL.
+fn set_mix(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for i in 0..40 {
+        out.push(words(&format!("SADD {tag}:s{i} {i} 1 2 m{i}")));
+        out.push(words(&format!("SADD {tag}:i{i} {i} -5 100")));
+    }
+    let mut big = words(&format!("SADD {tag}:sbig"));
+    big.extend((0..1200).map(|i| format!("member:{i}:{}", "m".repeat(i % 30)).into_bytes()));
+    out.push(big);
+    let mut ints = words(&format!("SADD {tag}:ibig"));
+    ints.extend((0..600).map(|i| (i * 7).to_string().into_bytes()));
+    out.push(ints);
+    out.push(vec![
+        b"SADD".to_vec(),
+        format!("{tag}:slong").into_bytes(),
+        vec![b'x'; 200],
+    ]);
+    out.push(vec![
+        b"SADD".to_vec(),
+        format!("{tag}:sbin").into_bytes(),
+        b"a\r\nb".to_vec(),
+        Vec::new(),
+        vec![0, 255],
+    ]);
+    out.push(words(&format!("SADD {tag}:sttl a 1")));
+    out.push(words(&format!("PEXPIRE {tag}:sttl 300000")));
+    out.push(words(&format!("SADD {{{tag}}}x 1 2 3 4 a")));
+    out.push(words(&format!("SADD {{{tag}}}y 3 4 5 b")));
+    out
+}
+
+/// Changes to [`set_mix`]'s sets: every kind of set write.
+fn set_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    [
+        format!("SADD {tag}:s0 new 1"),
+        format!("SADD {tag}:i0 x"),
+        format!("SREM {tag}:s1 1 2 m1 1"),
+        format!("SREM {tag}:i2 2 -5 100"),
+        format!("SREM {tag}:sbig member:1:m member:2:mm nope"),
+        format!("SPOP {tag}:s3"),
+        format!("SPOP {tag}:s4 2"),
+        format!("SPOP {tag}:s5 10"),
+        format!("SPOP {tag}:sbig 100"),
+        format!("SPOP {tag}:ibig 3"),
+        format!("SADD {tag}:sttl b"),
+        format!("SMOVE {{{tag}}}x {{{tag}}}y 1"),
+        format!("SMOVE {{{tag}}}x {{{tag}}}z a"),
+        format!("SINTERSTORE {{{tag}}}inter {{{tag}}}x {{{tag}}}y"),
+        format!("SUNIONSTORE {{{tag}}}union {{{tag}}}x {{{tag}}}y"),
+        format!("SDIFFSTORE {{{tag}}}y {{{tag}}}y {{{tag}}}x"),
+        format!("SDIFFSTORE {{{tag}}}gone {{{tag}}}x {{{tag}}}x"),
+        format!("SADD {tag}:sfresh a"),
+    ]
+    .iter()
+    .map(|l| words(l))
+    .collect()
+}
+
 fn all_writes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    [list_mix(tag), hash_mix(tag)].concat()
+    [list_mix(tag), hash_mix(tag), set_mix(tag)].concat()
 }
 
 fn all_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    [list_changes(tag), hash_changes(tag)].concat()
+    [list_changes(tag), hash_changes(tag), set_changes(tag)].concat()
 }
 
 fn replica_matches_its_primary(primary_threads: usize, replica_threads: usize) {
@@ -184,6 +246,17 @@ fn replica_matches_its_primary(primary_threads: usize, replica_threads: usize) {
     );
     // A listpack's order survives the sync.
     assert_eq!(r.call("HKEYS a:h0"), p.call("HKEYS a:h0"));
+    assert_eq!(r.call("EXISTS a:s5"), ":0\r\n", "emptied sets are gone");
+    assert_eq!(r.call("SCARD a:sbig"), ":1098\r\n");
+    assert_eq!(r.call("SMEMBERS {a}inter"), "*2\r\n$1\r\n3\r\n$1\r\n4\r\n");
+    assert_eq!(
+        r.call("PEXPIRETIME a:sttl"),
+        format!(":{}\r\n", T0_MS + 300_000)
+    );
+    for key in ["a:s0", "a:i1", "a:ibig", "{a}y"] {
+        let encoding = format!("OBJECT ENCODING {key}");
+        assert_eq!(r.call(&encoding), p.call(&encoding), "{key}");
+    }
 }
 
 #[test]

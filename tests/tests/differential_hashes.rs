@@ -8,7 +8,7 @@
 //! (redis-server's compiled-in default is 512; redis.conf's, and
 //! Leasehold's, 128).
 
-use leasehold_tests::differential::Pair;
+use leasehold_tests::differential::{scan_to_end, Pair};
 use leasehold_tests::{cmd, on_1_and_2_threads, resp, Reply};
 
 fn start(threads: usize) -> Option<Pair> {
@@ -49,23 +49,8 @@ fn same_sorted(p: &mut Pair, line: &str, pairs: bool) {
 
 /// Every field and value HSCAN returns from cursor 0 to the end, sorted.
 fn scan_all(c: &mut leasehold_tests::Raw, key: &str, count: usize) -> Vec<Vec<String>> {
-    let mut cursor = "0".to_string();
-    let mut all = Vec::new();
-    loop {
-        c.send(&cmd(&format!("HSCAN {key} {cursor} COUNT {count}")));
-        let reply = c.read_reply();
-        let Reply::Array(parts) = reply else {
-            panic!("HSCAN {key} {cursor}: {reply:?}")
-        };
-        let Reply::Bulk(next) = &parts[0] else {
-            panic!("a cursor: {:?}", parts[0])
-        };
-        cursor = String::from_utf8_lossy(next).into_owned();
-        all.extend(sorted(parts[1].clone(), true));
-        if cursor == "0" {
-            break;
-        }
-    }
+    let flat = scan_to_end(c, &format!("HSCAN {key}"), &format!("COUNT {count}"));
+    let mut all: Vec<Vec<String>> = flat.chunks(2).map(<[String]>::to_vec).collect();
     all.sort();
     all.dedup();
     all

@@ -9,7 +9,10 @@
 //! - [`list`]: a quicklist, a deque of packs;
 //! - [`hash`]: a pack of field-value pairs, or past its thresholds a
 //!   chained table with Redis's scan cursor;
-//! - [`rng`]: the generator random picks (HRANDFIELD) draw from.
+//! - [`set`]: a sorted intset, a pack of members, or past their thresholds
+//!   the hash's table;
+//! - [`rng`]: the generator random picks (HRANDFIELD, SRANDMEMBER, SPOP)
+//!   draw from.
 
 pub mod hash;
 pub mod list;

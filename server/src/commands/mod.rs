@@ -35,7 +35,11 @@
 //!   structure is [`crate::collections::list`]);
 //! - [`hashes`]: HSET, HGET, HMGET, HMSET, HSETNX, HINCRBY, HINCRBYFLOAT,
 //!   HDEL, HEXISTS, HLEN, HKEYS, HVALS, HGETALL, HSTRLEN, HRANDFIELD, HSCAN
-//!   (the structure is [`crate::collections::hash`]).
+//!   (the structure is [`crate::collections::hash`]);
+//! - [`sets`]: SADD, SREM, SISMEMBER, SMISMEMBER, SMEMBERS, SCARD, SPOP,
+//!   SRANDMEMBER, SSCAN, SMOVE, SINTER, SUNION, SDIFF, SINTERCARD,
+//!   SINTERSTORE, SUNIONSTORE, SDIFFSTORE (the structure is
+//!   [`crate::collections::set`]).
 //!
 //! Four files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
@@ -69,6 +73,7 @@ pub mod ratelimit;
 pub mod replication;
 pub mod scripting;
 pub mod server;
+pub mod sets;
 pub mod span;
 pub mod strings;
 pub mod transaction;
@@ -108,8 +113,9 @@ pub mod flags {
     /// May write without being a write command (EVAL, EVALSHA): its
     /// writes are those of the commands it runs, each checked then.
     pub const MAY_REPLICATE: u32 = 1 << 10;
-    /// Its keys are counted by the argument at position 2 and follow it
-    /// (EVAL's `numkeys key [key ...]`); the row's key positions are 0.
+    /// Its keys are counted by a `numkeys` argument and follow it (EVAL's
+    /// `numkeys key [key ...]` at position 2, SINTERCARD's at 1: see
+    /// [`CommandSpec::keys_in`]); the row's key positions are 0.
     pub const MOVABLE_KEYS: u32 = 1 << 11;
 
     /// Flag names for COMMAND INFO, in bit order.
@@ -221,18 +227,23 @@ impl CommandSpec {
 
     /// The argument positions of the keys of request `all` (name first):
     /// [`CommandSpec::key_positions`], or for a [`flags::MOVABLE_KEYS`]
-    /// row the `numkeys` keys after position 2 (none when `numkeys` is not
-    /// a count the request has: the command itself refuses it).
+    /// row the `numkeys` keys after `numkeys` (position 2, or 1 for
+    /// SINTERCARD; none when `numkeys` is not a count the request has: the
+    /// command itself refuses it).
     pub fn keys_in(&self, all: &[bytes::Bytes]) -> KeyPositions {
         if !self.has(flags::MOVABLE_KEYS) {
             return self.key_positions(all.len());
         }
+        let at = match self.name {
+            "sintercard" => 1,
+            _ => 2,
+        };
         let n = all
-            .get(2)
+            .get(at)
             .and_then(|n| leasehold_protocol::int::parse_u64(n))
             .unwrap_or(0) as usize;
-        match all.len().checked_sub(3) {
-            Some(rest) if n <= rest => (3..3 + n).step_by(1),
+        match all.len().checked_sub(at + 1) {
+            Some(rest) if n <= rest => (at + 1..at + 1 + n).step_by(1),
             _ => (0..0).step_by(1),
         }
     }
@@ -309,6 +320,7 @@ impl Table {
             scripting::COMMANDS,
             lists::COMMANDS,
             hashes::COMMANDS,
+            sets::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

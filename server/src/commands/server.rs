@@ -74,6 +74,8 @@ fn command_group(name: &str) -> &'static str {
         "list"
     } else if member(super::hashes::COMMANDS) {
         "hash"
+    } else if member(super::sets::COMMANDS) {
+        "set"
     } else {
         "module"
     }

@@ -155,6 +155,9 @@ mod tests {
             "hash-max-listpack-entries",
             "hash-max-listpack-value",
             "list-max-listpack-size",
+            "set-max-intset-entries",
+            "set-max-listpack-entries",
+            "set-max-listpack-value",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

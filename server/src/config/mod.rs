@@ -381,6 +381,15 @@ pub struct CollectionsConfig {
     /// 4, 8, 16, 32 or 64 KiB (below -5 is -5), a positive number at that
     /// many elements.
     pub list_max_listpack_size: i32,
+    /// Most members a set of integers keeps as an intset
+    /// (`set-max-intset-entries`).
+    pub set_max_intset_entries: usize,
+    /// Most members a set keeps in its compact pack
+    /// (`set-max-listpack-entries`, Redis 7.2's).
+    pub set_max_listpack_entries: usize,
+    /// Longest member a set keeps in its compact pack, bytes
+    /// (`set-max-listpack-value`, Redis 7.2's).
+    pub set_max_listpack_value: usize,
 }
 
 impl Default for CollectionsConfig {
@@ -391,6 +400,9 @@ impl Default for CollectionsConfig {
             hash_max_listpack_entries: 128,
             hash_max_listpack_value: 64,
             list_max_listpack_size: -2,
+            set_max_intset_entries: 512,
+            set_max_listpack_entries: 128,
+            set_max_listpack_value: 64,
         }
     }
 }

@@ -238,6 +238,9 @@ pub static PARAMS: &[Param] = &[
     row("hash-max-listpack-entries", ("collections", "hash_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_entries), Runtime, true, "Most fields a hash keeps in its compact listpack encoding").with_aliases(&["hash-max-ziplist-entries"]),
     row("hash-max-listpack-value", ("collections", "hash_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_value), Runtime, true, "Longest field or value, bytes, a hash keeps in its listpack").with_aliases(&["hash-max-ziplist-value"]),
     row("list-max-listpack-size", ("collections", "list_max_listpack_size"), Kind::Int(range!(-2147483648, 2147483647)), field!(collections.list_max_listpack_size), Runtime, true, "A list node's limit: -1..-5 for 4..64 KiB, or a positive element count").with_aliases(&["list-max-ziplist-size"]),
+    row("set-max-intset-entries", ("collections", "set_max_intset_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_intset_entries), Runtime, true, "Most members a set of integers keeps in its intset encoding"),
+    row("set-max-listpack-entries", ("collections", "set_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_listpack_entries), Runtime, true, "Most members a set keeps in its compact pack (reported as hashtable, as Redis 7.0)"),
+    row("set-max-listpack-value", ("collections", "set_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_listpack_value), Runtime, true, "Longest member, bytes, a set keeps in its compact pack"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -574,6 +577,21 @@ mod tests {
                 "list-max-listpack-size",
                 "2147483648",
                 "argument must be between -2147483648 and 2147483647 inclusive",
+            ),
+            (
+                "set-max-intset-entries",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "set-max-listpack-entries",
+                "x",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "set-max-listpack-value",
+                "-5",
+                "argument must be between 0 and 9223372036854775807 inclusive",
             ),
         ];
         for (name, value, why) in cases {

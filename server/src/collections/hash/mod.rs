@@ -161,8 +161,7 @@ impl Hash {
     /// One step of HSCAN from `cursor`: calls `f` with fields and values
     /// and returns the next cursor, 0 when the walk is over. A listpack
     /// gives everything at once (cursor 0 back, as Redis does); a table
-    /// visits buckets from `cursor` until `count` fields came out or
-    /// `10 * count` buckets were visited (Redis's bound on empty buckets).
+    /// walks its buckets ([`Table::scan`]).
     pub fn scan(&self, cursor: u64, count: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
         match self {
             Hash::Pack(p) => {
@@ -171,20 +170,7 @@ impl Hash {
                 }
                 0
             }
-            Hash::Table(t) => {
-                let (mut cursor, mut seen, mut visits) = (cursor, 0usize, 0usize);
-                let max_visits = count.saturating_mul(10);
-                loop {
-                    cursor = t.scan_bucket(cursor, &mut |k, v| {
-                        seen += 1;
-                        f(k, v);
-                    });
-                    visits += 1;
-                    if cursor == 0 || seen >= count || visits >= max_visits {
-                        return cursor;
-                    }
-                }
-            }
+            Hash::Table(t) => t.scan(cursor, count, f),
         }
     }
 }

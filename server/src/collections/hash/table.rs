@@ -1,4 +1,5 @@
-//! The general encoding of a hash past its listpack thresholds: a chained
+//! The general encoding of a hash past its listpack thresholds (and of a
+//! set past its compact ones, members as fields with empty values): a chained
 //! hash table of the Redis `dict` kind, with power-of-two bucket counts, so
 //! that HSCAN can walk it with Redis's reverse-binary cursor.
 //!
@@ -221,6 +222,27 @@ impl Table {
             .reverse_bits()
             .wrapping_add(1)
             .reverse_bits()
+    }
+}
+
+impl Table {
+    /// One step of a SCAN-like walk from `cursor` ([`Table::scan_bucket`]
+    /// bucket after bucket): calls `f` with fields and values until `count`
+    /// came out or `10 * count` buckets were visited (Redis's bound on
+    /// empty buckets), and returns the next cursor, 0 when the walk is over.
+    pub fn scan(&self, cursor: u64, count: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
+        let (mut cursor, mut seen, mut visits) = (cursor, 0usize, 0usize);
+        let max_visits = count.saturating_mul(10);
+        loop {
+            cursor = self.scan_bucket(cursor, &mut |k, v| {
+                seen += 1;
+                f(k, v);
+            });
+            visits += 1;
+            if cursor == 0 || seen >= count || visits >= max_visits {
+                return cursor;
+            }
+        }
     }
 }
 
