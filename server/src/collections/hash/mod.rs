@@ -171,20 +171,7 @@ impl Hash {
                 }
                 0
             }
-            Hash::Table(t) => {
-                let (mut cursor, mut seen, mut visits) = (cursor, 0usize, 0usize);
-                let max_visits = count.saturating_mul(10);
-                loop {
-                    cursor = t.scan_bucket(cursor, &mut |k, v| {
-                        seen += 1;
-                        f(k, v);
-                    });
-                    visits += 1;
-                    if cursor == 0 || seen >= count || visits >= max_visits {
-                        return cursor;
-                    }
-                }
-            }
+            Hash::Table(t) => t.scan(cursor, count, f),
         }
     }
 }

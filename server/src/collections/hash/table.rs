@@ -222,6 +222,25 @@ impl Table {
             .wrapping_add(1)
             .reverse_bits()
     }
+
+    /// One step of a SCAN-like walk from `cursor`: visits buckets (see
+    /// [`Table::scan_bucket`]) until `count` fields came out or `10 *
+    /// count` buckets were visited (Redis's bound on empty buckets), and
+    /// returns the next cursor, 0 when the walk is over.
+    pub fn scan(&self, cursor: u64, count: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
+        let (mut cursor, mut seen, mut visits) = (cursor, 0usize, 0usize);
+        let max_visits = count.saturating_mul(10);
+        loop {
+            cursor = self.scan_bucket(cursor, &mut |k, v| {
+                seen += 1;
+                f(k, v);
+            });
+            visits += 1;
+            if cursor == 0 || seen >= count || visits >= max_visits {
+                return cursor;
+            }
+        }
+    }
 }
 
 /// A table's fields and values, in the nodes' order.
