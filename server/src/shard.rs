@@ -45,6 +45,8 @@ pub struct ShardConf {
     pub hash_limits: crate::collections::hash::Limits,
     /// `list-max-listpack-size`, for lists created from now on.
     pub list_fill: i32,
+    /// `zset-max-listpack-entries` and `zset-max-listpack-value`.
+    pub zset_limits: crate::collections::zset::Limits,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -292,6 +294,7 @@ impl Shard {
                 busy_reply_threshold_ms: 0,
                 hash_limits: Default::default(),
                 list_fill: crate::collections::list::DEFAULT_FILL,
+                zset_limits: Default::default(),
             },
             stats,
             shared,
@@ -322,6 +325,10 @@ impl Shard {
                 max_value: c.collections.hash_max_listpack_value,
             };
             self.conf.list_fill = c.collections.list_max_listpack_size;
+            self.conf.zset_limits = crate::collections::zset::Limits {
+                max_entries: c.collections.zset_max_listpack_entries,
+                max_value: c.collections.zset_max_listpack_value,
+            };
             self.config_gen = gen;
         }
     }

@@ -241,7 +241,7 @@ fn hgetall(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 thread_local! {
     /// The generator of this thread's HRANDFIELD picks.
-    static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
+    pub(super) static RNG: RefCell<Rng> = RefCell::new(Rng::from_entropy());
 }
 
 /// The smallest bytes one element of a reply takes (`$0\r\n\r\n`): a count
@@ -249,24 +249,18 @@ thread_local! {
 /// rather than built in memory.
 const MIN_ELEMENT_BYTES: u64 = 6;
 
-fn hrandfield(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let key = a.key()?;
-    if a.remaining() == 0 {
-        let Some(hash) = hash_read(s, &key)? else {
-            return Ok(Reply::Nil);
-        };
-        let i = RNG.with_borrow_mut(|r| r.below(hash.len()));
-        return Ok(Reply::Bulk(Bytes::copy_from_slice(
-            hash.by_position().get(i).0,
-        )));
-    }
+/// The count of a random pick with a count (HRANDFIELD, ZRANDMEMBER) and
+/// whether `word` (WITHVALUES, WITHSCORES) follows it, checked as Redis
+/// does: the count within +-`i64::MAX`, then the option, then the reply's
+/// least size against `proto-max-bulk-len` for a repeating count.
+pub(super) fn random_count(s: &Shard, a: &mut Args, word: &str) -> Result<(i64, bool), OpError> {
     let count = a.i64()?;
     if count == i64::MIN {
         return Err(OpError::OutOfRangeBetween(-i64::MAX, i64::MAX));
     }
     let with_values = match a.remaining() {
         0 => false,
-        1 if a.flag("WITHVALUES") => true,
+        1 if a.flag(word) => true,
         _ => return Err(OpError::Syntax),
     };
     let per_pick = if with_values { 2 } else { 1 };
@@ -281,6 +275,21 @@ fn hrandfield(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if count < 0 && least_bytes > limit {
         return Err(OpError::OutOfRange);
     }
+    Ok((count, with_values))
+}
+
+fn hrandfield(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    if a.remaining() == 0 {
+        let Some(hash) = hash_read(s, &key)? else {
+            return Ok(Reply::Nil);
+        };
+        let i = RNG.with_borrow_mut(|r| r.below(hash.len()));
+        return Ok(Reply::Bulk(Bytes::copy_from_slice(
+            hash.by_position().get(i).0,
+        )));
+    }
+    let (count, with_values) = random_count(s, a, "WITHVALUES")?;
     let Some(hash) = hash_read(s, &key)? else {
         return Ok(Reply::Array(Vec::new()));
     };
@@ -306,7 +315,7 @@ fn hrandfield(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 /// positive one, distinct picks (all of them, in the hash's order, when
 /// `count` reaches the length; otherwise a random subset, in the hash's
 /// order).
-fn pick_positions(rng: &mut Rng, len: usize, count: i64) -> Vec<usize> {
+pub(super) fn pick_positions(rng: &mut Rng, len: usize, count: i64) -> Vec<usize> {
     if count < 0 {
         return (0..count.unsigned_abs()).map(|_| rng.below(len)).collect();
     }
@@ -342,7 +351,7 @@ fn pick_positions(rng: &mut Rng, len: usize, count: i64) -> Vec<usize> {
 /// Reads a cursor as Redis does (`strtoul`): an optional sign, decimal
 /// digits, nothing else; a minus wraps around (`-1` is 2^64 - 1), the empty
 /// string is 0.
-fn parse_cursor(b: &[u8]) -> Option<u64> {
+pub(super) fn parse_cursor(b: &[u8]) -> Option<u64> {
     let (negative, digits) = match b.first() {
         Some(b'-') => (true, &b[1..]),
         Some(b'+') => (false, &b[1..]),
@@ -380,7 +389,7 @@ fn hscan(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(scan_reply(next, out))
 }
 
-fn scan_reply(cursor: u64, items: Bulks) -> Reply {
+pub(super) fn scan_reply(cursor: u64, items: Bulks) -> Reply {
     Reply::Array(vec![
         Reply::Bulk(Bytes::from(cursor.to_string())),
         items.into(),

@@ -36,6 +36,10 @@
 //! - [`hashes`]: HSET, HGET, HMGET, HMSET, HSETNX, HINCRBY, HINCRBYFLOAT,
 //!   HDEL, HEXISTS, HLEN, HKEYS, HVALS, HGETALL, HSTRLEN, HRANDFIELD, HSCAN
 //!   (the structure is [`crate::collections::hash`]).
+//! - [`zsets`]: ZADD, ZINCRBY, ZREM, ZSCORE, ZMSCORE, ZCARD, ZCOUNT,
+//!   ZLEXCOUNT, ZRANGE and its BYSCORE/BYLEX/REV forms, ZRANK, ZREVRANK,
+//!   ZREMRANGEBY*, ZPOPMIN, ZPOPMAX, ZRANDMEMBER, ZSCAN (the structure is
+//!   [`crate::collections::zset`]).
 //!
 //! Four files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
@@ -72,6 +76,7 @@ pub mod server;
 pub mod span;
 pub mod strings;
 pub mod transaction;
+pub mod zsets;
 
 /// Command flags, as `COMMAND INFO` names them. Every flag is reported by
 /// COMMAND INFO (cluster clients and proxies route by `write` / `readonly`);
@@ -309,6 +314,7 @@ impl Table {
             scripting::COMMANDS,
             lists::COMMANDS,
             hashes::COMMANDS,
+            zsets::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -155,6 +155,8 @@ mod tests {
             "hash-max-listpack-entries",
             "hash-max-listpack-value",
             "list-max-listpack-size",
+            "zset-max-listpack-entries",
+            "zset-max-listpack-value",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -377,6 +377,12 @@ pub struct CollectionsConfig {
     /// 4, 8, 16, 32 or 64 KiB (below -5 is -5), a positive number at that
     /// many elements.
     pub list_max_listpack_size: i32,
+    /// Most members a sorted set keeps in its listpack
+    /// (`zset-max-listpack-entries`).
+    pub zset_max_listpack_entries: usize,
+    /// Longest member a sorted set keeps in its listpack, bytes
+    /// (`zset-max-listpack-value`).
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for CollectionsConfig {
@@ -387,6 +393,8 @@ impl Default for CollectionsConfig {
             hash_max_listpack_entries: 128,
             hash_max_listpack_value: 64,
             list_max_listpack_size: -2,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
         }
     }
 }
