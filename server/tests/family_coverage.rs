@@ -81,6 +81,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::hashes::COMMANDS,
         include_str!("family_hashes.rs"),
     ),
+    (
+        "family_zsets.rs",
+        commands::zsets::COMMANDS,
+        include_str!("family_zsets.rs"),
+    ),
 ];
 
 #[test]
