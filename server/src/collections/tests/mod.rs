@@ -5,6 +5,7 @@
 mod hash;
 mod list;
 mod pack;
+mod zset;
 
 use proptest::prelude::*;
 
