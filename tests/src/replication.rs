@@ -8,7 +8,8 @@ use crate::{info, info_fields, Raw, Reply, TestServer};
 
 /// One key as a replica must hold it: its type, its value (GET for
 /// strings, RLSTATE for rate-limit keys, LRANGE for lists, HGETALL's pairs
-/// sorted for hashes, whose table order is each server's own) and its
+/// sorted for hashes, whose table order is each server's own, ZRANGE
+/// WITHSCORES for sorted sets) and its
 /// absolute deadline (PEXPIRETIME), as reply text.
 pub type Dump = BTreeMap<String, (String, String, String)>;
 
@@ -110,6 +111,8 @@ pub fn dump(c: &mut Raw) -> Dump {
                 wire.extend(crate::resp(&[cmd.as_bytes(), k.as_bytes()]));
             }
             wire.extend(crate::resp(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]));
+            let zrange: [&[u8]; 5] = [b"ZRANGE", k.as_bytes(), b"0", b"-1", b"WITHSCORES"];
+            wire.extend(crate::resp(&zrange));
         }
         c.send(&wire);
         for k in chunk {
@@ -119,10 +122,12 @@ pub fn dump(c: &mut Raw) -> Dump {
             let at = c.read_text();
             let hash = sorted_pairs(c.read_reply());
             let list = c.read_text();
+            let zset = c.read_text();
             let value = match ty.as_str() {
                 "+string\r\n" => get,
                 "+list\r\n" => list,
                 "+hash\r\n" => hash,
+                "+zset\r\n" => zset,
                 _ => rl,
             };
             out.insert(k.clone(), (ty, value, at));
