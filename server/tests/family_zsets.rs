@@ -33,7 +33,10 @@ fn zadd_and_its_options() {
     let mut h = Harness::new();
     let (reply, effects) = h.run_effects("ZADD z 1 a 2 b 1.5 c");
     assert_eq!(reply, Reply::Int(3));
-    assert_eq!(effects, vec![words(&["ZADD", "z", "1", "a", "2", "b", "1.5", "c"])]);
+    assert_eq!(
+        effects,
+        vec![words(&["ZADD", "z", "1", "a", "2", "b", "1.5", "c"])]
+    );
     assert_eq!(h.run_effects("ZADD z 1 a"), (Reply::Int(0), vec![]));
     assert_eq!(h.cmd("ZADD z CH 5 a 2 b 7 d"), Reply::Int(2));
     assert_eq!(h.cmd("ZADD z NX 9 a 9 e"), Reply::Int(1));
@@ -51,17 +54,35 @@ fn zadd_and_its_options() {
     assert_eq!(h.cmd("ZADD z 1"), arity("zadd"));
     assert_eq!(h.cmd("ZADD z NX 1"), err(SYNTAX));
     assert_eq!(h.cmd("ZADD z 1 a 2"), err(SYNTAX));
-    assert_eq!(h.cmd("ZADD z NX XX 1 a"), err("ERR XX and NX options at the same time are not compatible"));
-    assert_eq!(h.cmd("ZADD z GT LT 1 a"), err("ERR GT, LT, and/or NX options at the same time are not compatible"));
-    assert_eq!(h.cmd("ZADD z INCR 1 a 2 b"), err("ERR INCR option supports a single increment-element pair"));
+    assert_eq!(
+        h.cmd("ZADD z NX XX 1 a"),
+        err("ERR XX and NX options at the same time are not compatible")
+    );
+    assert_eq!(
+        h.cmd("ZADD z GT LT 1 a"),
+        err("ERR GT, LT, and/or NX options at the same time are not compatible")
+    );
+    assert_eq!(
+        h.cmd("ZADD z INCR 1 a 2 b"),
+        err("ERR INCR option supports a single increment-element pair")
+    );
     assert_eq!(h.cmd("ZADD z nan a"), err("ERR value is not a valid float"));
     assert_eq!(h.cmd("ZADD z +inf top -inf bottom"), Reply::Int(2));
-    assert_eq!(h.cmd("ZADD z INCR -inf top"), err("ERR resulting score is not a number (NaN)"));
-    assert_eq!(h.cmd("ZINCRBY z +inf bottom"), err("ERR resulting score is not a number (NaN)"));
+    assert_eq!(
+        h.cmd("ZADD z INCR -inf top"),
+        err("ERR resulting score is not a number (NaN)")
+    );
+    assert_eq!(
+        h.cmd("ZINCRBY z +inf bottom"),
+        err("ERR resulting score is not a number (NaN)")
+    );
     let (reply, effects) = h.run_effects("ZINCRBY z 2 fresh");
     assert_eq!(reply, Reply::bulk("2"));
     assert_eq!(effects, vec![words(&["ZADD", "z", "2", "fresh"])]);
-    assert_eq!(h.cmd("ZINCRBY z x a"), err("ERR value is not a valid float"));
+    assert_eq!(
+        h.cmd("ZINCRBY z x a"),
+        err("ERR value is not a valid float")
+    );
 }
 
 #[test]
@@ -76,27 +97,68 @@ fn reads_and_their_shapes() {
     assert_eq!(h.cmd("ZCARD nokey"), Reply::Int(0));
     assert_eq!(h.cmd("ZCOUNT z (1 3"), Reply::Int(2));
     assert_eq!(h.cmd("ZCOUNT z x 3"), err("ERR min or max is not a float"));
-    assert_eq!(r2(&h.cmd("ZRANGE z 0 1 WITHSCORES")), "*4\r\n$1\r\nt\r\n$19\r\n0.10000000000000001\r\n$1\r\na\r\n$1\r\n1\r\n");
-    assert_eq!(r3(&mut h, "ZRANGE z 0 1 WITHSCORES"), "*2\r\n*2\r\n$1\r\nt\r\n,0.10000000000000001\r\n*2\r\n$1\r\na\r\n,1\r\n");
-    assert_eq!(r2(&h.cmd("ZRANGE z 0 -1 REV")), "*4\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n$1\r\nt\r\n");
-    assert_eq!(r2(&h.cmd("ZRANGE z (1 +inf BYSCORE LIMIT 1 1")), "*1\r\n$1\r\nc\r\n");
-    assert_eq!(r2(&h.cmd("ZRANGEBYSCORE z 1 2")), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
-    assert_eq!(r2(&h.cmd("ZREVRANGEBYSCORE z 2 -inf LIMIT 0 2")), "*2\r\n$1\r\nb\r\n$1\r\na\r\n");
+    assert_eq!(
+        r2(&h.cmd("ZRANGE z 0 1 WITHSCORES")),
+        "*4\r\n$1\r\nt\r\n$19\r\n0.10000000000000001\r\n$1\r\na\r\n$1\r\n1\r\n"
+    );
+    assert_eq!(
+        r3(&mut h, "ZRANGE z 0 1 WITHSCORES"),
+        "*2\r\n*2\r\n$1\r\nt\r\n,0.10000000000000001\r\n*2\r\n$1\r\na\r\n,1\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZRANGE z 0 -1 REV")),
+        "*4\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n$1\r\nt\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZRANGE z (1 +inf BYSCORE LIMIT 1 1")),
+        "*1\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZRANGEBYSCORE z 1 2")),
+        "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZREVRANGEBYSCORE z 2 -inf LIMIT 0 2")),
+        "*2\r\n$1\r\nb\r\n$1\r\na\r\n"
+    );
     assert_eq!(r2(&h.cmd("ZREVRANGE z 0 0")), "*1\r\n$1\r\nc\r\n");
-    assert_eq!(h.cmd("ZRANGE z 0 -1 LIMIT 0 1"), err("ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"));
-    assert_eq!(h.cmd("ZRANGE z - + BYLEX WITHSCORES"), err("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
+    assert_eq!(
+        h.cmd("ZRANGE z 0 -1 LIMIT 0 1"),
+        err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+        )
+    );
+    assert_eq!(
+        h.cmd("ZRANGE z - + BYLEX WITHSCORES"),
+        err("ERR syntax error, WITHSCORES not supported in combination with BYLEX")
+    );
     assert_eq!(h.cmd("ZRANGE z a b"), err(NOT_INT));
     assert_eq!(h.cmd("ZRANGEBYSCORE z 0 1 BYSCORE"), err(SYNTAX));
     assert_eq!(h.cmd("ZRANK z b"), Reply::Int(2));
     assert_eq!(h.cmd("ZREVRANK z b"), Reply::Int(1));
     assert_eq!(h.cmd("ZRANK z nosuch"), Reply::Nil);
     h.cmd("ZADD lex 0 a 0 b 0 c 0 d");
-    assert_eq!(r2(&h.cmd("ZRANGEBYLEX lex (a [c")), "*2\r\n$1\r\nb\r\n$1\r\nc\r\n");
-    assert_eq!(r2(&h.cmd("ZREVRANGEBYLEX lex + - LIMIT 0 1")), "*1\r\n$1\r\nd\r\n");
+    assert_eq!(
+        r2(&h.cmd("ZRANGEBYLEX lex (a [c")),
+        "*2\r\n$1\r\nb\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZREVRANGEBYLEX lex + - LIMIT 0 1")),
+        "*1\r\n$1\r\nd\r\n"
+    );
     assert_eq!(h.cmd("ZLEXCOUNT lex - +"), Reply::Int(4));
-    assert_eq!(h.cmd("ZLEXCOUNT lex a b"), err("ERR min or max not valid string range item"));
-    assert_eq!(r2(&h.cmd("ZSCAN lex 0 MATCH [ab]")), "*2\r\n$1\r\n0\r\n*4\r\n$1\r\na\r\n$1\r\n0\r\n$1\r\nb\r\n$1\r\n0\r\n");
-    assert_eq!(r2(&h.cmd("ZRANDMEMBER lex 10")), "*4\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n");
+    assert_eq!(
+        h.cmd("ZLEXCOUNT lex a b"),
+        err("ERR min or max not valid string range item")
+    );
+    assert_eq!(
+        r2(&h.cmd("ZSCAN lex 0 MATCH [ab]")),
+        "*2\r\n$1\r\n0\r\n*4\r\n$1\r\na\r\n$1\r\n0\r\n$1\r\nb\r\n$1\r\n0\r\n"
+    );
+    assert_eq!(
+        r2(&h.cmd("ZRANDMEMBER lex 10")),
+        "*4\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n"
+    );
     assert_eq!(h.cmd("ZRANDMEMBER nokey"), Reply::Nil);
 }
 
@@ -110,7 +172,10 @@ fn removals_pops_and_their_effects() {
     let (reply, effects) = h.run_effects("ZREMRANGEBYSCORE z (1 2");
     assert_eq!(reply, Reply::Int(1));
     assert_eq!(effects, vec![words(&["ZREMRANGEBYSCORE", "z", "(1", "2"])]);
-    assert_eq!(h.run_effects("ZREMRANGEBYRANK z 5 9"), (Reply::Int(0), vec![]));
+    assert_eq!(
+        h.run_effects("ZREMRANGEBYRANK z 5 9"),
+        (Reply::Int(0), vec![])
+    );
     let (reply, effects) = h.run_effects("ZPOPMIN z");
     assert_eq!(r2(&reply), "*2\r\n$1\r\nc\r\n$1\r\n3\r\n");
     assert_eq!(effects, vec![words(&["ZREM", "z", "c"])]);
@@ -118,10 +183,16 @@ fn removals_pops_and_their_effects() {
     assert_eq!(r2(&reply), "*2\r\n$1\r\ne\r\n$1\r\n5\r\n");
     assert_eq!(effects, vec![words(&["ZREM", "z", "e"])]);
     h.cmd("ZADD z 5 e");
-    assert_eq!(r3(&mut h, "ZPOPMAX z 5"), "*2\r\n*2\r\n$1\r\ne\r\n,5\r\n*2\r\n$1\r\nd\r\n,4\r\n");
+    assert_eq!(
+        r3(&mut h, "ZPOPMAX z 5"),
+        "*2\r\n*2\r\n$1\r\ne\r\n,5\r\n*2\r\n$1\r\nd\r\n,4\r\n"
+    );
     assert_eq!(h.cmd("EXISTS z"), Reply::Int(0), "emptied, removed");
     assert_eq!(r2(&h.cmd("ZPOPMIN z")), "*0\r\n");
-    assert_eq!(h.cmd("ZPOPMIN z -1"), err("ERR value is out of range, must be positive"));
+    assert_eq!(
+        h.cmd("ZPOPMIN z -1"),
+        err("ERR value is out of range, must be positive")
+    );
     assert_eq!(h.cmd("ZPOPMIN z 1 2"), err(SYNTAX));
     h.cmd("ZADD l 0 a 0 b 0 c");
     assert_eq!(h.cmd("ZREMRANGEBYLEX l [a (c"), Reply::Int(2));
@@ -139,12 +210,18 @@ fn encodings_and_generic_commands() {
     h.cmd("ZADD z 3 c");
     assert_eq!(h.cmd("OBJECT ENCODING z"), Reply::bulk("skiplist"));
     assert_eq!(h.cmd("ZRANK z c"), Reply::Int(2));
-    assert_eq!(h.cmd("CONFIG SET zset-max-listpack-entries 128"), Reply::ok());
+    assert_eq!(
+        h.cmd("CONFIG SET zset-max-listpack-entries 128"),
+        Reply::ok()
+    );
     assert_eq!(h.cmd("CONFIG SET zset-max-listpack-value 3"), Reply::ok());
     h.cmd("ZADD long 1 abcd");
     assert_eq!(h.cmd("OBJECT ENCODING long"), Reply::bulk("skiplist"));
     assert_eq!(h.cmd("COPY z z2"), Reply::Int(1));
-    assert_eq!(r2(&h.cmd("ZRANGE z2 0 -1")), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
+    assert_eq!(
+        r2(&h.cmd("ZRANGE z2 0 -1")),
+        "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
+    );
     assert_eq!(h.cmd("RENAME z2 z3"), Reply::ok());
     assert_eq!(h.cmd("ZCARD z3"), Reply::Int(3));
     assert!(matches!(h.cmd("MEMORY USAGE z3"), Reply::Int(n) if n > 0));

@@ -142,11 +142,16 @@ fn hash_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
 fn zset_mix(tag: &str) -> Vec<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for i in 0..20 {
-        out.push(words(&format!("ZADD {tag}:z{i} 1 a 2 b {i}.25 c -inf lo +inf hi")));
+        out.push(words(&format!(
+            "ZADD {tag}:z{i} 1 a 2 b {i}.25 c -inf lo +inf hi"
+        )));
     }
     let mut big = words(&format!("ZADD {tag}:zbig"));
     for i in 0..700 {
-        big.extend([format!("{}", (i * 31) % 500).into_bytes(), format!("m:{i}").into_bytes()]);
+        big.extend([
+            format!("{}", (i * 31) % 500).into_bytes(),
+            format!("m:{i}").into_bytes(),
+        ]);
     }
     out.push(big);
     out.push(words(&format!("ZADD {tag}:zlong 0.1 {}", "x".repeat(100))));

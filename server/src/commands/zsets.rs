@@ -365,7 +365,7 @@ fn zadd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     if f.nx && f.xx {
         return Err(OpError::ZaddNxXx);
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err(OpError::ZaddGtLtNx);
     }
     if f.incr && n > 2 {
@@ -417,7 +417,9 @@ fn score_reply(v: Option<f64>) -> Reply {
 
 fn zscore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let (key, member) = (a.key()?, a.next()?);
-    Ok(score_reply(zset_read(s, &key)?.and_then(|z| z.score(&member))))
+    Ok(score_reply(
+        zset_read(s, &key)?.and_then(|z| z.score(&member)),
+    ))
 }
 
 fn zmscore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {

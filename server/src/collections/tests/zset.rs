@@ -10,9 +10,14 @@ use crate::collections::zset::{Limits, ZSet};
 use crate::collections::Collection;
 
 /// A score with a total order for the model (scores are never NaN).
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Score(f64);
 impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, o: &Score) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Score {
     fn cmp(&self, o: &Score) -> std::cmp::Ordering {
         self.0.partial_cmp(&o.0).expect("no NaN")
@@ -38,7 +43,7 @@ fn member() -> impl Strategy<Value = Vec<u8>> {
 fn score() -> impl Strategy<Value = f64> {
     prop_oneof![
         4 => (-5i64..5).prop_map(|i| i as f64),
-        2 => (-1e6f64..1e6),
+        2 => -1e6f64..1e6,
         1 => Just(f64::INFINITY),
         1 => Just(f64::NEG_INFINITY),
         1 => Just(1e18),
@@ -122,7 +127,11 @@ fn large_sets_answer_ranks_quickly() {
     let mut z = ZSet::default();
     let limits = Limits::default();
     for i in 0..100_000u32 {
-        z.insert(format!("m{i}").as_bytes(), f64::from(i.wrapping_mul(7919) % 100_000), &limits);
+        z.insert(
+            format!("m{i}").as_bytes(),
+            f64::from(i.wrapping_mul(7919) % 100_000),
+            &limits,
+        );
     }
     assert_eq!(z.encoding(), "skiplist");
     let start = std::time::Instant::now();

@@ -38,6 +38,11 @@ impl Ranked {
         self.len
     }
 
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Bytes allocated: the chunks, their members, the tree.
     pub fn heap_bytes(&self) -> usize {
         let members: usize = self.iter().map(|(_, m)| m.len()).sum();
