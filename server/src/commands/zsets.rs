@@ -468,6 +468,25 @@ enum By {
     Lex,
 }
 
+/// A parsed range: ranks, scores or members.
+enum Range {
+    Rank(i64, i64),
+    Score(Scores),
+    Lex(Lexes),
+}
+
+impl Range {
+    /// `lo` and `hi` read as `by` says (ranks for [`By::Auto`] too).
+    fn parse(by: By, lo: &Bytes, hi: &Bytes) -> Result<Range, OpError> {
+        let rank = |b: &Bytes| leasehold_protocol::int::parse_i64(b).ok_or(OpError::NotInteger);
+        Ok(match by {
+            By::Score => Range::Score(Scores::parse(lo, hi)?),
+            By::Lex => Range::Lex(Lexes::parse(lo, hi)?),
+            By::Auto | By::Rank => Range::Rank(rank(lo)?, rank(hi)?),
+        })
+    }
+}
+
 /// The ranks a range covers, the members in reply order with their scores.
 fn collect(z: &ZSet, start: usize, end: usize, rev: bool, scores: bool) -> Reply {
     if scores {
@@ -545,20 +564,7 @@ fn zrange_generic(
     if rev && by != By::Rank {
         std::mem::swap(&mut lo, &mut hi);
     }
-    enum Range {
-        Rank(i64, i64),
-        Score(Scores),
-        Lex(Lexes),
-    }
-    let range = match by {
-        By::Score => Range::Score(Scores::parse(&lo, &hi)?),
-        By::Lex => Range::Lex(Lexes::parse(&lo, &hi)?),
-        _ => {
-            let start = leasehold_protocol::int::parse_i64(&lo).ok_or(OpError::NotInteger)?;
-            let stop = leasehold_protocol::int::parse_i64(&hi).ok_or(OpError::NotInteger)?;
-            Range::Rank(start, stop)
-        }
-    };
+    let range = Range::parse(by, &lo, &hi)?;
     let Some(z) = zset_read(s, &key)? else {
         return Ok(Reply::Array(Vec::new()));
     };
@@ -632,20 +638,7 @@ fn zrevrank(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 fn zrem_generic(s: &mut Shard, a: &mut Args, by: By, name: &[u8]) -> Result<Reply, OpError> {
     let key = a.key()?;
     let (lo, hi) = (a.next()?, a.next()?);
-    enum Range {
-        Rank(i64, i64),
-        Score(Scores),
-        Lex(Lexes),
-    }
-    let range = match by {
-        By::Score => Range::Score(Scores::parse(&lo, &hi)?),
-        By::Lex => Range::Lex(Lexes::parse(&lo, &hi)?),
-        _ => {
-            let start = leasehold_protocol::int::parse_i64(&lo).ok_or(OpError::NotInteger)?;
-            let stop = leasehold_protocol::int::parse_i64(&hi).ok_or(OpError::NotInteger)?;
-            Range::Rank(start, stop)
-        }
-    };
+    let range = Range::parse(by, &lo, &hi)?;
     let Some(z) = zset_mut(s, &key)? else {
         return Ok(Reply::Int(0));
     };

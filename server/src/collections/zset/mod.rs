@@ -5,7 +5,7 @@
 //! [`Pack`] with an entry per element in order; a lookup walks it. Once it
 //! holds more than `zset-max-listpack-entries` members, or a member longer
 //! than `zset-max-listpack-value` bytes, it becomes a `skiplist` for good
-//! (Redis never converts back either): a [`Ranked`] order with ranks in
+//! (Redis never converts back either; [`Limits`] are the hash's kind): a [`Ranked`] order with ranks in
 //! O(log n) and a [`Table`] from member to score.
 //!
 //! A listpack entry is a header byte, the score, then the member. The
@@ -22,34 +22,11 @@ mod ranked;
 
 use leasehold_protocol::int::parse_i64;
 
-use super::hash::Table;
+pub use super::hash::Limits;
+use super::hash::{Table, PACK_SAFETY_BYTES};
 use super::pack::Pack;
 use super::{Collection, REBUILD_CHUNK};
 pub use ranked::{cmp, Ranked};
-
-/// A pack grows no larger than this before it becomes a skiplist, whatever
-/// the thresholds say (Redis's listpack safety limit, 1 GiB).
-const PACK_SAFETY_BYTES: usize = 1 << 30;
-
-/// The thresholds past which a sorted set leaves its listpack encoding
-/// (`zset-max-listpack-entries`, `zset-max-listpack-value`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Most members a listpack holds.
-    pub max_entries: usize,
-    /// Longest member a listpack holds, bytes.
-    pub max_value: usize,
-}
-
-impl Default for Limits {
-    /// Redis 7.0's defaults: 128 members, 64 bytes.
-    fn default() -> Limits {
-        Limits {
-            max_entries: 128,
-            max_value: 64,
-        }
-    }
-}
 
 /// The `skiplist` encoding: the order and the member-to-score table (the
 /// score as its 8 little-endian bytes).
