@@ -572,6 +572,16 @@ mod tests {
                 "argument couldn't be parsed into an integer",
             ),
             (
+                "zset-max-listpack-entries",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "zset-max-listpack-value",
+                "1k",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
                 "list-max-listpack-size",
                 "2147483648",
                 "argument must be between -2147483648 and 2147483647 inclusive",
