@@ -263,6 +263,23 @@ pub enum OpError {
     ScriptAllShards(&'static str),
     /// A connection command a script cannot run (it has no connection).
     ScriptConnCommand(&'static str),
+    /// `ERR XX and NX options at the same time are not compatible` (ZADD).
+    ZaddNxXx,
+    /// `ERR GT, LT, and/or NX options at the same time are not compatible`
+    /// (ZADD).
+    ZaddGtLtNx,
+    /// `ERR INCR option supports a single increment-element pair` (ZADD).
+    ZaddIncrPair,
+    /// `ERR resulting score is not a number (NaN)` (ZADD INCR, ZINCRBY).
+    ScoreNan,
+    /// `ERR min or max is not a float` (a score range).
+    MinMaxNotFloat,
+    /// `ERR min or max not valid string range item` (a lex range).
+    MinMaxNotLex,
+    /// ZRANGE's LIMIT over ranks.
+    LimitNeedsBy,
+    /// ZRANGE's WITHSCORES with BYLEX.
+    WithscoresLex,
 }
 
 impl OpError {
@@ -287,6 +304,24 @@ impl OpError {
             OpError::GtAndLt => {
                 Reply::err("ERR GT and LT options at the same time are not compatible")
             }
+            OpError::ZaddNxXx => {
+                Reply::err("ERR XX and NX options at the same time are not compatible")
+            }
+            OpError::ZaddGtLtNx => {
+                Reply::err("ERR GT, LT, and/or NX options at the same time are not compatible")
+            }
+            OpError::ZaddIncrPair => {
+                Reply::err("ERR INCR option supports a single increment-element pair")
+            }
+            OpError::ScoreNan => Reply::err("ERR resulting score is not a number (NaN)"),
+            OpError::MinMaxNotFloat => Reply::err("ERR min or max is not a float"),
+            OpError::MinMaxNotLex => Reply::err("ERR min or max not valid string range item"),
+            OpError::LimitNeedsBy => Reply::err(
+                "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+            ),
+            OpError::WithscoresLex => Reply::err(
+                "ERR syntax error, WITHSCORES not supported in combination with BYLEX",
+            ),
             OpError::NotPositive => Reply::err("ERR value is out of range, must be positive"),
             OpError::InvalidCursor => Reply::err("ERR invalid cursor"),
             OpError::StringTooLong => {

@@ -294,13 +294,16 @@ fn rate_limits(shared: &Shared, out: &mut String) {
     }
 }
 
+/// A family summed over shards: name, type, help, the shard's value.
+type ShardRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::state::ShardStats) -> u64,
+);
+
 fn keys(shared: &Shared, out: &mut String) {
-    let rows: [(
-        &'static str,
-        &str,
-        &str,
-        fn(&crate::state::ShardStats) -> u64,
-    ); 5] = [
+    let rows: [ShardRow; 5] = [
         ("leasehold_keys", "gauge", "Keys stored.", |s| s.keys.get()),
         (
             "leasehold_keys_expiring",

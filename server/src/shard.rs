@@ -48,6 +48,8 @@ pub struct ShardConf {
     /// `set-max-intset-entries`, `set-max-listpack-entries` and
     /// `set-max-listpack-value`.
     pub set_limits: crate::collections::set::Limits,
+    /// `zset-max-listpack-entries` and `zset-max-listpack-value`.
+    pub zset_limits: crate::collections::zset::Limits,
 }
 
 /// One shard: its keyspace plus what its handlers need. Handlers see this
@@ -299,6 +301,7 @@ impl Shard {
                 hash_limits: Default::default(),
                 list_fill: crate::collections::list::DEFAULT_FILL,
                 set_limits: Default::default(),
+                zset_limits: Default::default(),
             },
             stats,
             shared,
@@ -334,6 +337,10 @@ impl Shard {
                 max_intset_entries: c.collections.set_max_intset_entries,
                 max_pack_entries: c.collections.set_max_listpack_entries,
                 max_pack_value: c.collections.set_max_listpack_value,
+            };
+            self.conf.zset_limits = crate::collections::zset::Limits {
+                max_entries: c.collections.zset_max_listpack_entries,
+                max_value: c.collections.zset_max_listpack_value,
             };
             self.config_gen = gen;
         }

@@ -86,6 +86,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::sets::COMMANDS,
         include_str!("family_sets.rs"),
     ),
+    (
+        "family_zsets.rs",
+        commands::zsets::COMMANDS,
+        include_str!("family_zsets.rs"),
+    ),
 ];
 
 #[test]

@@ -484,7 +484,105 @@ const SAMPLES: &[Sample] = &[
         &["SADD {t}a x y", "SADD {t}b y", "SET {t}d v EX 100"],
         &["SDIFFSTORE {t}d {t}a {t}b", "SDIFFSTORE {t}d {t}b {t}b"],
     ),
+    // Sorted sets.
+    (
+        "zadd",
+        &[],
+        &["ZADD a 1 x", "ZADD a CH 2 x 3 y", "ZADD a INCR 1 x"],
+    ),
+    ("zincrby", &[], &["ZINCRBY a 1 x", "ZINCRBY a 2.5 x"]),
+    ("zrem", &["ZADD a 1 x 2 y"], &["ZREM a x", "ZREM a y z"]),
+    ("zscore", ZREAD, &["ZSCORE z a", "ZSCORE missing a"]),
+    ("zmscore", ZREAD, &["ZMSCORE z a x", "ZMSCORE missing a"]),
+    ("zcard", ZREAD, &["ZCARD z", "ZCARD missing"]),
+    (
+        "zcount",
+        ZREAD,
+        &["ZCOUNT z -inf +inf", "ZCOUNT missing 0 1"],
+    ),
+    (
+        "zlexcount",
+        ZREAD,
+        &["ZLEXCOUNT z - +", "ZLEXCOUNT missing - +"],
+    ),
+    (
+        "zrange",
+        ZREAD,
+        &[
+            "ZRANGE z 0 -1 WITHSCORES",
+            "ZRANGE z (1 +inf BYSCORE REV LIMIT 0 1",
+            "ZRANGE missing 0 -1",
+        ],
+    ),
+    (
+        "zrangebyscore",
+        ZREAD,
+        &[
+            "ZRANGEBYSCORE z 1 2 WITHSCORES",
+            "ZRANGEBYSCORE missing 0 1",
+        ],
+    ),
+    (
+        "zrevrangebyscore",
+        ZREAD,
+        &["ZREVRANGEBYSCORE z 2 1", "ZREVRANGEBYSCORE missing 1 0"],
+    ),
+    (
+        "zrangebylex",
+        ZREAD,
+        &["ZRANGEBYLEX z - +", "ZRANGEBYLEX missing - +"],
+    ),
+    (
+        "zrevrangebylex",
+        ZREAD,
+        &["ZREVRANGEBYLEX z + -", "ZREVRANGEBYLEX missing + -"],
+    ),
+    (
+        "zrevrange",
+        ZREAD,
+        &["ZREVRANGE z 0 -1", "ZREVRANGE missing 0 -1"],
+    ),
+    ("zrank", ZREAD, &["ZRANK z a", "ZRANK missing a"]),
+    ("zrevrank", ZREAD, &["ZREVRANK z a", "ZREVRANK missing a"]),
+    (
+        "zremrangebyscore",
+        &["ZADD a 1 x 2 y 3 w"],
+        &["ZREMRANGEBYSCORE a 1 1", "ZREMRANGEBYSCORE a (1 +inf"],
+    ),
+    (
+        "zremrangebyrank",
+        &["ZADD a 1 x 2 y 3 w"],
+        &["ZREMRANGEBYRANK a 0 0", "ZREMRANGEBYRANK a 0 -1"],
+    ),
+    (
+        "zremrangebylex",
+        &["ZADD a 0 x 0 y 0 w"],
+        &["ZREMRANGEBYLEX a [w [w", "ZREMRANGEBYLEX a - +"],
+    ),
+    (
+        "zpopmin",
+        &["ZADD a 1 x 2 y 3 w"],
+        &["ZPOPMIN a", "ZPOPMIN a 5"],
+    ),
+    (
+        "zpopmax",
+        &["ZADD a 1 x 2 y 3 w"],
+        &["ZPOPMAX a", "ZPOPMAX a 5"],
+    ),
+    (
+        "zrandmember",
+        ZREAD,
+        &[
+            "ZRANDMEMBER z",
+            "ZRANDMEMBER z -5 WITHSCORES",
+            "ZRANDMEMBER missing 2",
+        ],
+    ),
+    ("zscan", ZREAD, &["ZSCAN z 0", "ZSCAN missing 0"]),
 ];
+
+/// What the sorted-set read samples run first: a sorted set `z`.
+const ZREAD: &[&str] = &["ZADD z 1 a 2 b 3 c"];
 
 fn sample(name: &str) -> Option<&'static Sample> {
     SAMPLES.iter().find(|s| s.0 == name)

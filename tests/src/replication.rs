@@ -8,7 +8,9 @@ use crate::{info, info_fields, Raw, Reply, TestServer};
 
 /// One key as a replica must hold it: its type, its value (GET for
 /// strings, RLSTATE for rate-limit keys, LRANGE for lists, HGETALL's pairs
-/// sorted for hashes, whose table order is each server's own) and its
+/// sorted for hashes, whose table order is each server's own, SMEMBERS
+/// sorted for sets, ZRANGE
+/// WITHSCORES for sorted sets) and its
 /// absolute deadline (PEXPIRETIME), as reply text.
 pub type Dump = BTreeMap<String, (String, String, String)>;
 
@@ -111,6 +113,8 @@ pub fn dump(c: &mut Raw) -> Dump {
             }
             wire.extend(crate::resp(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]));
             wire.extend(crate::resp(&[b"SMEMBERS", k.as_bytes()]));
+            let zrange: [&[u8]; 5] = [b"ZRANGE", k.as_bytes(), b"0", b"-1", b"WITHSCORES"];
+            wire.extend(crate::resp(&zrange));
         }
         c.send(&wire);
         for k in chunk {
@@ -121,11 +125,13 @@ pub fn dump(c: &mut Raw) -> Dump {
             let hash = sorted_chunks(c.read_reply(), 2);
             let list = c.read_text();
             let set = sorted_chunks(c.read_reply(), 1);
+            let zset = c.read_text();
             let value = match ty.as_str() {
                 "+string\r\n" => get,
                 "+list\r\n" => list,
                 "+hash\r\n" => hash,
                 "+set\r\n" => set,
+                "+zset\r\n" => zset,
                 _ => rl,
             };
             out.insert(k.clone(), (ty, value, at));

@@ -199,12 +199,64 @@ fn set_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
     .collect()
 }
 
+/// Sorted sets: listpacks, one past the thresholds (a skiplist), one with a
+/// long member, odd scores, one with a deadline.
+fn zset_mix(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for i in 0..20 {
+        out.push(words(&format!(
+            "ZADD {tag}:z{i} 1 a 2 b {i}.25 c -inf lo +inf hi"
+        )));
+    }
+    let mut big = words(&format!("ZADD {tag}:zbig"));
+    for i in 0..700 {
+        big.extend([
+            format!("{}", (i * 31) % 500).into_bytes(),
+            format!("m:{i}").into_bytes(),
+        ]);
+    }
+    out.push(big);
+    out.push(words(&format!("ZADD {tag}:zlong 0.1 {}", "x".repeat(100))));
+    out.push(words(&format!("ZADD {tag}:zttl 1 a")));
+    out.push(words(&format!("PEXPIRE {tag}:zttl 100000")));
+    out
+}
+
+fn zset_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
+    [
+        format!("ZADD {tag}:z0 CH 5 a 0.30000000000000004 new"),
+        format!("ZINCRBY {tag}:z1 0.1 a"),
+        format!("ZADD {tag}:z2 INCR 1e-3 b"),
+        format!("ZREM {tag}:z3 a b nosuch"),
+        format!("ZPOPMIN {tag}:z4 2"),
+        format!("ZPOPMAX {tag}:z5"),
+        format!("ZREMRANGEBYSCORE {tag}:z6 (1 +inf"),
+        format!("ZREMRANGEBYRANK {tag}:z7 0 -1"),
+        format!("ZREMRANGEBYLEX {tag}:z8 - +"),
+        format!("ZREMRANGEBYSCORE {tag}:zbig 100 (200"),
+        format!("ZREMRANGEBYRANK {tag}:zbig 0 9"),
+        format!("ZPOPMAX {tag}:zbig 3"),
+        format!("ZADD {tag}:zbig GT 1000 m:5 1 m:6"),
+        format!("ZADD {tag}:zttl 2 b"),
+        format!("ZADD {tag}:zfresh 1 a"),
+    ]
+    .iter()
+    .map(|l| words(l))
+    .collect()
+}
+
 fn all_writes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    [list_mix(tag), hash_mix(tag), set_mix(tag)].concat()
+    [list_mix(tag), hash_mix(tag), set_mix(tag), zset_mix(tag)].concat()
 }
 
 fn all_changes(tag: &str) -> Vec<Vec<Vec<u8>>> {
-    [list_changes(tag), hash_changes(tag), set_changes(tag)].concat()
+    [
+        list_changes(tag),
+        hash_changes(tag),
+        set_changes(tag),
+        zset_changes(tag),
+    ]
+    .concat()
 }
 
 fn replica_matches_its_primary(primary_threads: usize, replica_threads: usize) {

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 
 use bytes::Bytes;
-use leasehold_protocol::{Bulks, Reply};
+use leasehold_protocol::{Args, Bulks, Reply};
 
 use crate::collections::rng::Rng;
 use crate::error::OpError;
@@ -77,6 +77,40 @@ pub fn with_rng<T>(f: impl FnOnce(&mut Rng) -> T) -> T {
 /// whose reply must pass `proto-max-bulk-len` even at that size is refused
 /// rather than built in memory.
 pub const MIN_ELEMENT_BYTES: u64 = 6;
+
+/// The count of a random pick with a count (HRANDFIELD, ZRANDMEMBER) and
+/// whether `word` (WITHVALUES, WITHSCORES) follows it, checked as Redis
+/// does: the count within +-`i64::MAX`, then the option, then the reply's
+/// least size against `proto-max-bulk-len` for a repeating count.
+///
+/// # Errors
+/// The integer error; `ERR value is out of range, value must between ...`
+/// for `i64::MIN`; syntax error for another option; out of range for a
+/// repeating count whose reply could not fit.
+pub fn random_count(s: &Shard, a: &mut Args, word: &str) -> Result<(i64, bool), OpError> {
+    let count = a.i64()?;
+    if count == i64::MIN {
+        return Err(OpError::OutOfRangeBetween(-i64::MAX, i64::MAX));
+    }
+    let with_values = match a.remaining() {
+        0 => false,
+        1 if a.flag(word) => true,
+        _ => return Err(OpError::Syntax),
+    };
+    let per_pick = if with_values { 2 } else { 1 };
+    // Redis's own bound: a repeating count whose reply length overflows.
+    if with_values && count < -(i64::MAX / 2) {
+        return Err(OpError::OutOfRange);
+    }
+    let limit = s.conf.proto_max_bulk_len as u64;
+    let least_bytes = count
+        .unsigned_abs()
+        .saturating_mul(per_pick * MIN_ELEMENT_BYTES);
+    if count < 0 && least_bytes > limit {
+        return Err(OpError::OutOfRange);
+    }
+    Ok((count, with_values))
+}
 
 /// The positions HRANDFIELD (SRANDMEMBER) answers for `count` among `len`
 /// fields (members): with a

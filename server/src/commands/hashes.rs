@@ -13,7 +13,7 @@ use bytes::Bytes;
 use leasehold_protocol::{Aggregate, Args, Bulks, Reply};
 
 use super::collection::{
-    emit, lookup, or_create, parse_cursor, pick_positions, scan_reply, with_rng, MIN_ELEMENT_BYTES,
+    emit, lookup, or_create, parse_cursor, pick_positions, random_count, scan_reply, with_rng,
 };
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::keys::scan_options;
@@ -249,27 +249,7 @@ fn hrandfield(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             hash.by_position().get(i).0,
         )));
     }
-    let count = a.i64()?;
-    if count == i64::MIN {
-        return Err(OpError::OutOfRangeBetween(-i64::MAX, i64::MAX));
-    }
-    let with_values = match a.remaining() {
-        0 => false,
-        1 if a.flag("WITHVALUES") => true,
-        _ => return Err(OpError::Syntax),
-    };
-    let per_pick = if with_values { 2 } else { 1 };
-    // Redis's own bound: a repeating count whose reply length overflows.
-    if with_values && count < -(i64::MAX / 2) {
-        return Err(OpError::OutOfRange);
-    }
-    let limit = s.conf.proto_max_bulk_len as u64;
-    let least_bytes = count
-        .unsigned_abs()
-        .saturating_mul(per_pick * MIN_ELEMENT_BYTES);
-    if count < 0 && least_bytes > limit {
-        return Err(OpError::OutOfRange);
-    }
+    let (count, with_values) = random_count(s, a, "WITHVALUES")?;
     let Some(hash) = hash_read(s, &key)? else {
         return Ok(Reply::Array(Vec::new()));
     };

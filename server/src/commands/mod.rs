@@ -39,7 +39,11 @@
 //! - [`sets`]: SADD, SREM, SISMEMBER, SMISMEMBER, SMEMBERS, SCARD, SPOP,
 //!   SRANDMEMBER, SSCAN, SMOVE, SINTER, SUNION, SDIFF, SINTERCARD,
 //!   SINTERSTORE, SUNIONSTORE, SDIFFSTORE (the structure is
-//!   [`crate::collections::set`]).
+//!   [`crate::collections::set`]);
+//! - [`zsets`]: ZADD, ZINCRBY, ZREM, ZSCORE, ZMSCORE, ZCARD, ZCOUNT,
+//!   ZLEXCOUNT, ZRANGE and its BYSCORE/BYLEX/REV forms, ZRANK, ZREVRANK,
+//!   ZREMRANGEBY*, ZPOPMIN, ZPOPMAX, ZRANDMEMBER, ZSCAN (the structure is
+//!   [`crate::collections::zset`]).
 //!
 //! Four files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
@@ -77,6 +81,7 @@ pub mod sets;
 pub mod span;
 pub mod strings;
 pub mod transaction;
+pub mod zsets;
 
 /// Command flags, as `COMMAND INFO` names them. Every flag is reported by
 /// COMMAND INFO (cluster clients and proxies route by `write` / `readonly`);
@@ -321,6 +326,7 @@ impl Table {
             lists::COMMANDS,
             hashes::COMMANDS,
             sets::COMMANDS,
+            zsets::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -158,6 +158,8 @@ mod tests {
             "set-max-intset-entries",
             "set-max-listpack-entries",
             "set-max-listpack-value",
+            "zset-max-listpack-entries",
+            "zset-max-listpack-value",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

@@ -390,6 +390,12 @@ pub struct CollectionsConfig {
     /// Longest member a set keeps in its compact pack, bytes
     /// (`set-max-listpack-value`, Redis 7.2's).
     pub set_max_listpack_value: usize,
+    /// Most members a sorted set keeps in its listpack
+    /// (`zset-max-listpack-entries`).
+    pub zset_max_listpack_entries: usize,
+    /// Longest member a sorted set keeps in its listpack, bytes
+    /// (`zset-max-listpack-value`).
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for CollectionsConfig {
@@ -403,6 +409,8 @@ impl Default for CollectionsConfig {
             set_max_intset_entries: 512,
             set_max_listpack_entries: 128,
             set_max_listpack_value: 64,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
         }
     }
 }

@@ -237,6 +237,8 @@ pub static PARAMS: &[Param] = &[
     row("stop-writes-on-bgsave-error", ("persistence", "stop_writes_on_bgsave_error"), Kind::Bool, field!(persistence.stop_writes_on_bgsave_error), Runtime, true, "Refuse writes while the last snapshot failed"),
     row("hash-max-listpack-entries", ("collections", "hash_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_entries), Runtime, true, "Most fields a hash keeps in its compact listpack encoding").with_aliases(&["hash-max-ziplist-entries"]),
     row("hash-max-listpack-value", ("collections", "hash_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.hash_max_listpack_value), Runtime, true, "Longest field or value, bytes, a hash keeps in its listpack").with_aliases(&["hash-max-ziplist-value"]),
+    row("zset-max-listpack-entries", ("collections", "zset_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.zset_max_listpack_entries), Runtime, true, "Most members a sorted set keeps in its compact listpack encoding").with_aliases(&["zset-max-ziplist-entries"]),
+    row("zset-max-listpack-value", ("collections", "zset_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.zset_max_listpack_value), Runtime, true, "Longest member, bytes, a sorted set keeps in its listpack").with_aliases(&["zset-max-ziplist-value"]),
     row("list-max-listpack-size", ("collections", "list_max_listpack_size"), Kind::Int(range!(-2147483648, 2147483647)), field!(collections.list_max_listpack_size), Runtime, true, "A list node's limit: -1..-5 for 4..64 KiB, or a positive element count").with_aliases(&["list-max-ziplist-size"]),
     row("set-max-intset-entries", ("collections", "set_max_intset_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_intset_entries), Runtime, true, "Most members a set of integers keeps in its intset encoding"),
     row("set-max-listpack-entries", ("collections", "set_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_listpack_entries), Runtime, true, "Most members a set keeps in its compact pack (reported as hashtable, as Redis 7.0)"),
@@ -570,6 +572,16 @@ mod tests {
             ),
             (
                 "hash-max-listpack-value",
+                "1k",
+                "argument couldn't be parsed into an integer",
+            ),
+            (
+                "zset-max-listpack-entries",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "zset-max-listpack-value",
                 "1k",
                 "argument couldn't be parsed into an integer",
             ),

@@ -16,11 +16,13 @@ use super::{Collection, REBUILD_CHUNK};
 pub use table::Table;
 
 /// A pack grows no larger than this before it becomes a table, whatever the
-/// thresholds say (Redis's listpack safety limit, 1 GiB).
-const PACK_SAFETY_BYTES: usize = 1 << 30;
+/// thresholds say (Redis's listpack safety limit, 1 GiB); a sorted set's
+/// too.
+pub(super) const PACK_SAFETY_BYTES: usize = 1 << 30;
 
 /// The thresholds past which a hash leaves its listpack encoding
-/// (`hash-max-listpack-entries`, `hash-max-listpack-value`).
+/// (`hash-max-listpack-entries`, `hash-max-listpack-value`), or a sorted
+/// set (`zset-max-listpack-*`, where `max_value` bounds members).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Most fields a listpack holds.

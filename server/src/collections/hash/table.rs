@@ -223,13 +223,11 @@ impl Table {
             .wrapping_add(1)
             .reverse_bits()
     }
-}
 
-impl Table {
-    /// One step of a SCAN-like walk from `cursor` ([`Table::scan_bucket`]
-    /// bucket after bucket): calls `f` with fields and values until `count`
-    /// came out or `10 * count` buckets were visited (Redis's bound on
-    /// empty buckets), and returns the next cursor, 0 when the walk is over.
+    /// One step of a SCAN-like walk from `cursor`: visits buckets (see
+    /// [`Table::scan_bucket`]) until `count` fields came out or `10 *
+    /// count` buckets were visited (Redis's bound on empty buckets), and
+    /// returns the next cursor, 0 when the walk is over.
     pub fn scan(&self, cursor: u64, count: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
         let (mut cursor, mut seen, mut visits) = (cursor, 0usize, 0usize);
         let max_visits = count.saturating_mul(10);

@@ -6,6 +6,7 @@ mod hash;
 mod list;
 mod pack;
 mod set;
+mod zset;
 
 use proptest::prelude::*;
 
