@@ -30,6 +30,12 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn start() -> Ledger {
+        Ledger::start_with(|_| {})
+    }
+
+    /// Starts one after `adjust` changed its configuration (a metrics
+    /// port, say).
+    pub fn start_with(adjust: impl FnOnce(&mut leasehold_server::config::Config)) -> Ledger {
         let mut c = leasehold_server::config::Config::default();
         c.net.bind = "127.0.0.1".into();
         c.net.port = free_port();
@@ -38,6 +44,7 @@ impl Ledger {
         c.persistence.save = String::new();
         let dir = leasehold_testkit::scratch_dir();
         c.persistence.dir = dir.display().to_string();
+        adjust(&mut c);
         let clock = Arc::new(leasehold_server::clock::SystemClock::new());
         let handle = leasehold_server::start(c, clock).expect("the ledger listens");
         Ledger {

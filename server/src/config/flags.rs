@@ -130,6 +130,7 @@ mod tests {
             "maxmemory",
             "protected-mode",
             "rate-limit-pins",
+            "metrics-port",
             "maxclients",
             "threads",
             "proto-max-bulk-len",
