@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use crate::commands::{info, table};
 use crate::latency::{Snapshot, BOUNDS_US};
-use crate::state::{RateCommand, RateOutcome, Shared};
+use crate::state::{RateCommand, RateOutcome, Shared, StatBaseline};
 
 /// Largest request head read, bytes; a longer one is refused.
 const MAX_HEAD: usize = 8192;
@@ -173,11 +173,12 @@ fn single(out: &mut String, name: &'static str, kind: &str, help: &str, v: impl 
 /// The whole exposition text.
 pub fn render(shared: &Shared) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    commands(shared, &mut out);
+    let now = shared.stat_snapshot();
+    commands(shared, &now, &mut out);
     rate_limits(shared, &mut out);
     keys(shared, &mut out);
     memory(shared, &mut out);
-    connections(shared, &mut out);
+    connections(shared, &now, &mut out);
     replication(shared, &mut out);
     let p = &shared.persist;
     let ok = u8::from(!p.last_save_failed.load(Ordering::SeqCst));
@@ -212,8 +213,7 @@ pub fn render(shared: &Shared) -> String {
     out
 }
 
-fn commands(shared: &Shared, out: &mut String) {
-    let now = shared.stat_snapshot();
+fn commands(shared: &Shared, now: &StatBaseline, out: &mut String) {
     let names: Vec<&str> = table().commands.iter().map(|c| c.name).collect();
     let per_command = |out: &mut String, name, help, values: &[u64]| {
         let mut f = Family::new(out, name, "counter", help);
@@ -359,8 +359,7 @@ fn memory(shared: &Shared, out: &mut String) {
     );
 }
 
-fn connections(shared: &Shared, out: &mut String) {
-    let now = shared.stat_snapshot();
+fn connections(shared: &Shared, now: &StatBaseline, out: &mut String) {
     let clients = shared.clients.lock().len();
     single(
         out,
