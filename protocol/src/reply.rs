@@ -347,6 +347,11 @@ pub fn format_g(d: f64, precision: usize) -> String {
     if d == 0.0 {
         return if d.is_sign_negative() { "-0" } else { "0" }.into();
     }
+    // An integral value of at most `p` digits prints as those digits, so
+    // the common case (counters, milliseconds) skips the float formatting.
+    if d.fract() == 0.0 && d.abs() < 10f64.powi(p.min(17) as i32) {
+        return itoa::Buffer::new().format(d as i64).to_string();
+    }
     // Rounded to p significant digits first: the exponent of the rounded
     // value decides the notation, as C does.
     let sci = format!("{:.*e}", p - 1, d);
@@ -401,6 +406,12 @@ mod tests {
         assert_eq!(format_g(0.1, 17), "0.10000000000000001");
         assert_eq!(format_g(1e300, 17), "1.0000000000000001e+300");
         assert_eq!(format_g(1e21, 17), "1e+21");
+        assert_eq!(format_g(1712345678901.0, 17), "1712345678901");
+        assert_eq!(format_g(-42.0, 14), "-42");
+        assert_eq!(format_g(99999999999999.0, 14), "99999999999999");
+        assert_eq!(format_g(100000000000000.0, 14), "1e+14");
+        assert_eq!(format_g(1e17, 17), "1e+17");
+        assert_eq!(format_g(12345678901234567.0, 17), "12345678901234568");
         assert_eq!(format_g(1.234_567_890_123_456_7, 14), "1.2345678901235");
         assert_eq!(format_g(1e20, 14), "1e+20");
         assert_eq!(format_g(100.0, 14), "100");

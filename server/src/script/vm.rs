@@ -16,6 +16,7 @@
 //! `busy-reply-threshold` and stops a script SCRIPT KILL asked to stop.
 
 use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,9 +114,59 @@ pub struct RunCell {
     killed: Cell<bool>,
     resp3: Cell<bool>,
     read_only: Cell<bool>,
+    /// The running script's `redis.call` target, set by [`Vm::run`] for
+    /// the length of the run only (see [`CommandSlot`]).
+    command: Cell<Option<NonNull<CommandFn<'static>>>>,
+}
+
+/// What runs one `redis.call`: its arguments (name first) to its reply.
+pub type CommandFn<'a> = dyn FnMut(&RunCell, Vec<Bytes>) -> Reply + 'a;
+
+/// Puts a run's command target into its [`RunCell`] and takes it out again
+/// when dropped, also when the run unwinds.
+///
+/// The VM's `redis.call` and `redis.pcall` are made once with the VM, not
+/// per run (a per-run `Lua::scope` with two fresh functions cost about a
+/// tenth of a short script's run), so they reach the borrowed target
+/// through this pointer. It is sound because Lua code runs only inside
+/// [`Vm::run`], while the slot is alive and the target borrowed by it, and
+/// because calls never nest: no command a script may call runs Lua.
+struct CommandSlot<'r> {
+    run: &'r RunCell,
+}
+
+impl<'r> CommandSlot<'r> {
+    fn fill<'a>(run: &'r RunCell, target: &'a mut CommandFn<'a>) -> CommandSlot<'r> {
+        let ptr: NonNull<CommandFn<'a>> = NonNull::from(target);
+        // SAFETY: only the lifetime is erased; the pointer is taken out in
+        // `drop`, before the borrow of `target` ends.
+        let ptr: NonNull<CommandFn<'static>> = unsafe { std::mem::transmute(ptr) };
+        run.command.set(Some(ptr));
+        CommandSlot { run }
+    }
+}
+
+impl Drop for CommandSlot<'_> {
+    fn drop(&mut self) {
+        self.run.command.set(None);
+    }
 }
 
 impl RunCell {
+    /// Runs one `redis.call` on the running script's target, or fails
+    /// when no script runs (a function kept past its run).
+    fn command(&self, argv: Vec<Bytes>) -> std::result::Result<Reply, &'static str> {
+        let Some(mut ptr) = self.command.take() else {
+            return Err("ERR redis.call is only available while a script runs");
+        };
+        // SAFETY: the slot is filled only while `Vm::run` borrows the
+        // target (see `CommandSlot`), and taken out for the call, so no
+        // second `&mut` to it can exist meanwhile.
+        let reply = unsafe { ptr.as_mut() }(self, argv);
+        self.command.set(Some(ptr));
+        Ok(reply)
+    }
+
     fn new() -> RunCell {
         RunCell {
             start: Cell::new(Instant::now()),
@@ -126,6 +177,7 @@ impl RunCell {
             killed: Cell::new(false),
             resp3: Cell::new(false),
             read_only: Cell::new(false),
+            command: Cell::new(None),
         }
     }
 
@@ -193,9 +245,6 @@ pub struct Vm {
     lua: Lua,
     /// The table behind the read-only globals (KEYS and ARGV are set here).
     globals: Table,
-    /// The table behind the read-only `redis` (`call` and `pcall` are set
-    /// per run: they borrow the shard).
-    redis: Table,
     /// Runs a function under the error handler: `(ok, value)`.
     runner: Function,
     run: Rc<RunCell>,
@@ -360,7 +409,6 @@ impl Vm {
         Ok(Vm {
             lua,
             globals,
-            redis,
             runner,
             run,
             functions: hashbrown::HashMap::new(),
@@ -368,8 +416,7 @@ impl Vm {
         })
     }
 
-    /// The `redis` table's constants and functions (`call` and `pcall`
-    /// are set per run).
+    /// The `redis` table's constants and functions.
     fn register_redis(
         lua: &Lua,
         redis: &Table,
@@ -500,6 +547,26 @@ impl Vm {
                 }
             })?,
         )?;
+        let call_run = run.clone();
+        redis.raw_set(
+            "call",
+            lua.create_function(
+                move |lua, args: MultiValue| match call(lua, &call_run, args)? {
+                    Ok(v) => Ok(v),
+                    Err(text) => Err(raise(text)),
+                },
+            )?,
+        )?;
+        let pcall_run = run.clone();
+        redis.raw_set(
+            "pcall",
+            lua.create_function(
+                move |lua, args: MultiValue| match call(lua, &pcall_run, args)? {
+                    Ok(v) => Ok(v),
+                    Err(text) => Ok(Value::Table(err_table(lua, &text)?)),
+                },
+            )?,
+        )?;
         redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
         redis.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
         redis.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
@@ -555,7 +622,7 @@ impl Vm {
         keys: &[Bytes],
         argv: &[Bytes],
         opts: RunOpts,
-        command: &mut dyn FnMut(&RunCell, Vec<Bytes>) -> Reply,
+        command: &mut CommandFn<'_>,
     ) -> Reply {
         let run = &*self.run;
         run.start.set(Instant::now());
@@ -586,51 +653,58 @@ impl Vm {
         keys: &[Bytes],
         argv: &[Bytes],
         sha: &Sha,
-        command: &mut dyn FnMut(&RunCell, Vec<Bytes>) -> Reply,
+        command: &mut CommandFn<'_>,
     ) -> Result<Reply> {
-        let lua = &self.lua;
-        let list = |items: &[Bytes]| -> Result<Table> {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                t.raw_set(i + 1, lua.create_string(item)?)?;
-            }
-            Ok(t)
-        };
-        self.globals.raw_set("KEYS", list(keys)?)?;
-        self.globals.raw_set("ARGV", list(argv)?)?;
+        set_keys_and_argv(&self.lua, &self.globals, keys, argv)?;
         let run = &*self.run;
-        let command = RefCell::new(command);
-        // One `redis.call`: `Ok(value)`, or the error's text.
-        let call = |lua: &Lua, args: MultiValue| -> Result<std::result::Result<Value, String>> {
-            let argv = match command_args(&args) {
-                Ok(argv) => argv,
-                Err(text) => return Ok(Err(text.to_string())),
-            };
-            let reply = (command.borrow_mut())(run, argv);
-            match reply {
-                Reply::Error(e) => Ok(Err(e.into_owned())),
-                reply => Ok(Ok(reply_to_lua(lua, &reply, run.resp3.get())?)),
-            }
-        };
-        lua.scope(|scope| {
-            let raising =
-                scope.create_function(|lua, args: MultiValue| match call(lua, args)? {
-                    Ok(v) => Ok(v),
-                    Err(text) => Err(raise(text)),
-                })?;
-            let returning =
-                scope.create_function(|lua, args: MultiValue| match call(lua, args)? {
-                    Ok(v) => Ok(v),
-                    Err(text) => Ok(Value::Table(err_table(lua, &text)?)),
-                })?;
-            self.redis.raw_set("call", raising)?;
-            self.redis.raw_set("pcall", returning)?;
-            let (ok, value): (bool, Value) = self.runner.call(f.clone())?;
-            Ok(match ok {
-                true => lua_to_reply(&value, run.resp3.get()),
-                false => failed(&value, sha)?,
-            })
+        let _slot = CommandSlot::fill(run, command);
+        let (ok, value): (bool, Value) = self.runner.call(f)?;
+        Ok(match ok {
+            true => lua_to_reply(&value, run.resp3.get()),
+            false => failed(&value, sha)?,
         })
+    }
+}
+
+/// Sets `KEYS` and `ARGV` in `globals` to sequences of the byte strings
+/// `keys` and `argv`, built on the Lua stack in one protected call (a
+/// handle per string and per table cost about a twentieth of a short
+/// script's run).
+fn set_keys_and_argv(lua: &Lua, globals: &Table, keys: &[Bytes], argv: &[Bytes]) -> Result<()> {
+    let too_many = || raise("ERR too many arguments");
+    let nk = i32::try_from(keys.len()).map_err(|_| too_many())?;
+    let na = i32::try_from(argv.len()).map_err(|_| too_many())?;
+    // SAFETY: the closure runs protected (a Lua error, only a failed
+    // allocation here, unwinds to `exec_raw`, and the closure holds
+    // nothing that needs dropping); `globals` is its one argument, at
+    // index 1, and it leaves the stack as it found it.
+    unsafe {
+        lua.exec_raw(globals, |state| {
+            use mlua::ffi;
+            for (name, items, n) in [(c"KEYS", keys, nk), (c"ARGV", argv, na)] {
+                ffi::lua_pushstring(state, name.as_ptr());
+                ffi::lua_createtable(state, n, 0);
+                for (i, item) in items.iter().enumerate() {
+                    ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+                    ffi::lua_rawseti(state, -2, i as i64 + 1);
+                }
+                ffi::lua_rawset(state, 1);
+            }
+        })
+    }
+}
+
+/// One `redis.call` (`redis.pcall`) of the running script: `Ok(value)`,
+/// or the error's text.
+fn call(lua: &Lua, run: &RunCell, args: MultiValue) -> Result<std::result::Result<Value, String>> {
+    let argv = match command_args(&args) {
+        Ok(argv) => argv,
+        Err(text) => return Ok(Err(text.to_string())),
+    };
+    match run.command(argv) {
+        Err(text) => Ok(Err(text.to_string())),
+        Ok(Reply::Error(e)) => Ok(Err(e.into_owned())),
+        Ok(reply) => Ok(Ok(reply_to_lua(lua, &reply, run.resp3.get())?)),
     }
 }
 
