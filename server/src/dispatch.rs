@@ -42,9 +42,9 @@ pub enum Planned {
     /// A connection command: run it with [`run_conn_command`] once the
     /// pipeline owes nothing and its replies are encoded.
     Conn(usize, Args),
-    /// A command over keys of several shards ([`Exec::Span`]): start it as
-    /// a transaction over them (`turn/tx.rs`) once the pipeline owes
-    /// nothing, as EXEC starts.
+    /// A command over keys of several shards ([`Exec::Span`], or a script
+    /// whose KEYS live on several): start it as a transaction over them
+    /// (`turn/tx.rs`) once the pipeline owes nothing, as EXEC starts.
     Span(usize, Args),
 }
 
@@ -438,6 +438,12 @@ pub fn plan(
                 let shard = shard.unwrap_or(worker.id);
                 let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
                 pipe.push_part(part);
+            }
+            // A script whose KEYS live on several shards runs on this
+            // thread with those shards locked (`turn/tx.rs`), where the
+            // thread can wait for them.
+            Err(OpError::ScriptCrossShard) if worker.inbox.is_some() => {
+                return Planned::Span(idx, args);
             }
             Err(e) => {
                 count_rejected(worker, idx);

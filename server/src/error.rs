@@ -245,7 +245,8 @@ pub enum OpError {
     /// `ERR SCRIPT FLUSH only support SYNC|ASYNC option`.
     ScriptFlushOption,
     /// `CROSSSLOT Keys in request don't hash to the same slot ...`: a
-    /// script's KEYS live on several shards; the text names the fix.
+    /// script queued in MULTI (or on the test harness, whose threads cannot
+    /// wait) has KEYS on several shards; the text names the fix.
     ScriptCrossShard,
     /// `ERR Unknown Redis command called from script`.
     ScriptUnknownCommand,
@@ -504,7 +505,7 @@ impl OpError {
                 "ERR '{name}' needs a connection and is not available from scripts (TIME and SELECT 0 are)"
             )),
             OpError::ScriptCrossShard => Reply::err(
-                "CROSSSLOT Keys in request don't hash to the same slot: a script's KEYS must live on one shard; give them one hash tag, e.g. {user1}:tokens and {user1}:stamp",
+                "CROSSSLOT Keys in request don't hash to the same slot: inside MULTI a script's KEYS must live on one shard; give them one hash tag, e.g. {user1}:tokens and {user1}:stamp",
             ),
 
         }

@@ -200,7 +200,7 @@ impl Harness {
         let shared = runtime::new_shared(&config, clock.clone(), addr, bells);
         let (senders, receivers) = runtime::mailboxes(&shared);
         let workers: Vec<Rc<Worker>> = (0..shards)
-            .map(|id| runtime::new_worker(id, shared.clone(), senders.clone()))
+            .map(|id| runtime::new_worker(id, shared.clone(), senders.clone(), None))
             .collect();
         let turns = workers
             .iter()

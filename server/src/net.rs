@@ -205,7 +205,7 @@ pub fn run(
             || !lp.again.is_empty()
             || lp.turn.has_resumed()
             || lp.turn.has_dirty()
-            || !lp.mailbox.is_empty();
+            || worker.has_messages(&lp.mailbox);
         if !busy && lp.unrung.iter().any(Option::is_some) {
             // Before sleeping with messages posted and not rung: if more
             // readiness is already there, run that turn first (the other
@@ -221,7 +221,9 @@ pub fn run(
             timeout = Some(Duration::ZERO);
         } else {
             bell.going_to_sleep();
-            if !lp.mailbox.is_empty() || worker.shared.shutting_down.load(Ordering::SeqCst) {
+            if worker.has_messages(&lp.mailbox)
+                || worker.shared.shutting_down.load(Ordering::SeqCst)
+            {
                 timeout = Some(Duration::ZERO);
             }
         }
@@ -270,7 +272,7 @@ impl Loop {
         let shared = &worker.shared;
         let stopped = shared.input_stopped.load(Ordering::SeqCst);
         if stopped {
-            let quiet = self.turn.owes_nothing() && self.mailbox.is_empty();
+            let quiet = self.turn.owes_nothing() && !self.turn.worker().has_messages(&self.mailbox);
             shared.quiet[worker.id].store(quiet, Ordering::SeqCst);
         } else if self.input_stopped {
             self.accept_all();
@@ -321,7 +323,7 @@ impl Loop {
         // A burst of publishes stops the draining after a budget: the rest
         // is taken next turn, after this turn's output is written.
         while !self.turn.pushed_enough() {
-            let Ok(msg) = self.mailbox.try_recv() else {
+            let Some(msg) = self.turn.worker().next_message(&self.mailbox) else {
                 break;
             };
             match self.turn.deliver(msg) {

@@ -146,7 +146,7 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
         let handle = std::thread::Builder::new()
             .name(format!("leasehold-shard-{id}"))
             .spawn(move || {
-                let worker = new_worker(id, shared.clone(), mailboxes);
+                let worker = new_worker(id, shared.clone(), mailboxes, Some(rx.clone()));
                 let mut timer = expiry_timer();
                 if let Err(e) = net::run(worker, poll, rx, listener, &mut timer) {
                     tracing::error!("thread {id}'s event loop failed: {e}; shutting down");
@@ -304,7 +304,12 @@ pub fn check_pins(config: &Config) -> std::io::Result<()> {
         })
 }
 
-pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) -> Rc<Worker> {
+pub fn new_worker(
+    id: usize,
+    shared: Arc<Shared>,
+    mailboxes: Arc<Vec<Mailbox>>,
+    inbox: Option<crossbeam_channel::Receiver<Msg>>,
+) -> Rc<Worker> {
     let threads = shared.shards;
     let first = slot::shard_first_slot(id, threads);
     let slots = slot::shard_first_slot(id + 1, threads) - first;
@@ -322,6 +327,8 @@ pub fn new_worker(id: usize, shared: Arc<Shared>, mailboxes: Arc<Vec<Mailbox>>) 
         mailboxes,
         shared,
         monitor_feed: Default::default(),
+        inbox,
+        stash: Default::default(),
     })
 }
 

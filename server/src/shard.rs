@@ -505,4 +505,27 @@ pub struct Worker {
     /// The monitor lines of the commands planned on this thread since the
     /// last turn sent them (`crate::monitor`).
     pub monitor_feed: RefCell<bytes::BytesMut>,
+    /// This thread's own mailbox, for a wait inside a turn: a script over
+    /// several shards waits for each `redis.call` another shard runs
+    /// (`turn/tx.rs`). `None` where every thread's turn runs on one OS
+    /// thread (the test harness), which cannot wait so.
+    pub inbox: Option<crossbeam_channel::Receiver<Msg>>,
+    /// Messages taken from [`Worker::inbox`] during such a wait, delivered
+    /// by the event loop before any newer one.
+    pub stash: RefCell<std::collections::VecDeque<Msg>>,
+}
+
+impl Worker {
+    /// The next message to deliver: a stashed one first, then the mailbox.
+    pub fn next_message(&self, mailbox: &crossbeam_channel::Receiver<Msg>) -> Option<Msg> {
+        if let Some(m) = self.stash.borrow_mut().pop_front() {
+            return Some(m);
+        }
+        mailbox.try_recv().ok()
+    }
+
+    /// Whether messages wait: stashed, or in `mailbox`.
+    pub fn has_messages(&self, mailbox: &crossbeam_channel::Receiver<Msg>) -> bool {
+        !mailbox.is_empty() || !self.stash.borrow().is_empty()
+    }
 }

@@ -22,7 +22,7 @@ use crate::error::OpError;
 use crate::script::cache::{parse_sha, sha1_hex, KillOutcome};
 use crate::script::vm::{with_vm, RunCell, RunOpts};
 use crate::session::ConnCtx;
-use crate::shard::Shard;
+use crate::shard::{Job, Shard};
 use crate::slot::{key_slot, slot_shard};
 
 const EVAL: u32 = NO_SCRIPT | MAY_REPLICATE | MOVABLE_KEYS | STALE;
@@ -39,19 +39,52 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn eval(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    run(s, a, false, false)
+    run(s, a, false, false, None)
 }
 
 fn evalsha(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    run(s, a, true, false)
+    run(s, a, true, false, None)
 }
 
 fn eval_ro(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    run(s, a, false, true)
+    run(s, a, false, true, None)
 }
 
 fn evalsha_ro(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    run(s, a, true, true)
+    run(s, a, true, true, None)
+}
+
+/// Whether row `idx` is EVAL or one of its siblings.
+pub fn is_script(idx: usize) -> bool {
+    matches!(
+        table().commands[idx].name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro"
+    )
+}
+
+/// The shards a script over several holds, and how a `redis.call` whose
+/// keys live on one of the others runs: `call(shard, job)` runs the job
+/// there and answers its reply (the caller waits for it).
+pub struct Across<'a> {
+    /// The shards locked for the script, this one among them.
+    pub shards: &'a [usize],
+    /// Runs one job on another of `shards` and answers its reply.
+    pub call: &'a mut dyn FnMut(usize, Job) -> Reply,
+}
+
+/// Runs script row `idx` (EVAL, EVALSHA, EVAL_RO or EVALSHA_RO) on this
+/// shard with `across.shards` locked: a `redis.call` whose keys all live
+/// on one of them runs there, through `across.call`; keys on a shard not
+/// held are refused as in a one-shard script, and one call's keys on two
+/// shards get CROSSSLOT. Answers the script's reply.
+pub fn run_across(s: &mut Shard, idx: usize, a: &mut Args, mut across: Across<'_>) -> Reply {
+    let name = table().commands[idx].name;
+    let by_sha = name.starts_with("evalsha");
+    let read_only = name.ends_with("_ro");
+    match run(s, a, by_sha, read_only, Some(&mut across)) {
+        Ok(reply) => reply,
+        Err(e) => e.reply(),
+    }
 }
 
 /// Whether a command of that name exists (`redis.acl_check_cmd`).
@@ -61,7 +94,13 @@ fn known(name: &[u8]) -> bool {
 
 /// EVAL and its siblings: `script numkeys key... arg...`, the script a
 /// body or (`by_sha`) a SHA1 of a cached one.
-fn run(s: &mut Shard, a: &mut Args, by_sha: bool, read_only: bool) -> Result<Reply, OpError> {
+fn run(
+    s: &mut Shard,
+    a: &mut Args,
+    by_sha: bool,
+    read_only: bool,
+    mut across: Option<&mut Across<'_>>,
+) -> Result<Reply, OpError> {
     let script = a.next()?;
     let numkeys = a.i64()?;
     if numkeys < 0 {
@@ -112,20 +151,31 @@ fn run(s: &mut Shard, a: &mut Args, by_sha: bool, read_only: bool) -> Result<Rep
             threshold,
             state,
         };
-        let mut call = |run: &RunCell, argv: Vec<Bytes>| script_call(s, run, argv);
+        let mut call =
+            |run: &RunCell, argv: Vec<Bytes>| script_call(s, run, argv, across.as_deref_mut());
         Ok(vm.run(&function, &keys, &argv, opts, &mut call))
     })
 }
 
 /// One `redis.call` on shard `s`, checked in Redis's order.
-fn script_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Reply {
-    match checked_call(s, run, argv) {
+fn script_call(
+    s: &mut Shard,
+    run: &RunCell,
+    argv: Vec<Bytes>,
+    across: Option<&mut Across<'_>>,
+) -> Reply {
+    match checked_call(s, run, argv, across) {
         Ok(reply) => reply,
         Err(e) => e.reply(),
     }
 }
 
-fn checked_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Result<Reply, OpError> {
+fn checked_call(
+    s: &mut Shard,
+    run: &RunCell,
+    argv: Vec<Bytes>,
+    across: Option<&mut Across<'_>>,
+) -> Result<Reply, OpError> {
     let Some((idx, spec)) = table().lookup(&argv[0]) else {
         return Err(OpError::ScriptUnknownCommand);
     };
@@ -144,12 +194,30 @@ fn checked_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Result<Reply,
             return Err(e);
         }
     }
-    if let Some(p) = spec
-        .keys_in(&argv)
-        .find(|&p| slot_shard(key_slot(&argv[p]), s.shards) != s.id)
-    {
-        let key = String::from_utf8_lossy(&argv[p]).into_owned();
-        return Err(OpError::ScriptForeignKey(key));
+    let foreign =
+        |p: usize| OpError::ScriptForeignKey(String::from_utf8_lossy(&argv[p]).into_owned());
+    let shard_of = |p: usize| slot_shard(key_slot(&argv[p]), s.shards);
+    // The other shard that runs this call, when the script holds several.
+    let mut remote = None;
+    match &across {
+        None => {
+            if let Some(p) = spec.keys_in(&argv).find(|&p| shard_of(p) != s.id) {
+                return Err(foreign(p));
+            }
+        }
+        Some(across) => {
+            let mut keys = spec.keys_in(&argv);
+            if let Some(first) = keys.next() {
+                let home = shard_of(first);
+                if keys.any(|p| shard_of(p) != home) {
+                    return Err(OpError::CrossSlot);
+                }
+                if !across.shards.contains(&home) {
+                    return Err(foreign(first));
+                }
+                remote = (home != s.id).then_some(home);
+            }
+        }
     }
     let handler = match spec.exec {
         // Every key is on this shard (checked above): the one-shard form.
@@ -166,6 +234,16 @@ fn checked_call(s: &mut Shard, run: &RunCell, argv: Vec<Bytes>) -> Result<Reply,
         return Ok(RunCell::killed_reply());
     }
     let mut args = Args::new(argv);
+    if let (Some(shard), Some(across)) = (remote, across) {
+        let job = Job {
+            cmd: idx,
+            run: handler,
+            counted: true,
+            link: false,
+            args,
+        };
+        return Ok((across.call)(shard, job));
+    }
     Ok(s.run(idx, handler, true, false, &mut args))
 }
 

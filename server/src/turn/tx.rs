@@ -30,7 +30,7 @@ use leasehold_protocol::{Args, Reply};
 
 use super::{Conn, Transport, Turn};
 use crate::commands::span::{Next, SpanFn};
-use crate::commands::{table, Exec};
+use crate::commands::{scripting, table, Exec};
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
 use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
@@ -126,6 +126,9 @@ pub(super) struct Running {
     /// Started for one command spanning shards, not by EXEC: its reply is
     /// that command's, not an array.
     single: bool,
+    /// A script whose KEYS live on several shards, run once they are all
+    /// locked (table index, arguments).
+    script: Option<(usize, Args)>,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -220,17 +223,24 @@ pub(super) fn start_span<T>(at: &mut At<'_>, c: &mut Conn<T>, idx: usize, args: 
     let n = worker.shared.shards;
     let spec = &table().commands[idx];
     let all = args.all();
-    let mut shards: Vec<usize> = spec
-        .key_positions(all.len())
-        .map(|p| shard_of(&all[p], n))
-        .collect();
+    let mut shards: Vec<usize> = spec.keys_in(all).map(|p| shard_of(&all[p], n)).collect();
+    let script = scripting::is_script(idx);
+    if script {
+        // The script runs here: this thread's shard is held too, so no
+        // thread waits inside a script for a shard whose own thread
+        // waits in another (a waiting thread always holds its shard).
+        shards.push(worker.id);
+    }
     shards.sort_unstable();
     shards.dedup();
-    let Some(span) = SpanRun::new(idx, args) else {
-        return;
-    };
     let mut run = Running::new(at, c, Mode::Locked { shards, granted: 0 }, VecDeque::new());
-    run.span = Some(span);
+    match script {
+        true => run.script = Some((idx, args)),
+        false => match SpanRun::new(idx, args) {
+            Some(span) => run.span = Some(span),
+            None => return,
+        },
+    }
     run.single = true;
     run.route = Some(c.pipe.expect(at.conn));
     if let Mode::Locked { shards, .. } = &run.mode {
@@ -261,6 +271,7 @@ impl Running {
             close_after: false,
             span: None,
             single: false,
+            script: None,
             addr: c.state.handle.addr,
         }
     }
@@ -336,6 +347,12 @@ impl Running {
             return self.runs == 0 && self.pipe.owed() == 0;
         }
         loop {
+            if let Some((idx, mut args)) = self.script.take() {
+                let result = Ok(self.run_script(worker, idx, &mut args));
+                let reply = worker.shard.borrow().stats.count_call(idx, result);
+                self.pipe.push_ready(reply);
+                continue;
+            }
             if let Some(mut sp) = self.span.take() {
                 if self.pipe.owed() > 0 {
                     self.span = Some(sp);
@@ -398,6 +415,13 @@ impl Running {
             };
             match plan(&mut at, state, &mut self.pipe, items) {
                 Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
+                // Inside MULTI a script keeps to one shard: the
+                // transaction's shards were locked before it was seen.
+                Planned::Span(idx, _) if scripting::is_script(idx) => {
+                    let refused = Err(crate::error::OpError::ScriptCrossShard);
+                    let reply = worker.shard.borrow().stats.count_call(idx, refused);
+                    self.pipe.push_ready(reply);
+                }
                 Planned::Span(idx, args) => {
                     self.span = SpanRun::new(idx, args).map(|mut sp| {
                         sp.base = self.pipe.len();
@@ -438,6 +462,33 @@ impl Running {
         last && self.runs == 0 && self.pipe.owed() == 0
     }
 
+    /// Runs script row `idx` on this thread's shard with every shard of
+    /// the transaction locked: a `redis.call` for another of them is sent
+    /// there as a `Run` and waited for here (see [`wait_ran`]).
+    fn run_script(&self, worker: &Worker, idx: usize, args: &mut Args) -> Reply {
+        let Mode::Locked { shards, .. } = &self.mode else {
+            return crate::error::OpError::ShardUnavailable.reply();
+        };
+        let tx = self.tx;
+        let mut call = |shard: usize, job: Job| -> Reply {
+            let msg = TxMsg::Run {
+                tx,
+                jobs: vec![job],
+                publish: false,
+            };
+            if !worker.mailboxes[shard].send(Msg::Tx(msg)) {
+                return crate::error::OpError::ShardUnavailable.reply();
+            }
+            wait_ran(worker, tx, shard)
+        };
+        let across = scripting::Across {
+            shards,
+            call: &mut call,
+        };
+        let mut shard = worker.shard.borrow_mut();
+        scripting::run_across(&mut shard, idx, args, across)
+    }
+
     /// Ends the transaction: forgets the watches, releases the shards held
     /// (this one's effects published first, while still held), and returns
     /// EXEC's reply.
@@ -470,6 +521,41 @@ impl Running {
                 .pop()
                 .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
             (false, false) => Reply::Array(self.pipe.take_replies(worker)),
+        }
+    }
+}
+
+/// Waits on this thread's mailbox for `shard`'s answer to the one job
+/// `tx` sent it, keeping every other message for the event loop
+/// ([`Worker::stash`]). The wait ends: `shard` is locked for `tx`, so its
+/// thread serves it, and that thread is not waiting the same way itself
+/// (a thread waits only while it holds its own shard). At shutdown, or
+/// without a mailbox to wait on, the answer is that the shard is
+/// unavailable.
+fn wait_ran(worker: &Worker, tx: TxId, shard: usize) -> Reply {
+    let unavailable = || crate::error::OpError::ShardUnavailable.reply();
+    let Some(inbox) = &worker.inbox else {
+        return unavailable();
+    };
+    loop {
+        match inbox.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(Msg::Tx(TxMsg::Ran {
+                tx: t,
+                shard: s,
+                mut replies,
+                ..
+            })) if t == tx && s == shard => return replies.pop().unwrap_or_else(unavailable),
+            Ok(other) => worker.stash.borrow_mut().push_back(other),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if worker
+                    .shared
+                    .shutting_down
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    return unavailable();
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return unavailable(),
         }
     }
 }
