@@ -21,6 +21,9 @@
 //!   restart from the log.
 //! - [`with_without`]: what those two share: the throughput rows on a
 //!   server without and with the feature, and their tables.
+//! - [`scripts`]: "scripts and data types": redis-benchmark's whole default
+//!   suite, EVALSHA of the token-bucket script on both servers against
+//!   TOKENLEASE, and memory per key of a sorted set and a hash.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
@@ -31,6 +34,7 @@ pub mod memory;
 pub mod persistence;
 pub mod redis_benchmark;
 pub mod replication;
+pub mod scripts;
 pub mod servers;
 pub mod table;
 pub mod with_without;
@@ -143,6 +147,27 @@ pub struct CompareArgs {
     /// --quick).
     #[arg(long, default_value_t = 1_000_000)]
     pub persistence_keys: u64,
+    /// Skip the "scripts and data types" section (redis-benchmark's default
+    /// suite, EVALSHA against TOKENLEASE, memory of a sorted set and a hash).
+    #[arg(long)]
+    pub skip_scripts: bool,
+    /// Run only the "scripts and data types" section and put it into the
+    /// existing --out page in place of its previous one, leaving the other
+    /// sections as they are.
+    #[arg(long, conflicts_with_all = ["skip_scripts", "first_only", "replication_only", "persistence_only"])]
+    pub scripts_only: bool,
+    /// Requests per test of the scripts section's default redis-benchmark
+    /// suite (about 30-40 s a round per server on 2 cores; 2 000 with --quick).
+    #[arg(long, default_value_t = 50_000)]
+    pub suite_requests: u64,
+    /// Requests per EVALSHA / TOKENLEASE run at -P 16 in the scripts section;
+    /// -P 1 runs a quarter of them (20 000 with --quick).
+    #[arg(long, default_value_t = 200_000)]
+    pub script_requests: u64,
+    /// Keys of each kind in the scripts section's memory rows (2 000 with
+    /// --quick).
+    #[arg(long, default_value_t = 10_000)]
+    pub collection_keys: u64,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -165,6 +190,13 @@ impl CompareArgs {
             a.sync_keys = a.sync_keys.min(50_000);
             a.failover_rounds = a.failover_rounds.min(1);
             a.persistence_keys = a.persistence_keys.min(50_000);
+            a.suite_requests = a.suite_requests.min(2_000);
+            a.script_requests = a.script_requests.min(20_000);
+            a.collection_keys = a.collection_keys.min(2_000);
+        }
+        let only = a.first_only || a.replication_only || a.persistence_only || a.scripts_only;
+        if only && !a.scripts_only {
+            a.skip_scripts = true;
         }
         if a.first_only {
             a.skip_throughput = true;
@@ -189,6 +221,15 @@ impl CompareArgs {
             a.skip_memory = true;
             a.skip_lease = true;
             a.skip_replication = true;
+        }
+        if a.scripts_only {
+            a.skip_first = true;
+            a.skip_throughput = true;
+            a.skip_crosscheck = true;
+            a.skip_memory = true;
+            a.skip_lease = true;
+            a.skip_replication = true;
+            a.skip_persistence = true;
         }
         a
     }
@@ -359,21 +400,39 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         quick: args.quick,
         duration: args.duration,
     };
-    if args.replication_only {
+    let scripts_settings = scripts::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.rounds,
+        suite_requests: args.suite_requests,
+        script_requests: args.script_requests,
+        collection_keys: args.collection_keys,
+        lua_dir: args.lua_dir.clone(),
+        quick: args.quick,
+    };
+    let only = if args.replication_only {
         let section = replication::run(&replication_settings, &runner);
-        let text = replication::render::section(&section);
-        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(&args.out, &replication::render::splice(&page, &text))?;
-        eprintln!("replaced the replication section of {}", args.out.display());
-        servers::remove_scratch_root();
-        return Ok(());
-    }
-    if args.persistence_only {
+        Some((
+            replication::render::HEADING,
+            replication::render::section(&section),
+        ))
+    } else if args.persistence_only {
         let section = persistence::run(&persistence_settings, &runner);
-        let text = persistence::render::section(&section);
+        Some((
+            persistence::render::HEADING,
+            persistence::render::section(&section),
+        ))
+    } else if args.scripts_only {
+        let section = scripts::run(&scripts_settings, &runner);
+        Some((scripts::render::HEADING, scripts::render::section(&section)))
+    } else {
+        None
+    };
+    if let Some((heading, text)) = only {
         let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(&args.out, &persistence::render::splice(&page, &text))?;
-        eprintln!("replaced the persistence section of {}", args.out.display());
+        write_page(&args.out, &doc::splice(&page, heading, &text))?;
+        eprintln!("replaced the {heading:?} section of {}", args.out.display());
         servers::remove_scratch_root();
         return Ok(());
     }
@@ -493,6 +552,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         (!args.skip_replication).then(|| replication::run(&replication_settings, &runner));
     let persistence =
         (!args.skip_persistence).then(|| persistence::run(&persistence_settings, &runner));
+    let scripts = (!args.skip_scripts).then(|| scripts::run(&scripts_settings, &runner));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -507,6 +567,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         reclaim: reclaim.as_ref(),
         replication: replication.as_ref(),
         persistence: persistence.as_ref(),
+        scripts: scripts.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,
@@ -539,13 +600,35 @@ fn measure_memory(
     leasehold: &Server,
     commands: &mut Vec<String>,
 ) -> Vec<MemoryResult> {
-    let mut out = Vec::new();
-    for row in workloads::memory_rows() {
-        let keys = if row.hits > 1 {
+    let keys = |row: &workloads::MemoryRow| {
+        if row.hits > 1 {
             args.memory_limit_keys
         } else {
             args.memory_keys
-        };
+        }
+    };
+    measure_memory_rows(
+        &workloads::memory_rows(),
+        &keys,
+        runner,
+        [redis, leasehold],
+        commands,
+    )
+}
+
+/// Measures each of `rows` with `keys(row)` keys on Redis, then on
+/// Leasehold (`servers`, in that order); each fill's command line goes to
+/// `commands`.
+pub fn measure_memory_rows(
+    rows: &[workloads::MemoryRow],
+    keys: &dyn Fn(&workloads::MemoryRow) -> u64,
+    runner: &Runner,
+    [redis, leasehold]: [&Server; 2],
+    commands: &mut Vec<String>,
+) -> Vec<MemoryResult> {
+    let mut out = Vec::new();
+    for row in rows {
+        let keys = keys(row);
         let mut one = |server: &Server, side: &Side| -> Result<memory::Memory, String> {
             let script = runner.script(side);
             let a = runner.fill_args(server, side.command, script.as_deref(), keys, row.hits);
