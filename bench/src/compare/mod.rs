@@ -194,42 +194,28 @@ impl CompareArgs {
             a.script_requests = a.script_requests.min(20_000);
             a.collection_keys = a.collection_keys.min(2_000);
         }
-        let only = a.first_only || a.replication_only || a.persistence_only || a.scripts_only;
-        if only && !a.scripts_only {
-            a.skip_scripts = true;
-        }
-        if a.first_only {
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_replication = true;
-            a.skip_persistence = true;
-        }
-        if a.replication_only {
-            a.skip_first = true;
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_persistence = true;
-        }
-        if a.persistence_only {
-            a.skip_first = true;
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_replication = true;
-        }
-        if a.scripts_only {
-            a.skip_first = true;
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_replication = true;
-            a.skip_persistence = true;
+        // An `--*-only` run skips every section but its own.
+        let only = [
+            (a.first_only, "first"),
+            (a.replication_only, "replication"),
+            (a.persistence_only, "persistence"),
+            (a.scripts_only, "scripts"),
+        ]
+        .into_iter()
+        .find_map(|(on, name)| on.then_some(name));
+        if let Some(keep) = only {
+            for (name, skip) in [
+                ("first", &mut a.skip_first),
+                ("throughput", &mut a.skip_throughput),
+                ("crosscheck", &mut a.skip_crosscheck),
+                ("memory", &mut a.skip_memory),
+                ("lease", &mut a.skip_lease),
+                ("replication", &mut a.skip_replication),
+                ("persistence", &mut a.skip_persistence),
+                ("scripts", &mut a.skip_scripts),
+            ] {
+                *skip |= name != keep;
+            }
         }
         a
     }
@@ -730,4 +716,73 @@ fn measure_reclaim(
         r
     };
     (one(redis), one(leasehold))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompareArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CompareArgs,
+    }
+
+    fn effective(flags: &[&str]) -> CompareArgs {
+        let words = std::iter::once("compare").chain(flags.iter().copied());
+        Cli::parse_from(words).args.effective()
+    }
+
+    /// The skip flags in a fixed order: first, throughput, crosscheck,
+    /// memory, lease, replication, persistence, scripts.
+    fn skips(a: &CompareArgs) -> [bool; 8] {
+        [
+            a.skip_first,
+            a.skip_throughput,
+            a.skip_crosscheck,
+            a.skip_memory,
+            a.skip_lease,
+            a.skip_replication,
+            a.skip_persistence,
+            a.skip_scripts,
+        ]
+    }
+
+    #[test]
+    fn an_only_run_skips_every_other_section() {
+        assert_eq!(skips(&effective(&[])), [false; 8]);
+        let all_but = |i: usize| {
+            let mut v = [true; 8];
+            v[i] = false;
+            v
+        };
+        assert_eq!(skips(&effective(&["--first-only"])), all_but(0));
+        assert_eq!(skips(&effective(&["--replication-only"])), all_but(5));
+        assert_eq!(skips(&effective(&["--persistence-only"])), all_but(6));
+        let scripts = effective(&["--scripts-only", "--quick"]);
+        assert_eq!(skips(&scripts), all_but(7));
+        assert_eq!(
+            (
+                scripts.suite_requests,
+                scripts.script_requests,
+                scripts.collection_keys
+            ),
+            (2_000, 20_000, 2_000)
+        );
+        let full = effective(&["--skip-scripts"]);
+        assert_eq!(
+            skips(&full),
+            [false, false, false, false, false, false, false, true]
+        );
+        assert_eq!(
+            (
+                full.suite_requests,
+                full.script_requests,
+                full.collection_keys
+            ),
+            (50_000, 200_000, 10_000)
+        );
+        assert!(Cli::try_parse_from(["compare", "--scripts-only", "--skip-scripts"]).is_err());
+    }
 }

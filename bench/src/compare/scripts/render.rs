@@ -8,7 +8,7 @@ use super::{
 use crate::compare::first::{notes, Row};
 use crate::compare::memory::{memory_table, MemoryResult};
 use crate::compare::table::{thousands, NOISY_SPREAD};
-use crate::compare::with_without::render::{commands_block, ms, targets, x, Verdict};
+use crate::compare::with_without::render::{commands_block, ms, opening, targets, x, Verdict};
 use crate::compare::workloads::ZSET_MEMBERS;
 
 /// The section's heading.
@@ -124,14 +124,10 @@ fn memory_verdict(row: &MemoryResult) -> Verdict {
 
 /// The whole section in markdown, with its `##` heading.
 pub fn section(sec: &Section) -> String {
-    let mut s = format!("{HEADING}\n\n");
-    if let Some(why) = &sec.skipped {
-        s.push_str(&format!("Not run: {why}.\n\n"));
-        return s;
-    }
-    if sec.quick {
-        s.push_str("**These numbers come from a `--quick` smoke run: too short to quote.**\n\n");
-    }
+    let mut s = match opening(HEADING, sec.skipped.as_deref(), sec.quick) {
+        Ok(s) => s,
+        Err(not_run) => return not_run,
+    };
     s.push_str(&format!(
         "Measured in one run of its own ({}) on a Redis and a Leasehold `--threads {}` started for \
          this section the same way as the others; the machine is the one above. {} round(s), each \
