@@ -12,6 +12,8 @@
 #                               # docs/benchmarks.md in place of its old one (3-4 minutes)
 #   bench/compare.sh --persistence-only
 #                               # only the persistence section, likewise (about 3 minutes)
+#   bench/compare.sh --scripts-only
+#                               # only "scripts and data types", likewise
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

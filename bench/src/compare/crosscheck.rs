@@ -31,16 +31,12 @@ enum Tests<'a> {
     Command(Vec<String>),
 }
 
-fn run(
-    server: &Server,
-    pipeline: usize,
-    requests: u64,
-    tests: &Tests<'_>,
-    commands: &mut Vec<String>,
-) -> Vec<(String, f64)> {
+/// The words after `redis-benchmark` for `tail` (`-t` tests or one
+/// command's words) on `port`: 50 connections, 100 000 random keys, `--csv`.
+pub fn args(port: u16, pipeline: usize, requests: u64, tail: &[String]) -> Vec<String> {
     let mut args: Vec<String> = [
         "-p",
-        &server.port.to_string(),
+        &port.to_string(),
         "-c",
         "50",
         "-P",
@@ -53,10 +49,22 @@ fn run(
     ]
     .map(String::from)
     .to_vec();
-    match tests {
-        Tests::Builtin(t) => args.extend(["-t".to_string(), t.to_string()]),
-        Tests::Command(words) => args.extend(words.iter().cloned()),
-    }
+    args.extend_from_slice(tail);
+    args
+}
+
+fn run(
+    server: &Server,
+    pipeline: usize,
+    requests: u64,
+    tests: &Tests<'_>,
+    commands: &mut Vec<String>,
+) -> Vec<(String, f64)> {
+    let tail = match tests {
+        Tests::Builtin(t) => vec!["-t".to_string(), t.to_string()],
+        Tests::Command(words) => words.clone(),
+    };
+    let args = args(server.port, pipeline, requests, &tail);
     commands.push(format!(
         "# redis-benchmark cross-check on {}\nredis-benchmark {}",
         server.kind.label(),
@@ -71,8 +79,9 @@ fn run(
 
 /// A row template as redis-benchmark words: `__key__` becomes its
 /// `__rand_int__` (a 12-digit number under `-r`, as our keys are) and
-/// `__sha__` the loaded script's SHA1. `None` when the script cannot be loaded.
-fn words(side: &Side, server: &Server, lua_dir: &Path) -> Option<Vec<String>> {
+/// `__sha__` the loaded script's SHA1 (SCRIPT LOAD on `server`). `None` when
+/// the script cannot be loaded.
+pub fn words(side: &Side, server: &Server, lua_dir: &Path) -> Option<Vec<String>> {
     let sha = match side.script {
         Some(s) => crate::resp::load_script(&server.addr(), &lua_dir.join(s)).ok()?,
         None => String::new(),

@@ -28,6 +28,8 @@ pub struct Page<'a> {
     pub replication: Option<&'a super::replication::Section>,
     /// The persistence section (None with `--skip-persistence`).
     pub persistence: Option<&'a super::persistence::Section>,
+    /// The scripts and data types section (None with `--skip-scripts`).
+    pub scripts: Option<&'a super::scripts::Section>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
     /// The lease manager's measurements (empty with `--skip-lease`).
@@ -222,6 +224,9 @@ pub fn render(p: &Page<'_>) -> String {
     if let Some(r) = p.persistence {
         s.push_str(&super::persistence::render::section(r));
     }
+    if let Some(r) = p.scripts {
+        s.push_str(&super::scripts::render::section(r));
+    }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \
          start their own in-process Leasehold server. The accuracy run checks the drift bound of leasing \
@@ -243,7 +248,8 @@ pub fn render(p: &Page<'_>) -> String {
 /// `section` (a whole section from that heading on), leaving the rest of the
 /// page as it was; when the page has none, the section goes before
 /// `## Lease manager`, else before `## Exact commands`, else at the end.
-/// This is how `--replication-only` and `--persistence-only` update a page.
+/// This is how `--replication-only`, `--persistence-only` and
+/// `--scripts-only` update a page.
 pub fn splice(page: &str, heading: &str, section: &str) -> String {
     let starts: Vec<usize> = page
         .match_indices("\n## ")

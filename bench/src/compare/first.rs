@@ -8,6 +8,7 @@ use std::path::Path;
 use super::redis_benchmark::{self, Outcome};
 use super::servers::{shell_join, Kind, Server};
 use super::table::{median, noisy_note, spread, thousands, NOISY_SPREAD};
+use super::with_without::render::{ms, x};
 
 pub mod targets;
 
@@ -49,6 +50,32 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// Files a run of one test (a single-command redis-benchmark run): its
+    /// first csv row's numbers, or why it gave none.
+    pub fn record_one(&mut self, out: &Outcome) {
+        match out.rows.first() {
+            Some(c) => {
+                self.rps.push(c.rps);
+                self.p99_ms.extend(c.p99_ms);
+            }
+            None => self.failures.push(
+                out.error
+                    .clone()
+                    .unwrap_or_else(|| "missing from the output".into()),
+            ),
+        }
+    }
+
+    /// The median rps with thousands separators, `failed` when every run
+    /// failed, `-` when none ran.
+    pub fn rps_cell(&self) -> String {
+        match self.median_rps() {
+            Some(v) => thousands(v),
+            None if self.failures.is_empty() => "-".into(),
+            None => "failed".into(),
+        }
+    }
+
     /// Median requests per second.
     pub fn median_rps(&self) -> Option<f64> {
         median(&self.rps)
@@ -60,18 +87,28 @@ impl Cell {
     }
 }
 
-/// One (test, -P) on the three servers.
+/// One (test, -P) on `N` servers (here three; the scripts section has
+/// rows of two and of three).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub struct Row<const N: usize = 3> {
     /// redis-benchmark's test name.
     pub test: &'static str,
     /// Pipeline depth.
     pub pipeline: usize,
-    /// Indexed by [`REDIS`], [`LH`], [`LH1`].
-    pub cells: [Cell; 3],
+    /// Here indexed by [`REDIS`], [`LH`], [`LH1`].
+    pub cells: [Cell; N],
 }
 
-impl Row {
+impl<const N: usize> Row<N> {
+    /// A row with no runs yet.
+    pub fn new(test: &'static str, pipeline: usize) -> Row<N> {
+        Row {
+            test,
+            pipeline,
+            cells: std::array::from_fn(|_| Cell::default()),
+        }
+    }
+
     /// Median rps of cell `a` over that of cell `b`.
     pub fn ratio(&self, a: usize, b: usize) -> Option<f64> {
         match (self.cells[a].median_rps(), self.cells[b].median_rps()) {
@@ -85,20 +122,14 @@ impl Row {
 pub fn empty_rows() -> Vec<Row> {
     PIPELINES
         .iter()
-        .flat_map(|&pipeline| {
-            TESTS.map(|test| Row {
-                test,
-                pipeline,
-                cells: Default::default(),
-            })
-        })
+        .flat_map(|&pipeline| TESTS.map(|test| Row::new(test, pipeline)))
         .collect()
 }
 
 /// Files one redis-benchmark run of server `side` at `pipeline` into `rows`:
 /// each test it printed gets its numbers; when it stopped at an error, the
 /// first missing test gets the error and the later ones say they did not run.
-pub fn record(rows: &mut [Row], pipeline: usize, side: usize, out: &Outcome) {
+pub fn record<const N: usize>(rows: &mut [Row<N>], pipeline: usize, side: usize, out: &Outcome) {
     let mut stopped_at: Option<&str> = None;
     for row in rows.iter_mut().filter(|r| r.pipeline == pipeline) {
         let cell = &mut row.cells[side];
@@ -203,20 +234,11 @@ pub fn run(
                     ));
                 }
                 let out = redis_benchmark::run(&a);
-                let got: Vec<String> = out
-                    .rows
-                    .iter()
-                    .map(|r| format!("{} {:.0}", r.test, r.rps))
-                    .collect();
                 eprintln!(
-                    "[first {}/{rounds}] -P {pipeline} {}: {}{}",
+                    "[first {}/{rounds}] -P {pipeline} {}: {}",
                     round + 1,
                     labels[side],
-                    got.join(", "),
-                    out.error
-                        .as_deref()
-                        .map(|e| format!("; {e}"))
-                        .unwrap_or_default()
+                    out.summary()
                 );
                 record(&mut section.rows, pipeline, side, &out);
             }
@@ -231,9 +253,11 @@ pub fn run(
     Ok(section)
 }
 
-fn notes(section: &Section, row: &Row) -> String {
+/// A row's notes: each cell's noise and failures, under `labels` (one per
+/// cell), escaped for a markdown table.
+pub fn notes<const N: usize>(labels: &[String], row: &Row<N>) -> String {
     let mut notes = Vec::new();
-    for (label, cell) in section.long_labels().iter().zip(&row.cells) {
+    for (label, cell) in labels.iter().zip(&row.cells) {
         notes.extend(noisy_note(label, spread(&cell.rps)));
         if let Some(first) = cell.failures.first() {
             notes.push(format!(
@@ -254,27 +278,21 @@ pub fn tables(section: &Section) -> String {
         "| test | -P | Redis rps | {long} rps | {long1} rps | {lh} / Redis | {lh} / {lh1} | Redis p99 ms | {lh} p99 ms | notes |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
     );
-    let rps = |c: &Cell| match c.median_rps() {
-        Some(v) => thousands(v),
-        None if c.failures.is_empty() => "-".into(),
-        None => "failed".into(),
-    };
-    let num = |v: Option<f64>, unit: &str| v.map_or("-".into(), |v| format!("{v:.3}{unit}"));
-    let ratio = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}x"));
+    let labels = section.long_labels();
     for row in &section.rows {
         let c = &row.cells;
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             row.test,
             row.pipeline,
-            rps(&c[REDIS]),
-            rps(&c[LH]),
-            rps(&c[LH1]),
-            ratio(row.ratio(LH, REDIS)),
-            ratio(row.ratio(LH, LH1)),
-            num(c[REDIS].median_p99(), ""),
-            num(c[LH].median_p99(), ""),
-            notes(section, row),
+            c[REDIS].rps_cell(),
+            c[LH].rps_cell(),
+            c[LH1].rps_cell(),
+            x(row.ratio(LH, REDIS)),
+            x(row.ratio(LH, LH1)),
+            ms(c[REDIS].median_p99()),
+            ms(c[LH].median_p99()),
+            notes(&labels, row),
         ));
     }
     let verdicts = check(section);

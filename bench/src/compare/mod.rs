@@ -21,6 +21,9 @@
 //!   restart from the log.
 //! - [`with_without`]: what those two share: the throughput rows on a
 //!   server without and with the feature, and their tables.
+//! - [`scripts`]: "scripts and data types": redis-benchmark's whole default
+//!   suite, EVALSHA of the token-bucket script on both servers against
+//!   TOKENLEASE, and memory per key of a sorted set and a hash.
 //! - [`doc`]: the whole markdown page.
 
 pub mod crosscheck;
@@ -31,6 +34,7 @@ pub mod memory;
 pub mod persistence;
 pub mod redis_benchmark;
 pub mod replication;
+pub mod scripts;
 pub mod servers;
 pub mod table;
 pub mod with_without;
@@ -143,6 +147,27 @@ pub struct CompareArgs {
     /// --quick).
     #[arg(long, default_value_t = 1_000_000)]
     pub persistence_keys: u64,
+    /// Skip the "scripts and data types" section (redis-benchmark's default
+    /// suite, EVALSHA against TOKENLEASE, memory of a sorted set and a hash).
+    #[arg(long)]
+    pub skip_scripts: bool,
+    /// Run only the "scripts and data types" section and put it into the
+    /// existing --out page in place of its previous one, leaving the other
+    /// sections as they are.
+    #[arg(long, conflicts_with_all = ["skip_scripts", "first_only", "replication_only", "persistence_only"])]
+    pub scripts_only: bool,
+    /// Requests per test of the scripts section's default redis-benchmark
+    /// suite (about 30-40 s a round per server on 2 cores; 2 000 with --quick).
+    #[arg(long, default_value_t = 50_000)]
+    pub suite_requests: u64,
+    /// Requests per EVALSHA / TOKENLEASE run at -P 16 in the scripts section;
+    /// -P 1 runs a quarter of them (20 000 with --quick).
+    #[arg(long, default_value_t = 200_000)]
+    pub script_requests: u64,
+    /// Keys of each kind in the scripts section's memory rows (2 000 with
+    /// --quick).
+    #[arg(long, default_value_t = 10_000)]
+    pub collection_keys: u64,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -165,30 +190,32 @@ impl CompareArgs {
             a.sync_keys = a.sync_keys.min(50_000);
             a.failover_rounds = a.failover_rounds.min(1);
             a.persistence_keys = a.persistence_keys.min(50_000);
+            a.suite_requests = a.suite_requests.min(2_000);
+            a.script_requests = a.script_requests.min(20_000);
+            a.collection_keys = a.collection_keys.min(2_000);
         }
-        if a.first_only {
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_replication = true;
-            a.skip_persistence = true;
-        }
-        if a.replication_only {
-            a.skip_first = true;
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_persistence = true;
-        }
-        if a.persistence_only {
-            a.skip_first = true;
-            a.skip_throughput = true;
-            a.skip_crosscheck = true;
-            a.skip_memory = true;
-            a.skip_lease = true;
-            a.skip_replication = true;
+        // An `--*-only` run skips every section but its own.
+        let only = [
+            (a.first_only, "first"),
+            (a.replication_only, "replication"),
+            (a.persistence_only, "persistence"),
+            (a.scripts_only, "scripts"),
+        ]
+        .into_iter()
+        .find_map(|(on, name)| on.then_some(name));
+        if let Some(keep) = only {
+            for (name, skip) in [
+                ("first", &mut a.skip_first),
+                ("throughput", &mut a.skip_throughput),
+                ("crosscheck", &mut a.skip_crosscheck),
+                ("memory", &mut a.skip_memory),
+                ("lease", &mut a.skip_lease),
+                ("replication", &mut a.skip_replication),
+                ("persistence", &mut a.skip_persistence),
+                ("scripts", &mut a.skip_scripts),
+            ] {
+                *skip |= name != keep;
+            }
         }
         a
     }
@@ -359,21 +386,39 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         quick: args.quick,
         duration: args.duration,
     };
-    if args.replication_only {
+    let scripts_settings = scripts::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.rounds,
+        suite_requests: args.suite_requests,
+        script_requests: args.script_requests,
+        collection_keys: args.collection_keys,
+        lua_dir: args.lua_dir.clone(),
+        quick: args.quick,
+    };
+    let only = if args.replication_only {
         let section = replication::run(&replication_settings, &runner);
-        let text = replication::render::section(&section);
-        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(&args.out, &replication::render::splice(&page, &text))?;
-        eprintln!("replaced the replication section of {}", args.out.display());
-        servers::remove_scratch_root();
-        return Ok(());
-    }
-    if args.persistence_only {
+        Some((
+            replication::render::HEADING,
+            replication::render::section(&section),
+        ))
+    } else if args.persistence_only {
         let section = persistence::run(&persistence_settings, &runner);
-        let text = persistence::render::section(&section);
+        Some((
+            persistence::render::HEADING,
+            persistence::render::section(&section),
+        ))
+    } else if args.scripts_only {
+        let section = scripts::run(&scripts_settings, &runner);
+        Some((scripts::render::HEADING, scripts::render::section(&section)))
+    } else {
+        None
+    };
+    if let Some((heading, text)) = only {
         let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(&args.out, &persistence::render::splice(&page, &text))?;
-        eprintln!("replaced the persistence section of {}", args.out.display());
+        write_page(&args.out, &doc::splice(&page, heading, &text))?;
+        eprintln!("replaced the {heading:?} section of {}", args.out.display());
         servers::remove_scratch_root();
         return Ok(());
     }
@@ -493,6 +538,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         (!args.skip_replication).then(|| replication::run(&replication_settings, &runner));
     let persistence =
         (!args.skip_persistence).then(|| persistence::run(&persistence_settings, &runner));
+    let scripts = (!args.skip_scripts).then(|| scripts::run(&scripts_settings, &runner));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -507,6 +553,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         reclaim: reclaim.as_ref(),
         replication: replication.as_ref(),
         persistence: persistence.as_ref(),
+        scripts: scripts.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,
@@ -539,13 +586,35 @@ fn measure_memory(
     leasehold: &Server,
     commands: &mut Vec<String>,
 ) -> Vec<MemoryResult> {
-    let mut out = Vec::new();
-    for row in workloads::memory_rows() {
-        let keys = if row.hits > 1 {
+    let keys = |row: &workloads::MemoryRow| {
+        if row.hits > 1 {
             args.memory_limit_keys
         } else {
             args.memory_keys
-        };
+        }
+    };
+    measure_memory_rows(
+        &workloads::memory_rows(),
+        &keys,
+        runner,
+        [redis, leasehold],
+        commands,
+    )
+}
+
+/// Measures each of `rows` with `keys(row)` keys on Redis, then on
+/// Leasehold (`servers`, in that order); each fill's command line goes to
+/// `commands`.
+pub fn measure_memory_rows(
+    rows: &[workloads::MemoryRow],
+    keys: &dyn Fn(&workloads::MemoryRow) -> u64,
+    runner: &Runner,
+    [redis, leasehold]: [&Server; 2],
+    commands: &mut Vec<String>,
+) -> Vec<MemoryResult> {
+    let mut out = Vec::new();
+    for row in rows {
+        let keys = keys(row);
         let mut one = |server: &Server, side: &Side| -> Result<memory::Memory, String> {
             let script = runner.script(side);
             let a = runner.fill_args(server, side.command, script.as_deref(), keys, row.hits);
@@ -647,4 +716,73 @@ fn measure_reclaim(
         r
     };
     (one(redis), one(leasehold))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompareArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CompareArgs,
+    }
+
+    fn effective(flags: &[&str]) -> CompareArgs {
+        let words = std::iter::once("compare").chain(flags.iter().copied());
+        Cli::parse_from(words).args.effective()
+    }
+
+    /// The skip flags in a fixed order: first, throughput, crosscheck,
+    /// memory, lease, replication, persistence, scripts.
+    fn skips(a: &CompareArgs) -> [bool; 8] {
+        [
+            a.skip_first,
+            a.skip_throughput,
+            a.skip_crosscheck,
+            a.skip_memory,
+            a.skip_lease,
+            a.skip_replication,
+            a.skip_persistence,
+            a.skip_scripts,
+        ]
+    }
+
+    #[test]
+    fn an_only_run_skips_every_other_section() {
+        assert_eq!(skips(&effective(&[])), [false; 8]);
+        let all_but = |i: usize| {
+            let mut v = [true; 8];
+            v[i] = false;
+            v
+        };
+        assert_eq!(skips(&effective(&["--first-only"])), all_but(0));
+        assert_eq!(skips(&effective(&["--replication-only"])), all_but(5));
+        assert_eq!(skips(&effective(&["--persistence-only"])), all_but(6));
+        let scripts = effective(&["--scripts-only", "--quick"]);
+        assert_eq!(skips(&scripts), all_but(7));
+        assert_eq!(
+            (
+                scripts.suite_requests,
+                scripts.script_requests,
+                scripts.collection_keys
+            ),
+            (2_000, 20_000, 2_000)
+        );
+        let full = effective(&["--skip-scripts"]);
+        assert_eq!(
+            skips(&full),
+            [false, false, false, false, false, false, false, true]
+        );
+        assert_eq!(
+            (
+                full.suite_requests,
+                full.script_requests,
+                full.collection_keys
+            ),
+            (50_000, 200_000, 10_000)
+        );
+        assert!(Cli::try_parse_from(["compare", "--scripts-only", "--skip-scripts"]).is_err());
+    }
 }

@@ -52,6 +52,25 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+impl Outcome {
+    /// A progress line: each test's rps, then the error if it stopped.
+    pub fn summary(&self) -> String {
+        let got: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| format!("{} {:.0}", r.test, r.rps))
+            .collect();
+        format!(
+            "{}{}",
+            got.join(", "),
+            self.error
+                .as_deref()
+                .map(|e| format!("; {e}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
 /// Runs `redis-benchmark args` and reads its `--csv` output.
 pub fn run(args: &[String]) -> Outcome {
     match Command::new("redis-benchmark").args(args).output() {

@@ -91,6 +91,16 @@ const GCRA: (Side, Side) = native_vs_lua(
     "gcra.lua",
 );
 
+/// The scripts section's token bucket: 100 tokens, 10 per second, 1 per
+/// call (ARGV of `bench/lua/token_bucket.lua`: capacity, rate, period_ms,
+/// requested), the script on both servers and TOKENLEASE on Leasehold (on
+/// keys of its own, `tb2:`, since the script's keys are hashes).
+pub const SCRIPT_BUCKET: (Side, Side) = native_vs_lua(
+    "TOKENLEASE tb2:__key__ 100 10 1000 1",
+    "EVALSHA __sha__ 1 tb:__key__ 100 10 1000 1",
+    "token_bucket.lua",
+);
+
 /// The rate-limit comparisons, by name, for the redis-benchmark cross-check.
 pub const RATE_LIMITS: [(&str, (Side, Side)); 3] = [
     ("TOKENLEASE vs token-bucket Lua", TOKEN),
@@ -205,6 +215,47 @@ pub fn memory_rows() -> Vec<MemoryRow> {
     ]
 }
 
+/// The memory rows of the scripts and data types section: a sorted set of
+/// [`ZSET_MEMBERS`] members and a hash of 10 fields, each key made by one
+/// command, the same on both servers.
+pub fn collection_memory_rows() -> Vec<MemoryRow> {
+    let zset = Side {
+        command: zset_command(),
+        script: None,
+    };
+    let row = |name, side: Side| MemoryRow {
+        name,
+        hits: 1,
+        redis: side.clone(),
+        leasehold: side,
+        redis_held: None,
+    };
+    vec![
+        row(
+            "sorted set of 100 members (one ZADD, a listpack on Redis)",
+            zset,
+        ),
+        row("hash of 10 fields (one HSET, a listpack on Redis)", HASH10),
+    ]
+}
+
+/// Members of the sorted-set memory row: under Redis's
+/// `zset-max-listpack-entries` (128), so Redis keeps its compact encoding.
+pub const ZSET_MEMBERS: usize = 100;
+
+/// `ZADD zs:__key__ <score> m:00000 ... <score> m:00099`: a leaderboard of
+/// [`ZSET_MEMBERS`] members with integer points between 1000 and 9999, in
+/// no particular order.
+pub fn zset_command() -> &'static str {
+    static COMMAND: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let pairs: Vec<String> = (0..ZSET_MEMBERS)
+            .map(|i| format!("{} m:{i:05}", 1000 + (i * 7919) % 9000))
+            .collect();
+        format!("ZADD zs:__key__ {}", pairs.join(" "))
+    });
+    &COMMAND
+}
+
 /// A hash of 10 short fields, one HSET: both servers keep it as a listpack.
 const HASH10: Side = Side {
     command: "HSET hs:__key__ field:0 value:00000 field:1 value:00001 field:2 value:00002 field:3 value:00003 field:4 value:00004 field:5 value:00005 field:6 value:00006 field:7 value:00007 field:8 value:00008 field:9 value:00009",
@@ -238,8 +289,10 @@ mod tests {
             .chain(
                 memory_rows()
                     .into_iter()
+                    .chain(collection_memory_rows())
                     .flat_map(|m| [m.redis, m.leasehold]),
-            );
+            )
+            .chain([SCRIPT_BUCKET.0, SCRIPT_BUCKET.1]);
         for side in sides {
             let t = Template::parse(side.command, Some("0123")).unwrap();
             assert!(t.has_key() || side.command == "PING", "{}", side.command);
@@ -248,6 +301,28 @@ mod tests {
             }
         }
         assert!(Template::parse(RECLAIM_COMMAND, None).unwrap().has_key());
+    }
+
+    #[test]
+    fn the_sorted_set_row_adds_100_distinct_members() {
+        let args = Template::parse(zset_command(), None).unwrap().args(42);
+        assert_eq!(args.len(), 2 + 2 * ZSET_MEMBERS);
+        assert_eq!(&args[1][..], b"zs:000000000042");
+        assert_eq!(
+            (&args[2][..], &args[3][..]),
+            (&b"1000"[..], &b"m:00000"[..])
+        );
+        assert_eq!(
+            (&args[4][..], &args[5][..]),
+            (&b"8919"[..], &b"m:00001"[..])
+        );
+        assert_eq!(&args[201][..], b"m:00099");
+        let members: std::collections::HashSet<_> = args[3..].iter().step_by(2).collect();
+        assert_eq!(members.len(), ZSET_MEMBERS);
+        assert!(args[2..]
+            .iter()
+            .step_by(2)
+            .all(|s| (1000..10_000).contains(&String::from_utf8_lossy(s).parse::<u32>().unwrap())));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::compare::replication::probe::{Samples, LATENCY_PAUSE};
 use crate::compare::servers::Kind;
 use crate::compare::table::{median, thousands};
 use crate::compare::with_without::render::{
-    commands_block, cpu_table, ms, row_verdicts, sh_block, throughput_table, x, OverRedis,
+    commands_block, cpu_table, ms, opening, row_verdicts, sh_block, throughput_table, x, OverRedis,
 };
 use crate::compare::with_without::{kind_index, rows_of};
 
@@ -278,14 +278,10 @@ fn restart_commands(rows: &[(Kind, Result<Restart, String>)], what: &str) -> Vec
 
 /// The whole section in markdown, with its `##` heading.
 pub fn section(sec: &Section) -> String {
-    let mut s = format!("{HEADING}\n\n");
-    if let Some(why) = &sec.skipped {
-        s.push_str(&format!("Not run: {why}.\n\n"));
-        return s;
-    }
-    if sec.quick {
-        s.push_str("**These numbers come from a `--quick` smoke run: too short to quote.**\n\n");
-    }
+    let mut s = match opening(HEADING, sec.skipped.as_deref(), sec.quick) {
+        Ok(s) => s,
+        Err(not_run) => return not_run,
+    };
     s.push_str(&format!(
         "Measured in one run of its own ({}); the machine is the one above. How Leasehold \
          persists: [persistence.md](persistence.md). Every server has an empty `--dir` of its own \

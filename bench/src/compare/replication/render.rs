@@ -7,7 +7,8 @@ use super::{cell, Section, Sync, ThroughputRow, BASELINE, KINDS, NAMES, PROBE_CO
 use crate::compare::servers::Kind;
 use crate::compare::table::{median, thousands};
 use crate::compare::with_without::render::{
-    commands_block, cpu_table, ms, per_million, row_verdicts, sh_block, throughput_table, OverRedis,
+    commands_block, cpu_table, ms, opening, per_million, row_verdicts, sh_block, throughput_table,
+    OverRedis,
 };
 use crate::compare::with_without::{kind_index, rows_of};
 
@@ -204,14 +205,10 @@ fn targets(section: &Section) -> String {
 
 /// The whole section in markdown, with its `##` heading.
 pub fn section(sec: &Section) -> String {
-    let mut s = format!("{HEADING}\n\n");
-    if let Some(why) = &sec.skipped {
-        s.push_str(&format!("Not run: {why}.\n\n"));
-        return s;
-    }
-    if sec.quick {
-        s.push_str("**These numbers come from a `--quick` smoke run: too short to quote.**\n\n");
-    }
+    let mut s = match opening(HEADING, sec.skipped.as_deref(), sec.quick) {
+        Ok(s) => s,
+        Err(not_run) => return not_run,
+    };
     s.push_str(&format!(
         "Measured in one run of its own ({}); the machine is the one above. How Leasehold \
          replicates: [replication.md](replication.md). Redis nodes run with \

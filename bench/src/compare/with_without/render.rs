@@ -100,6 +100,21 @@ pub fn ops<E>(row: &Row<E>, c: usize) -> String {
     }
 }
 
+/// The start of a section run on its own: its heading, then either why it
+/// did not run (`Err`, the whole section) or the smoke-run warning with
+/// `quick` (`Ok`, to go on with).
+pub fn opening(heading: &str, skipped: Option<&str>, quick: bool) -> Result<String, String> {
+    let mut s = format!("{heading}\n\n");
+    if let Some(why) = skipped {
+        s.push_str(&format!("Not run: {why}.\n\n"));
+        return Err(s);
+    }
+    if quick {
+        s.push_str("**These numbers come from a `--quick` smoke run: too short to quote.**\n\n");
+    }
+    Ok(s)
+}
+
 /// `lines` as a `sh` code block.
 pub fn sh_block(lines: &[String]) -> String {
     format!("```sh\n{}\n```\n", lines.join("\n"))
