@@ -5,8 +5,14 @@
 //!
 //! ```text
 //! LEASEHOLD_ADDR=127.0.0.1:6379 GATEWAY_ADDR=127.0.0.1:8080 \
-//!   POLICY_FILE=policies.yaml cargo run -p leasehold-client --example gateway
+//!   POLICY_FILE=policies.yaml METRICS_ADDR=127.0.0.1:9102 \
+//!   cargo run -p leasehold-client --example gateway
 //! ```
+//!
+//! With `METRICS_ADDR` set, the lease manager's metrics (decisions,
+//! `rate_limit_bypassed_total`, ledger call latency, lease sizes, breaker
+//! state; `docs/operations.md`) are served in Prometheus's text format on
+//! `http://METRICS_ADDR/metrics`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +65,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Ok(path) => PolicySet::from_file(path.as_ref())?,
         Err(_) => PolicySet::from_yaml(DEFAULT_POLICIES)?,
     };
+    if let Ok(addr) = std::env::var("METRICS_ADDR") {
+        let addr: SocketAddr = addr.parse()?;
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("METRICS_ADDR {addr}: {e}"))?;
+        println!("metrics on http://{addr}/metrics");
+    }
     let client = Client::new(ClientConfig::new(ledger));
     // Connect before serving, so that the first request's lease call does
     // not pay for the connect within its 5 ms deadline. A ledger that is
