@@ -346,6 +346,17 @@ impl Shard {
         }
     }
 
+    /// The wall clock read at this call, Unix ms (never before
+    /// [`Shard::now`]): what relative times count from, as Redis 7.0 reads
+    /// `mstime()` for them: EXPIRE's and SET EX's deadlines, whether an
+    /// EXPIRE or GETEX deadline has passed, TTL's remaining time. Whether a
+    /// key has expired is still judged at the snapshot, so in a long script
+    /// keys do not expire under it, yet an EXPIRE at its end counts from
+    /// that call, not from the script's start.
+    pub fn wall_ms(&self) -> u64 {
+        (self.shared.clock.unix_us() / 1000).max(self.now.unix_ms)
+    }
+
     /// Runs one shard-side command under the snapshot of the last
     /// [`Shard::tick`]: calls the handler and, when `counted`, counts the
     /// call (a part of a command split over shards is not counted here: the

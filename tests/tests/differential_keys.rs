@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasehold_tests::differential::{hello_without_id, Pair};
-use leasehold_tests::{cmd, keys_in_both_halves, on_1_and_2_threads, Raw};
+use leasehold_tests::{cmd, int_of, keys_in_both_halves, on_1_and_2_threads, Raw};
 
 /// Switches both connections to RESP `version` and checks HELLO answers alike.
 fn hello(p: &mut Pair, version: u8) {
@@ -234,5 +234,72 @@ on_1_and_2_threads! {
             fields.map(|f| f.split('=').next().unwrap().to_string()).collect()
         };
         assert_eq!(names(&mut p.lh), names(&mut p.redis));
+    }
+}
+
+/// Runs `body` (a script over the keys `{t}a` to `{t}d`, whose ARGV[1] is a
+/// loop count) on `c` with ever longer loops until one EVAL takes at least
+/// 300 ms; returns its reply and how long it took, ms.
+fn long_eval(c: &mut Raw, body: &str, ttl_ms: &str) -> (String, u128) {
+    let mut spins: u64 = 1_000_000;
+    loop {
+        let n = spins.to_string();
+        let start = std::time::Instant::now();
+        let args: [&[u8]; 9] = [
+            b"EVAL",
+            body.as_bytes(),
+            b"4",
+            b"{t}a",
+            b"{t}b",
+            b"{t}c",
+            b"{t}d",
+            n.as_bytes(),
+            ttl_ms.as_bytes(),
+        ];
+        let reply = c.call_args(&args);
+        let took = start.elapsed().as_millis();
+        if took >= 300 {
+            return (reply, took);
+        }
+        spins *= 2;
+    }
+}
+
+/// Relative TTLs count from the wall clock at the call, as Redis 7.0's
+/// `mstime()`, not from the start of the batch or script: after a script
+/// that spins, then sets 5 s TTLs by PEXPIRE, SET PX, PSETEX and GETEX PX,
+/// each key has about 5 s left; PTTL inside a script, after the spin, has
+/// the spin's time less. (Whether a key has expired is still judged at the
+/// script's start: a key does not expire under a running script.)
+#[test]
+fn relative_ttls_count_from_the_call_in_a_long_script() {
+    let Some(mut p) = Pair::start(1) else { return };
+    let set_at_end = "redis.call('set', KEYS[1], 'v') redis.call('set', KEYS[4], 'v') \
+        for i = 1, tonumber(ARGV[1]) do end \
+        redis.call('pexpire', KEYS[1], ARGV[2]) redis.call('set', KEYS[2], 'v', 'px', ARGV[2]) \
+        redis.call('psetex', KEYS[3], ARGV[2], 'v') redis.call('getex', KEYS[4], 'px', ARGV[2]) \
+        return 1";
+    let read_at_end = "redis.call('set', KEYS[1], 'v', 'px', ARGV[2]) \
+        for i = 1, tonumber(ARGV[1]) do end \
+        return redis.call('pttl', KEYS[1])";
+    for (name, c) in [("redis", &mut p.redis), ("leasehold", &mut p.lh)] {
+        let (reply, took) = long_eval(c, set_at_end, "5000");
+        assert_eq!(reply, ":1\r\n", "{name}");
+        for key in ["{t}a", "{t}b", "{t}c", "{t}d"] {
+            let left = int_of(&c.call(&format!("PTTL {key}")));
+            assert!(
+                (4_900..=5_000).contains(&left),
+                "{name}: PTTL {key} is {left} ms after a script of {took} ms"
+            );
+        }
+        c.call("FLUSHALL");
+        let (reply, took) = long_eval(c, read_at_end, "5000");
+        let left = int_of(&reply) as i128;
+        let expected = 5_000 - took as i128;
+        assert!(
+            (expected - 20..=expected + 100).contains(&left),
+            "{name}: PTTL in the script is {left} ms after a spin of about {took} ms"
+        );
+        c.call("FLUSHALL");
     }
 }

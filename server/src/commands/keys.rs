@@ -103,7 +103,8 @@ fn expire_flags(a: &mut Args) -> Result<ExpireFlags, OpError> {
 }
 
 /// The op behind EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT (Redis
-/// `expireGenericCommand`). `unit_ms` is 1000 for seconds; `relative` adds now.
+/// `expireGenericCommand`). `unit_ms` is 1000 for seconds; `relative` adds
+/// the wall clock at this call ([`Shard::wall_ms`]).
 fn expire_generic(
     s: &mut Shard,
     a: &mut Args,
@@ -120,8 +121,9 @@ fn expire_generic(
     }
     let mut when = when * unit_ms;
     let now = s.now.unix_ms;
+    let wall = s.wall_ms();
     if relative {
-        when = when.checked_add(now as i64).ok_or(bad)?;
+        when = when.checked_add(wall as i64).ok_or(bad)?;
     }
     let Some(entry) = s.store.get(&key, now) else {
         return Ok(Reply::Int(0));
@@ -134,7 +136,7 @@ fn expire_generic(
     if refuse {
         return Ok(Reply::Int(0));
     }
-    if when <= now as i64 {
+    if when <= wall as i64 {
         s.store.remove(&key, now);
     } else {
         s.store.set_expire(&key, Some(when as u64));
@@ -168,7 +170,7 @@ fn deadline_of(s: &mut Shard, key: &[u8]) -> Result<Option<u64>, i64> {
 
 fn ttl_generic(s: &mut Shard, a: &mut Args, ms: bool, absolute: bool) -> Result<Reply, OpError> {
     let key = a.key()?;
-    let now = s.now.unix_ms;
+    let now = s.wall_ms();
     Ok(Reply::Int(match deadline_of(s, &key) {
         Err(code) => code,
         Ok(None) => -1,

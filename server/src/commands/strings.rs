@@ -145,7 +145,7 @@ fn set(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
     }
     let now = s.now.unix_ms;
-    let expire_at = ttl.map(|t| deadline(now, t, "set")).transpose()?;
+    let expire_at = ttl.map(|t| deadline(s.wall_ms(), t, "set")).transpose()?;
     let old = if get { read_string(s, &key)? } else { None };
     let existing = s.store.get(&key, now).map(|e| e.expire_at(s.now));
     if (nx && existing.is_some()) || (xx && existing.is_none()) {
@@ -175,7 +175,7 @@ fn setex_generic(
     let key = a.key()?;
     let ttl = ttl_option(a, word, cmd)?;
     let value = a.next()?;
-    let at = deadline(s.now.unix_ms, ttl, cmd)?;
+    let at = deadline(s.wall_ms(), ttl, cmd)?;
     write_string(s, &key, Value::from_bytes(&value), Some(at));
     Ok(Reply::ok())
 }
@@ -230,11 +230,12 @@ fn getex(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let Some(value) = read_string(s, &key)? else {
         return Ok(Reply::Nil);
     };
+    let wall = s.wall_ms();
     let at = ttl
-        .map(|t| t.and_then(|t| deadline(now, t, "getex")))
+        .map(|t| t.and_then(|t| deadline(wall, t, "getex")))
         .transpose()?;
     if let Some(at) = at {
-        if at <= now {
+        if at <= wall {
             s.store.remove(&key, now);
         } else {
             s.store.set_expire(&key, Some(at));
