@@ -845,7 +845,13 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     // input: to the decoder's limits and to this shard, as it
                     // does to the other shards' next batches.
                     c.state.refresh(&worker.shared);
-                    worker.shard.borrow_mut().tick();
+                    // A shard held for a busy script on another thread
+                    // (served meanwhile) keeps its clock reading.
+                    let mut shard = worker.shard.borrow_mut();
+                    if !shard.locked {
+                        shard.tick();
+                    }
+                    drop(shard);
                     let reply = match tx::has_work(c) {
                         true => tx::after_command(at, c, reply),
                         false => Some(reply),

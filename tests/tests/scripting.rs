@@ -538,6 +538,31 @@ fn a_busy_script_over_two_shards_leaves_the_other_thread_serving() {
 }
 
 #[test]
+fn a_shard_held_for_a_busy_script_keeps_its_clock() {
+    // The other thread serves connection commands while the script is
+    // busy; its shard keeps the reading of the grant, so a key of it
+    // does not expire under the script.
+    let server = TestServer::start(2);
+    let keys = keys_in_both_halves("clock", 1);
+    let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+    low_threshold(&mut b);
+    let theirs = keys[1 - own_key(&mut a, &keys)].clone();
+    assert_eq!(b.call(&format!("SET {theirs} v PX 300")), "+OK\r\n");
+    let body = "local before = redis.call('get', KEYS[2]) \
+                for i = 1, 60000000 do end \
+                return {before, redis.call('get', KEYS[2])}";
+    let declared = ["2".to_string(), keys[0].clone(), keys[1].clone()];
+    let declared: Vec<&str> = declared.iter().map(String::as_str).collect();
+    a.send(&eval(body, &declared));
+    wait_busy(&mut probes, &keys);
+    // Connection commands on the held shard's thread, past the key's TTL.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(b.call("CLIENT ID").starts_with(':'));
+    let r = a.read_text();
+    assert_eq!(r, "*2\r\n$1\r\nv\r\n$1\r\nv\r\n", "{r}");
+}
+
+#[test]
 fn shutdown_nosave_ends_an_unkillable_script() {
     // As Redis says in UNKILLABLE: SHUTDOWN NOSAVE is the way out of a
     // busy script that has written, on one shard or over two.
