@@ -185,6 +185,11 @@ impl Pipeline {
     ) -> Part {
         if shard == at.worker.id {
             let mut s = at.worker.shard.borrow_mut();
+            // Held for a busy script running on another shard's thread
+            // (this thread serves its connections meanwhile): BUSY.
+            if s.locked && at.worker.shared.scripts.busy(shard) {
+                return Part::Ready(OpError::Busy.reply());
+            }
             return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, cmd.link, &mut args));
         }
         // A shard running a script past busy-reply-threshold answers

@@ -522,9 +522,13 @@ impl Shared {
 }
 
 impl Shared {
-    /// Starts shutdown: every thread stops accepting and exits its loop.
+    /// Starts shutdown: every thread stops accepting and exits its loop;
+    /// a script past `busy-reply-threshold` stops at its next check, even
+    /// one that has written (SHUTDOWN NOSAVE is Redis's way out of an
+    /// unkillable script).
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        self.scripts.stop_all();
         for bell in &self.doorbells {
             bell.wake();
         }

@@ -538,8 +538,14 @@ impl<T: Transport> Turn<T> {
     /// a connection command that must wait, and at the end of the connection
     /// (QUIT, CLIENT KILL of itself, a protocol error: `state.close`).
     pub fn serve(&mut self, key: usize) {
-        // This thread's shard is held by a transaction: not before its release.
-        if self.locks.hold(key) {
+        // This thread's shard is held by a transaction: not before its
+        // release, unless the holder is a script past busy-reply-threshold
+        // (the connection's commands for this shard then answer BUSY, and
+        // SCRIPT KILL and SHUTDOWN NOSAVE can reach it).
+        if self.locks.held()
+            && !self.worker.shared.scripts.busy(self.worker.id)
+            && self.locks.hold(key)
+        {
             if let Some(c) = self.conns.get_mut(key) {
                 c.held = true;
             }
@@ -839,7 +845,13 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     // input: to the decoder's limits and to this shard, as it
                     // does to the other shards' next batches.
                     c.state.refresh(&worker.shared);
-                    worker.shard.borrow_mut().tick();
+                    // A shard held for a busy script on another thread
+                    // (served meanwhile) keeps its clock reading.
+                    let mut shard = worker.shard.borrow_mut();
+                    if !shard.locked {
+                        shard.tick();
+                    }
+                    drop(shard);
                     let reply = match tx::has_work(c) {
                         true => tx::after_command(at, c, reply),
                         false => Some(reply),

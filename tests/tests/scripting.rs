@@ -488,6 +488,104 @@ fn a_script_that_wrote_is_unkillable() {
 }
 
 #[test]
+fn a_busy_script_over_two_shards_leaves_the_other_thread_serving() {
+    // With its KEYS on both shards the script holds both: the other
+    // thread, whose shard it holds, still serves its connections once the
+    // script is past the threshold, answering BUSY for the held shards,
+    // so SCRIPT KILL reaches the script.
+    let server = TestServer::start(2);
+    let keys = keys_in_both_halves("xbusy", 1);
+    let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+    low_threshold(&mut b);
+    let busy = "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+    let mine = own_key(&mut a, &keys);
+    let theirs = keys[1 - mine].clone();
+    let body = "redis.call('get', KEYS[1]) redis.call('get', KEYS[2]) while true do end";
+    a.send(&eval(body, &["2", &keys[0], &keys[1]]));
+    wait_busy(&mut probes, &keys);
+    // Even PING, a command of the held shard there, as in Redis.
+    assert_eq!(b.call("PING"), busy);
+    assert_eq!(b.call(&format!("GET {theirs}")), busy);
+    assert_eq!(b.call(&format!("SET {theirs} x")), busy);
+    assert_eq!(b.call("SCRIPT KILL"), "+OK\r\n");
+    let r = a.read_text();
+    assert!(
+        r.starts_with("-ERR Script killed by user with SCRIPT KILL... script: "),
+        "{r}"
+    );
+    // Both shards are released and nothing was written meanwhile.
+    assert_eq!(a.call("PING"), "+PONG\r\n");
+    let mget = format!("MGET {} {}", keys[0], keys[1]);
+    assert_eq!(b.call(&mget), "*2\r\n$-1\r\n$-1\r\n");
+    assert_eq!(
+        b.call("SCRIPT KILL"),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    // A write on the other shard makes it unkillable; it ends by itself.
+    let mut probes: Vec<Raw> = (0..30)
+        .map(|_| server.raw())
+        .filter_map(|mut c| (own_key(&mut c, &keys) != mine).then_some(c))
+        .collect();
+    let body = "redis.call('set', KEYS[1], 'x') redis.call('set', KEYS[2], 'y') \
+                for i = 1, 30000000 do end return 1";
+    a.send(&eval(body, &["2", &keys[0], &keys[1]]));
+    wait_busy(&mut probes, &keys);
+    assert!(b.call("SCRIPT KILL").starts_with(
+        "-UNKILLABLE Sorry the script already executed write commands against the dataset."
+    ));
+    assert_eq!(a.read_text(), ":1\r\n");
+    assert_eq!(b.call(&mget), "*2\r\n$1\r\nx\r\n$1\r\ny\r\n");
+}
+
+#[test]
+fn a_shard_held_for_a_busy_script_keeps_its_clock() {
+    // The other thread serves connection commands while the script is
+    // busy; its shard keeps the reading of the grant, so a key of it
+    // does not expire under the script.
+    let server = TestServer::start(2);
+    let keys = keys_in_both_halves("clock", 1);
+    let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+    low_threshold(&mut b);
+    let theirs = keys[1 - own_key(&mut a, &keys)].clone();
+    assert_eq!(b.call(&format!("SET {theirs} v PX 300")), "+OK\r\n");
+    let body = "local before = redis.call('get', KEYS[2]) \
+                for i = 1, 60000000 do end \
+                return {before, redis.call('get', KEYS[2])}";
+    let declared = ["2".to_string(), keys[0].clone(), keys[1].clone()];
+    let declared: Vec<&str> = declared.iter().map(String::as_str).collect();
+    a.send(&eval(body, &declared));
+    wait_busy(&mut probes, &keys);
+    // Connection commands on the held shard's thread, past the key's TTL.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(b.call("CLIENT ID").starts_with(':'));
+    let r = a.read_text();
+    assert_eq!(r, "*2\r\n$1\r\nv\r\n$1\r\nv\r\n", "{r}");
+}
+
+#[test]
+fn shutdown_nosave_ends_an_unkillable_script() {
+    // As Redis says in UNKILLABLE: SHUTDOWN NOSAVE is the way out of a
+    // busy script that has written, on one shard or over two.
+    for n in [1, 2] {
+        let server = TestServer::start(2);
+        let keys = keys_in_both_halves("stop", 1);
+        let (mut a, mut b, mut probes) = on_two_threads(&server, &keys);
+        low_threshold(&mut b);
+        let own = keys[own_key(&mut a, &keys)].clone();
+        let declared: Vec<&str> = match n {
+            1 => vec!["1", &own],
+            _ => vec!["2", &keys[0], &keys[1]],
+        };
+        let body = "redis.call('set', KEYS[#KEYS], 'x') while true do end";
+        a.send(&eval(body, &declared));
+        wait_busy(&mut probes, &keys);
+        assert!(b.call("SCRIPT KILL").starts_with("-UNKILLABLE"));
+        b.send_cmd("SHUTDOWN NOSAVE");
+        assert!(server.wait_stopped(Duration::from_secs(5)), "{n} keys");
+    }
+}
+
+#[test]
 fn a_scripts_writes_reach_a_replica_as_effects() {
     let clock = Arc::new(ManualClock::new(T0_MS, 0));
     let primary = TestServer::with_clock(2, clock.clone());

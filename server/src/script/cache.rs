@@ -9,9 +9,11 @@
 //!
 //! A shard running a script past `busy-reply-threshold` says so in its
 //! [`RunState`], which other threads read: their connections get `-BUSY`
-//! for that shard, and SCRIPT KILL asks the script to stop there.
+//! for that shard, and SCRIPT KILL asks the script to stop there. A script
+//! over several shards runs on one of them and marks the others held for
+//! it ([`ScriptCache::hold_for`]): they count as busy when it is.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -88,14 +90,51 @@ impl ScriptCache {
         &self.runs[shard]
     }
 
-    /// Whether shard `shard` runs a script past `busy-reply-threshold`.
-    /// One relaxed load: the dispatcher asks before it routes a command to
-    /// another shard.
+    /// Whether shard `shard` runs a script past `busy-reply-threshold`, or
+    /// is held for one running on another shard ([`ScriptCache::hold_for`]).
+    /// One relaxed load when neither: the dispatcher asks before it routes
+    /// a command to another shard.
     #[inline]
     pub fn busy(&self, shard: usize) -> bool {
-        self.runs
-            .get(shard)
-            .is_some_and(|r| r.0.load(Ordering::Relaxed) & RunState::BUSY != 0)
+        let Some(r) = self.runs.get(shard) else {
+            return false;
+        };
+        let s = r.0.load(Ordering::Relaxed);
+        if s & RunState::BUSY != 0 {
+            return true;
+        }
+        match s >> RunState::HOME_SHIFT {
+            0 => false,
+            home => self
+                .runs
+                .get(home as usize - 1)
+                .is_some_and(|h| h.0.load(Ordering::Relaxed) & RunState::BUSY != 0),
+        }
+    }
+
+    /// Shutdown: every script stops at its next check past the threshold,
+    /// written or not, and writes no more.
+    pub fn stop_all(&self) {
+        for run in &self.runs {
+            run.0.fetch_or(RunState::KILL, Ordering::AcqRel);
+        }
+    }
+
+    /// Marks `shards` (but `home`) held by the script about to run on
+    /// shard `home` with them locked, until the returned guard drops: a
+    /// held shard is [`ScriptCache::busy`] while that script is, so the
+    /// connections of its thread are served meanwhile (SCRIPT KILL among
+    /// them) and the commands for it answer `-BUSY`.
+    pub fn hold_for<'a>(&'a self, shards: &'a [usize], home: usize) -> HeldForScript<'a> {
+        let mark = (home as u32 + 1) << RunState::HOME_SHIFT;
+        for &s in shards.iter().filter(|&&s| s != home) {
+            self.runs[s].0.fetch_or(mark, Ordering::AcqRel);
+        }
+        HeldForScript {
+            cache: self,
+            shards,
+            home,
+        }
     }
 
     /// SCRIPT KILL: asks every shard whose script is busy and has not
@@ -127,20 +166,42 @@ pub enum KillOutcome {
     Killed,
 }
 
+/// Shards held for a script over several ([`ScriptCache::hold_for`]);
+/// dropping it unmarks them.
+#[derive(Debug)]
+pub struct HeldForScript<'a> {
+    cache: &'a ScriptCache,
+    shards: &'a [usize],
+    home: usize,
+}
+
+impl Drop for HeldForScript<'_> {
+    fn drop(&mut self) {
+        let keep = (1 << RunState::HOME_SHIFT) - 1;
+        for &s in self.shards.iter().filter(|&&s| s != self.home) {
+            self.cache.runs[s].0.fetch_and(keep, Ordering::AcqRel);
+        }
+    }
+}
+
 /// One shard's script run state, shared with every thread: bits
-/// [`RunState::BUSY`], [`RunState::WROTE`], [`RunState::KILL`]. Only a
-/// script that has passed the threshold writes it (so a short script
-/// costs no shared write), and SCRIPT KILL.
+/// [`RunState::BUSY`], [`RunState::WROTE`], [`RunState::KILL`], and above
+/// [`RunState::HOME_SHIFT`] one more than the shard whose script holds
+/// this one (0: none). Only a script that has passed the threshold writes
+/// the bits (so a short script costs no shared write), SCRIPT KILL, and a
+/// script over several shards the holder.
 #[derive(Debug, Default)]
-pub struct RunState(AtomicU8);
+pub struct RunState(AtomicU32);
 
 impl RunState {
     /// A script runs here past `busy-reply-threshold`.
-    pub const BUSY: u8 = 1;
+    pub const BUSY: u32 = 1;
     /// That script has written: it cannot be killed.
-    pub const WROTE: u8 = 2;
+    pub const WROTE: u32 = 2;
     /// SCRIPT KILL asked it to stop.
-    pub const KILL: u8 = 4;
+    pub const KILL: u32 = 4;
+    /// Where the holding script's shard (plus one) starts.
+    pub const HOME_SHIFT: u32 = 8;
 
     /// The running script passed the threshold (`wrote`: it has written).
     pub fn publish_busy(&self, wrote: bool) {
@@ -163,9 +224,10 @@ impl RunState {
         self.0.load(Ordering::Acquire) & Self::KILL != 0
     }
 
-    /// The script ended: not busy any more.
+    /// The script ended: not busy any more (a holder's mark stays).
     pub fn clear(&self) {
-        self.0.store(0, Ordering::Release);
+        let keep = !((1 << Self::HOME_SHIFT) - 1);
+        self.0.fetch_and(keep, Ordering::Release);
     }
 
     fn request_kill(&self) -> KillOutcome {
@@ -219,6 +281,28 @@ mod tests {
         cache.run_state(0).publish_busy(false);
         assert!(cache.run_state(0).note_write());
         assert_eq!(cache.kill(), KillOutcome::Unkillable);
+    }
+
+    #[test]
+    fn a_shard_held_for_a_script_is_busy_while_that_script_is() {
+        let cache = ScriptCache::new(3);
+        let shards = [0, 2];
+        let held = cache.hold_for(&shards, 2);
+        assert!(!cache.busy(0) && !cache.busy(2));
+        cache.run_state(2).publish_busy(false);
+        assert!(cache.busy(0) && cache.busy(2) && !cache.busy(1));
+        // SCRIPT KILL stops the script on its own shard, once.
+        assert_eq!(cache.kill(), KillOutcome::Killed);
+        assert!(cache.run_state(2).kill_requested());
+        assert!(!cache.run_state(0).kill_requested());
+        cache.run_state(2).clear();
+        assert!(!cache.busy(0));
+        cache.run_state(2).publish_busy(true);
+        assert_eq!(cache.kill(), KillOutcome::Unkillable);
+        drop(held);
+        assert!(!cache.busy(0) && cache.busy(2));
+        cache.run_state(2).clear();
+        assert!(!cache.busy(2));
     }
 
     #[test]

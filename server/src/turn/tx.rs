@@ -485,6 +485,10 @@ impl Running {
             shards,
             call: &mut call,
         };
+        // While the script is busy the other shards count as busy too: the
+        // threads that own them serve their connections (SCRIPT KILL,
+        // SHUTDOWN NOSAVE), answering BUSY for those shards.
+        let _held = worker.shared.scripts.hold_for(shards, worker.id);
         let mut shard = worker.shard.borrow_mut();
         scripting::run_across(&mut shard, idx, args, across)
     }
