@@ -166,7 +166,7 @@ pub struct CompareArgs {
     pub script_requests: u64,
     /// Keys of each kind in the scripts section's memory rows (2 000 with
     /// --quick).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub collection_keys: u64,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]

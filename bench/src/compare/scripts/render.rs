@@ -164,14 +164,21 @@ pub fn section(sec: &Section) -> String {
     ));
     s.push_str(&script_table(&sec.scripts));
     let keys = thousands(sec.collection_keys as f64);
+    // Fewer keys than slots: most keys have a slot vector of their own.
+    let sparse = match sec.collection_keys < 16_384 {
+        true => format!(
+            " With {keys} keys Leasehold's 16384 slots hold under one key each, so each key pays \
+             for a slot vector of its own (see the notes on memory in \
+             [bench/README.md](../bench/README.md))."
+        ),
+        false => String::new(),
+    };
     s.push_str(&format!(
         "\n### Memory per key of a sorted set and a hash\n\n{keys} keys of each, built with pipelined \
          commands (`-c 8 -P 64`, one command a key, the same on both servers): a sorted set of \
          {ZSET_MEMBERS} members (`ZADD zs:<key> 1000 m:00000 8919 m:00001 ...`, integer scores from 1000 \
          to 9999) and a hash of 10 fields (`HSET hs:<key> field:0 value:00000 ...`). Bytes per key = \
-         (INFO `used_memory` after - before) / DBSIZE, after FLUSHALL; one measurement per server. \
-         With {keys} keys Leasehold's 16384 slots hold under one key each, so each key pays for a \
-         slot vector of its own (see the notes on memory in [bench/README.md](../bench/README.md)).\n\n"
+         (INFO `used_memory` after - before) / DBSIZE, after FLUSHALL; one measurement per server.{sparse}\n\n"
     ));
     s.push_str(&memory_table(&sec.memory));
     s.push_str("\nServers and runs (ports are the free ones this run picked):\n");
