@@ -781,7 +781,7 @@ mod tests {
                 full.script_requests,
                 full.collection_keys
             ),
-            (50_000, 200_000, 10_000)
+            (50_000, 200_000, 100_000)
         );
         assert!(Cli::try_parse_from(["compare", "--scripts-only", "--skip-scripts"]).is_err());
     }
