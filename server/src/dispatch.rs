@@ -26,12 +26,13 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
+use crate::commands::split::{cursor_shard, groups_complete, key_shards, split_by_shard};
 use crate::commands::transaction::runs_inside_multi;
-use crate::commands::{flags, pubsub, table, CommandSpec, Exec, Merge};
+use crate::commands::{flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
-use crate::slot::{key_slot, slot_shard, SLOTS};
+use crate::slot::{key_slot, slot_shard};
 use crate::state::Shared;
 
 /// What [`plan`] did with a request.
@@ -286,7 +287,7 @@ fn merge_split(worker: &Worker, slot: Slot) -> Reply {
             Part::Remote => lost(),
         })
         .collect();
-    let merged = merge_replies(merge, replies, &ordinals, nkeys);
+    let merged = merge.combine(replies, &ordinals, nkeys);
     worker.shard.borrow().stats.count_call(cmd, Ok(merged))
 }
 
@@ -438,6 +439,17 @@ pub fn plan(
     let link = conn.is_link();
     match spec.exec {
         Exec::Conn(_) => return Planned::Conn(idx, args),
+        // A script that reads or writes the whole keyspace runs on this
+        // thread with every shard locked (`turn/tx.rs`).
+        Exec::Key(_)
+            if shards > 1
+                && spec.has(flags::MOVABLE_KEYS)
+                && spec.has(flags::NO_SCRIPT)
+                && worker.inbox.is_some()
+                && scripting::needs_every_shard(&worker.shared.scripts, idx, args.all()) =>
+        {
+            return Planned::Span(idx, args);
+        }
         Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
                 let shard = shard.unwrap_or(worker.id);
@@ -456,7 +468,7 @@ pub fn plan(
             }
         },
         Exec::Cursor(run) => {
-            let shard = cursor_shard(&args, shards);
+            let shard = cursor_shard(args.all(), shards);
             let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
             pipe.push_part(part);
         }
@@ -515,24 +527,6 @@ pub fn feed_line(worker: &Worker, addr: &str, items: &[Bytes]) {
     crate::monitor::line(&mut worker.monitor_feed.borrow_mut(), us, addr, items);
 }
 
-/// The shard a SCAN cursor (a hash slot) names.
-fn cursor_shard(args: &Args, shards: usize) -> usize {
-    let slot = args
-        .all()
-        .get(1)
-        .and_then(|c| leasehold_protocol::int::parse_u64(c))
-        .unwrap_or(0)
-        .min(SLOTS as u64 - 1);
-    slot_shard(slot as u16, shards)
-}
-
-/// Whether every key of a multi-key request of `argc` arguments has its
-/// companions (`MSET a 1 b` has not).
-fn groups_complete(spec: &CommandSpec, argc: usize) -> bool {
-    let step = spec.step.max(1) as usize;
-    (argc - spec.first_key as usize) % step == 0
-}
-
 fn count_rejected(worker: &Worker, idx: usize) {
     let stats = &worker.shard.borrow().stats;
     stats.rejected_calls[idx].add(1);
@@ -578,7 +572,6 @@ fn plan_split(
     let worker = at.worker;
     let shards = worker.shared.shards;
     let all = args.all();
-    let step = spec.step.max(1) as usize;
     // A key without its value (`MSET a 1 b`) fails the whole command before
     // any part runs, or the shards holding complete pairs would write them.
     if !groups_complete(spec, all.len()) {
@@ -586,96 +579,27 @@ fn plan_split(
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
         return;
     }
-    let positions: Vec<usize> = spec.key_positions(all.len()).collect();
-    let owner: Vec<usize> = positions
-        .iter()
-        .map(|&p| slot_shard(key_slot(&all[p]), shards))
-        .collect();
+    let owner = key_shards(spec, all, shards);
     if owner.windows(2).all(|w| w[0] == w[1]) {
         let shard = owner.first().copied().unwrap_or(worker.id);
         let part = pipe.run_on(at, shard, WHOLE, cmd, args);
         pipe.push_part(part);
         return;
     }
-    let mut per_shard: Vec<(Vec<Bytes>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); shards];
-    for (ordinal, (&p, &s)) in positions.iter().zip(&owner).enumerate() {
-        let (sub, ords) = &mut per_shard[s];
-        if sub.is_empty() {
-            sub.push(all[0].clone());
-        }
-        sub.extend_from_slice(&all[p..(p + step).min(all.len())]);
-        ords.push(ordinal);
-    }
     let mut parts = Vec::new();
     let mut ordinals = Vec::new();
-    for (s, (sub, ords)) in per_shard.into_iter().enumerate() {
-        if sub.is_empty() {
-            continue;
-        }
+    for sp in split_by_shard(spec, all, &owner, shards) {
         let part = parts.len() as u32;
-        parts.push(pipe.run_on(at, s, part, cmd.part(), Args::new(sub)));
-        ordinals.push(ords);
+        parts.push(pipe.run_on(at, sp.shard, part, cmd.part(), Args::new(sp.argv)));
+        ordinals.push(sp.ordinals);
     }
     pipe.slots.push(Slot::Split {
         cmd: cmd.idx,
         parts,
         merge,
         ordinals,
-        nkeys: positions.len(),
+        nkeys: owner.len(),
     });
-}
-
-/// Combines per-shard replies. The first error wins.
-fn merge_replies(
-    merge: Merge,
-    replies: Vec<Reply>,
-    ordinals: &[Vec<usize>],
-    nkeys: usize,
-) -> Reply {
-    if let Some(e) = replies.iter().find(|r| r.is_error()) {
-        return e.clone();
-    }
-    match merge {
-        Merge::Sum => Reply::Int(
-            replies
-                .iter()
-                .map(|r| if let Reply::Int(i) = r { *i } else { 0 })
-                .sum(),
-        ),
-        Merge::AllOk => replies.into_iter().next().unwrap_or_else(Reply::ok),
-        Merge::Concat => Reply::Array(
-            replies
-                .into_iter()
-                .flat_map(|r| {
-                    if let Reply::Array(a) = r {
-                        a
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .collect(),
-        ),
-        Merge::Any => {
-            let mut found: Vec<Reply> = replies.into_iter().filter(|r| *r != Reply::Nil).collect();
-            if found.is_empty() {
-                return Reply::Nil;
-            }
-            use std::hash::BuildHasher;
-            let draw = std::collections::hash_map::RandomState::new().hash_one(found.len());
-            found.swap_remove(draw as usize % found.len())
-        }
-        Merge::Gather => {
-            let mut out = vec![Reply::Nil; nkeys];
-            for (r, ords) in replies.into_iter().zip(ordinals) {
-                if let Reply::Array(items) = r {
-                    for (item, &o) in items.into_iter().zip(ords) {
-                        out[o] = item;
-                    }
-                }
-            }
-            Reply::Array(out)
-        }
-    }
 }
 
 /// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).
@@ -698,39 +622,4 @@ pub fn run_conn_command(
     let reply = stats.count_call(idx, result);
     stats.count_reply(&reply);
     reply
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gather_restores_key_order() {
-        let r = merge_replies(
-            Merge::Gather,
-            vec![
-                Reply::Array(vec![Reply::Int(1), Reply::Int(3)]),
-                Reply::Array(vec![Reply::Int(2)]),
-            ],
-            &[vec![0, 2], vec![1]],
-            3,
-        );
-        assert_eq!(
-            r,
-            Reply::Array(vec![Reply::Int(1), Reply::Int(2), Reply::Int(3)])
-        );
-    }
-
-    #[test]
-    fn sum_and_errors() {
-        assert_eq!(
-            merge_replies(Merge::Sum, vec![Reply::Int(2), Reply::Int(3)], &[], 0),
-            Reply::Int(5)
-        );
-        let e = Reply::err("ERR x");
-        assert_eq!(
-            merge_replies(Merge::Sum, vec![Reply::Int(2), e.clone()], &[], 0),
-            e
-        );
-    }
 }

@@ -248,6 +248,10 @@ pub enum OpError {
     /// script queued in MULTI (or on the test harness, whose threads cannot
     /// wait) has KEYS on several shards; the text names the fix.
     ScriptCrossShard,
+    /// `ERR ... inside MULTI ...`: a script that names a command over the
+    /// whole keyspace (so it runs holding every shard) was queued in MULTI
+    /// on a server of several threads.
+    ScriptEveryShardInMulti,
     /// `ERR Unknown Redis command called from script`.
     ScriptUnknownCommand,
     /// `ERR Wrong number of args calling Redis command from script`.
@@ -506,6 +510,9 @@ impl OpError {
             )),
             OpError::ScriptCrossShard => Reply::err(
                 "CROSSSLOT Keys in request don't hash to the same slot: inside MULTI a script's KEYS must live on one shard; give them one hash tag, e.g. {user1}:tokens and {user1}:stamp",
+            ),
+            OpError::ScriptEveryShardInMulti => Reply::err(
+                "ERR a script that calls a command over the whole keyspace (KEYS, SCAN, DBSIZE, RANDOMKEY, FLUSHALL, FLUSHDB) holds every shard and cannot run inside MULTI on a server of several threads; run it outside MULTI",
             ),
 
         }

@@ -133,14 +133,71 @@ on_1_and_2_threads! {
                 assert!(c.call("EXEC").starts_with("-EXECABORT"));
             }
         }
-        // One call over keys of both shards is refused, naming the fix.
+        // One multi-key call over keys of both held shards is split
+        // between them, as the dispatcher splits it; a one-shard command
+        // over both (RENAME) is refused.
         let r = call(&mut c, &eval("return redis.call('mset', KEYS[1], 'x', KEYS[2], 'y')", &["2", &keys[0], &keys[1]]));
+        assert_eq!(r, "+OK\r\n");
+        let r = call(&mut c, &eval("return redis.call('mget', KEYS[2], KEYS[1], KEYS[2])", &["2", &keys[0], &keys[1]]));
+        assert_eq!(r, "*3\r\n$1\r\ny\r\n$1\r\nx\r\n$1\r\ny\r\n");
+        let r = call(&mut c, &eval("return redis.call('del', KEYS[1], KEYS[2], 'nothere')", &["3", &keys[0], &keys[1], "nothere"]));
+        assert_eq!(r, ":2\r\n");
+        let r = call(&mut c, &eval("return redis.call('mset', KEYS[1], 'x', KEYS[2])", &["2", &keys[0], &keys[1]]));
+        assert!(r.starts_with("-ERR wrong number of arguments for 'mset' command script: "), "{r}");
+        assert_eq!(c.call(&format!("EXISTS {} {}", keys[0], keys[1])), ":0\r\n");
+        let r = call(&mut c, &eval("redis.call('set', KEYS[1], 'v') return redis.call('rename', KEYS[1], KEYS[2])", &["2", &keys[0], &keys[1]]));
         match threads {
             1 => assert_eq!(r, "+OK\r\n"),
             _ => assert!(r.starts_with("-CROSSSLOT Keys in request don't hash to the same slot"), "{r}"),
         }
         // One hash tag always works.
         assert_eq!(call(&mut c, &eval(body, &["2", "{rl}a", "{rl}b"])), ":2\r\n");
+    }
+
+    fn scripts_over_the_whole_keyspace(threads) {
+        // A script that names KEYS, SCAN, DBSIZE or FLUSHALL runs with every
+        // shard held, so it sees the whole keyspace on 2 threads as on 1:
+        // the Python `limits` package's clear script, by EVAL and EVALSHA.
+        let server = TestServer::start(threads);
+        let mut c = server.raw();
+        let keys = keys_in_both_halves("wk", 3);
+        let fill = |c: &mut Raw| {
+            for k in &keys {
+                assert_eq!(c.call(&format!("SET {k} 1")), "+OK\r\n");
+            }
+        };
+        fill(&mut c);
+        assert_eq!(c.call("SET other 1"), "+OK\r\n");
+        let clear = "local keys = redis.call('keys', KEYS[1])\nlocal res = 0\nfor i=1,#keys,5000 do\n    res = res + redis.call(\n        'del', unpack(keys, i, math.min(i+4999, #keys))\n    )\nend\nreturn res";
+        assert_eq!(call(&mut c, &eval(clear, &["1", "wk*"])), ":6\r\n");
+        assert_eq!(c.call("DBSIZE"), ":1\r\n");
+        fill(&mut c);
+        let loaded = c.call_args(&[b"SCRIPT", b"LOAD", clear.as_bytes()]);
+        let sha = loaded.lines().nth(1).unwrap().to_string();
+        assert_eq!(c.call(&format!("EVALSHA {sha} 1 wk*")), ":6\r\n");
+        assert_eq!(c.call(&format!("EVALSHA {} 1 wk*", sha.to_uppercase())), ":0\r\n");
+        fill(&mut c);
+        assert_eq!(call(&mut c, &eval("return redis.call('DBSIZE')", &["0"])), ":7\r\n");
+        let scan = "local cur, n = '0', 0 repeat local r = redis.call(\"scan\", cur, 'count', 1000) cur = r[1] n = n + #r[2] until cur == '0' return n";
+        assert_eq!(call(&mut c, &eval(scan, &["0"])), ":7\r\n");
+        // A name built at run time is not seen: on 2 threads the call is
+        // refused, naming the command.
+        let built = "return redis.call(string.lower('DB' .. 'SIZE'))";
+        let r = call(&mut c, &eval(built, &["0"]));
+        match threads {
+            1 => assert_eq!(r, ":7\r\n"),
+            _ => assert!(r.starts_with("-ERR 'dbsize' runs on every shard"), "{r}"),
+        }
+        // Inside MULTI its shards are locked before the script is seen.
+        assert_eq!(c.call("MULTI"), "+OK\r\n");
+        assert_eq!(call(&mut c, &eval("return redis.call('dbsize')", &["0"])), "+QUEUED\r\n");
+        let r = c.call("EXEC");
+        match threads {
+            1 => assert_eq!(r, "*1\r\n:7\r\n"),
+            _ => assert!(r.starts_with("*1\r\n-ERR a script that calls a command over the whole keyspace"), "{r}"),
+        }
+        assert_eq!(call(&mut c, &eval("return redis.call('flushall')", &["0"])), "+OK\r\n");
+        assert_eq!(c.call("DBSIZE"), ":0\r\n");
     }
 
     fn scripts_over_two_shards_are_atomic(threads) {

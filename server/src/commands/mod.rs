@@ -79,6 +79,7 @@ pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod span;
+pub mod split;
 pub mod strings;
 pub mod transaction;
 pub mod zsets;

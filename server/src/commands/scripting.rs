@@ -11,15 +11,16 @@
 //! row's handler directly on this shard. Its writes emit their effects
 //! like any command's, and EVAL itself is never replicated.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{MAY_REPLICATE, MOVABLE_KEYS, NO_SCRIPT, READONLY, STALE, WRITE};
-use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
+use super::{cmd, split, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
-use crate::script::cache::{parse_sha, sha1_hex, KillOutcome};
+use crate::script::cache::{parse_sha, sha1_hex, KillOutcome, ScriptCache};
 use crate::script::vm::{with_vm, RunCell, RunOpts};
 use crate::session::ConnCtx;
 use crate::shard::{Job, Shard};
@@ -60,6 +61,49 @@ pub fn is_script(idx: usize) -> bool {
         table().commands[idx].name,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro"
     )
+}
+
+/// Whether script request `all` (EVAL and its siblings: name, script,
+/// numkeys, ...) runs holding every shard: its body names a command that
+/// reads or writes the whole keyspace (KEYS, SCAN, DBSIZE, FLUSHALL, ...;
+/// see [`names_whole_keyspace`]). EVALSHA asks the cache, which judged the
+/// body when it was loaded: one atomic load while no cached script does.
+pub fn needs_every_shard(cache: &ScriptCache, idx: usize, all: &[Bytes]) -> bool {
+    let Some(script) = all.get(1) else {
+        return false;
+    };
+    match table().commands[idx].name.starts_with("evalsha") {
+        true => parse_sha(script).is_some_and(|sha| cache.every_shard(&sha)),
+        false => names_whole_keyspace(script),
+    }
+}
+
+/// Whether Lua source `body` names, as a quoted string literal in any
+/// case (`'keys'`, `"SCAN"`), a command scripts may call that runs on
+/// every shard: such a script is given every shard, so that on a server
+/// of several threads it sees and changes the whole keyspace as on one.
+/// A script that builds the name at run time is not seen here; its call
+/// gets the error that names the command.
+pub fn names_whole_keyspace(body: &[u8]) -> bool {
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        table()
+            .commands
+            .iter()
+            .filter(|c| matches!(c.exec, Exec::AllShards(..) | Exec::Cursor(_)))
+            .filter(|c| !c.has(NO_SCRIPT))
+            .map(|c| c.name)
+            .collect()
+    });
+    body.iter().enumerate().any(|(i, &q)| {
+        (q == b'\'' || q == b'"')
+            && names.iter().any(|name| {
+                let rest = &body[i + 1..];
+                rest.len() > name.len()
+                    && rest[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+                    && rest[name.len()] == q
+            })
+    })
 }
 
 /// The shards a script over several holds, and how a `redis.call` whose
@@ -138,7 +182,8 @@ fn run(
                 Some(f) => (sha, f),
                 None => match vm.compile(sha, &script) {
                     Ok(f) => {
-                        s.scripts().insert(sha, script.clone());
+                        s.scripts()
+                            .insert(sha, script.clone(), names_whole_keyspace(&script));
                         (sha, f)
                     }
                     Err(reply) => return Ok(reply),
@@ -196,55 +241,113 @@ fn checked_call(
     }
     let foreign =
         |p: usize| OpError::ScriptForeignKey(String::from_utf8_lossy(&argv[p]).into_owned());
-    let shard_of = |p: usize| slot_shard(key_slot(&argv[p]), s.shards);
-    // The other shard that runs this call, when the script holds several.
-    let mut remote = None;
-    match &across {
-        None => {
-            if let Some(p) = spec.keys_in(&argv).find(|&p| shard_of(p) != s.id) {
-                return Err(foreign(p));
-            }
+    let Some(across) = across else {
+        if let Some(p) = spec
+            .keys_in(&argv)
+            .find(|&p| key_shard(&argv[p], s.shards) != s.id)
+        {
+            return Err(foreign(p));
         }
-        Some(across) => {
-            let mut keys = spec.keys_in(&argv);
-            if let Some(first) = keys.next() {
-                let home = shard_of(first);
-                if keys.any(|p| shard_of(p) != home) {
-                    return Err(OpError::CrossSlot);
-                }
-                if !across.shards.contains(&home) {
-                    return Err(foreign(first));
-                }
-                remote = (home != s.id).then_some(home);
+        let handler = match spec.exec {
+            // Every key is on this shard (checked above): the one-shard form.
+            Exec::Key(f) | Exec::Keys(f, _) | Exec::Span(f, _) => f,
+            // One shard holds every key: the command's every-shard form is
+            // this shard's alone.
+            Exec::AllShards(f, _) | Exec::Cursor(f) if s.shards == 1 => f,
+            Exec::AllShards(..) | Exec::Cursor(_) => {
+                return Err(OpError::ScriptAllShards(spec.name));
             }
+            Exec::Conn(_) => return conn_command(s, spec, &argv),
+        };
+        if write && !run.before_write() {
+            return Ok(RunCell::killed_reply());
         }
+        return Ok(s.run(idx, handler, true, false, &mut Args::new(argv)));
+    };
+    // The script holds `across.shards`: every key of the call must live on
+    // one of them.
+    let owner = split::key_shards(spec, &argv, s.shards);
+    if let Some(i) = owner.iter().position(|o| !across.shards.contains(o)) {
+        let p = spec.key_positions(argv.len()).nth(i).unwrap_or(0);
+        return Err(foreign(p));
     }
-    let handler = match spec.exec {
-        // Every key is on this shard (checked above): the one-shard form.
-        Exec::Key(f) | Exec::Keys(f, _) | Exec::Span(f, _) => f,
-        // One shard holds every key: the command's every-shard form is
-        // this shard's alone.
-        Exec::AllShards(f, _) | Exec::Cursor(f) if s.shards == 1 => f,
-        Exec::AllShards(..) | Exec::Cursor(_) => {
-            return Err(OpError::ScriptAllShards(spec.name));
+    let every = across.shards.len() == s.shards;
+    let one = owner.windows(2).all(|w| w[0] == w[1]);
+    let (handler, merge) = match spec.exec {
+        Exec::Key(f) | Exec::Span(f, _) if one => (f, None),
+        Exec::Keys(_, _) if !split::groups_complete(spec, argv.len()) => {
+            return Err(OpError::Arity(spec.name));
         }
+        Exec::Keys(f, merge) => (f, Some(merge)),
+        Exec::Key(_) | Exec::Span(..) => return Err(OpError::CrossSlot),
+        Exec::AllShards(f, merge) if every => (f, Some(merge)),
+        Exec::Cursor(f) if every => (f, None),
+        Exec::AllShards(..) | Exec::Cursor(_) => return Err(OpError::ScriptAllShards(spec.name)),
         Exec::Conn(_) => return conn_command(s, spec, &argv),
     };
     if write && !run.before_write() {
         return Ok(RunCell::killed_reply());
     }
-    let mut args = Args::new(argv);
-    if let (Some(shard), Some(across)) = (remote, across) {
-        let job = Job {
-            cmd: idx,
-            run: handler,
-            counted: true,
-            link: false,
-            args,
-        };
-        return Ok((across.call)(shard, job));
+    match (spec.exec, merge) {
+        // Every shard runs it with the same arguments; the replies merge.
+        (Exec::AllShards(..), Some(merge)) => {
+            let replies = (0..s.shards)
+                .map(|shard| run_on(s, across, shard, idx, handler, argv.clone(), false))
+                .collect();
+            let merged = merge.combine(replies, &[], 0);
+            Ok(s.stats.count_call(idx, Ok(merged)))
+        }
+        (Exec::Cursor(_), _) => {
+            let shard = split::cursor_shard(&argv, s.shards);
+            Ok(run_on(s, across, shard, idx, handler, argv, true))
+        }
+        // Keys on several held shards: one part each, merged as the
+        // dispatcher merges a split request.
+        (Exec::Keys(..), Some(merge)) if !one => {
+            let parts = split::split_by_shard(spec, &argv, &owner, s.shards);
+            let ordinals: Vec<Vec<usize>> = parts.iter().map(|p| p.ordinals.clone()).collect();
+            let replies = parts
+                .into_iter()
+                .map(|p| run_on(s, across, p.shard, idx, handler, p.argv, false))
+                .collect();
+            let merged = merge.combine(replies, &ordinals, owner.len());
+            Ok(s.stats.count_call(idx, Ok(merged)))
+        }
+        _ => {
+            let shard = owner.first().copied().unwrap_or(s.id);
+            Ok(run_on(s, across, shard, idx, handler, argv, true))
+        }
     }
-    Ok(s.run(idx, handler, true, false, &mut args))
+}
+
+/// The shard that owns `key`, of `shards`.
+fn key_shard(key: &[u8], shards: usize) -> usize {
+    slot_shard(key_slot(key), shards)
+}
+
+/// Runs `handler` of row `idx` over `argv` on held shard `shard`: here
+/// when it is this one, else through `across.call` (the caller waits).
+fn run_on(
+    s: &mut Shard,
+    across: &mut Across<'_>,
+    shard: usize,
+    idx: usize,
+    handler: crate::shard::ShardFn,
+    argv: Vec<Bytes>,
+    counted: bool,
+) -> Reply {
+    let mut args = Args::new(argv);
+    if shard == s.id {
+        return s.run(idx, handler, counted, false, &mut args);
+    }
+    let job = Job {
+        cmd: idx,
+        run: handler,
+        counted,
+        link: false,
+        args,
+    };
+    (across.call)(shard, job)
 }
 
 /// The connection commands a script may call: TIME (the shard's clock
@@ -290,7 +393,8 @@ fn script(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             if let Err(reply) = compiled {
                 return Ok(reply);
             }
-            cache.insert(sha, body);
+            let every_shard = names_whole_keyspace(&body);
+            cache.insert(sha, body, every_shard);
             Ok(Reply::bulk(sha))
         }
         "EXISTS" => {

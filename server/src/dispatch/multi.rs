@@ -13,10 +13,10 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::{
-    count_rejected, cursor_shard, groups_complete, merge_split, single_shard, At, Cmd, Outbox,
-    Pipeline, Route, Slot, WHOLE,
+    count_rejected, merge_split, single_shard, At, Cmd, Outbox, Pipeline, Route, Slot, WHOLE,
 };
 use crate::commands::span::Step;
+use crate::commands::split::{cursor_shard, groups_complete};
 use crate::commands::{flags, CommandSpec, Exec};
 use crate::error::OpError;
 use crate::session::ConnState;
@@ -105,7 +105,7 @@ fn shards_of(
             Ok(shard) => vec![shard.unwrap_or(own)],
             Err(e) => return Err(e.reply()),
         },
-        Exec::Cursor(_) => vec![cursor_shard(args, shards)],
+        Exec::Cursor(_) => vec![cursor_shard(args.all(), shards)],
         Exec::AllShards(..) => (0..shards).collect(),
         Exec::Keys(..) | Exec::Span(..) => {
             // `MSET a 1 b` is queued, as Redis queues it, and fails at EXEC

@@ -13,7 +13,7 @@
 //! over several shards runs on one of them and marks the others held for
 //! it ([`ScriptCache::hold_for`]): they count as busy when it is.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,9 +41,19 @@ pub fn parse_sha(text: &[u8]) -> Option<Sha> {
 /// Every script body the server knows, by SHA1.
 #[derive(Debug, Default)]
 pub struct ScriptCache {
-    bodies: RwLock<hashbrown::HashMap<Sha, Bytes>>,
+    bodies: RwLock<hashbrown::HashMap<Sha, Cached>>,
+    /// How many cached scripts run holding every shard: while none does,
+    /// [`ScriptCache::every_shard`] answers from this one load.
+    every_shard: AtomicUsize,
     generation: AtomicU64,
     runs: Vec<Arc<RunState>>,
+}
+
+/// A cached script: its body, and whether it runs holding every shard.
+#[derive(Debug)]
+struct Cached {
+    body: Bytes,
+    every_shard: bool,
 }
 
 impl ScriptCache {
@@ -57,14 +67,28 @@ impl ScriptCache {
 
     /// The body of script `sha`.
     pub fn body(&self, sha: &Sha) -> Option<Bytes> {
-        self.bodies.read().get(sha).cloned()
+        self.bodies.read().get(sha).map(|c| c.body.clone())
     }
 
-    /// Keeps `body` under `sha` (its SHA1).
-    pub fn insert(&self, sha: Sha, body: Bytes) {
-        if !self.bodies.read().contains_key(&sha) {
-            self.bodies.write().insert(sha, body);
+    /// Keeps `body` under `sha` (its SHA1); `every_shard` says that it runs
+    /// holding every shard (the caller judged its body).
+    pub fn insert(&self, sha: Sha, body: Bytes, every_shard: bool) {
+        if self.bodies.read().contains_key(&sha) {
+            return;
         }
+        let mut bodies = self.bodies.write();
+        let cached = Cached { body, every_shard };
+        if bodies.insert(sha, cached).is_none() && every_shard {
+            self.every_shard.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether cached script `sha` runs holding every shard (false when
+    /// it is not cached). One atomic load while no cached script does.
+    #[inline]
+    pub fn every_shard(&self, sha: &Sha) -> bool {
+        self.every_shard.load(Ordering::Acquire) != 0
+            && self.bodies.read().get(sha).is_some_and(|c| c.every_shard)
     }
 
     /// Whether script `sha` is cached.
@@ -77,6 +101,7 @@ impl ScriptCache {
     pub fn flush(&self) {
         let mut bodies = self.bodies.write();
         bodies.clear();
+        self.every_shard.store(0, Ordering::Release);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -309,11 +334,11 @@ mod tests {
     fn flush_forgets_bodies_and_counts() {
         let cache = ScriptCache::new(1);
         let sha = sha1_hex(b"return 1");
-        cache.insert(sha, Bytes::from_static(b"return 1"));
-        assert!(cache.contains(&sha));
+        cache.insert(sha, Bytes::from_static(b"return 1"), true);
+        assert!(cache.contains(&sha) && cache.every_shard(&sha));
         let g = cache.generation();
         cache.flush();
-        assert!(!cache.contains(&sha));
+        assert!(!cache.contains(&sha) && !cache.every_shard(&sha));
         assert_eq!(cache.generation(), g + 1);
     }
 }

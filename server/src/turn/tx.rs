@@ -223,8 +223,12 @@ pub(super) fn start_span<T>(at: &mut At<'_>, c: &mut Conn<T>, idx: usize, args: 
     let n = worker.shared.shards;
     let spec = &table().commands[idx];
     let all = args.all();
-    let mut shards: Vec<usize> = spec.keys_in(all).map(|p| shard_of(&all[p], n)).collect();
     let script = scripting::is_script(idx);
+    let mut shards: Vec<usize> =
+        match script && scripting::needs_every_shard(&worker.shared.scripts, idx, all) {
+            true => (0..n).collect(),
+            false => spec.keys_in(all).map(|p| shard_of(&all[p], n)).collect(),
+        };
     if script {
         // The script runs here: this thread's shard is held too, so no
         // thread waits inside a script for a shard whose own thread
@@ -417,8 +421,14 @@ impl Running {
                 Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
                 // Inside MULTI a script keeps to one shard: the
                 // transaction's shards were locked before it was seen.
-                Planned::Span(idx, _) if scripting::is_script(idx) => {
-                    let refused = Err(crate::error::OpError::ScriptCrossShard);
+                Planned::Span(idx, args) if scripting::is_script(idx) => {
+                    use crate::error::OpError;
+                    let every =
+                        scripting::needs_every_shard(&worker.shared.scripts, idx, args.all());
+                    let refused = Err(match every {
+                        true => OpError::ScriptEveryShardInMulti,
+                        false => OpError::ScriptCrossShard,
+                    });
                     let reply = worker.shard.borrow().stats.count_call(idx, refused);
                     self.pipe.push_ready(reply);
                 }
