@@ -38,10 +38,6 @@ fn init_logging(level: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Longest a SIGTERM or SIGINT waits for the replies of commands already
-/// read before the snapshot and the exit.
-const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
-
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Flags::parse().into_config()?;
     init_logging(&config.log.level)?;
@@ -73,17 +69,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             };
             tracing::info!("{why} received, scheduling shutdown...");
             // Every command already read runs and its reply is written
-            // first, so the snapshot holds all that was acknowledged.
-            handle.stop_input(SHUTDOWN_DRAIN);
-            // As Redis: a snapshot the rules ask for that fails keeps the
-            // server running, so the writes since the last one are not lost.
-            match handle.save_before_exit() {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::error!("Error trying to save the DB ({e}), can't exit.");
-                    handle.resume_input();
-                }
-            }
+            // first, so the snapshot holds all that was acknowledged; a
+            // failed snapshot calls the shutdown off (the loop goes on).
+            handle.request_shutdown();
         }
         Ok::<_, std::io::Error>(())
     })?;

@@ -20,7 +20,7 @@ use crate::persist::status::{Request, Ticket};
 use crate::ratelimit::pin;
 use crate::replication::role::{random_hex40, Replication, Target};
 use crate::shard::{Mailbox, Msg, Shard, Worker};
-use crate::state::{Doorbell, ServerCounters, ShardStats, Shared};
+use crate::state::{Doorbell, ServerCounters, ShardStats, Shared, ShutdownRequest, ShutdownSave};
 use crate::store::Store;
 use crate::{commands, net, replication, slot};
 
@@ -44,58 +44,19 @@ impl ServerHandle {
         self.join();
     }
 
-    /// Drains before a shutdown: stops accepting and reading requests, and
-    /// waits, at most `limit`, until every command already read has run and
-    /// its reply is written. Returns whether that happened within `limit`.
-    pub fn stop_input(&self, limit: Duration) -> bool {
-        self.shared.stop_input(true);
-        let start = Instant::now();
-        // Twice in a row, a millisecond apart: a reply crossing between
-        // threads at the first look is seen at the second.
-        let mut seen = 0;
-        while start.elapsed() < limit {
-            seen = if self.shared.drained() { seen + 1 } else { 0 };
-            if seen >= 2 {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        tracing::warn!("shutdown: replies still owed after {limit:?}; going on");
-        false
-    }
-
-    /// Serves again after [`ServerHandle::stop_input`] (the shutdown was
-    /// called off).
-    pub fn resume_input(&self) {
-        self.shared.stop_input(false);
-    }
-
-    /// Writes a snapshot when `save` rules are set, as Redis does before
-    /// it exits on SIGTERM or SIGINT (nothing to do once a SHUTDOWN began:
-    /// it saved already).
-    ///
-    /// # Errors
-    /// The snapshot failed: as Redis, the caller should not exit.
-    pub fn save_before_exit(&self) -> Result<(), String> {
-        let rules = !self.shared.config.read().persistence.save.trim().is_empty();
-        if !rules
-            || self
-                .shared
-                .shutting_down
-                .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Ok(());
-        }
-        let ticket = Arc::new(Ticket::default());
-        self.shared
-            .persist
-            .request(Request::Save(Some(ticket.clone())));
-        loop {
-            if let Some(outcome) = ticket.outcome() {
-                return outcome;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    /// Asks for a shutdown as SIGTERM and SIGINT do: every command already
+    /// read runs and its reply is written (at most [`SHUTDOWN_DRAIN`]), a
+    /// snapshot is written when `save` rules are set, then the server
+    /// stops. A failed snapshot calls it off (logged) and the server serves
+    /// on, as Redis does. Returns at once; [`ServerHandle::join`] waits.
+    pub fn request_shutdown(&self) {
+        let request = ShutdownRequest {
+            save: ShutdownSave::Rules,
+            force: false,
+            ticket: None,
+        };
+        // One already waiting (a SHUTDOWN) does the same or more.
+        let _ = self.shared.shutdown.post(request);
     }
 
     /// Waits until the server stops (SHUTDOWN or [`ServerHandle::shutdown`]);
@@ -175,6 +136,9 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     // Not joined at shutdown: it may sit in a handshake step (at most a few
     // seconds) and stops by itself once it sees the shutdown.
     drop(replication::link::spawn(shared.clone(), mailboxes.clone())?);
+    // Not joined either: it waits for requests a tenth of a second at a
+    // time and ends once the server stops.
+    drop(spawn_shutdown_thread(shared.clone())?);
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
         addr: local_addr,
@@ -183,6 +147,104 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
         files: Some(files),
         metrics_addr,
     })
+}
+
+/// How long a shutdown waits for the commands already read to run and
+/// their replies to be written before it goes on regardless.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+
+/// Starts the thread that carries out shutdown requests (SHUTDOWN, the
+/// signals through [`ServerHandle::request_shutdown`]): drain, save as
+/// asked, stop, or call it off when the snapshot fails.
+fn spawn_shutdown_thread(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    shared.shutdown.staff();
+    std::thread::Builder::new()
+        .name("leasehold-shutdown".into())
+        .spawn(move || {
+            while !shared
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                if let Some(request) = shared.shutdown.next(Duration::from_millis(100)) {
+                    carry_out_shutdown(&shared, request);
+                }
+            }
+        })
+}
+
+/// One shutdown request: input stops and what was read drains, then the
+/// snapshot (when asked), then the stop, or, when the snapshot failed
+/// without FORCE, input resumes and the requester hears why.
+fn carry_out_shutdown(shared: &Shared, request: ShutdownRequest) {
+    if request.save == ShutdownSave::Never {
+        // As Redis: SHUTDOWN NOSAVE is the way out of a busy script that
+        // wrote (UNKILLABLE); it stops at its next check and writes no more.
+        shared.scripts.stop_all();
+    }
+    drain(shared, SHUTDOWN_DRAIN);
+    let rules = !shared.config.read().persistence.save.trim().is_empty();
+    let save = match request.save {
+        ShutdownSave::Always => true,
+        ShutdownSave::Never => false,
+        ShutdownSave::Rules => rules,
+    };
+    let outcome = match save {
+        true => save_now(shared),
+        false => Ok(()),
+    };
+    match outcome {
+        Err(e) if !request.force => {
+            tracing::error!("Error trying to save the DB ({e}), can't exit.");
+            shared.stop_input(false);
+            if let Some(t) = request.ticket {
+                t.finish(Err(e));
+            }
+        }
+        outcome => {
+            if let Err(e) = outcome {
+                tracing::warn!("Error trying to save the DB ({e}); exiting anyway (FORCE)");
+            }
+            if let Some(t) = request.ticket {
+                t.finish(Ok(()));
+            }
+            shared.begin_shutdown();
+        }
+    }
+}
+
+/// Stops accepting and reading requests and waits, at most `limit`, until
+/// every command already read has run and its reply is written. Returns
+/// whether that happened within `limit`.
+fn drain(shared: &Shared, limit: Duration) -> bool {
+    shared.stop_input(true);
+    let start = Instant::now();
+    // Twice in a row, a millisecond apart: a reply crossing between
+    // threads at the first look is seen at the second.
+    let mut seen = 0;
+    while start.elapsed() < limit {
+        seen = if shared.drained() { seen + 1 } else { 0 };
+        if seen >= 2 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    tracing::warn!("shutdown: replies still owed after {limit:?}; going on");
+    false
+}
+
+/// Writes a snapshot now and waits for it.
+///
+/// # Errors
+/// Why the snapshot failed.
+fn save_now(shared: &Shared) -> Result<(), String> {
+    let ticket = Arc::new(Ticket::default());
+    shared.persist.request(Request::Save(Some(ticket.clone())));
+    loop {
+        if let Some(outcome) = ticket.outcome() {
+            return outcome;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The primary `replicaof` names (`"<host> <port>"`), if any.
@@ -284,6 +346,7 @@ pub fn new_shared(
         monitors: Default::default(),
         parcels: (0..threads).map(|_| Default::default()).collect(),
         scripts: crate::script::cache::ScriptCache::new(threads),
+        shutdown: Default::default(),
     })
 }
 

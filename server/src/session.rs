@@ -77,6 +77,14 @@ pub enum Blocked {
     },
 }
 
+impl Blocked {
+    /// Whether this is SHUTDOWN waiting for the shutdown itself: the drain
+    /// before it does not wait for such a connection.
+    pub fn waits_for_shutdown(&self) -> bool {
+        matches!(self, Blocked::Save { shutdown: true, .. })
+    }
+}
+
 /// A WAIT in progress.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitAcks {

@@ -472,6 +472,76 @@ pub struct Shared {
     /// Script bodies by SHA1 and each shard's script run state (SCRIPT
     /// LOAD, EVALSHA, BUSY, SCRIPT KILL).
     pub scripts: crate::script::cache::ScriptCache,
+    /// Where SHUTDOWN and the signals ask for the drain, the snapshot and
+    /// the stop (carried out by the runtime's shutdown thread).
+    pub shutdown: ShutdownDesk,
+}
+
+/// Whether a shutdown writes a snapshot first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownSave {
+    /// When `save` rules are set (SHUTDOWN alone, SIGTERM, SIGINT).
+    Rules,
+    /// Always (SHUTDOWN SAVE).
+    Always,
+    /// Never (SHUTDOWN NOSAVE).
+    Never,
+}
+
+/// A request to stop the server: drain, save as `save` says, stop.
+#[derive(Debug)]
+pub struct ShutdownRequest {
+    /// Whether a snapshot is written first.
+    pub save: ShutdownSave,
+    /// Stop even when that snapshot fails (SHUTDOWN FORCE); otherwise a
+    /// failed snapshot calls the shutdown off, as in Redis.
+    pub force: bool,
+    /// Where a SHUTDOWN connection waits for the outcome (`Ok` once the
+    /// stop began); none for a signal.
+    pub ticket: Option<Arc<crate::persist::status::Ticket>>,
+}
+
+/// The one place shutdown requests wait for the thread that carries them
+/// out, so that SHUTDOWN and the signals drain and save the same way.
+#[derive(Debug, Default)]
+pub struct ShutdownDesk {
+    pending: Mutex<Option<ShutdownRequest>>,
+    wake: parking_lot::Condvar,
+    staffed: AtomicBool,
+}
+
+impl ShutdownDesk {
+    /// Says a thread now serves the desk (the runtime's shutdown thread);
+    /// without one (the in-process harness) SHUTDOWN stops at once.
+    pub fn staff(&self) {
+        self.staffed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a thread serves the desk.
+    pub fn staffed(&self) -> bool {
+        self.staffed.load(Ordering::SeqCst)
+    }
+
+    /// Posts `request`; a request already waiting is kept, and `request`
+    /// is refused (returned).
+    pub fn post(&self, request: ShutdownRequest) -> Result<(), ShutdownRequest> {
+        let mut pending = self.pending.lock();
+        if pending.is_some() {
+            return Err(request);
+        }
+        *pending = Some(request);
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// The next request, waiting at most `timeout` for one.
+    pub fn next(&self, timeout: std::time::Duration) -> Option<ShutdownRequest> {
+        let mut pending = self.pending.lock();
+        if pending.is_none() {
+            self.wake.wait_for(&mut pending, timeout);
+        }
+        pending.take()
+    }
 }
 
 /// One value on its way out of a shard to another: only the transaction

@@ -723,7 +723,7 @@ impl<T: Transport> Turn<T> {
                         (Ok(()), false) => Reply::ok(),
                         (Ok(()), true) => {
                             // As SHUTDOWN does: no reply, the connection closes.
-                            tracing::info!("snapshot written; shutting down");
+                            tracing::info!("shutting down");
                             shared.begin_shutdown();
                             c.state.close = true;
                             c.state.blocked = None;
@@ -761,7 +761,10 @@ impl<T: Transport> Turn<T> {
                     && c.pipe.is_empty()
                     && c.parked.is_none()
                     && c.running.is_none()
-                    && c.state.blocked.is_none())
+                    && c.state
+                        .blocked
+                        .as_ref()
+                        .is_none_or(Blocked::waits_for_shutdown))
         })
     }
 

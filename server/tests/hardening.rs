@@ -272,6 +272,32 @@ fn a_client_that_never_reads_is_closed_at_the_normal_output_limit() {
 /// lost), and no reply is an error.
 #[test]
 fn sigterm_under_load_answers_every_command_that_ran() {
+    stopped_under_load_answers_every_command_that_ran(|node, _| {
+        let pid = node.0.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+    });
+}
+
+/// The same with the SHUTDOWN command from another client: it drains the
+/// other connections as a signal does, saves, and closes its own
+/// connection without a reply.
+#[test]
+fn shutdown_under_load_answers_every_command_that_ran() {
+    stopped_under_load_answers_every_command_that_ran(|_, port| {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(b"SHUTDOWN\r\n").unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    });
+}
+
+fn stopped_under_load_answers_every_command_that_ran(stop: fn(&mut Proc, u16)) {
     let dir = scratch_dir();
     let port = free_port();
     // As node_command, with a save rule (a SIGTERM then saves).
@@ -321,12 +347,7 @@ fn sigterm_under_load_answers_every_command_that_ran() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1500));
-    let pid = node.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    stop(&mut node, port);
     let status = node.0.wait().unwrap();
     assert!(status.success(), "exit status {status}");
     let counts: Vec<(String, u64)> = clients.into_iter().map(|t| t.join().unwrap()).collect();

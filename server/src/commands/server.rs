@@ -5,13 +5,16 @@
 //! redis-benchmark, exporters).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{self, ADMIN, FAST, LOADING, STALE};
 use super::{cmd, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
-use crate::session::ConnCtx;
+use crate::persist::status::Ticket;
+use crate::session::{Blocked, ConnCtx};
+use crate::state::{ShutdownRequest, ShutdownSave};
 
 /// The family's rows.
 #[rustfmt::skip]
@@ -189,34 +192,61 @@ fn monitor(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
 }
 
 fn shutdown(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
-    let (mut save, mut nosave, mut other, mut abort) = (false, false, false, false);
+    let (mut save, mut nosave, mut now, mut force, mut abort) = (false, false, false, false, false);
     while a.remaining() > 0 {
         match a.word()?.as_str() {
             "NOSAVE" => nosave = true,
             "SAVE" => save = true,
-            "NOW" | "FORCE" => other = true,
+            "NOW" => now = true,
+            "FORCE" => force = true,
             "ABORT" => abort = true,
             _ => return Err(OpError::Syntax),
         }
     }
     // As Redis: ABORT goes alone, and NOSAVE contradicts SAVE.
-    if (abort && (save || nosave || other)) || (save && nosave) {
+    if (abort && (save || nosave || now || force)) || (save && nosave) {
         return Err(OpError::Syntax);
     }
     if abort {
         return Err(OpError::NoShutdownInProgress);
     }
     tracing::info!("SHUTDOWN requested by client {}", ctx.conn.handle.id);
-    // As Redis: SAVE, or save rules without NOSAVE, write a snapshot first,
-    // and a failed one leaves the server running.
+    let save = match (save, nosave) {
+        (true, _) => ShutdownSave::Always,
+        (_, true) => ShutdownSave::Never,
+        _ => ShutdownSave::Rules,
+    };
+    // Like Redis, a successful SHUTDOWN answers by closing the connection.
+    ctx.conn.no_reply = true;
+    if ctx.shared.shutdown.staffed() {
+        // The shutdown thread drains every connection (this one waits),
+        // saves as asked and stops; a failed snapshot without FORCE calls
+        // it off and this connection hears why.
+        let ticket = Arc::new(Ticket::default());
+        let request = ShutdownRequest {
+            save,
+            force,
+            ticket: Some(ticket.clone()),
+        };
+        match ctx.shared.shutdown.post(request) {
+            Ok(()) => {
+                ctx.conn.blocked = Some(Blocked::Save {
+                    ticket,
+                    shutdown: true,
+                })
+            }
+            // One is under way already: it stops the server.
+            Err(_) => ctx.conn.close = true,
+        }
+        return Ok(Reply::ok());
+    }
+    // No shutdown thread (the in-process harness): save, then stop here.
     let rules = !ctx.shared.config.read().persistence.save.trim().is_empty();
-    if save || (rules && !nosave) {
+    if save == ShutdownSave::Always || (rules && save == ShutdownSave::Rules) {
         super::persistence::block_on_save(ctx, true);
         return Ok(Reply::ok());
     }
     ctx.shared.begin_shutdown();
-    // Like Redis, a successful SHUTDOWN answers by closing the connection.
     ctx.conn.close = true;
-    ctx.conn.no_reply = true;
     Ok(Reply::ok())
 }
