@@ -65,6 +65,7 @@
 //! ```
 
 pub mod clock;
+pub mod cluster;
 pub mod collections;
 pub mod commands;
 pub mod config;

@@ -472,6 +472,9 @@ pub struct Shared {
     /// Script bodies by SHA1 and each shard's script run state (SCRIPT
     /// LOAD, EVALSHA, BUSY, SCRIPT KILL).
     pub scripts: crate::script::cache::ScriptCache,
+    /// Cluster mode's topology (`cluster-enabled yes`); `None` when off,
+    /// which is the one test the dispatcher's hot path makes for it.
+    pub cluster: Option<Arc<crate::cluster::ClusterState>>,
 }
 
 /// One value on its way out of a shard to another: only the transaction

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "clock",
         "slot",
+        "cluster",
         "error",
         "config",
         "glob",
