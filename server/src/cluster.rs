@@ -669,6 +669,22 @@ role = "primary"
     }
 
     #[test]
+    fn the_example_file_is_a_topology() {
+        let text = include_str!("../../config/cluster.example.toml");
+        let t = Topology::parse(text).unwrap();
+        assert_eq!(
+            (t.version, t.groups.len(), t.slots_assigned()),
+            (1, 3, SLOTS)
+        );
+        assert_eq!(t.groups[0].nodes.len(), 2);
+        assert_eq!(t.groups[0].sentinel.as_deref(), Some("leasehold-g0"));
+        assert_eq!(
+            t.groups[1].nodes[0].id,
+            "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca"
+        );
+    }
+
+    #[test]
     fn faults_are_named() {
         let cases = [
             ("version = 0", "version must be 1"),
