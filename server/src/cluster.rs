@@ -738,7 +738,7 @@ role = "primary"
     fn an_older_or_equal_version_never_replaces() {
         let t = Topology::parse(THREE).unwrap();
         let s = ClusterState::new(t.clone(), Identity::default(), None);
-        let same = Topology::parse(&THREE.replace("version = 1", "version = 1")).unwrap();
+        let same = Topology::parse(&THREE.replace("name = \"c\"", "name = \"d\"")).unwrap();
         assert_eq!(
             s.install(same),
             Err(InstallError::NotNewer {

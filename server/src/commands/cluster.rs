@@ -168,7 +168,7 @@ fn cluster(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         "HELP" => {
             arity(a, &sub, 2)?;
             Ok(Reply::Array(
-                HELP.iter().map(|l| Reply::simple(*l)).collect(),
+                HELP.iter().map(|l| Reply::simple(l)).collect(),
             ))
         }
         other if BUS_ONLY.contains(&other) => {
