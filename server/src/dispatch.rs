@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
+use crate::cluster::{ClusterState, Route as SlotRoute};
 use crate::commands::split::{cursor_shard, groups_complete, key_shards, split_by_shard};
 use crate::commands::transaction::runs_inside_multi;
 use crate::commands::{flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
@@ -363,7 +364,7 @@ impl Cmd {
 /// append-only log fail (see `Persistence::refuse_writes`); `-OOM` for
 /// `DENYOOM` rows while used memory is past `maxmemory`. The replication
 /// link's own records pass the last four.
-/// Cluster redirections will belong here too.
+/// Cluster redirections come right after these ([`cluster_check`]).
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
     if !conn.authenticated && !spec.has(flags::NO_AUTH) {
         return Err(OpError::NoAuth);
@@ -418,6 +419,15 @@ pub fn plan(
         multi::refuse(conn, pipe, OpError::MonitorKeyspace.reply());
         return Planned::Queued;
     }
+    // Cluster mode: redirections decided once, here, before any shard
+    // runs the command. Off, this is one test of a field that never changes.
+    if let Some(cluster) = &worker.shared.cluster {
+        if let Err(e) = cluster_check(cluster, conn, spec, &items) {
+            count_rejected(worker, idx);
+            multi::refuse(conn, pipe, e.reply());
+            return Planned::Queued;
+        }
+    }
     if worker.shared.monitors.active() {
         feed_monitors(worker, conn, spec, &items);
     }
@@ -468,7 +478,7 @@ pub fn plan(
             }
         },
         Exec::Cursor(run) => {
-            let shard = cursor_shard(args.all(), shards);
+            let shard = cursor_shard(args.all(), shards, worker.id);
             let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
             pipe.push_part(part);
         }
@@ -503,6 +513,64 @@ pub fn plan(
         }
     }
     Planned::Queued
+}
+
+/// Cluster mode's one decision on a request (as Redis's `getNodeByQuery`),
+/// made from the topology in force before any shard runs it: the hash slot
+/// of its keys (`-CROSSSLOT Keys in request don't hash to the same slot`
+/// when they are in several, by slot, not by shard), then `-MOVED <slot>
+/// <host>:<port>` when another group owns the slot, or this node is a
+/// replica of the owner and the command writes or READONLY was not sent,
+/// and `-CLUSTERDOWN Hash slot not served` when no group owns it. Keyless
+/// commands run here. Inside MULTI, each queued command is judged when
+/// queued (a redirection aborts the transaction, as in Redis) and the
+/// transaction's slot is noted: commands of several slots make EXEC answer
+/// `CROSSSLOT`. ASKING lasts one command; no slot migrates yet, so it
+/// changes nothing else. The replication link's records pass.
+#[inline(never)]
+fn cluster_check(
+    cluster: &ClusterState,
+    conn: &mut ConnState,
+    spec: &CommandSpec,
+    items: &[Bytes],
+) -> Result<(), OpError> {
+    let _asking = std::mem::take(&mut conn.cluster.asking);
+    if conn.is_link() {
+        return Ok(());
+    }
+    let mut slot = None;
+    for p in spec.keys_in(items) {
+        let s = key_slot(&items[p]);
+        match slot {
+            None => slot = Some(s),
+            Some(f) if f != s => return Err(OpError::ClusterCrossSlot),
+            _ => {}
+        }
+    }
+    let Some(slot) = slot else {
+        return Ok(());
+    };
+    let read_ok = conn.cluster.readonly && !spec.has(flags::WRITE);
+    match cluster.load().route(slot, read_ok) {
+        SlotRoute::Here => {}
+        SlotRoute::Moved(node) => {
+            return Err(OpError::Moved {
+                slot,
+                addr: node.addr(),
+            })
+        }
+        SlotRoute::Unassigned => return Err(OpError::ClusterDown),
+    }
+    if let Some(multi) = conn.tx.multi.as_mut() {
+        if !runs_inside_multi(spec) {
+            match multi.slot {
+                None => multi.slot = Some(slot),
+                Some(s) if s != slot => multi.cross_slot = true,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Adds the monitor line of a request that passed the checks to this

@@ -72,6 +72,36 @@ pub enum OpError {
     /// of one command live on different shards; the text names the fix (a
     /// common hash tag).
     CrossSlot,
+    /// `CROSSSLOT Keys in request don't hash to the same slot`: in cluster
+    /// mode, the keys of one command (or of one transaction) are in several
+    /// hash slots (Redis Cluster's exact text).
+    ClusterCrossSlot,
+    /// `MOVED <slot> <host>:<port>`: in cluster mode, another node serves
+    /// the slot.
+    Moved {
+        /// The key's hash slot.
+        slot: u16,
+        /// The node that serves it, `host:port`.
+        addr: String,
+    },
+    /// `CLUSTERDOWN Hash slot not served`: no group owns the key's slot.
+    ClusterDown,
+    /// `ERR This instance has cluster support disabled` (CLUSTER, READONLY,
+    /// READWRITE, ASKING, LH.TOPOLOGY without cluster mode).
+    ClusterDisabled,
+    /// `ERR CLUSTER <SUB> is not supported: slots and nodes come from the
+    /// topology (docs/cluster.md)`: a Redis Cluster subcommand that changes
+    /// the cluster by gossip (ADDSLOTS, MEET, SETSLOT, ...).
+    ClusterSubcommandUnsupported(String),
+    /// `ERR Invalid slot` (CLUSTER COUNTKEYSINSLOT).
+    InvalidSlot,
+    /// `ERR Invalid slot or number of keys` (CLUSTER GETKEYSINSLOT).
+    InvalidSlotOrCount,
+    /// `ERR Unknown node <id>` (CLUSTER REPLICAS).
+    UnknownNode(String),
+    /// `ERR invalid topology: <why>` (LH.TOPOLOGY SET: the text is not a
+    /// topology, or its version is not the one given, or not newer).
+    InvalidTopology(String),
     /// `ERR no such key` (LSET on a missing key; RENAME, RENAMENX of one).
     NoSuchKey,
     /// `ERR index out of range` (LSET).
@@ -359,6 +389,22 @@ impl OpError {
             OpError::CrossSlot => Reply::err(
                 "CROSSSLOT Keys in request don't hash to the same slot (here: the same shard); give them a common {hash tag}, e.g. {user1}:a and {user1}:b",
             ),
+            OpError::ClusterCrossSlot => {
+                Reply::err("CROSSSLOT Keys in request don't hash to the same slot")
+            }
+            OpError::Moved { slot, addr } => Reply::err_owned(format!("MOVED {slot} {addr}")),
+            OpError::ClusterDown => Reply::err("CLUSTERDOWN Hash slot not served"),
+            OpError::ClusterDisabled => Reply::err("ERR This instance has cluster support disabled"),
+            OpError::ClusterSubcommandUnsupported(sub) => err_echoing_input(format!(
+                "ERR CLUSTER {} is not supported: slots and nodes come from the topology (docs/cluster.md)",
+                truncate(sub, 128)
+            )),
+            OpError::InvalidSlot => Reply::err("ERR Invalid slot"),
+            OpError::InvalidSlotOrCount => Reply::err("ERR Invalid slot or number of keys"),
+            OpError::UnknownNode(id) => err_echoing_input(format!("ERR Unknown node {}", truncate(id, 128))),
+            OpError::InvalidTopology(why) => {
+                err_echoing_input(format!("ERR invalid topology: {why}"))
+            }
             OpError::NoSuchKey => Reply::err("ERR no such key"),
             OpError::IndexOutOfRange => Reply::err("ERR index out of range"),
             OpError::HashValueNotInteger => Reply::err("ERR hash value is not an integer"),

@@ -31,6 +31,7 @@
 //!   script     Lua VMs, reply <-> Lua conversions, libraries, script cache
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
 //!   slot       key -> hash slot -> shard
+//!   cluster    cluster mode's topology (groups, slot ranges, nodes), swapped whole
 //!   error      every error reply text
 //!   config     flags, the TOML file, defaults
 //!   glob       Redis's glob patterns
@@ -40,7 +41,7 @@
 //! ```
 //!
 //! By layer, from the bottom:
-//! 0 [`clock`], [`slot`], [`error`], [`config`], [`glob`], [`latency`], [`replication`]
+//! 0 [`clock`], [`slot`], [`cluster`], [`error`], [`config`], [`glob`], [`latency`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
 //! 1 [`ratelimit`], [`collections`], [`script`]; 2 [`state`], [`store`],
 //! [`effects`], [`pubsub`], [`monitor`]; 3 [`shard`];
@@ -65,6 +66,7 @@
 //! ```
 
 pub mod clock;
+pub mod cluster;
 pub mod collections;
 pub mod commands;
 pub mod config;

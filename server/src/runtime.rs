@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
+use crate::cluster::{ClusterState, Identity, Topology};
 use crate::config::Config;
 use crate::persist::daemon::Daemon;
 use crate::persist::load::load_at_start;
@@ -86,6 +87,9 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     let local_addr = listener.local_addr()?;
     warn_if_exposed(&config, &local_addr);
     let (polls, bells) = polls(threads)?;
+    // A topology file that cannot be read or parsed refuses the start.
+    cluster_state(&config, local_addr)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let shared = new_shared(&config, clock, local_addr, bells);
     let (mailboxes, receivers) = mailboxes(&shared);
     let metrics_addr = match config.net.metrics_port {
@@ -139,6 +143,14 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     // Not joined either: it waits for requests a tenth of a second at a
     // time and ends once the server stops.
     drop(spawn_shutdown_thread(shared.clone())?);
+    if let Some(c) = &shared.cluster {
+        if let Some(path) = c.file.clone() {
+            let watcher = shared.clone();
+            let stop = Box::new(move || watcher.shutting_down.load(Ordering::SeqCst));
+            // Not joined either: it sleeps at most a second between looks.
+            drop(crate::cluster::spawn_watch(c.clone(), path, stop)?);
+        }
+    }
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
         addr: local_addr,
@@ -347,7 +359,77 @@ pub fn new_shared(
         parcels: (0..threads).map(|_| Default::default()).collect(),
         scripts: crate::script::cache::ScriptCache::new(threads),
         shutdown: Default::default(),
+        cluster: cluster_state(config, local_addr).unwrap_or_else(|e| {
+            tracing::error!("{e}; cluster mode starts with no topology");
+            Some(Arc::new(ClusterState::new(
+                Topology::empty(),
+                identity(config, local_addr),
+                None,
+            )))
+        }),
     })
+}
+
+/// How this node finds itself in the topology: `cluster-node-id`, else
+/// `cluster-announce-ip` (or the bound address) and `cluster-announce-port`
+/// (or the bound port).
+fn identity(config: &Config, local_addr: SocketAddr) -> Identity {
+    let c = &config.cluster;
+    let host = match c.announce_ip.trim() {
+        "" => local_addr.ip().to_string(),
+        ip => ip.to_string(),
+    };
+    Identity {
+        node_id: Some(c.node_id.trim().to_ascii_lowercase()).filter(|id| !id.is_empty()),
+        host,
+        port: match c.announce_port {
+            0 => local_addr.port(),
+            p => p,
+        },
+    }
+}
+
+/// Cluster mode's state when `cluster-enabled` is on: the topology file's
+/// (`cluster-config-file`) when one is named, else the empty topology.
+///
+/// # Errors
+/// The file cannot be read or is not a topology; a `cluster-node-id` that
+/// is not 40 hex characters.
+pub fn cluster_state(
+    config: &Config,
+    local_addr: SocketAddr,
+) -> Result<Option<Arc<ClusterState>>, String> {
+    let c = &config.cluster;
+    if !c.enabled {
+        return Ok(None);
+    }
+    let me = identity(config, local_addr);
+    if let Some(id) = &me.node_id {
+        if !crate::cluster::is_node_id(id) {
+            return Err(format!(
+                "invalid cluster-node-id {id:?}: must be 40 hex characters"
+            ));
+        }
+    }
+    let file = Some(c.config_file.trim())
+        .filter(|f| !f.is_empty())
+        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.into()));
+    let topo = match &file {
+        None => Topology::empty(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the cluster topology {}: {e}", path.display()))?;
+            Topology::parse(&text)
+                .map_err(|e| format!("cluster topology {}: {e}", path.display()))?
+        }
+    };
+    let state = ClusterState::new(topo, me, file);
+    if state.load().me.is_none() && state.load().topo.version > 0 {
+        tracing::warn!(
+            "this node ({local_addr}) is not in the cluster topology: every keyed command is redirected"
+        );
+    }
+    Ok(Some(Arc::new(state)))
 }
 
 /// Thread `id`'s worker: its shard with an empty keyspace over the slots

@@ -60,6 +60,19 @@ pub struct ConnState {
     /// In MONITOR mode: every command's line is pushed to it, and it may
     /// not read or write keys (as a Redis monitor, flagged a replica).
     pub monitor: bool,
+    /// Cluster mode's per-connection flags (READONLY, ASKING).
+    pub cluster: ClusterConn,
+}
+
+/// A connection's cluster flags.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClusterConn {
+    /// READONLY was sent (until READWRITE): on a replica node, reads of
+    /// its group's slots are served instead of redirected to the primary.
+    pub readonly: bool,
+    /// ASKING was sent: holds for the next command only. No slot migrates
+    /// yet, so it changes nothing else.
+    pub asking: bool,
 }
 
 /// What a blocked connection waits for.
@@ -124,6 +137,12 @@ pub struct Multi {
     /// `client-query-buffer-limit` the connection is closed, as a query
     /// buffer past it is.
     pub bytes: usize,
+    /// In cluster mode, the hash slot of the first queued command with
+    /// keys.
+    pub slot: Option<u16>,
+    /// In cluster mode, a queued command's keys are in another slot than
+    /// an earlier one's: EXEC answers `CROSSSLOT` and runs nothing.
+    pub cross_slot: bool,
 }
 
 impl Multi {
@@ -135,6 +154,8 @@ impl Multi {
             shards: vec![false; shards],
             conn_commands: false,
             bytes: 0,
+            slot: None,
+            cross_slot: false,
         }
     }
 }
@@ -273,6 +294,7 @@ impl ConnState {
             normal_soft_since: None,
             tx: TxState::default(),
             monitor: false,
+            cluster: ClusterConn::default(),
         };
         conn.refresh(shared);
         conn

@@ -400,6 +400,12 @@ impl Shard {
         &self.shared.parcels[from]
     }
 
+    /// Cluster mode's topology, when cluster mode is on (the CLUSTER
+    /// command reads it).
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::ClusterState>> {
+        self.shared.cluster.as_ref()
+    }
+
     /// The server-wide script cache and run states (EVAL, EVALSHA).
     pub fn scripts(&self) -> &crate::script::cache::ScriptCache {
         &self.shared.scripts

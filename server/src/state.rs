@@ -475,6 +475,9 @@ pub struct Shared {
     /// Where SHUTDOWN and the signals ask for the drain, the snapshot and
     /// the stop (carried out by the runtime's shutdown thread).
     pub shutdown: ShutdownDesk,
+    /// Cluster mode's topology (`cluster-enabled yes`); `None` when off,
+    /// which is the one test the dispatcher's hot path makes for it.
+    pub cluster: Option<Arc<crate::cluster::ClusterState>>,
 }
 
 /// Whether a shutdown writes a snapshot first.

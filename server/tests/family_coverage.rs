@@ -77,6 +77,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         include_str!("family_lists.rs"),
     ),
     (
+        "family_cluster.rs",
+        commands::cluster::COMMANDS,
+        include_str!("family_cluster.rs"),
+    ),
+    (
         "family_hashes.rs",
         commands::hashes::COMMANDS,
         include_str!("family_hashes.rs"),

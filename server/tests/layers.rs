@@ -4,7 +4,7 @@
 //! excluded) and fails on an import that goes up or closes a circle.
 //!
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
-//! `{clock, slot, error, config, glob}` -> `{ratelimit, script}` -> `{state, store,
+//! `{clock, slot, cluster, error, config, glob}` -> `{ratelimit, script}` -> `{state, store,
 //! effects, pubsub}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
 //! `net` -> `runtime` -> `harness`.
 
@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "clock",
         "slot",
+        "cluster",
         "error",
         "config",
         "glob",

@@ -579,6 +579,20 @@ const SAMPLES: &[Sample] = &[
         ],
     ),
     ("zscan", ZREAD, &["ZSCAN z 0", "ZSCAN missing 0"]),
+    // These run on a server in cluster mode (see `run_sample`).
+    (
+        "cluster",
+        &[],
+        &[
+            "CLUSTER INFO",
+            "CLUSTER KEYSLOT a",
+            "CLUSTER COUNTKEYSINSLOT 0",
+        ],
+    ),
+    ("readonly", &[], &["READONLY"]),
+    ("readwrite", &[], &["READWRITE"]),
+    ("asking", &[], &["ASKING"]),
+    ("lh.topology", &[], &["LH.TOPOLOGY GET"]),
 ];
 
 /// What the sorted-set read samples run first: a sorted set `z`.
@@ -603,7 +617,15 @@ fn expand(calls: &[&str]) -> Vec<String> {
 /// SHUTDOWN) and whether the effect offset grew.
 fn run_sample(spec: &CommandSpec) -> Vec<(String, Vec<Reply>, bool)> {
     let (_, setup, calls) = sample(spec.name).expect("a sample");
-    let mut h = Harness::new();
+    let cluster = leasehold_server::commands::cluster::COMMANDS;
+    let mut h = match cluster.iter().any(|c| c.name == spec.name) {
+        true => {
+            let mut c = leasehold_server::config::Config::default();
+            c.cluster.enabled = true;
+            Harness::with_config(c, 2)
+        }
+        false => Harness::new(),
+    };
     for s in *setup {
         assert!(!h.cmd(s).is_error(), "{}: setup {s}", spec.name);
     }

@@ -157,10 +157,18 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         (Reply::bulk("version"), Reply::bulk(REDIS_COMPAT_VERSION)),
         (Reply::bulk("proto"), Reply::Int(resp)),
         (Reply::bulk("id"), Reply::Int(ctx.conn.handle.id as i64)),
-        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("mode"), Reply::bulk(mode(ctx))),
         (Reply::bulk("role"), Reply::bulk("master")),
         (Reply::bulk("modules"), Reply::Array(Vec::new())),
     ]))
+}
+
+/// HELLO's `mode`: `cluster` in cluster mode, as Redis answers.
+fn mode(ctx: &ConnCtx<'_>) -> &'static str {
+    match ctx.shared.cluster.is_some() {
+        true => "cluster",
+        false => "standalone",
+    }
 }
 
 fn select(_ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
@@ -188,6 +196,8 @@ fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
         ctx.conn.handle.monitor.store(false, Ordering::Relaxed);
     }
     *ctx.conn.handle.name.lock() = None;
+    // Out of READONLY mode, as Redis's RESET.
+    ctx.conn.cluster = crate::session::ClusterConn::default();
     let open = ctx.shared.config.read().security.requirepass.is_empty();
     ctx.conn.set_authenticated(open);
     // Out of MULTI, and nothing watched any more.

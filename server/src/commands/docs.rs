@@ -195,6 +195,9 @@ const INTEGER_ARGS: &[&str] = &[
     "rank",
     "num_matches",
     "len",
+    // cluster
+    "slot",
+    "version",
 ];
 
 /// Value names that are keys (LMOVE's `source` and `destination`, as Redis

@@ -109,7 +109,10 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
             "commandstats" => commandstats(&now, &base, w),
             "errorstats" => errorstats(shared, &now, &base, w),
             "latencystats" => w.push_str("# Latencystats\r\n"),
-            "cluster" => w.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+            "cluster" => w.push_str(match shared.cluster.is_some() {
+                true => "# Cluster\r\ncluster_enabled:1\r\n",
+                false => "# Cluster\r\ncluster_enabled:0\r\n",
+            }),
             "keyspace" => {
                 w.push_str("# Keyspace\r\n");
                 let keys = shared.sum(|s| s.keys.get());
@@ -139,8 +142,12 @@ fn server(shared: &Shared, w: &mut String) {
     let unix_us = shared.clock.unix_us();
     let _ = write!(
         w,
-        "# Server\r\nredis_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:{os} {} {}\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:epoll\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{unix_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nlru_clock:{}\r\nexecutable:{exe}\r\nconfig_file:{}\r\nio_threads_active:0\r\nleasehold_version:{}\r\nthreads:{}\r\n",
+        "# Server\r\nredis_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:{}\r\nos:{os} {} {}\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:epoll\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{unix_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nlru_clock:{}\r\nexecutable:{exe}\r\nconfig_file:{}\r\nio_threads_active:0\r\nleasehold_version:{}\r\nthreads:{}\r\n",
         super::connection::REDIS_COMPAT_VERSION,
+        match shared.cluster.is_some() {
+            true => "cluster",
+            false => "standalone",
+        },
         release.trim(),
         std::env::consts::ARCH,
         std::process::id(),

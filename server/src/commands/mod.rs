@@ -45,6 +45,9 @@
 //!   ZREMRANGEBY*, ZPOPMIN, ZPOPMAX, ZRANDMEMBER, ZSCAN (the structure is
 //!   [`crate::collections::zset`]).
 //!
+//! - [`cluster`]: CLUSTER, READONLY, READWRITE, ASKING, LH.TOPOLOGY (the
+//!   topology is [`crate::cluster`]; the redirections are the dispatcher's).
+//!
 //! Four files hold no rows: [`config`] runs CONFIG's subcommands (the
 //! `server` family's CONFIG row calls it), [`docs`] builds COMMAND DOCS'
 //! argument trees from `docs/commands.md`, [`span`] holds what commands
@@ -60,6 +63,7 @@ use crate::error::OpError;
 use crate::session::ConnCtx;
 pub use crate::shard::ShardFn;
 
+pub mod cluster;
 pub mod collection;
 pub mod config;
 pub mod connection;
@@ -328,6 +332,7 @@ impl Table {
             hashes::COMMANDS,
             sets::COMMANDS,
             zsets::COMMANDS,
+            cluster::COMMANDS,
         ] {
             commands.extend_from_slice(family);
         }

@@ -298,7 +298,7 @@ fn checked_call(
             Ok(s.stats.count_call(idx, Ok(merged)))
         }
         (Exec::Cursor(_), _) => {
-            let shard = split::cursor_shard(&argv, s.shards);
+            let shard = split::cursor_shard(&argv, s.shards, s.id);
             Ok(run_on(s, across, shard, idx, handler, argv, true))
         }
         // Keys on several held shards: one part each, merged as the

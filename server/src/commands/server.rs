@@ -79,6 +79,8 @@ fn command_group(name: &str) -> &'static str {
         "hash"
     } else if member(super::sets::COMMANDS) {
         "set"
+    } else if member(super::cluster::COMMANDS) && name != "lh.topology" {
+        "cluster"
     } else {
         "module"
     }

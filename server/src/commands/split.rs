@@ -67,11 +67,26 @@ pub fn split_by_shard(
         .collect()
 }
 
-/// The shard a SCAN-like request's cursor (argument 1) names: the cursor
-/// is a hash slot; one that does not parse starts at slot 0.
-pub fn cursor_shard(all: &[Bytes], shards: usize) -> usize {
+/// The shard an [`super::Exec::Cursor`] row runs on: the one owning the
+/// hash slot a SCAN cursor names (a cursor is a slot; one that does not
+/// parse starts at slot 0), or the slot of CLUSTER COUNTKEYSINSLOT and
+/// GETKEYSINSLOT (an argument that is not a slot: shard 0, whose handler
+/// refuses it); `own` for CLUSTER's other subcommands.
+pub fn cursor_shard(all: &[Bytes], shards: usize, own: usize) -> usize {
+    let at = match all[0].eq_ignore_ascii_case(b"scan") {
+        true => 1,
+        false => match all.get(1) {
+            Some(sub)
+                if sub.eq_ignore_ascii_case(b"countkeysinslot")
+                    || sub.eq_ignore_ascii_case(b"getkeysinslot") =>
+            {
+                2
+            }
+            _ => return own,
+        },
+    };
     let slot = all
-        .get(1)
+        .get(at)
         .and_then(|c| int::parse_u64(c))
         .unwrap_or(0)
         .min(SLOTS as u64 - 1);
@@ -183,8 +198,13 @@ mod tests {
 
     #[test]
     fn a_cursor_names_the_shard_of_its_slot() {
-        assert_eq!(cursor_shard(&argv(&["scan", "0"]), 2), 0);
-        assert_eq!(cursor_shard(&argv(&["scan", "16383"]), 2), 1);
-        assert_eq!(cursor_shard(&argv(&["scan", "junk"]), 2), 0);
+        assert_eq!(cursor_shard(&argv(&["scan", "0"]), 2, 1), 0);
+        assert_eq!(cursor_shard(&argv(&["scan", "16383"]), 2, 0), 1);
+        assert_eq!(cursor_shard(&argv(&["scan", "junk"]), 2, 1), 0);
+        assert_eq!(
+            cursor_shard(&argv(&["cluster", "countkeysinslot", "16000"]), 2, 0),
+            1
+        );
+        assert_eq!(cursor_shard(&argv(&["cluster", "info"]), 2, 1), 1);
     }
 }

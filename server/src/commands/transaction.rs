@@ -57,6 +57,11 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         tx.pending = Some(TxWork::Unwatch(watched));
         return Err(OpError::ExecAbort);
     }
+    // Cluster mode: a transaction runs in one hash slot, as in Redis.
+    if multi.cross_slot {
+        tx.pending = Some(TxWork::Unwatch(watched));
+        return Err(OpError::ClusterCrossSlot);
+    }
     tx.pending = Some(TxWork::Exec(multi, watched));
     // The thread replaces this with the transaction's replies.
     Ok(Reply::NilArray)

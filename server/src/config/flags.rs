@@ -161,6 +161,11 @@ mod tests {
             "set-max-listpack-value",
             "zset-max-listpack-entries",
             "zset-max-listpack-value",
+            "cluster-enabled",
+            "cluster-config-file",
+            "cluster-announce-ip",
+            "cluster-announce-port",
+            "cluster-node-id",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

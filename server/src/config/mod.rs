@@ -415,6 +415,29 @@ impl Default for CollectionsConfig {
     }
 }
 
+/// `[cluster]`: cluster mode (`docs/cluster.md`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `cluster-enabled`: serve Redis Cluster's client protocol (MOVED,
+    /// CROSSSLOT by slot, CLUSTER SLOTS, ...) from the topology.
+    pub enabled: bool,
+    /// `cluster-config-file` (flag alias `--cluster-topology`): the
+    /// topology file (TOML: groups, their slot ranges and nodes, a
+    /// version), reloaded when it changes; empty: none until
+    /// `LH.TOPOLOGY SET` pushes one.
+    pub config_file: String,
+    /// `cluster-announce-ip`: the address this node has in the topology
+    /// (empty: the bound address).
+    pub announce_ip: String,
+    /// `cluster-announce-port`: the port this node has in the topology (0:
+    /// the bound port).
+    pub announce_port: u16,
+    /// `cluster-node-id`: this node's id in the topology, which then
+    /// identifies it whatever its address (empty: found by address).
+    pub node_id: String,
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -453,6 +476,8 @@ pub struct Config {
     pub persistence: PersistenceConfig,
     /// `[collections]`
     pub collections: CollectionsConfig,
+    /// `[cluster]`
+    pub cluster: ClusterConfig,
     /// `[log]`
     pub log: LogConfig,
     /// The file the configuration was read from, as an absolute path (INFO

@@ -243,6 +243,11 @@ pub static PARAMS: &[Param] = &[
     row("set-max-intset-entries", ("collections", "set_max_intset_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_intset_entries), Runtime, true, "Most members a set of integers keeps in its intset encoding"),
     row("set-max-listpack-entries", ("collections", "set_max_listpack_entries"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_listpack_entries), Runtime, true, "Most members a set keeps in its compact pack (reported as hashtable, as Redis 7.0)"),
     row("set-max-listpack-value", ("collections", "set_max_listpack_value"), Kind::Int(range!(0, 9223372036854775807)), field!(collections.set_max_listpack_value), Runtime, true, "Longest member, bytes, a set keeps in its compact pack"),
+    row("cluster-enabled", ("cluster", "enabled"), Kind::Bool, field!(cluster.enabled), Immutable, true, "Cluster mode: redirect keyed commands by hash slot from the topology (MOVED, CROSSSLOT, CLUSTER SLOTS)"),
+    row("cluster-config-file", ("cluster", "config_file"), Kind::Text, field!(cluster.config_file), Immutable, true, "Cluster topology file (TOML, docs/cluster.md), reloaded when it changes").with_aliases(&["cluster-topology"]),
+    row("cluster-announce-ip", ("cluster", "announce_ip"), Kind::Text, field!(cluster.announce_ip), Immutable, true, "Address of this node in the cluster topology (empty: the bound address)"),
+    row("cluster-announce-port", ("cluster", "announce_port"), Kind::Int(range!(0, 65535)), field!(cluster.announce_port), Immutable, true, "Port of this node in the cluster topology (0: the bound port)"),
+    row("cluster-node-id", ("cluster", "node_id"), Kind::Text, field!(cluster.node_id), Immutable, true, "Id of this node in the cluster topology, 40 hex characters (empty: found by address)"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -272,7 +277,6 @@ pub static FIXED: &[Fixed] = &[
     fixed("databases", "1", false),
     fixed("maxmemory-policy", "noeviction", true),
     fixed("timeout", "0", true),
-    fixed("cluster-enabled", "no", false),
     fixed("replica-read-only", "yes", true),
     fixed("replica-serve-stale-data", "yes", true),
     fixed("daemonize", "no", false),

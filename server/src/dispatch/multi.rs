@@ -105,7 +105,7 @@ fn shards_of(
             Ok(shard) => vec![shard.unwrap_or(own)],
             Err(e) => return Err(e.reply()),
         },
-        Exec::Cursor(_) => vec![cursor_shard(args.all(), shards)],
+        Exec::Cursor(_) => vec![cursor_shard(args.all(), shards, own)],
         Exec::AllShards(..) => (0..shards).collect(),
         Exec::Keys(..) | Exec::Span(..) => {
             // `MSET a 1 b` is queued, as Redis queues it, and fails at EXEC

@@ -1,0 +1,755 @@
+//! Cluster mode's topology: which group of nodes owns each hash slot, the
+//! nodes of each group, and which of them this node is.
+//!
+//! A cluster is a set of shard groups, each one primary and its replicas
+//! (failed over by Sentinel under the group's master name). The operator
+//! declares the slot ranges of every group in a versioned TOML file
+//! (`docs/cluster.md` describes it; `config/cluster.example.toml` is one),
+//! given to every node with `cluster-config-file` (or pushed with
+//! `LH.TOPOLOGY SET`). [`Topology::parse`] checks it whole: a file with any
+//! fault is refused, naming it, and the topology in force stays.
+//!
+//! The topology in force is one immutable [`View`] behind an [`ArcSwap`]:
+//! every thread reads it with [`ClusterState::load`], without a lock (the
+//! dispatcher does, for each keyed command, in cluster mode only), and a
+//! newer version replaces it whole ([`ClusterState::install`]), so a reader
+//! sees either the old topology or the new one, never a mix. A version lower
+//! than or equal to the one in force never replaces it.
+//!
+//! [`watch`] polls the file once a second on a thread of its own: the hot
+//! path never touches the file system.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, Guard};
+use serde::Deserialize;
+
+use crate::slot::SLOTS;
+
+/// A slot no group owns, in [`Topology::owner`]'s table.
+const UNASSIGNED: u16 = u16::MAX;
+
+/// How often [`watch`] looks at the topology file.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// A node's role in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The group's primary: it serves reads and writes of the group's slots.
+    Primary,
+    /// A replica: it serves reads of the group's slots to a connection that
+    /// sent READONLY, and redirects everything else to the primary.
+    Replica,
+}
+
+/// One node of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// 40 lower-case hex characters: given in the file, or
+    /// [`derived_id`] of its address.
+    pub id: String,
+    /// The address clients reach it at (an IP address or a host name).
+    pub host: String,
+    /// Its client port.
+    pub port: u16,
+    /// Primary or replica.
+    pub role: Role,
+}
+
+impl Node {
+    /// `host:port`, as MOVED and CLUSTER NODES write it.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// The cluster bus port Redis would use (client port + 10000), which
+    /// CLUSTER NODES shows after `@`; Leasehold has no bus.
+    pub fn bus_port(&self) -> u32 {
+        u32::from(self.port) + 10000
+    }
+}
+
+/// One shard group: its slots and nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// Its name in the file (unique).
+    pub name: String,
+    /// The slot ranges it owns, inclusive, ascending and merged.
+    pub ranges: Vec<(u16, u16)>,
+    /// The Sentinel master name its nodes are failed over under, if any
+    /// (kept; not yet asked).
+    pub sentinel: Option<String>,
+    /// Its nodes, the primary first.
+    pub nodes: Vec<Node>,
+}
+
+impl Group {
+    /// Its primary (the file has exactly one per group).
+    pub fn primary(&self) -> &Node {
+        &self.nodes[0]
+    }
+
+    /// How many slots it owns.
+    pub fn slot_count(&self) -> usize {
+        self.ranges
+            .iter()
+            .map(|&(a, b)| usize::from(b - a) + 1)
+            .sum()
+    }
+}
+
+/// A whole topology, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Its version: a newer topology has a higher one.
+    pub version: u64,
+    /// The groups, in file order.
+    pub groups: Vec<Group>,
+    /// Per slot, the index of its group, or [`UNASSIGNED`].
+    owner: Box<[u16]>,
+    /// The text it was parsed from (LH.TOPOLOGY GET).
+    pub text: String,
+}
+
+/// Why a topology was refused: one sentence naming the fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyError(pub String);
+
+impl std::fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTopology {
+    version: i64,
+    #[serde(default, rename = "group")]
+    groups: Vec<FileGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGroup {
+    name: String,
+    #[serde(default)]
+    slots: Vec<String>,
+    #[serde(default)]
+    sentinel: Option<String>,
+    #[serde(default, rename = "node")]
+    nodes: Vec<FileNode>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileNode {
+    addr: String,
+    role: String,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+/// The node id of a node given without one: the SHA-1 of
+/// `leasehold-node <host>:<port>`, in hex, so every node derives the same
+/// id for the same address.
+pub fn derived_id(host: &str, port: u16) -> String {
+    sha1_smol::Sha1::from(format!("leasehold-node {host}:{port}"))
+        .digest()
+        .to_string()
+}
+
+/// Whether `id` is a node id: 40 lower-case hex characters.
+pub fn is_node_id(id: &str) -> bool {
+    id.len() == 40
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `"<a>-<b>"` or `"<a>"`, slots inclusive.
+fn slot_range(text: &str) -> Option<(u16, u16)> {
+    let slot = |t: &str| {
+        t.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&s| usize::from(s) < SLOTS)
+    };
+    let (a, b) = match text.split_once('-') {
+        Some((a, b)) => (slot(a)?, slot(b)?),
+        None => (slot(text)?, slot(text)?),
+    };
+    (a <= b).then_some((a, b))
+}
+
+/// `host:port` (an IPv6 address in brackets: `[::1]:7000`).
+fn host_port(text: &str) -> Option<(String, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse::<u16>().ok().filter(|&p| p > 0)?;
+    (!host.is_empty() && !host.contains(char::is_whitespace)).then(|| (host.to_string(), port))
+}
+
+impl Topology {
+    /// The empty topology of a node that has none yet: version 0, no
+    /// group, every slot unassigned.
+    pub fn empty() -> Topology {
+        Topology {
+            version: 0,
+            groups: Vec::new(),
+            owner: vec![UNASSIGNED; SLOTS].into_boxed_slice(),
+            text: String::new(),
+        }
+    }
+
+    /// Parses and checks a topology file's text.
+    ///
+    /// # Errors
+    /// The first fault, named: TOML syntax or an unknown key (with its
+    /// line), a version below 1, a group without a name or with a name
+    /// already used, a slot range that is not `a-b` within 0-16383, a slot
+    /// two groups (or two ranges) claim, a group without exactly one
+    /// primary, a role other than `primary` or `replica`, an address that
+    /// is not `host:port` or appears twice, a node id that is not 40
+    /// lower-case hex characters or appears twice.
+    pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+        let bad = |m: String| Err(TopologyError(m));
+        let file: FileTopology = toml::from_str(text)
+            .map_err(|e| TopologyError(format!("not a topology: {}", e.to_string().trim_end())))?;
+        if file.version < 1 {
+            return bad(format!("version must be 1 or more, not {}", file.version));
+        }
+        if file.groups.len() >= usize::from(UNASSIGNED) {
+            return bad("too many groups".into());
+        }
+        let mut owner = vec![UNASSIGNED; SLOTS].into_boxed_slice();
+        let mut groups = Vec::with_capacity(file.groups.len());
+        let mut addrs = std::collections::HashSet::new();
+        let mut ids = std::collections::HashSet::new();
+        for (gi, g) in file.groups.into_iter().enumerate() {
+            let name = g.name.trim().to_string();
+            if name.is_empty() {
+                return bad(format!("group {} has no name", gi + 1));
+            }
+            if groups.iter().any(|o: &Group| o.name == name) {
+                return bad(format!("group name {name:?} is used twice"));
+            }
+            for r in &g.slots {
+                let Some((a, b)) = slot_range(r) else {
+                    return bad(format!(
+                        "group {name:?}: slot range {r:?} is not \"<first>-<last>\" with 0 <= first <= last <= 16383"
+                    ));
+                };
+                for s in a..=b {
+                    let o = &mut owner[usize::from(s)];
+                    if *o != UNASSIGNED {
+                        let other = match usize::from(*o) == gi {
+                            true => "itself (two of its ranges overlap)".to_string(),
+                            false => format!("group {:?}", groups[usize::from(*o)].name),
+                        };
+                        return bad(format!(
+                            "slot {s} is claimed by group {name:?} and by {other}"
+                        ));
+                    }
+                    *o = gi as u16;
+                }
+            }
+            let mut nodes = Vec::with_capacity(g.nodes.len());
+            for n in g.nodes {
+                let Some((host, port)) = host_port(&n.addr) else {
+                    return bad(format!(
+                        "group {name:?}: node address {:?} is not \"<host>:<port>\"",
+                        n.addr
+                    ));
+                };
+                if !addrs.insert((host.clone(), port)) {
+                    return bad(format!("node address {:?} appears twice", n.addr));
+                }
+                let role = match n.role.to_ascii_lowercase().as_str() {
+                    "primary" | "master" => Role::Primary,
+                    "replica" | "slave" => Role::Replica,
+                    other => {
+                        return bad(format!(
+                            "node {}: role must be \"primary\" or \"replica\", not {other:?}",
+                            n.addr
+                        ))
+                    }
+                };
+                let id = match n.id {
+                    Some(id) if !is_node_id(&id) => {
+                        return bad(format!(
+                            "node {}: id {id:?} is not 40 lower-case hex characters",
+                            n.addr
+                        ))
+                    }
+                    Some(id) => id,
+                    None => derived_id(&host, port),
+                };
+                if !ids.insert(id.clone()) {
+                    return bad(format!("node id {id} appears twice"));
+                }
+                nodes.push(Node {
+                    id,
+                    host,
+                    port,
+                    role,
+                });
+            }
+            let primaries = nodes.iter().filter(|n| n.role == Role::Primary).count();
+            if primaries != 1 {
+                return bad(format!(
+                    "group {name:?} has {primaries} primaries: it needs exactly one"
+                ));
+            }
+            // The primary first (CLUSTER SLOTS lists it first).
+            nodes.sort_by_key(|n| n.role != Role::Primary);
+            groups.push(Group {
+                name,
+                ranges: Vec::new(),
+                sentinel: g.sentinel.filter(|s| !s.trim().is_empty()),
+                nodes,
+            });
+        }
+        let mut t = Topology {
+            version: file.version as u64,
+            groups,
+            owner,
+            text: text.to_string(),
+        };
+        t.groups.iter_mut().for_each(|g| g.ranges.clear());
+        let mut start = 0;
+        while start < SLOTS {
+            let o = t.owner[start];
+            let mut end = start;
+            while end + 1 < SLOTS && t.owner[end + 1] == o {
+                end += 1;
+            }
+            if o != UNASSIGNED {
+                t.groups[usize::from(o)]
+                    .ranges
+                    .push((start as u16, end as u16));
+            }
+            start = end + 1;
+        }
+        Ok(t)
+    }
+
+    /// The index of the group owning `slot`, if any.
+    #[inline]
+    pub fn owner(&self, slot: u16) -> Option<usize> {
+        match self.owner[usize::from(slot) & (SLOTS - 1)] {
+            UNASSIGNED => None,
+            g => Some(usize::from(g)),
+        }
+    }
+
+    /// How many slots some group owns.
+    pub fn slots_assigned(&self) -> usize {
+        self.owner.iter().filter(|&&o| o != UNASSIGNED).count()
+    }
+
+    /// Every node, with its group's index.
+    pub fn nodes(&self) -> impl Iterator<Item = (usize, &Node)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, g)| g.nodes.iter().map(move |n| (gi, n)))
+    }
+}
+
+/// How a node recognises itself in a topology.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// `cluster-node-id`: the node with this id is this one.
+    pub node_id: Option<String>,
+    /// `cluster-announce-ip`, or else the bound address.
+    pub host: String,
+    /// `cluster-announce-port`, or else the bound port.
+    pub port: u16,
+}
+
+impl Identity {
+    /// The node of `topo` this identity names, as (group, node) indexes:
+    /// the node with [`Identity::node_id`] when given; else the node at
+    /// `host:port`; else, when `host` is a loopback or unspecified address,
+    /// the one node on `port` whose host is a loopback address or
+    /// `localhost`.
+    pub fn find(&self, topo: &Topology) -> Option<(usize, usize)> {
+        let locate = |n: &Node| {
+            topo.groups
+                .iter()
+                .enumerate()
+                .find_map(|(gi, g)| g.nodes.iter().position(|m| m == n).map(|ni| (gi, ni)))
+        };
+        if let Some(id) = &self.node_id {
+            return topo
+                .nodes()
+                .find(|(_, n)| &n.id == id)
+                .and_then(|(_, n)| locate(n));
+        }
+        if let Some((_, n)) = topo
+            .nodes()
+            .find(|(_, n)| n.port == self.port && n.host == self.host)
+        {
+            return locate(n);
+        }
+        let local = |h: &str| {
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+        };
+        if !local(&self.host) {
+            return None;
+        }
+        let mut on_port = topo
+            .nodes()
+            .filter(|(_, n)| n.port == self.port && local(&n.host));
+        match (on_port.next(), on_port.next()) {
+            (Some((_, n)), None) => locate(n),
+            _ => None,
+        }
+    }
+}
+
+/// A topology and this node's place in it: what the dispatcher and the
+/// CLUSTER commands read.
+#[derive(Debug)]
+pub struct View {
+    /// The topology.
+    pub topo: Topology,
+    /// This node's (group, node) indexes, when the topology lists it.
+    pub me: Option<(usize, usize)>,
+    /// This node's id: its node's in the topology, else [`derived_id`] of
+    /// its own address (or its `cluster-node-id`).
+    pub my_id: String,
+}
+
+impl View {
+    fn new(topo: Topology, identity: &Identity) -> View {
+        let me = identity.find(&topo);
+        let my_id = match me {
+            Some((g, n)) => topo.groups[g].nodes[n].id.clone(),
+            None => identity
+                .node_id
+                .clone()
+                .unwrap_or_else(|| derived_id(&identity.host, identity.port)),
+        };
+        View { topo, me, my_id }
+    }
+
+    /// This node's group, if the topology lists it.
+    pub fn my_group(&self) -> Option<usize> {
+        self.me.map(|(g, _)| g)
+    }
+
+    /// This node, if the topology lists it.
+    pub fn myself(&self) -> Option<&Node> {
+        self.me.map(|(g, n)| &self.topo.groups[g].nodes[n])
+    }
+
+    /// Where a command for `slot` goes, from this node: see [`Route`].
+    /// `read_ok` says the command only reads and the connection sent
+    /// READONLY, so a replica of the owning group serves it.
+    #[inline]
+    pub fn route(&self, slot: u16, read_ok: bool) -> Route<'_> {
+        let Some(g) = self.topo.owner(slot) else {
+            return Route::Unassigned;
+        };
+        let group = &self.topo.groups[g];
+        match self.me {
+            Some((mine, n)) if mine == g => {
+                if n == 0 || read_ok {
+                    Route::Here
+                } else {
+                    Route::Moved(group.primary())
+                }
+            }
+            _ => Route::Moved(group.primary()),
+        }
+    }
+}
+
+/// Where a keyed command goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// This node serves it.
+    Here,
+    /// Another node does: `-MOVED <slot> <host>:<port>`.
+    Moved(&'a Node),
+    /// No group owns the slot: `-CLUSTERDOWN Hash slot not served`.
+    Unassigned,
+}
+
+/// Why [`ClusterState::install`] kept the topology in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstallError {
+    /// The new one's version is not above the one in force.
+    NotNewer {
+        /// The refused topology's version.
+        given: u64,
+        /// The version in force.
+        current: u64,
+    },
+}
+
+impl std::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InstallError::NotNewer { given, current } => write!(
+                f,
+                "version {given} is not newer than the version in force, {current}"
+            ),
+        }
+    }
+}
+
+/// Cluster mode's server-wide state: the topology in force and how this
+/// node finds itself in it.
+#[derive(Debug)]
+pub struct ClusterState {
+    current: ArcSwap<View>,
+    identity: Identity,
+    /// The topology file (`cluster-config-file`), if any.
+    pub file: Option<PathBuf>,
+    /// Installs one at a time, so a version check and its swap are one step.
+    installing: parking_lot::Mutex<()>,
+}
+
+impl ClusterState {
+    /// Cluster mode with `topo` in force.
+    pub fn new(topo: Topology, identity: Identity, file: Option<PathBuf>) -> ClusterState {
+        ClusterState {
+            current: ArcSwap::from_pointee(View::new(topo, &identity)),
+            identity,
+            file,
+            installing: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// The view in force, read without a lock.
+    #[inline]
+    pub fn load(&self) -> Guard<Arc<View>> {
+        self.current.load()
+    }
+
+    /// The view in force, as an `Arc` to keep.
+    pub fn snapshot(&self) -> Arc<View> {
+        self.current.load_full()
+    }
+
+    /// Puts `topo` in force unless its version is not above the current
+    /// one's.
+    ///
+    /// # Errors
+    /// [`InstallError::NotNewer`]: the topology in force stays.
+    pub fn install(&self, topo: Topology) -> Result<(), InstallError> {
+        let _one = self.installing.lock();
+        let current = self.current.load().topo.version;
+        if topo.version <= current {
+            return Err(InstallError::NotNewer {
+                given: topo.version,
+                current,
+            });
+        }
+        let view = View::new(topo, &self.identity);
+        if view.me.is_none() {
+            tracing::warn!(
+                "cluster topology version {}: this node ({}:{}) is not in it; every keyed command is redirected",
+                view.topo.version,
+                self.identity.host,
+                self.identity.port
+            );
+        }
+        self.current.store(Arc::new(view));
+        Ok(())
+    }
+
+    /// Reads, parses and installs the topology file at `path`; what
+    /// happened, as one line for the log.
+    ///
+    /// # Errors
+    /// The file cannot be read, does not parse (see [`Topology::parse`]),
+    /// or is not newer: the message names the file and the problem.
+    pub fn reload(&self, path: &Path) -> Result<u64, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let topo = Topology::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let version = topo.version;
+        self.install(topo)
+            .map_err(|e| format!("{}: {e}; ignored", path.display()))?;
+        Ok(version)
+    }
+}
+
+/// Polls the topology file every [`POLL`] and installs a changed one
+/// (logging what it did), until `stop` says so. Runs on its own thread:
+/// see [`spawn_watch`].
+pub fn watch(state: &ClusterState, path: &Path, stop: &dyn Fn() -> bool) {
+    let mut last = std::fs::read(path).ok();
+    while !stop() {
+        std::thread::sleep(POLL);
+        let now = std::fs::read(path).ok();
+        if now == last {
+            continue;
+        }
+        last = now;
+        match state.reload(path) {
+            Ok(v) => tracing::info!(
+                "cluster topology version {v} from {} is in force",
+                path.display()
+            ),
+            Err(e) => tracing::warn!("cluster topology refused, the one in force stays: {e}"),
+        }
+    }
+}
+
+/// Starts [`watch`] on a thread named `leasehold-topology`.
+///
+/// # Errors
+/// The thread could not be started.
+pub fn spawn_watch(
+    state: Arc<ClusterState>,
+    path: PathBuf,
+    stop: Box<dyn Fn() -> bool + Send>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("leasehold-topology".into())
+        .spawn(move || watch(&state, &path, &*stop))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const THREE: &str = r#"
+version = 1
+[[group]]
+name = "a"
+slots = ["0-5460"]
+sentinel = "lh-a"
+[[group.node]]
+addr = "127.0.0.1:7001"
+role = "replica"
+[[group.node]]
+addr = "127.0.0.1:7000"
+role = "primary"
+[[group]]
+name = "b"
+slots = ["5461-10922"]
+[[group.node]]
+addr = "127.0.0.1:7002"
+role = "primary"
+id = "0123456789abcdef0123456789abcdef01234567"
+[[group]]
+name = "c"
+slots = ["10923-16000", "16001", "16002-16383"]
+[[group.node]]
+addr = "localhost:7003"
+role = "primary"
+"#;
+
+    #[test]
+    fn a_topology_parses_and_merges_ranges() {
+        let t = Topology::parse(THREE).unwrap();
+        assert_eq!(t.version, 1);
+        assert_eq!(t.groups[0].ranges, vec![(0, 5460)]);
+        assert_eq!(t.groups[0].primary().port, 7000);
+        assert_eq!(t.groups[0].sentinel.as_deref(), Some("lh-a"));
+        assert_eq!(t.groups[2].ranges, vec![(10923, 16383)]);
+        assert_eq!(t.slots_assigned(), SLOTS);
+        assert_eq!(t.owner(5461), Some(1));
+        assert_eq!(
+            t.groups[1].nodes[0].id,
+            "0123456789abcdef0123456789abcdef01234567"
+        );
+        assert!(is_node_id(&t.groups[0].nodes[0].id));
+        assert_eq!(t.groups[0].nodes[0].id, derived_id("127.0.0.1", 7000));
+    }
+
+    #[test]
+    fn the_example_file_is_a_topology() {
+        let text = include_str!("../../config/cluster.example.toml");
+        let t = Topology::parse(text).unwrap();
+        assert_eq!(
+            (t.version, t.groups.len(), t.slots_assigned()),
+            (1, 3, SLOTS)
+        );
+        assert_eq!(t.groups[0].nodes.len(), 2);
+        assert_eq!(t.groups[0].sentinel.as_deref(), Some("leasehold-g0"));
+        assert_eq!(
+            t.groups[1].nodes[0].id,
+            "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca"
+        );
+    }
+
+    #[test]
+    fn faults_are_named() {
+        let cases = [
+            ("version = 0", "version must be 1"),
+            ("version = 1\n[[group]]\nname = \"a\"\nslots = [\"5-3\"]\n[[group.node]]\naddr = \"h:1\"\nrole = \"primary\"", "slot range \"5-3\""),
+            ("version = 1\n[[group]]\nname = \"a\"\nslots = [\"0-16384\"]", "slot range"),
+            ("version = 1\n[[group]]\nname = \"a\"\nslots = [\"0-10\"]\n[[group.node]]\naddr = \"h:1\"\nrole = \"primary\"\n[[group]]\nname = \"b\"\nslots = [\"10\"]\n[[group.node]]\naddr = \"h:2\"\nrole = \"primary\"", "slot 10 is claimed by group \"b\" and by group \"a\""),
+            ("version = 1\n[[group]]\nname = \"a\"\n[[group.node]]\naddr = \"h:1\"\nrole = \"replica\"", "0 primaries"),
+            ("version = 1\n[[group]]\nname = \"a\"\n[[group.node]]\naddr = \"h\"\nrole = \"primary\"", "is not \"<host>:<port>\""),
+            ("version = 1\n[[group]]\nname = \"a\"\n[[group.node]]\naddr = \"h:1\"\nrole = \"boss\"", "role must be"),
+            ("version = 1\n[[group]]\nname = \"a\"\n[[group.node]]\naddr = \"h:1\"\nrole = \"primary\"\nid = \"XYZ\"", "not 40 lower-case hex"),
+            ("version = 1\n[[group]]\nname = \"a\"\n[[group.node]]\naddr = \"h:1\"\nrole = \"primary\"\n[[group.node]]\naddr = \"h:1\"\nrole = \"replica\"", "appears twice"),
+            ("version = 1\nextra = 2", "unknown field"),
+        ];
+        for (text, want) in cases {
+            let e = Topology::parse(text).unwrap_err().0;
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_node_finds_itself_and_routes() {
+        let t = Topology::parse(THREE).unwrap();
+        let id = |port| Identity {
+            node_id: None,
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let v = View::new(t.clone(), &id(7000));
+        assert_eq!(v.me, Some((0, 0)));
+        assert_eq!(v.route(0, false), Route::Here);
+        assert_eq!(v.route(6000, false), Route::Moved(&t.groups[1].nodes[0]));
+        // A replica sends writes, and reads without READONLY, to its primary.
+        let r = View::new(t.clone(), &id(7001));
+        assert_eq!(r.me, Some((0, 1)));
+        assert_eq!(r.route(0, false), Route::Moved(&t.groups[0].nodes[0]));
+        assert_eq!(r.route(0, true), Route::Here);
+        assert_eq!(r.route(6000, true), Route::Moved(&t.groups[1].nodes[0]));
+        // `localhost` in the file is this loopback node.
+        assert_eq!(View::new(t.clone(), &id(7003)).me, Some((2, 0)));
+        let by_id = Identity {
+            node_id: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            host: "10.0.0.9".into(),
+            port: 1,
+        };
+        assert_eq!(View::new(t.clone(), &by_id).me, Some((1, 0)));
+        let e = Topology::empty();
+        assert_eq!(View::new(e, &id(7000)).route(0, false), Route::Unassigned);
+    }
+
+    #[test]
+    fn an_older_or_equal_version_never_replaces() {
+        let t = Topology::parse(THREE).unwrap();
+        let s = ClusterState::new(t.clone(), Identity::default(), None);
+        let same = Topology::parse(&THREE.replace("name = \"c\"", "name = \"d\"")).unwrap();
+        assert_eq!(
+            s.install(same),
+            Err(InstallError::NotNewer {
+                given: 1,
+                current: 1
+            })
+        );
+        let newer = Topology::parse(&THREE.replace("version = 1", "version = 2")).unwrap();
+        s.install(newer).unwrap();
+        assert_eq!(s.load().topo.version, 2);
+        assert!(s.install(t).is_err());
+        assert_eq!(s.load().topo.version, 2);
+    }
+}

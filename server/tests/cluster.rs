@@ -1,0 +1,316 @@
+//! Cluster mode with real processes on loopback: three `leasehold-server`
+//! primaries started with one topology file, driven by stock cluster
+//! clients: `redis-cli -c` (following MOVED), `redis-cli --cluster check`,
+//! and redis-py's `redis.cluster.RedisCluster`; then the topology file is
+//! rewritten (a newer version moves a slot range; an older version and a
+//! broken file are ignored) while the nodes run.
+//!
+//! `redis-cli` is looked up on PATH and redis-py with `python3 -c "import
+//! redis.cluster"`; without them the tests print a notice and pass, unless
+//! `LEASEHOLD_REQUIRE_REDIS=1` (redis-cli) or `LEASEHOLD_REQUIRE_REDIS_PY=1`
+//! (redis-py) is set (CI sets both), which makes them fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use leasehold_testkit::{
+    call, free_port, node_command, started, text, tool_installed, wait_for, Proc, Reply,
+};
+
+/// Hash slot of `key` (the server's own function).
+fn slot(key: &str) -> u16 {
+    leasehold_server::slot::key_slot(key.as_bytes())
+}
+
+/// A key (`<prefix><n>`) whose slot is in `first..=last`.
+fn key_in(prefix: &str, first: u16, last: u16) -> String {
+    (0..)
+        .map(|n| format!("{prefix}{n}"))
+        .find(|k| (first..=last).contains(&slot(k)))
+        .unwrap()
+}
+
+/// The topology of three groups of one primary each on `ports`, group 0
+/// owning `first` (a list of ranges), the others 5461-10922 and 10923-16383.
+fn topology(version: u64, ports: &[u16], first: &str, second: &str) -> String {
+    format!(
+        r#"version = {version}
+[[group]]
+name = "g0"
+slots = [{first}]
+[[group.node]]
+addr = "127.0.0.1:{}"
+role = "primary"
+[[group]]
+name = "g1"
+slots = [{second}]
+[[group.node]]
+addr = "127.0.0.1:{}"
+role = "primary"
+[[group]]
+name = "g2"
+slots = ["10923-16383"]
+[[group.node]]
+addr = "127.0.0.1:{}"
+role = "primary"
+"#,
+        ports[0], ports[1], ports[2]
+    )
+}
+
+/// Writes `text` to `path` whole (a temporary file renamed over it), as an
+/// operator's tool should, so no node reads half a file.
+fn publish(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write the topology");
+    std::fs::rename(&tmp, path).expect("rename the topology");
+}
+
+/// A cluster of three nodes on free ports sharing the topology file.
+struct Cluster {
+    ports: Vec<u16>,
+    file: PathBuf,
+    _nodes: Vec<Proc>,
+}
+
+fn cluster() -> Cluster {
+    let dir = leasehold_testkit::scratch_dir();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let file = dir.join("topology.toml");
+    publish(&file, &topology(1, &ports, "\"0-5460\"", "\"5461-10922\""));
+    let nodes = ports
+        .iter()
+        .map(|&port| {
+            let data = dir.join(port.to_string());
+            std::fs::create_dir_all(&data).expect("a data dir");
+            let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &data);
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file"]);
+            cmd.arg(&file);
+            started(cmd.stderr(Stdio::inherit()), port, "leasehold-server")
+        })
+        .collect();
+    Cluster {
+        ports,
+        file,
+        _nodes: nodes,
+    }
+}
+
+/// `redis-cli -c -p <port> args...`: its trimmed standard output.
+fn redis_cli_c(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-c", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn redis_cli_follows_moved_and_cluster_check_passes() {
+    if !tool_installed(
+        "redis-cli",
+        "--version",
+        "LEASEHOLD_REQUIRE_REDIS",
+        "the cluster redis-cli test",
+    ) {
+        return;
+    }
+    let c = cluster();
+    let keys = [
+        key_in("user:", 0, 5460),
+        key_in("user:", 5461, 10922),
+        key_in("user:", 10923, 16383),
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        // Every command is sent to node 0: two of three keys are MOVED.
+        let p = c.ports[0];
+        assert_eq!(redis_cli_c(p, &["SET", key, "v"]), "OK", "{key}");
+        assert_eq!(redis_cli_c(p, &["GET", key]), "v");
+        assert_eq!(redis_cli_c(p, &["INCR", &format!("{{{key}}}:n")]), "1");
+        assert_eq!(
+            redis_cli_c(
+                p,
+                &[
+                    "TOKENLEASE",
+                    &format!("{{{key}}}:tb"),
+                    "10",
+                    "1",
+                    "1000",
+                    "3"
+                ]
+            ),
+            "3\n7\n0\n3000"
+        );
+        // The key lives on its group's node only.
+        let owner = c.ports[i];
+        assert_eq!(call(owner, &["GET", key]), Some(Reply::bulk("v")));
+        for &other in c.ports.iter().filter(|&&p| p != owner) {
+            let want = format!("MOVED {} 127.0.0.1:{owner}", slot(key));
+            assert_eq!(call(other, &["GET", key]).map(|r| text(&r)), Some(want));
+        }
+    }
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "check", &format!("127.0.0.1:{}", c.ports[1])])
+        .output()
+        .expect("run redis-cli --cluster check");
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    for want in [
+        "[OK] All nodes agree about slots configuration.",
+        "[OK] All 16384 slots covered.",
+        "5461 slots | 0 slaves.",
+    ] {
+        assert!(log.contains(want), "{want} in {log}");
+    }
+    assert!(!log.contains("[ERR]"), "{log}");
+}
+
+/// Whether python3 has redis-py's cluster client; when not, a notice, or
+/// a failure under `LEASEHOLD_REQUIRE_REDIS_PY=1`.
+fn redis_py_installed(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import redis.cluster"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("LEASEHOLD_REQUIRE_REDIS_PY").as_deref() != Ok("1"),
+            "redis-py is not installed for python3 and LEASEHOLD_REQUIRE_REDIS_PY=1"
+        );
+        eprintln!("NOTICE: redis-py (pip install redis) is not installed; {test} is skipped");
+    }
+    ok
+}
+
+/// The redis-py script: one line per check, `name value`.
+const REDIS_PY: &str = r#"
+import sys
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, ResponseError
+rc = RedisCluster(host="127.0.0.1", port=int(sys.argv[1]), socket_timeout=3)
+print("nodes", len(rc.get_primaries()))
+for i in range(60):
+    rc.set(f"key:{i}", i)
+print("get", all(rc.get(f"key:{i}") == str(i).encode() for i in range(60)))
+print("incr", rc.incr("hits"), rc.incr("hits"))
+print("tokenlease", rc.execute_command("TOKENLEASE", "api:user7", 10, 1, 1000, 4))
+print("slidingwindow", rc.execute_command("SLIDINGWINDOW", "sw:user7", 10, 1000))
+print("mset", rc.execute_command("MSET", "{user1}:a", 1, "{user1}:b", 2))
+print("mget", rc.execute_command("MGET", "{user1}:a", "{user1}:b"))
+print("del", rc.delete("{user1}:a", "{user1}:b"))
+try:
+    rc.execute_command("MSET", "a", 1, "b", 2)
+    print("client-crossslot none")
+except RedisClusterException as e:
+    print("client-crossslot refused")
+try:
+    # Sent as it is to one node: the server judges it.
+    rc.execute_command("MSET", "a", 1, "b", 2, target_nodes=rc.get_primaries()[0])
+    print("server-crossslot none")
+except ResponseError as e:
+    print("server-crossslot", str(e))
+print("info", rc.cluster_info()["cluster_state"])
+"#;
+
+#[test]
+fn redis_py_cluster_client_runs_rate_limits_and_tagged_multi_key_commands() {
+    if !redis_py_installed("the redis-py cluster test") {
+        return;
+    }
+    let c = cluster();
+    let out = Command::new("python3")
+        .args(["-c", REDIS_PY, &c.ports[2].to_string()])
+        .output()
+        .expect("run python3");
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "nodes 3",
+        "get True",
+        "incr 1 2",
+        "tokenlease [4, 6, 0, 4000]",
+        "slidingwindow [1, 1, 9, 0]",
+        "mset True",
+        "mget [b'1', b'2']",
+        "del 2",
+        "client-crossslot refused",
+        "server-crossslot Keys in request don't hash to the same slot",
+        "info ok",
+    ] {
+        assert!(log.lines().any(|l| l == want), "{want:?} in\n{log}");
+    }
+    // The keys spread over every node.
+    for &p in &c.ports {
+        assert!(
+            matches!(call(p, &["DBSIZE"]), Some(Reply::Int(n)) if n > 5),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn a_newer_topology_file_moves_slots_and_older_or_broken_ones_are_ignored() {
+    if !tool_installed(
+        "redis-cli",
+        "--version",
+        "LEASEHOLD_REQUIRE_REDIS",
+        "the cluster reload test",
+    ) {
+        return;
+    }
+    let c = cluster();
+    let key = key_in("moving:", 0, 1000);
+    let version = |p: u16| call(p, &["LH.TOPOLOGY", "VERSION"]);
+    assert_eq!(call(c.ports[0], &["SET", &key, "here"]), Some(Reply::ok()));
+    // Version 2 hands 0-1000 to group 1.
+    publish(
+        &c.file,
+        &topology(2, &c.ports, "\"1001-5460\"", "\"0-1000\", \"5461-10922\""),
+    );
+    let moved = format!("MOVED {} 127.0.0.1:{}", slot(&key), c.ports[1]);
+    let took = wait_for("every node on version 2", Duration::from_secs(4), || {
+        c.ports.iter().all(|&p| version(p) == Some(Reply::Int(2)))
+    });
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert_eq!(
+        call(c.ports[0], &["GET", &key]).map(|r| text(&r)),
+        Some(moved.clone())
+    );
+    assert_eq!(
+        call(c.ports[2], &["GET", &key]).map(|r| text(&r)),
+        Some(moved.clone())
+    );
+    // Group 1 serves the slot now (the key stayed behind: no resharding yet).
+    assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::Nil));
+    assert_eq!(redis_cli_c(c.ports[0], &["SET", &key, "there"]), "OK");
+    assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::bulk("there")));
+    // An older version, then a broken file: each is refused, version 2 stays.
+    publish(
+        &c.file,
+        &topology(1, &c.ports, "\"0-5460\"", "\"5461-10922\""),
+    );
+    std::thread::sleep(Duration::from_millis(2200));
+    publish(
+        &c.file,
+        "version = 3\n[[group]]\nname = \"g0\"\nslots = [\"0-99999\"]\n",
+    );
+    std::thread::sleep(Duration::from_millis(2200));
+    for &p in &c.ports {
+        assert_eq!(version(p), Some(Reply::Int(2)), "{p}");
+    }
+    assert_eq!(
+        call(c.ports[0], &["GET", &key]).map(|r| text(&r)),
+        Some(moved)
+    );
+    let slots = text(&call(c.ports[2], &["CLUSTER", "NODES"]).unwrap());
+    assert!(slots.contains(" 0-1000 5461-10922\n"), "{slots}");
+}
