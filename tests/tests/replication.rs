@@ -485,3 +485,73 @@ fn pins_reach_a_replica_by_full_sync_and_by_stream() {
         "-ERR rate limit parameters of keys under 'w:' are pinned to SLIDINGWINDOW 5 1000\r\n"
     );
 }
+
+/// The replica class of `client-output-buffer-limit`: a replica that stops
+/// reading keeps its link while its unwritten stream stays under the limit
+/// (Redis's default: 256 MB hard, 64 MB for 60 s soft), and loses it once
+/// the stream passes a lower hard limit set at run time.
+#[test]
+fn a_replica_past_its_output_limit_loses_its_link() {
+    let primary = TestServer::start(2);
+    let mut p = primary.raw();
+    let connected = |p: &mut leasehold_tests::Raw| {
+        let info = p.call("INFO replication");
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .map(|n| n.trim().parse::<u32>().unwrap())
+            .unwrap()
+    };
+    // A replica that does the handshake, asks for a full sync, and stops
+    // reading.
+    let mut stuck = std::net::TcpStream::connect(primary.addr).unwrap();
+    use std::io::Write;
+    let mut hello = Vec::new();
+    hello.extend(resp(&[b"REPLCONF", b"capa", b"lh1"]));
+    hello.extend(resp(&[b"PSYNC", b"?", b"-1"]));
+    stuck.write_all(&hello).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connected(&mut p) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never registered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // `rounds` x 1 MB of stream.
+    let write = |p: &mut leasehold_tests::Raw, tag: &str, rounds: usize| {
+        let value = "v".repeat(200);
+        for chunk in 0..rounds {
+            let mut wire = Vec::new();
+            for i in 0..5000 {
+                let k = format!("{tag}{chunk}:{i}");
+                wire.extend(resp(&[b"SET", k.as_bytes(), value.as_bytes()]));
+            }
+            p.send(&wire);
+            for _ in 0..5000 {
+                p.read_text();
+            }
+        }
+    };
+    write(&mut p, "a", 12);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(connected(&mut p), 1, "12 MB is under the default limits");
+    assert_eq!(
+        p.call_args(&[
+            b"CONFIG",
+            b"SET",
+            b"client-output-buffer-limit",
+            b"replica 1mb 0 0"
+        ]),
+        "+OK\r\n"
+    );
+    write(&mut p, "b", 4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connected(&mut p) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica kept its link past 1 MB"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stuck);
+}

@@ -87,9 +87,10 @@ pub struct LimitsConfig {
     /// (`client-query-buffer-limit`); past it the connection is closed.
     pub client_query_buffer_limit: usize,
     /// Output limits per client class (`client-output-buffer-limit`), as
-    /// [`parse::OutputLimits::render`] writes them; the pub/sub and normal
-    /// classes are enforced ([`LimitsConfig::pubsub_output_limit`],
-    /// [`LimitsConfig::normal_output_limit`]), the replica class is not read.
+    /// [`parse::OutputLimits::render`] writes them; every class is enforced
+    /// ([`LimitsConfig::normal_output_limit`],
+    /// [`LimitsConfig::replica_output_limit`],
+    /// [`LimitsConfig::pubsub_output_limit`]).
     pub client_output_buffer_limit: String,
     /// `maxmemory`: past this many bytes allocated, commands that may
     /// allocate (`denyoom`) are refused with `-OOM` (Redis's `noeviction`
@@ -113,6 +114,13 @@ impl LimitsConfig {
     /// may hold unwritten before it is closed (none by default, as Redis).
     pub fn normal_output_limit(&self) -> parse::OutputLimit {
         self.output_limit(parse::OutputLimits::NORMAL)
+    }
+
+    /// The replica class's output limit: what a replica's stream may hold
+    /// unwritten before its link is dropped (Redis's default 256 MB hard,
+    /// 64 MB for 60 s soft, when the text names none).
+    pub fn replica_output_limit(&self) -> parse::OutputLimit {
+        self.output_limit(parse::OutputLimits::REPLICA)
     }
 
     fn output_limit(&self, class: usize) -> parse::OutputLimit {

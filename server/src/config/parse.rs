@@ -313,6 +313,8 @@ impl OutputLimits {
     pub const CLASSES: [&'static str; 3] = ["normal", "slave", "pubsub"];
     /// Index of the normal class.
     pub const NORMAL: usize = 0;
+    /// Index of the replica class.
+    pub const REPLICA: usize = 1;
     /// Index of the pub/sub class.
     pub const PUBSUB: usize = 2;
 

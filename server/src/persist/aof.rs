@@ -132,7 +132,10 @@ impl Writer {
                         &shared.repl.backlog,
                         from,
                         &out,
-                        BUFFER_LIMIT,
+                        |pending| {
+                            (pending > BUFFER_LIMIT)
+                                .then(|| format!("the output buffer passed {BUFFER_LIMIT} bytes"))
+                        },
                         usize::MAX,
                         true,
                         stop,

@@ -38,9 +38,30 @@ use crate::state::Shared;
 pub fn repl_timeout(shared: &Shared) -> Duration {
     Duration::from_secs(u64::from(shared.config.read().replication.repl_timeout))
 }
-/// Most stream bytes one replica's output buffer holds unwritten (Redis's
-/// hard `client-output-buffer-limit replica`, 256 MB).
-const OUTPUT_LIMIT: usize = 256 * 1024 * 1024;
+/// Why `pending` bytes of a replica's stream waiting unwritten break the
+/// `client-output-buffer-limit` replica class now (read at each look, so a
+/// CONFIG SET applies to links already up); `soft_since` is when the soft
+/// limit was passed.
+fn replica_over_limit(
+    shared: &Shared,
+    pending: usize,
+    soft_since: &mut Option<std::time::Instant>,
+) -> Option<String> {
+    let limit = shared.config.read().limits.replica_output_limit();
+    let now = std::time::Instant::now();
+    limit.exceeded(pending as u64, soft_since, now).then(|| {
+        match limit.hard > 0 && pending as u64 >= limit.hard {
+            true => format!(
+                "{pending} bytes waiting passed the hard limit of {}",
+                limit.hard
+            ),
+            false => format!(
+                "{pending} bytes waiting stayed over the soft limit of {} for {} s",
+                limit.soft, limit.soft_seconds
+            ),
+        }
+    })
+}
 
 /// What a sender starts from.
 #[derive(Debug)]
@@ -135,14 +156,23 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             // for a moment (loading a payload, a scheduling hiccup).
             let (alive_ref, out_ref, backlog) = (&alive, &out, &repl.backlog);
             let stop = move |_| stopped(shared, alive_ref, generation);
+            // A copier that fails (the output limit) ends the link at once:
+            // the writer may be blocked in a write to a replica that does
+            // not read.
+            let killer = w.try_clone()?;
             let copier = s.spawn(move || {
-                copy_stream(backlog, from, out_ref, OUTPUT_LIMIT, READ_MAX, false, stop).map_err(
-                    |e| {
-                        other(format!(
-                            "replica stream: {e} (client-output-buffer-limit replica)"
-                        ))
-                    },
-                )
+                let mut soft_since = None;
+                let over = |pending| replica_over_limit(shared, pending, &mut soft_since);
+                let copied = copy_stream(backlog, from, out_ref, over, READ_MAX, false, stop);
+                if copied.is_err() {
+                    alive_ref.store(false, Ordering::SeqCst);
+                    let _ = killer.shutdown(std::net::Shutdown::Both);
+                }
+                copied.map_err(|e| {
+                    other(format!(
+                        "replica stream: {e} (client-output-buffer-limit replica)"
+                    ))
+                })
             });
             let sent = (|| {
                 if let Some(cut) = cut {
@@ -157,7 +187,7 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             let copied = copier
                 .join()
                 .unwrap_or_else(|_| Err(other("the copier panicked")));
-            sent.and(copied)
+            copied.and(sent)
         })
     })();
     drop(following);

@@ -53,12 +53,13 @@ impl Outbuf {
 /// # Errors
 /// The backlog wrapped past the copier (it fell behind by more than the
 /// backlog in one wait: not expected), the stream restarted under it (a
-/// replica's full sync), or `out` passed `limit` bytes.
+/// replica's full sync), or `over` said why the bytes `out` holds unwritten
+/// break its limit (it is asked after each copy, with that count).
 pub fn copy_stream(
     backlog: &Backlog,
     from: u64,
     out: &Outbuf,
-    limit: usize,
+    mut over: impl FnMut(usize) -> Option<String>,
     max_read: usize,
     pinned: bool,
     stopped: impl Fn(u64) -> bool,
@@ -82,10 +83,11 @@ pub fn copy_stream(
             }
             let mut b = out.bytes.lock();
             b.extend_from_slice(&chunk);
-            if b.len() > limit {
-                return Err(format!("the output buffer passed {limit} bytes"));
-            }
+            let pending = b.len();
             drop(b);
+            if let Some(why) = over(pending) {
+                return Err(why);
+            }
             out.wake();
         }
         backlog.wait_past(pos, Duration::from_millis(100));
