@@ -134,6 +134,8 @@ pub struct PolicySet {
     /// The domain (prefixes every ledger key).
     pub domain: String,
     policies: Vec<Policy>,
+    /// Per policy, the names of the limits it replaces (`replaces`).
+    replaces: Vec<Vec<String>>,
     tree: Vec<Node>,
 }
 
@@ -199,6 +201,15 @@ struct RawRateLimit {
     requests_per_unit: Option<u64>,
     #[serde(default)]
     unlimited: bool,
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<RawReplaces>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplaces {
+    name: String,
 }
 
 fn err(path: &str, message: impl Into<String>) -> PolicyError {
@@ -236,6 +247,7 @@ impl PolicySet {
         let mut set = PolicySet {
             domain: raw.domain,
             policies: Vec::new(),
+            replaces: Vec::new(),
             tree: Vec::new(),
         };
         set.tree = set.load_level(&raw.descriptors, "descriptors", "")?;
@@ -278,6 +290,10 @@ impl PolicySet {
             };
             let policy = match &d.rate_limit {
                 Some(rl) if !rl.unlimited => Some(self.load_policy(d, rl, &here, &path)?),
+                Some(rl) if !rl.replaces.is_empty() => {
+                    let msg = "an unlimited descriptor replaces nothing (replaces needs a limit)";
+                    return Err(err(&format!("{here}.rate_limit.replaces"), msg));
+                }
                 // `unlimited: true`: matched, and never limited.
                 _ => {
                     let stray = d.burst.is_some()
@@ -379,8 +395,28 @@ impl PolicySet {
                 "must be at least 1",
             ));
         }
+        let name = match (&d.name, &rl.name) {
+            (Some(a), Some(b)) if a != b => {
+                let msg = format!("{b:?} contradicts the descriptor's name {a:?}");
+                return Err(err(&format!("{here}.rate_limit.name"), msg));
+            }
+            (Some(n), _) | (None, Some(n)) => n.clone(),
+            (None, None) => path.to_owned(),
+        };
+        let mut replaces = Vec::with_capacity(rl.replaces.len());
+        for (j, r) in rl.replaces.iter().enumerate() {
+            let at = format!("{here}.rate_limit.replaces[{j}].name");
+            if r.name.is_empty() {
+                return Err(err(&at, "must not be empty"));
+            }
+            if r.name == name {
+                return Err(err(&at, "must not name this limit itself"));
+            }
+            replaces.push(r.name.clone());
+        }
+        self.replaces.push(replaces);
         self.policies.push(Policy {
-            name: d.name.clone().unwrap_or_else(|| path.to_owned()),
+            name,
             requests_per_unit,
             unit,
             burst,
@@ -402,6 +438,16 @@ impl PolicySet {
     /// If `id` comes from another set.
     pub fn get(&self, id: PolicyId) -> &Policy {
         &self.policies[id.0]
+    }
+
+    /// The names of the limits policy `id` replaces (`rate_limit.replaces`):
+    /// in a request that matches it, a descriptor whose policy has one of
+    /// these names is not limited (envoyproxy/ratelimit's rule).
+    ///
+    /// # Panics
+    /// If `id` comes from another set.
+    pub fn replaces(&self, id: PolicyId) -> &[String] {
+        &self.replaces[id.0]
     }
 
     /// The policy named `name`.
@@ -444,6 +490,7 @@ impl PolicySet {
             .collect();
         PolicySet {
             domain: domain.to_owned(),
+            replaces: vec![Vec::new(); policies.len()],
             policies,
             tree,
         }
@@ -582,6 +629,38 @@ descriptors:
             "{msg}"
         );
         assert_eq!(load_err("domain: ''\n"), "domain: must not be empty");
+    }
+
+    #[test]
+    fn replaces_names_other_limits() {
+        let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n      name: general\n  - key: b\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n      replaces:\n        - name: general\n";
+        let set = PolicySet::from_yaml(text).unwrap();
+        let a = set.find(&[("a", "x")]).unwrap();
+        let b = set.find(&[("b", "x")]).unwrap();
+        assert_eq!(set.get(a).name, "general");
+        assert_eq!(set.get(b).name, "b");
+        assert_eq!(set.replaces(b), ["general".to_string()]);
+        assert!(set.replaces(a).is_empty());
+        let own = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}]}\n";
+        assert_eq!(
+            load_err(own),
+            "descriptors[0].rate_limit.replaces[0].name: must not name this limit itself"
+        );
+        let empty = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n";
+        assert_eq!(
+            load_err(empty),
+            "descriptors[0].rate_limit.replaces[0].name: must not be empty"
+        );
+        let unlimited = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, replaces: [{name: x}]}\n";
+        assert_eq!(
+            load_err(unlimited),
+            "descriptors[0].rate_limit.replaces: an unlimited descriptor replaces nothing (replaces needs a limit)"
+        );
+        let both = "domain: d\ndescriptors:\n  - key: a\n    name: one\n    rate_limit: {unit: second, requests_per_unit: 1, name: two}\n";
+        assert_eq!(
+            load_err(both),
+            "descriptors[0].rate_limit.name: \"two\" contradicts the descriptor's name \"one\""
+        );
     }
 
     #[test]

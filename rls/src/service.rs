@@ -170,6 +170,9 @@ pub async fn should_rate_limit(
         }
         plans.push(plan(domain, d, req.hits_addend));
     }
+    if let Some(domain) = domain {
+        drop_replaced(domain, &mut plans);
+    }
     // Charges first, in order, stopping at the first denial.
     let mut slots: Vec<Option<Verdict>> = plans.iter().map(|_| None).collect();
     let mut denied: Option<usize> = None;
@@ -232,6 +235,38 @@ pub async fn should_rate_limit(
         verdicts.push(v);
     }
     Ok(response(&verdicts, denied))
+}
+
+/// `replaces`, as envoyproxy/ratelimit applies it: a descriptor whose
+/// policy is named in the `replaces` of another descriptor's policy in the
+/// same request is not limited (OK, nothing charged or given back).
+fn drop_replaced(domain: &Domain, plans: &mut [Plan]) {
+    let replaced: Vec<&str> = plans
+        .iter()
+        .filter_map(Plan::policy)
+        .flat_map(|id| domain.set.replaces(id).iter().map(String::as_str))
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for plan in plans.iter_mut() {
+        if plan
+            .policy()
+            .is_some_and(|id| replaced.contains(&domain.policy(id).name.as_str()))
+        {
+            *plan = Plan::Unlimited;
+        }
+    }
+}
+
+impl Plan {
+    /// The policy it charges or gives back to.
+    fn policy(&self) -> Option<PolicyId> {
+        match self {
+            Plan::Unlimited => None,
+            Plan::Charge { id, .. } | Plan::Return { id, .. } => Some(*id),
+        }
+    }
 }
 
 /// The descriptor's policy, manager key and hits.

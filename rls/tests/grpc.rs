@@ -628,3 +628,47 @@ descriptors:
     })
     .await;
 }
+
+/// `replaces` (envoyproxy/ratelimit's): a request that matches a limit
+/// naming another in its `replaces` is not limited by that other one: the
+/// replaced descriptor is OK, with no limit, and nothing is charged to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_that_replaces_another_takes_its_place_in_the_request() {
+    let yaml = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 10, name: general }
+  - key: plan
+    value: gold
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+      replaces:
+        - name: general
+";
+    with_rls(yaml, |rls, _| async move {
+        let mut c = rls.client().await;
+        let gold = request(
+            "edge",
+            vec![desc(&[("user", "alice")]), desc(&[("plan", "gold")])],
+        );
+        for left in [99, 98, 97] {
+            let r = ask(&mut c, gold.clone()).await.unwrap();
+            assert_eq!(codes(&r), [(Code::Ok, 0), (Code::Ok, left)]);
+            assert!(r.statuses[0].current_limit.is_none(), "{r:?}");
+            let limit = r.statuses[1].current_limit.as_ref().unwrap();
+            assert_eq!(
+                (limit.name.as_str(), limit.requests_per_unit),
+                ("plan=gold", 100)
+            );
+        }
+        // Alone, alice's own limit applies, untouched by the three above.
+        let alone = request("edge", vec![desc(&[("user", "alice")])]);
+        let r = ask(&mut c, alone).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9)]);
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(limit.name, "general");
+    })
+    .await;
+}
