@@ -28,7 +28,7 @@ use leasehold_protocol::{Args, Protocol, Reply};
 
 use crate::commands::split::{cursor_shard, groups_complete, key_shards, split_by_shard};
 use crate::commands::transaction::runs_inside_multi;
-use crate::commands::{flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
+use crate::commands::{acl, flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
@@ -412,6 +412,14 @@ pub fn plan(
         count_rejected(worker, idx);
         multi::refuse(conn, pipe, e.reply());
         return Planned::Queued;
+    }
+    // ACL: one branch for a user that may do everything (see `commands/acl.rs`).
+    if !conn.unrestricted {
+        if let Err(e) = acl::check(&worker.shared, conn, idx, spec, &items) {
+            count_rejected(worker, idx);
+            multi::refuse(conn, pipe, e.reply());
+            return Planned::Queued;
+        }
     }
     if conn.monitor && spec.has(flags::READONLY | flags::WRITE) {
         count_rejected(worker, idx);

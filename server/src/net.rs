@@ -803,6 +803,7 @@ pub fn new_client(
         psub: AtomicUsize::new(0),
         monitor: AtomicBool::new(false),
         buffers: Default::default(),
+        user: Mutex::new("default".into()),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

@@ -119,6 +119,8 @@ impl ServerHandle {
 /// ([`std::io::ErrorKind::InvalidData`], the message says why).
 pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
     check_pins(&config)?;
+    // A bad ACL file refuses the start, naming its line.
+    let users = commands::acl::load_file_at_start(&config)?;
     let threads = config.threads().max(1);
     config.net.maxclients = fit_open_files(config.net.maxclients);
     let listener = bind(&config)?;
@@ -126,6 +128,9 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     warn_if_exposed(&config, &local_addr);
     let (polls, bells) = polls(threads)?;
     let shared = new_shared(&config, clock, local_addr, bells);
+    if let Some(users) = users {
+        *shared.acl.write() = users;
+    }
     let (mailboxes, receivers) = mailboxes(&shared);
     let metrics_addr = match config.net.metrics_port {
         0 => None,
@@ -284,6 +289,7 @@ pub fn new_shared(
         monitors: Default::default(),
         parcels: (0..threads).map(|_| Default::default()).collect(),
         scripts: crate::script::cache::ScriptCache::new(threads),
+        acl: RwLock::new(commands::acl::initial_users(config)),
     })
 }
 

@@ -266,6 +266,9 @@ pub struct ClientHandle {
     pub monitor: AtomicBool,
     /// Its buffers' sizes as its thread last saw them (CLIENT LIST).
     pub buffers: Buffers,
+    /// The ACL user it is authenticated as (CLIENT LIST `user`; ACL
+    /// DELUSER closes its connections).
+    pub user: Mutex<String>,
 }
 
 /// A connection's buffers, bytes, as CLIENT LIST names them, written by
@@ -472,6 +475,9 @@ pub struct Shared {
     /// Script bodies by SHA1 and each shard's script run state (SCRIPT
     /// LOAD, EVALSHA, BUSY, SCRIPT KILL).
     pub scripts: crate::script::cache::ScriptCache,
+    /// The ACL users and the ACL log. A change bumps `config_gen`, so
+    /// connections look their user up again.
+    pub acl: RwLock<crate::acl::Users>,
 }
 
 /// One value on its way out of a shard to another: only the transaction

@@ -9,6 +9,9 @@
 //! Families, each a file with its rows (`COMMANDS`) and handlers, in table
 //! order:
 //! - [`connection`]: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT;
+//! - [`acl`]: ACL and its subcommands, AUTH's login, the ACL categories and
+//!   the dispatcher's check of a restricted user (the rules are
+//!   [`crate::acl`]'s);
 //! - [`server`]: INFO, CONFIG, COMMAND, TIME, SHUTDOWN;
 //! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, TOUCH, RANDOMKEY, EXPIRE, PEXPIRE, EXPIREAT,
 //!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
@@ -60,6 +63,7 @@ use crate::error::OpError;
 use crate::session::ConnCtx;
 pub use crate::shard::ShardFn;
 
+pub mod acl;
 pub mod collection;
 pub mod config;
 pub mod connection;
@@ -310,7 +314,21 @@ pub struct Table {
 impl Table {
     fn build() -> Table {
         let mut commands = Vec::new();
-        for family in [
+        for family in families() {
+            commands.extend_from_slice(family);
+        }
+        let by_name = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_bytes(), i))
+            .collect();
+        Table { commands, by_name }
+    }
+}
+
+/// Every family's rows, in table order.
+pub fn families() -> [&'static [CommandSpec]; 18] {
+    [
             connection::COMMANDS,
             server::COMMANDS,
             keys::COMMANDS,
@@ -328,17 +346,11 @@ impl Table {
             hashes::COMMANDS,
             sets::COMMANDS,
             zsets::COMMANDS,
-        ] {
-            commands.extend_from_slice(family);
-        }
-        let by_name = commands
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.name.as_bytes(), i))
-            .collect();
-        Table { commands, by_name }
-    }
+            acl::COMMANDS,
+    ]
+}
 
+impl Table {
     /// Looks up a command by name, ignoring ASCII case. No allocation.
     pub fn lookup(&self, name: &[u8]) -> Option<(usize, &CommandSpec)> {
         let mut buf = [0u8; 32];
