@@ -14,7 +14,9 @@
 //! since, where a new rule first drops an earlier rule of the same name
 //! (and `+cmd` its `cmd|sub` rules), and is itself kept only when the
 //! rules without it would not already give the same permissions
-//! (`+get -get` shows as `-@all`; `+@read -get` keeps `-get`).
+//! (`+get -get` shows as `-@all`; `+@read -get` keeps `-get`). Redis 7.0
+//! rebuilds the single commands of that list from its bits, in its hash
+//! table's order: the same words, in another order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,6 +74,10 @@ pub trait Catalog {
     fn subs(&self, id: usize) -> std::ops::Range<usize>;
     /// The category bits of an id.
     fn categories(&self, id: usize) -> u64;
+    /// The name of an id.
+    fn name(&self, id: usize) -> &str;
+    /// The container of a subcommand's id (`None` for a command).
+    fn parent(&self, id: usize) -> Option<usize>;
 }
 
 /// Why a rule was refused; [`RuleError::text`] is Redis's wording.
@@ -823,6 +829,12 @@ mod tests {
                 0..0
             }
         }
+        fn name(&self, id: usize) -> &str {
+            NAMES[id]
+        }
+        fn parent(&self, id: usize) -> Option<usize> {
+            (id >= 4).then_some(2)
+        }
         fn categories(&self, id: usize) -> u64 {
             match id {
                 0 => cat("read") | cat("string") | cat("fast"),
@@ -870,6 +882,7 @@ mod tests {
         assert_eq!(line("+get -get"), "-@all");
         assert_eq!(line("+@read -get"), "-@all +@read -get");
         assert_eq!(line("+@all -@string +get"), "+@all -@string +get");
+        assert_eq!(line("+@read +@write -@read"), "-@all +@write");
         assert_eq!(line("+@string -get +get"), "-@all +@string");
         assert_eq!(line("-get"), "-@all");
         assert_eq!(line("+@all -get +@all"), "+@all");

@@ -70,6 +70,7 @@ pub struct TableCatalog {
     by_name: hashbrown::HashMap<String, usize>,
     cats: Vec<u64>,
     subs: Vec<std::ops::Range<usize>>,
+    parents: Vec<Option<usize>>,
 }
 
 impl Catalog for TableCatalog {
@@ -85,14 +86,15 @@ impl Catalog for TableCatalog {
     fn categories(&self, id: usize) -> u64 {
         self.cats[id]
     }
+    fn name(&self, id: usize) -> &str {
+        &self.names[id]
+    }
+    fn parent(&self, id: usize) -> Option<usize> {
+        self.parents[id]
+    }
 }
 
 impl TableCatalog {
-    /// The name of an id (`get`, `config|get`).
-    pub fn name(&self, id: usize) -> &str {
-        &self.names[id]
-    }
-
     /// The id a request runs as: its row's, or for a container its
     /// subcommand's when that has one.
     pub fn request_id(&self, idx: usize, items: &[Bytes]) -> usize {
@@ -113,7 +115,10 @@ impl TableCatalog {
 
 fn family_category(family: &[CommandSpec]) -> u64 {
     use super::*;
-    let is = |f: &[CommandSpec]| std::ptr::eq(f, family);
+    // The rows are constants (copied where used): a family is known by its
+    // first row's name.
+    let first = |f: &[CommandSpec]| f.first().map(|c| c.name);
+    let is = |f: &[CommandSpec]| first(f) == first(family);
     if is(connection::COMMANDS) {
         cat("connection")
     } else if is(keys::COMMANDS) || is(moves::COMMANDS) {
@@ -187,6 +192,7 @@ pub fn catalog() -> &'static TableCatalog {
             .map(|c| row_categories(c, by_family.get(c.name).copied().unwrap_or(0)))
             .collect();
         let mut subs = vec![0..0; names.len()];
+        let mut parents = vec![None; names.len()];
         for (parent, list) in SUBCOMMANDS {
             let Some((p, _)) = t.lookup(parent.as_bytes()) else {
                 continue;
@@ -200,6 +206,7 @@ pub fn catalog() -> &'static TableCatalog {
                 }
                 names.push(full);
                 cats.push(c);
+                parents.push(Some(p));
             }
             subs[p] = start..names.len();
         }
@@ -209,6 +216,7 @@ pub fn catalog() -> &'static TableCatalog {
             by_name,
             cats,
             subs,
+            parents,
         }
     })
 }
@@ -655,10 +663,9 @@ fn acl_log_cmd(ctx: &mut ConnCtx<'_>, arg: Option<&Bytes>) -> Result<Reply, OpEr
             with_log(ctx.shared, |l| l.clear());
             return Ok(Reply::ok());
         }
-        count = leasehold_protocol::int::parse_i64(a)
-            .filter(|n| *n >= 0)
-            .ok_or(OpError::Acl("value is out of range, must be positive".into()))?
-            as usize;
+        // A negative count shows every entry, as Redis 7.0 does.
+        let n = leasehold_protocol::int::parse_i64(a).ok_or(OpError::NotInteger)?;
+        count = usize::try_from(n).unwrap_or(usize::MAX);
     }
     let entries = with_log(ctx.shared, |l| l.iter().take(count).cloned().collect::<Vec<_>>());
     Ok(Reply::Array(
