@@ -394,7 +394,7 @@ pub fn plan(
     at: &mut At<'_>,
     conn: &mut ConnState,
     pipe: &mut Pipeline,
-    items: Vec<Bytes>,
+    mut items: Vec<Bytes>,
 ) -> Planned {
     let worker = at.worker;
     let t = table();
@@ -441,6 +441,9 @@ pub fn plan(
     if conn.tx.multi.is_some() && !runs_inside_multi(spec) {
         multi::queue(worker, conn, pipe, idx, spec, items);
         return Planned::Queued;
+    }
+    if !conn.unrestricted {
+        acl::mark_script_caller(idx, &mut items, conn);
     }
     let shards = worker.shared.shards;
     let args = Args::new(items);

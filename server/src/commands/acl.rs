@@ -357,6 +357,71 @@ fn with_log<R>(shared: &Shared, f: impl FnOnce(&mut VecDeque<LogEntry>) -> R) ->
     f(&mut shared.acl.write().log)
 }
 
+/// Marks the end of a restricted user's script request, after the user's
+/// name: the script's `redis.call`s are checked against that user
+/// ([`script_caller`]). A client cannot forge it: the mark is recognised
+/// by its address, this static's, not by its bytes.
+static CALLER_MARK: &[u8] = b"acl-caller";
+
+/// Appends the user's name and the mark to a script request (EVAL and its
+/// siblings) of a restricted user; the script sees neither.
+pub fn mark_script_caller(idx: usize, items: &mut Vec<Bytes>, conn: &ConnState) {
+    if super::scripting::is_script(idx) && marked(items) == 0 {
+        items.push(Bytes::from(conn.user.name.clone()));
+        items.push(Bytes::from_static(CALLER_MARK));
+    }
+}
+
+/// How many items at the end of `all` are a caller's mark (0 or 2).
+pub fn marked(all: &[Bytes]) -> usize {
+    match all.last() {
+        Some(b) if b.as_ptr() == CALLER_MARK.as_ptr() && all.len() >= 2 => 2,
+        _ => 0,
+    }
+}
+
+/// The user a marked script request runs as: `None` when not marked
+/// (anyone may call anything), `Some(None)` when the user is gone.
+pub fn script_caller(
+    users: &parking_lot::RwLock<Users>,
+    all: &[Bytes],
+) -> Option<Option<std::sync::Arc<User>>> {
+    if marked(all) == 0 {
+        return None;
+    }
+    let name = text(&all[all.len() - 2]);
+    Some(users.read().get(&name).cloned())
+}
+
+/// The refusal of a script's `redis.call` to its caller, in Redis 7.0's
+/// words (the script layer adds where the script failed).
+///
+/// # Errors
+/// The refusal.
+pub fn script_denial(
+    caller: &Option<std::sync::Arc<User>>,
+    idx: usize,
+    spec: &CommandSpec,
+    argv: &[Bytes],
+) -> Result<(), OpError> {
+    let denied = match caller {
+        None => Some(Denial::Command(spec.name.to_string())),
+        Some(u) => denial(u, idx, spec, argv),
+    };
+    match denied {
+        None => Ok(()),
+        Some(Denial::Command(_)) => Err(OpError::Acl(
+            "The user executing the script can't run this command or subcommand".into(),
+        )),
+        Some(Denial::Key(_)) => Err(OpError::Acl(
+            "The user executing the script can't access at least one of the keys mentioned in the command arguments".into(),
+        )),
+        Some(Denial::Channel(_)) => Err(OpError::Acl(
+            "The user executing the script can't publish to the channel mentioned in the command".into(),
+        )),
+    }
+}
+
 fn log_denial(
     shared: &Shared,
     conn: &ConnState,
