@@ -245,7 +245,9 @@ fn read_file(config: &Config) -> Result<Users, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("Error loading ACLs, opening file '{path}': {e}"))?;
     Users::parse_file(&text, &config.security.requirepass, catalog())
-        .map_err(|(line, why)| format!("{path}:{line}: {why}."))
+        .map_err(|(line, why)| {
+            format!("{path}:{line}: {why}. WARNING: ACL errors detected, no change to the previously active ACL rules was performed")
+        })
 }
 
 /// Why a request is refused to a user.
@@ -558,7 +560,7 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             };
             let bulks = |v: Vec<String>| Reply::Array(v.into_iter().map(Reply::bulk).collect());
             Ok(Reply::Map(vec![
-                (Reply::bulk("flags"), bulks(u.flags().iter().map(|f| f.to_string()).collect())),
+                (Reply::bulk("flags"), Reply::Set(u.flags().iter().map(Reply::bulk).collect())),
                 (Reply::bulk("passwords"), bulks(u.passwords.clone())),
                 (Reply::bulk("commands"), Reply::bulk(u.describe_commands())),
                 (Reply::bulk("keys"), Reply::bulk(u.describe_keys())),
