@@ -218,7 +218,8 @@ impl User {
     pub fn default_user(requirepass: &str, cat: &dyn Catalog) -> User {
         let mut u = User::new("default", cat);
         for r in ["on", "~*", "&*", "+@all"] {
-            u.apply(r.as_bytes(), cat).expect("the default user's rules");
+            u.apply(r.as_bytes(), cat)
+                .expect("the default user's rules");
         }
         u.set_requirepass(requirepass);
         u
@@ -288,9 +289,9 @@ impl User {
             return true;
         }
         let hash = sha256_hex(pass);
-        self.passwords
-            .iter()
-            .fold(false, |found, h| found | same_bytes(h.as_bytes(), hash.as_bytes()))
+        self.passwords.iter().fold(false, |found, h| {
+            found | same_bytes(h.as_bytes(), hash.as_bytes())
+        })
     }
 
     fn set_bit(&mut self, id: usize, on: bool) {
@@ -364,7 +365,8 @@ impl User {
             n != name && !(!name.starts_with('@') && n.starts_with(&sub_prefix))
         });
         if self.rebuild(&self.rules, cat) != self.allowed {
-            self.rules.push(format!("{}{name}", if on { '+' } else { '-' }));
+            self.rules
+                .push(format!("{}{name}", if on { '+' } else { '-' }));
         }
         Ok(())
     }
@@ -414,7 +416,12 @@ impl User {
         Ok(())
     }
 
-    fn apply_valued(&mut self, rule: &[u8], text: &str, cat: &dyn Catalog) -> Result<(), RuleError> {
+    fn apply_valued(
+        &mut self,
+        rule: &[u8],
+        text: &str,
+        cat: &dyn Catalog,
+    ) -> Result<(), RuleError> {
         match rule.first() {
             Some(b'>') => {
                 let h = sha256_hex(&rule[1..]);
@@ -448,7 +455,10 @@ impl User {
             }
             Some(b'~') => self.key_pattern(&rule[1..], true, true)?,
             Some(b'%') => {
-                let tilde = rule.iter().position(|&b| b == b'~').ok_or(RuleError::Syntax)?;
+                let tilde = rule
+                    .iter()
+                    .position(|&b| b == b'~')
+                    .ok_or(RuleError::Syntax)?;
                 let (mut read, mut write) = (false, false);
                 for &b in &rule[1..tilde] {
                     match b.to_ascii_uppercase() {
@@ -580,7 +590,11 @@ pub fn valid_name(name: &[u8]) -> bool {
 }
 
 fn valid_hash(h: &[u8]) -> Result<String, RuleError> {
-    if h.len() != 64 || !h.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+    if h.len() != 64
+        || !h
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    {
         return Err(RuleError::BadHash);
     }
     Ok(String::from_utf8_lossy(h).into_owned())
@@ -717,9 +731,12 @@ impl Users {
                 ));
             }
             let rules: Vec<&[u8]> = words[2..].iter().map(|w| w.as_bytes()).collect();
-            users
-                .set_user(name, &rules, cat)
-                .map_err(|(r, e)| (n, format!("Error in applying operation '{r}': {}", e.text())))?;
+            users.set_user(name, &rules, cat).map_err(|(r, e)| {
+                (
+                    n,
+                    format!("Error in applying operation '{r}': {}", e.text()),
+                )
+            })?;
         }
         if !users.map.contains_key("default") {
             users.map.insert(
@@ -814,7 +831,14 @@ mod tests {
     /// A catalog of five commands: get (read string fast), set (write
     /// string), config (admin, subcommands get and set), tokenlease.
     struct Cat;
-    const NAMES: [&str; 6] = ["get", "set", "config", "tokenlease", "config|get", "config|set"];
+    const NAMES: [&str; 6] = [
+        "get",
+        "set",
+        "config",
+        "tokenlease",
+        "config|get",
+        "config|set",
+    ];
     impl Catalog for Cat {
         fn ids(&self) -> usize {
             NAMES.len()
@@ -918,12 +942,18 @@ mod tests {
             u.describe(),
             "user u on #2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b ~rl:* %R~ro:* resetchannels &chan* -@all +config|get"
         );
-        assert_eq!(user("").unwrap().describe(), "user u off resetchannels -@all");
+        assert_eq!(
+            user("").unwrap().describe(),
+            "user u off resetchannels -@all"
+        );
         assert_eq!(
             user("reset").unwrap().describe(),
             "user u off sanitize-payload resetchannels -@all"
         );
-        assert_eq!(user("%RW~a %W~b %R~c").unwrap().describe_keys(), "~a %W~b %R~c");
+        assert_eq!(
+            user("%RW~a %W~b %R~c").unwrap().describe_keys(),
+            "~a %W~b %R~c"
+        );
         assert_eq!(user("bogus"), Err(RuleError::Syntax));
         assert_eq!(user("+nosuch"), Err(RuleError::Unknown));
         assert_eq!(user("+@nosuch"), Err(RuleError::Unknown));
@@ -945,6 +975,11 @@ mod tests {
         let err = Users::parse_file(bad, "", &Cat).unwrap_err();
         assert_eq!(err.0, 2);
         assert!(err.1.contains("+nosuch"), "{}", err.1);
-        assert_eq!(Users::parse_file("user a\nuser a\n", "", &Cat).unwrap_err().0, 2);
+        assert_eq!(
+            Users::parse_file("user a\nuser a\n", "", &Cat)
+                .unwrap_err()
+                .0,
+            2
+        );
     }
 }

@@ -38,26 +38,65 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 /// The subcommands that have ids of their own, by container.
 const SUBCOMMANDS: &[(&str, &[&str])] = &[
-    ("acl", &["cat", "deluser", "dryrun", "genpass", "getuser", "help", "list", "load", "log", "save", "setuser", "users", "whoami"]),
-    ("client", &["getname", "help", "id", "info", "kill", "list", "no-evict", "no-touch", "setinfo", "setname"]),
-    ("command", &["count", "docs", "getkeys", "help", "info", "list"]),
+    (
+        "acl",
+        &[
+            "cat", "deluser", "dryrun", "genpass", "getuser", "help", "list", "load", "log",
+            "save", "setuser", "users", "whoami",
+        ],
+    ),
+    (
+        "client",
+        &[
+            "getname", "help", "id", "info", "kill", "list", "no-evict", "no-touch", "setinfo",
+            "setname",
+        ],
+    ),
+    (
+        "command",
+        &["count", "docs", "getkeys", "help", "info", "list"],
+    ),
     ("config", &["get", "help", "resetstat", "rewrite", "set"]),
-    ("memory", &["doctor", "help", "malloc-stats", "purge", "stats", "usage"]),
-    ("object", &["encoding", "freq", "help", "idletime", "refcount"]),
+    (
+        "memory",
+        &["doctor", "help", "malloc-stats", "purge", "stats", "usage"],
+    ),
+    (
+        "object",
+        &["encoding", "freq", "help", "idletime", "refcount"],
+    ),
     ("pubsub", &["channels", "help", "numpat", "numsub"]),
     ("script", &["exists", "flush", "help", "kill", "load"]),
 ];
 
 /// Subcommands of containers that are not administrative that are.
 const ADMIN_SUBS: &[&str] = &[
-    "acl|deluser", "acl|dryrun", "acl|genpass", "acl|getuser", "acl|list", "acl|load",
-    "acl|log", "acl|save", "acl|setuser", "acl|users", "client|kill", "client|list",
+    "acl|deluser",
+    "acl|dryrun",
+    "acl|genpass",
+    "acl|getuser",
+    "acl|list",
+    "acl|load",
+    "acl|log",
+    "acl|save",
+    "acl|setuser",
+    "acl|users",
+    "client|kill",
+    "client|list",
     "client|no-evict",
 ];
 
 /// Commands in `@dangerous` beyond the `ADMIN` rows.
 const DANGEROUS: &[&str] = &[
-    "keys", "flushall", "flushdb", "info", "client", "role", "lh.restore", "sort", "migrate",
+    "keys",
+    "flushall",
+    "flushdb",
+    "info",
+    "client",
+    "role",
+    "lh.restore",
+    "sort",
+    "migrate",
 ];
 
 /// Commands in `@keyspace` beyond the `keys` and `moves` families.
@@ -156,7 +195,11 @@ fn row_categories(spec: &CommandSpec, family: u64) -> u64 {
     if spec.has(READONLY) {
         c |= cat("read");
     }
-    c |= if spec.has(FAST) { cat("fast") } else { cat("slow") };
+    c |= if spec.has(FAST) {
+        cat("fast")
+    } else {
+        cat("slow")
+    };
     if spec.has(ADMIN) {
         c |= cat("admin") | cat("dangerous");
     }
@@ -210,7 +253,11 @@ pub fn catalog() -> &'static TableCatalog {
             }
             subs[p] = start..names.len();
         }
-        let by_name = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        let by_name = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
         TableCatalog {
             names,
             by_name,
@@ -313,7 +360,10 @@ pub fn denial(user: &User, idx: usize, spec: &CommandSpec, items: &[Bytes]) -> O
         (_, true) => (true, false),
         _ => (true, true),
     };
-    if let Some(p) = spec.keys_in(items).find(|&p| !user.key_ok(&items[p], read, write)) {
+    if let Some(p) = spec
+        .keys_in(items)
+        .find(|&p| !user.key_ok(&items[p], read, write))
+    {
         return Some(Denial::Key(items[p].clone()));
     }
     let channels: &[Bytes] = match spec.name {
@@ -339,6 +389,11 @@ pub fn check(
     spec: &CommandSpec,
     items: &[Bytes],
 ) -> Result<(), OpError> {
+    // The replication link applies its primary's stream whatever the
+    // default user may do.
+    if conn.is_link() {
+        return Ok(());
+    }
     let Some(d) = denial(&conn.user, idx, spec, items) else {
         return Ok(());
     };
@@ -368,7 +423,7 @@ static CALLER_MARK: &[u8] = b"acl-caller";
 /// Appends the user's name and the mark to a script request (EVAL and its
 /// siblings) of a restricted user; the script sees neither.
 pub fn mark_script_caller(idx: usize, items: &mut Vec<Bytes>, conn: &ConnState) {
-    if super::scripting::is_script(idx) && marked(items) == 0 {
+    if super::scripting::is_script(idx) && marked(items) == 0 && !conn.is_link() {
         items.push(Bytes::from(conn.user.name.clone()));
         items.push(Bytes::from_static(CALLER_MARK));
     }
@@ -490,7 +545,14 @@ pub fn login(ctx: &mut ConnCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<
             let now = ctx.shared.clock.now().mono_ms;
             ctx.shared.counters.auth_failed(&addr, now);
             let context = "toplevel";
-            log_denial(ctx.shared, ctx.conn, "auth", context, Bytes::from_static(b"AUTH"), &name);
+            log_denial(
+                ctx.shared,
+                ctx.conn,
+                "auth",
+                context,
+                Bytes::from_static(b"AUTH"),
+                &name,
+            );
             Err(OpError::WrongPass)
         }
     }
@@ -529,7 +591,9 @@ fn text(b: &[u8]) -> String {
 fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let sent = text(&a.all()[1]);
     let sub = a.word()?;
-    let rest: Vec<Bytes> = (0..a.remaining()).map(|_| a.next()).collect::<Result<_, _>>()?;
+    let rest: Vec<Bytes> = (0..a.remaining())
+        .map(|_| a.next())
+        .collect::<Result<_, _>>()?;
     let cat = catalog();
     match (sub.as_str(), rest.len()) {
         ("SETUSER", 1..) => {
@@ -560,7 +624,10 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             };
             let bulks = |v: Vec<String>| Reply::Array(v.into_iter().map(Reply::bulk).collect());
             Ok(Reply::Map(vec![
-                (Reply::bulk("flags"), Reply::Set(u.flags().iter().map(Reply::bulk).collect())),
+                (
+                    Reply::bulk("flags"),
+                    Reply::Set(u.flags().iter().map(Reply::bulk).collect()),
+                ),
                 (Reply::bulk("passwords"), bulks(u.passwords.clone())),
                 (Reply::bulk("commands"), Reply::bulk(u.describe_commands())),
                 (Reply::bulk("keys"), Reply::bulk(u.describe_keys())),
@@ -574,8 +641,10 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 return Err(OpError::Acl("The 'default' user cannot be removed".into()));
             }
             let mut users = ctx.shared.acl.write();
-            let gone: Vec<String> =
-                names.into_iter().filter(|n| users.map.remove(n).is_some()).collect();
+            let gone: Vec<String> = names
+                .into_iter()
+                .filter(|n| users.map.remove(n).is_some())
+                .collect();
             drop(users);
             kill_users(ctx.shared, &gone);
             if gone.contains(&ctx.conn.user.name) {
@@ -585,7 +654,13 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             Ok(Reply::Int(gone.len() as i64))
         }
         ("LIST", 0) => Ok(Reply::Array(
-            ctx.shared.acl.read().describe().into_iter().map(Reply::bulk).collect(),
+            ctx.shared
+                .acl
+                .read()
+                .describe()
+                .into_iter()
+                .map(Reply::bulk)
+                .collect(),
         )),
         ("USERS", 0) => Ok(Reply::Array(
             ctx.shared.acl.read().map.keys().map(Reply::bulk).collect(),
@@ -613,7 +688,10 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             };
             drop(users);
             let Some((idx, spec)) = table().lookup(&rest[1]) else {
-                return Err(OpError::Acl(format!("Command '{}' not found", text(&rest[1]))));
+                return Err(OpError::Acl(format!(
+                    "Command '{}' not found",
+                    text(&rest[1])
+                )));
             };
             if !spec.arity_ok(rest.len() - 1) {
                 return Err(crate::error::OpError::Arity(spec.name));
@@ -638,7 +716,9 @@ fn acl(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             };
             Ok(Reply::bulk(random_hex(bits.div_ceil(4))))
         }
-        ("HELP", 0) => Ok(Reply::Array(HELP.iter().map(|l| Reply::simple(l)).collect())),
+        ("HELP", 0) => Ok(Reply::Array(
+            HELP.iter().map(|l| Reply::simple(l)).collect(),
+        )),
         (
             "SETUSER" | "GETUSER" | "DELUSER" | "LIST" | "USERS" | "WHOAMI" | "CAT" | "LOAD"
             | "SAVE" | "LOG" | "DRYRUN" | "GENPASS" | "HELP",
@@ -734,7 +814,9 @@ fn acl_log_cmd(ctx: &mut ConnCtx<'_>, arg: Option<&Bytes>) -> Result<Reply, OpEr
         let n = leasehold_protocol::int::parse_i64(a).ok_or(OpError::NotInteger)?;
         count = usize::try_from(n).unwrap_or(usize::MAX);
     }
-    let entries = with_log(ctx.shared, |l| l.iter().take(count).cloned().collect::<Vec<_>>());
+    let entries = with_log(ctx.shared, |l| {
+        l.iter().take(count).cloned().collect::<Vec<_>>()
+    });
     Ok(Reply::Array(
         entries
             .into_iter()
@@ -774,7 +856,6 @@ fn random_hex(n: usize) -> String {
     s
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -796,6 +877,9 @@ mod tests {
             let cats = c.categories(id(spec.name));
             assert!(cats & (cat("fast") | cat("slow")) != 0, "{}", spec.name);
         }
-        assert_eq!(c.request_id(id("config"), &[Bytes::from("CONFIG"), Bytes::from("GET")]), id("config|get"));
+        assert_eq!(
+            c.request_id(id("config"), &[Bytes::from("CONFIG"), Bytes::from("GET")]),
+            id("config|get")
+        );
     }
 }
