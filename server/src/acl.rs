@@ -362,7 +362,8 @@ impl User {
         let sub_prefix = format!("{name}|");
         self.rules.retain(|r| {
             let n = &r[1..];
-            n != name && !(!name.starts_with('@') && n.starts_with(&sub_prefix))
+            // `+cmd` also drops the `cmd|sub` rules before it.
+            n != name && (name.starts_with('@') || !n.starts_with(&sub_prefix))
         });
         if self.rebuild(&self.rules, cat) != self.allowed {
             self.rules

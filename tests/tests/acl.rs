@@ -241,11 +241,13 @@ on_1_and_2_threads! {
         assert_eq!(err, format!("-ERR {}:2: Error in applying operation '+nosuch': Unknown command or category name in ACL. WARNING: ACL errors detected, no change to the previously active ACL rules was performed\r\n", path.display()));
         assert_eq!(admin.call("ACL USERS"), "*2\r\n$7\r\ndefault\r\n$2\r\ngw\r\n");
         let refused = leasehold_server::start(config.clone(), Arc::new(SystemClock::new()));
-        let msg = refused.err().expect("a bad ACL file refuses the start").to_string();
+        let Err(e) = refused else { panic!("a bad ACL file refuses the start") };
+        let msg = e.to_string();
         assert!(msg.contains(&format!("{}:2:", path.display())) && msg.contains("+nosuch"), "{msg}");
         config.security.aclfile = dir.join("missing.acl").display().to_string();
         let refused = leasehold_server::start(config, Arc::new(SystemClock::new()));
-        assert!(refused.err().expect("a missing ACL file refuses the start").to_string().contains("missing.acl"));
+        let Err(e) = refused else { panic!("a missing ACL file refuses the start") };
+        assert!(e.to_string().contains("missing.acl"), "{e}");
     }
 
     fn gateway_with_redis_cli_and_redis_py(threads) {
