@@ -526,9 +526,11 @@ fn log_denial(
 /// configured` error.
 pub fn login(ctx: &mut ConnCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
     let name = String::from_utf8_lossy(user.unwrap_or(b"default")).into_owned();
+    // The configuration's lock is never held while the users' is taken.
+    let requirepass = ctx.shared.config.read().security.requirepass.clone();
     let found = {
         let mut users = ctx.shared.acl.write();
-        users.sync_requirepass(&ctx.shared.config.read().security.requirepass);
+        users.sync_requirepass(&requirepass);
         users.get(&name).cloned()
     };
     if user.is_none() && found.as_ref().is_some_and(|u| u.nopass) {
