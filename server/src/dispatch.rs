@@ -29,7 +29,7 @@ use leasehold_protocol::{Args, Protocol, Reply};
 use crate::cluster::{ClusterState, Route as SlotRoute};
 use crate::commands::split::{cursor_shard, groups_complete, key_shards, split_by_shard};
 use crate::commands::transaction::runs_inside_multi;
-use crate::commands::{flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
+use crate::commands::{acl, flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
 use crate::error::{unknown_command, wrong_arity, OpError};
 use crate::session::{ConnCtx, ConnState};
 use crate::shard::{Answer, Direct, Job, Msg, ShardFn, Worker};
@@ -395,7 +395,7 @@ pub fn plan(
     at: &mut At<'_>,
     conn: &mut ConnState,
     pipe: &mut Pipeline,
-    items: Vec<Bytes>,
+    mut items: Vec<Bytes>,
 ) -> Planned {
     let worker = at.worker;
     let t = table();
@@ -413,6 +413,14 @@ pub fn plan(
         count_rejected(worker, idx);
         multi::refuse(conn, pipe, e.reply());
         return Planned::Queued;
+    }
+    // ACL: one branch for a user that may do everything (see `commands/acl.rs`).
+    if !conn.unrestricted {
+        if let Err(e) = acl::check(&worker.shared, conn, idx, spec, &items) {
+            count_rejected(worker, idx);
+            multi::refuse(conn, pipe, e.reply());
+            return Planned::Queued;
+        }
     }
     if conn.monitor && spec.has(flags::READONLY | flags::WRITE) {
         count_rejected(worker, idx);
@@ -443,6 +451,9 @@ pub fn plan(
     if conn.tx.multi.is_some() && !runs_inside_multi(spec) {
         multi::queue(worker, conn, pipe, idx, spec, items);
         return Planned::Queued;
+    }
+    if !conn.unrestricted {
+        acl::mark_script_caller(idx, &mut items, conn);
     }
     let shards = worker.shared.shards;
     let args = Args::new(items);

@@ -155,6 +155,18 @@ pub enum OpError {
     NoSuchUser(String),
     /// `ERR No such client` (CLIENT KILL addr).
     NoSuchClient,
+    /// `NOPERM this user has no permissions to run the '<command>' command`
+    /// (the name lower case, `container|sub` for a subcommand).
+    NoPermCommand(String),
+    /// `NOPERM this user has no permissions to access one of the keys used
+    /// as arguments`
+    NoPermKey,
+    /// `NOPERM this user has no permissions to access one of the channels
+    /// used as arguments`
+    NoPermChannel,
+    /// `ERR <text>`: an ACL command's refusal, worded by `crate::acl` or
+    /// `commands/acl.rs` as Redis words it.
+    Acl(String),
     /// `ERR client-id should be greater than 0` (CLIENT KILL ID).
     ClientIdNotPositive,
     /// `ERR Unknown option or number of arguments for CONFIG SET - '<name>'`
@@ -446,6 +458,16 @@ impl OpError {
             }
             OpError::InvalidClientId => Reply::err("ERR Invalid client ID"),
             OpError::NoSuchClient => Reply::err("ERR No such client"),
+            OpError::NoPermCommand(c) => err_echoing_input(format!(
+                "NOPERM this user has no permissions to run the '{c}' command"
+            )),
+            OpError::NoPermKey => Reply::err(
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+            ),
+            OpError::NoPermChannel => Reply::err(
+                "NOPERM this user has no permissions to access one of the channels used as arguments",
+            ),
+            OpError::Acl(text) => err_echoing_input(format!("ERR {text}")),
             OpError::NoSuchUser(u) => err_echoing_input(format!("ERR No such user '{u}'")),
             OpError::ClientIdNotPositive => Reply::err("ERR client-id should be greater than 0"),
             OpError::ConfigSetUnknown(name) => err_echoing_input(format!(
@@ -586,13 +608,16 @@ impl OpError {
                 | OpError::UnknownSubcommand { .. }
                 | OpError::SubscribedContext(_)
                 | OpError::MonitorKeyspace
+                | OpError::NoPermCommand(_)
+                | OpError::NoPermKey
+                | OpError::NoPermChannel
         )
     }
 }
 
 /// Every error code (the first word of an error reply) the server sends, for
 /// INFO errorstats (`errorstat_<CODE>:count=N`); counters are indexed alike.
-pub const ERROR_CODES: [&str; 15] = [
+pub const ERROR_CODES: [&str; 16] = [
     "ERR",
     "WRONGTYPE",
     "NOAUTH",
@@ -608,6 +633,7 @@ pub const ERROR_CODES: [&str; 15] = [
     "NOSCRIPT",
     "NOTBUSY",
     "UNKILLABLE",
+    "NOPERM",
 ];
 
 /// The index in [`ERROR_CODES`] of an error reply's code, `None` for another

@@ -27,6 +27,7 @@
 //!   replication::outbuf   a follower's own copy of the stream
 //!   persist::status       requests to the persistence thread, its status
 //! 1 ratelimit  the algorithms and their state types (pure)
+//!   acl        ACL users, their rules, passwords (SHA-256), the ACL file's lines
 //!   collections  lists, hashes, sets, sorted sets: the data structures (pure)
 //!   script     Lua VMs, reply <-> Lua conversions, libraries, script cache
 //! 0 clock      the two clocks (Unix ms, monotonic ms) and their conversions
@@ -43,7 +44,7 @@
 //! By layer, from the bottom:
 //! 0 [`clock`], [`slot`], [`cluster`], [`error`], [`config`], [`glob`], [`latency`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
-//! 1 [`ratelimit`], [`collections`], [`script`]; 2 [`state`], [`store`],
+//! 1 [`ratelimit`], [`collections`], [`script`], [`acl`]; 2 [`state`], [`store`],
 //! [`effects`], [`pubsub`], [`monitor`]; 3 [`shard`];
 //! 4 [`commands`], [`session`]; 5 [`dispatch`]; 6 [`turn`]; 7 [`net`], [`metrics`];
 //! 8 [`runtime`], whose [`start`] is the entry point; 9 [`harness`].
@@ -65,6 +66,7 @@
 //!                    └──one batch per turn──mailbox──────────────────────> run, reply
 //! ```
 
+pub mod acl;
 pub mod clock;
 pub mod cluster;
 pub mod collections;

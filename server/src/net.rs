@@ -681,6 +681,9 @@ impl Loop {
             let protected = c.security.protected_mode && c.security.requirepass.is_empty();
             (c.net.maxclients, protected)
         };
+        // As Redis: protected while the default user needs no password (an
+        // ACL file may give it one).
+        let protected = protected && shared.acl.read().get("default").is_none_or(|d| d.nopass);
         if protected && !stream.peer_addr().is_ok_and(|a| is_loopback(&a)) {
             let mut stream = stream;
             let _ = stream.write(PROTECTED_MODE.as_bytes());
@@ -803,6 +806,7 @@ pub fn new_client(
         psub: AtomicUsize::new(0),
         monitor: AtomicBool::new(false),
         buffers: Default::default(),
+        user: Mutex::new("default".into()),
     });
     shared.clients.lock().insert(handle.id, handle.clone());
     handle

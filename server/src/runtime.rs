@@ -81,6 +81,8 @@ impl ServerHandle {
 /// ([`std::io::ErrorKind::InvalidData`], the message says why).
 pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<ServerHandle> {
     check_pins(&config)?;
+    // A bad ACL file refuses the start, naming its line.
+    let users = commands::acl::load_file_at_start(&config)?;
     let threads = config.threads().max(1);
     config.net.maxclients = fit_open_files(config.net.maxclients);
     let listener = bind(&config)?;
@@ -91,6 +93,9 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     cluster_state(&config, local_addr)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let shared = new_shared(&config, clock, local_addr, bells);
+    if let Some(users) = users {
+        *shared.acl.write() = users;
+    }
     let (mailboxes, receivers) = mailboxes(&shared);
     let metrics_addr = match config.net.metrics_port {
         0 => None,
@@ -367,6 +372,7 @@ pub fn new_shared(
                 None,
             )))
         }),
+        acl: RwLock::new(commands::acl::initial_users(config)),
     })
 }
 

@@ -62,6 +62,12 @@ pub struct ConnState {
     pub monitor: bool,
     /// Cluster mode's per-connection flags (READONLY, ASKING).
     pub cluster: ClusterConn,
+    /// The ACL user (`default` until AUTH names another), looked up again
+    /// whenever the configuration generation moves (ACL changes bump it).
+    pub user: Arc<crate::acl::User>,
+    /// The user may run everything on every key and channel: the
+    /// dispatcher's ACL check is this one branch.
+    pub unrestricted: bool,
 }
 
 /// A connection's cluster flags.
@@ -237,11 +243,40 @@ impl ConnState {
         self.query_buffer_limit = c.limits.client_query_buffer_limit;
         self.pubsub_limit = c.limits.pubsub_output_limit();
         self.normal_limit = c.limits.normal_output_limit();
-        if c.security.requirepass.is_empty() {
-            self.authenticated = true;
-        }
+        let requirepass = c.security.requirepass.clone();
+        drop(c);
+        self.refresh_user(shared, &requirepass);
         self.limits.authenticated = self.authenticated;
         self.config_gen = gen;
+    }
+
+    /// Looks the connection's user up again after a change (a user
+    /// deleted while connected closes the connection, as in Redis), and
+    /// counts a connection that never authenticated as the default user's
+    /// while that one is `nopass` and on (Redis's `authRequired`).
+    fn refresh_user(&mut self, shared: &Shared, requirepass: &str) {
+        let mut users = shared.acl.upgradable_read();
+        if users.requirepass.as_deref() != Some(requirepass) {
+            let mut w = parking_lot::RwLockUpgradableReadGuard::upgrade(users);
+            w.sync_requirepass(requirepass);
+            users = parking_lot::RwLockWriteGuard::downgrade_to_upgradable(w);
+        }
+        match users.get(&self.user.name) {
+            Some(u) => self.set_user(u.clone()),
+            None => self.close = true,
+        }
+        if !self.authenticated && self.user.name == "default" {
+            self.authenticated = self.user.enabled && self.user.nopass;
+        }
+    }
+
+    /// Makes `user` the connection's user (AUTH, HELLO AUTH, RESET).
+    pub fn set_user(&mut self, user: Arc<crate::acl::User>) {
+        self.unrestricted = user.unrestricted();
+        if *self.handle.user.lock() != user.name {
+            *self.handle.user.lock() = user.name.clone();
+        }
+        self.user = user;
     }
 
     /// Whether the connection is in RESP2's subscribed mode (a subscription
@@ -295,6 +330,13 @@ impl ConnState {
             tx: TxState::default(),
             monitor: false,
             cluster: ClusterConn::default(),
+            user: shared
+                .acl
+                .read()
+                .get("default")
+                .cloned()
+                .unwrap_or_else(|| Arc::new(crate::acl::User::placeholder())),
+            unrestricted: false,
         };
         conn.refresh(shared);
         conn

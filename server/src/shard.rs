@@ -411,6 +411,11 @@ impl Shard {
         &self.shared.scripts
     }
 
+    /// The ACL users (a restricted user's script checks its calls).
+    pub fn acl(&self) -> &parking_lot::RwLock<crate::acl::Users> {
+        &self.shared.acl
+    }
+
     /// Why a write must be refused now (see [`Shared::write_refusal`]):
     /// a script's writes pass the checks a client's pass in the dispatcher.
     pub fn write_refusal(&self) -> Option<OpError> {

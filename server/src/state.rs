@@ -266,6 +266,9 @@ pub struct ClientHandle {
     pub monitor: AtomicBool,
     /// Its buffers' sizes as its thread last saw them (CLIENT LIST).
     pub buffers: Buffers,
+    /// The ACL user it is authenticated as (CLIENT LIST `user`; ACL
+    /// DELUSER closes its connections).
+    pub user: Mutex<String>,
 }
 
 /// A connection's buffers, bytes, as CLIENT LIST names them, written by
@@ -478,6 +481,9 @@ pub struct Shared {
     /// Cluster mode's topology (`cluster-enabled yes`); `None` when off,
     /// which is the one test the dispatcher's hot path makes for it.
     pub cluster: Option<Arc<crate::cluster::ClusterState>>,
+    /// The ACL users and the ACL log. A change bumps `config_gen`, so
+    /// connections look their user up again.
+    pub acl: RwLock<crate::acl::Users>,
 }
 
 /// Whether a shutdown writes a snapshot first.

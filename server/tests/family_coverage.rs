@@ -96,6 +96,11 @@ const FAMILIES: &[(&str, &[CommandSpec], &str)] = &[
         commands::zsets::COMMANDS,
         include_str!("family_zsets.rs"),
     ),
+    (
+        "family_acl.rs",
+        commands::acl::COMMANDS,
+        include_str!("family_acl.rs"),
+    ),
 ];
 
 #[test]

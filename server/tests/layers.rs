@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
         "persist",
         "persist::format",
     ],
-    &["ratelimit", "collections", "script"],
+    &["ratelimit", "collections", "script", "acl"],
     &[
         "state",
         "store",

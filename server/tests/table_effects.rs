@@ -57,6 +57,17 @@ const SAMPLES: &[Sample] = &[
     ("quit", &[], &["QUIT"]),
     ("reset", &[], &["RESET"]),
     (
+        "acl",
+        &[],
+        &[
+            "ACL SETUSER u on nopass +get ~k",
+            "ACL GETUSER u",
+            "ACL LIST",
+            "ACL DELUSER u",
+            "ACL WHOAMI",
+        ],
+    ),
+    (
         "client",
         &[],
         &[

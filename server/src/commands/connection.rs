@@ -45,61 +45,13 @@ fn echo(_s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Bulk(a.next()?))
 }
 
-/// Checks a password for the default user (the only user).
-/// Checks AUTH's (or HELLO AUTH's) user and password against the default
-/// user's; a wrong one is counted and, at a bounded rate, logged.
-fn check_password(ctx: &ConnCtx<'_>, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
-    let checked = password_matches(ctx.shared, user, pass);
-    if checked == Err(OpError::WrongPass) {
-        let addr = ctx.conn.handle.addr.to_string();
-        let now = ctx.shared.clock.now().mono_ms;
-        ctx.shared.counters.auth_failed(&addr, now);
-    }
-    checked
-}
-
-fn password_matches(shared: &Shared, user: Option<&[u8]>, pass: &[u8]) -> Result<(), OpError> {
-    let config = shared.config.read();
-    let required = config.security.requirepass.as_bytes();
-    if user.is_some_and(|u| u != b"default") {
-        return Err(OpError::WrongPass);
-    }
-    if required.is_empty() {
-        // The default user has "nopass": AUTH with a user succeeds, the
-        // one-argument form is refused as Redis refuses it.
-        return if user.is_some() {
-            Ok(())
-        } else {
-            Err(OpError::AuthNotConfigured)
-        };
-    }
-    if same_secret(required, pass) {
-        Ok(())
-    } else {
-        Err(OpError::WrongPass)
-    }
-}
-
-/// Compares two secrets in time that depends only on their lengths, not on
-/// where they first differ (as Redis's `time_independent_strcmp` does).
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len().max(b.len());
-    let byte = |s: &[u8], i: usize| s.get(i).copied().unwrap_or(0);
-    let diff = (0..n).fold(
-        (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len()),
-        |d, i| d | (byte(a, i) ^ byte(b, i)),
-    );
-    diff == 0
-}
-
 fn auth(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let (user, pass) = match a.remaining() {
         1 => (None, a.next()?),
         2 => (Some(a.next()?), a.next()?),
         _ => return Err(OpError::Syntax),
     };
-    check_password(ctx, user.as_deref(), &pass)?;
-    ctx.conn.set_authenticated(true);
+    super::acl::login(ctx, user.as_deref(), &pass)?;
     Ok(Reply::ok())
 }
 
@@ -127,8 +79,7 @@ fn hello(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
             "AUTH" if a.remaining() >= 2 => {
                 let user = a.next()?;
                 let pass = a.next()?;
-                check_password(ctx, Some(&user), &pass)?;
-                ctx.conn.set_authenticated(true);
+                super::acl::login(ctx, Some(&user), &pass)?;
             }
             "SETNAME" if a.remaining() >= 1 => name = Some(a.next()?),
             _ => return Err(OpError::HelloSyntax(sent)),
@@ -198,7 +149,9 @@ fn reset(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
     *ctx.conn.handle.name.lock() = None;
     // Out of READONLY mode, as Redis's RESET.
     ctx.conn.cluster = crate::session::ClusterConn::default();
-    let open = ctx.shared.config.read().security.requirepass.is_empty();
+    // Back to the default user, authenticated while it needs no password.
+    super::acl::reset_user(ctx);
+    let open = ctx.conn.user.enabled && ctx.conn.user.nopass;
     ctx.conn.set_authenticated(open);
     // Out of MULTI, and nothing watched any more.
     let tx = &mut ctx.conn.tx;
@@ -218,7 +171,7 @@ fn set_name(handle: &ClientHandle, name: Bytes) -> Result<(), OpError> {
 }
 
 /// One CLIENT LIST / CLIENT INFO line, in Redis 7's field order.
-fn client_line(shared: &Shared, c: &ClientHandle) -> String {
+pub(crate) fn client_line(shared: &Shared, c: &ClientHandle) -> String {
     let name = c
         .name
         .lock()
@@ -244,7 +197,7 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let (qbuf, rbs) = (get(&b.qbuf), get(&b.rbs));
     format!(
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={} psub={} ssub=0 multi=-1 qbuf={qbuf} qbuf-free={} argv-mem=0 multi-mem=0 rbs={rbs} rbp={qbuf} obl={} oll={} omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={}\n",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={} psub={} ssub=0 multi=-1 qbuf={qbuf} qbuf-free={} argv-mem=0 multi-mem=0 rbs={rbs} rbp={qbuf} obl={} oll={} omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={}\n",
         c.id,
         c.addr,
         c.laddr,
@@ -259,6 +212,7 @@ fn client_line(shared: &Shared, c: &ClientHandle) -> String {
         get(&b.omem),
         get(&b.tot_mem),
         cmd,
+        c.user.lock(),
         c.resp.load(Ordering::Relaxed)
     )
 }
@@ -421,9 +375,8 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::SubcommandArity("client|kill".into()));
     }
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
-    // Every connection is a normal or a pub/sub client of the default user
-    // (no replicas, no ACL users yet): USER default matches all.
     let mut kind = None;
+    let mut user: Option<String> = None;
     while a.remaining() > 0 {
         let w = a.word()?;
         let v = a.next().map_err(|_| OpError::Syntax)?;
@@ -442,7 +395,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
                 _ => return Err(OpError::Syntax),
             },
             "TYPE" => kind = Some(client_type(&text)?),
-            "USER" if text == "default" => {}
+            "USER" if ctx.shared.acl.read().get(&text).is_some() => user = Some(text),
             "USER" => return Err(OpError::NoSuchUser(text)),
             _ => return Err(OpError::Syntax),
         }
@@ -464,6 +417,7 @@ fn client_kill(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         .filter(|c| laddr.as_ref().is_none_or(|x| &c.laddr.to_string() == x))
         .filter(|c| !(skipme && c.id == me))
         .filter(|c| kind.is_none_or(|k| k.matches(c, link)))
+        .filter(|c| user.as_ref().is_none_or(|u| *c.user.lock() == *u))
         .cloned()
         .collect();
     for c in &targets {

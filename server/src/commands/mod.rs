@@ -9,6 +9,9 @@
 //! Families, each a file with its rows (`COMMANDS`) and handlers, in table
 //! order:
 //! - [`connection`]: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT;
+//! - [`acl`]: ACL and its subcommands, AUTH's login, the ACL categories and
+//!   the dispatcher's check of a restricted user (the rules are
+//!   [`crate::acl`]'s);
 //! - [`server`]: INFO, CONFIG, COMMAND, TIME, SHUTDOWN;
 //! - [`keys`]: DEL, UNLINK, EXISTS, TYPE, TOUCH, RANDOMKEY, EXPIRE, PEXPIRE, EXPIREAT,
 //!   PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME, PERSIST, KEYS, SCAN,
@@ -63,6 +66,7 @@ use crate::error::OpError;
 use crate::session::ConnCtx;
 pub use crate::shard::ShardFn;
 
+pub mod acl;
 pub mod cluster;
 pub mod collection;
 pub mod config;
@@ -314,26 +318,7 @@ pub struct Table {
 impl Table {
     fn build() -> Table {
         let mut commands = Vec::new();
-        for family in [
-            connection::COMMANDS,
-            server::COMMANDS,
-            keys::COMMANDS,
-            moves::COMMANDS,
-            introspect::COMMANDS,
-            strings::COMMANDS,
-            ratelimit::COMMANDS,
-            replication::COMMANDS,
-            pubsub::COMMANDS,
-            transaction::COMMANDS,
-            persistence::COMMANDS,
-            pins::COMMANDS,
-            scripting::COMMANDS,
-            lists::COMMANDS,
-            hashes::COMMANDS,
-            sets::COMMANDS,
-            zsets::COMMANDS,
-            cluster::COMMANDS,
-        ] {
+        for family in families() {
             commands.extend_from_slice(family);
         }
         let by_name = commands
@@ -343,7 +328,34 @@ impl Table {
             .collect();
         Table { commands, by_name }
     }
+}
 
+/// Every family's rows, in table order.
+pub fn families() -> [&'static [CommandSpec]; 19] {
+    [
+        connection::COMMANDS,
+        server::COMMANDS,
+        keys::COMMANDS,
+        moves::COMMANDS,
+        introspect::COMMANDS,
+        strings::COMMANDS,
+        ratelimit::COMMANDS,
+        replication::COMMANDS,
+        pubsub::COMMANDS,
+        transaction::COMMANDS,
+        persistence::COMMANDS,
+        pins::COMMANDS,
+        scripting::COMMANDS,
+        lists::COMMANDS,
+        hashes::COMMANDS,
+        sets::COMMANDS,
+        zsets::COMMANDS,
+        cluster::COMMANDS,
+        acl::COMMANDS,
+    ]
+}
+
+impl Table {
     /// Looks up a command by name, ignoring ASCII case. No allocation.
     pub fn lookup(&self, name: &[u8]) -> Option<(usize, &CommandSpec)> {
         let mut buf = [0u8; 32];

@@ -145,18 +145,22 @@ fn run(
     read_only: bool,
     mut across: Option<&mut Across<'_>>,
 ) -> Result<Reply, OpError> {
+    // A restricted user's request ends with its name and a mark (see
+    // `commands/acl.rs`): its calls are checked against that user.
+    let mark = super::acl::marked(a.all());
+    let caller = super::acl::script_caller(s.acl(), a.all());
     let script = a.next()?;
     let numkeys = a.i64()?;
     if numkeys < 0 {
         return Err(OpError::NegativeKeyCount);
     }
-    if numkeys as u64 > a.remaining() as u64 {
+    if numkeys as u64 > (a.remaining() - mark) as u64 {
         return Err(OpError::TooManyKeys);
     }
     let keys = (0..numkeys)
         .map(|_| a.next())
         .collect::<Result<Vec<_>, _>>()?;
-    let argv = (0..a.remaining())
+    let argv = (0..a.remaining() - mark)
         .map(|_| a.next())
         .collect::<Result<Vec<_>, _>>()?;
     let generation = s.scripts().generation();
@@ -196,8 +200,9 @@ fn run(
             threshold,
             state,
         };
-        let mut call =
-            |run: &RunCell, argv: Vec<Bytes>| script_call(s, run, argv, across.as_deref_mut());
+        let mut call = |run: &RunCell, argv: Vec<Bytes>| {
+            script_call(s, run, argv, across.as_deref_mut(), caller.as_ref())
+        };
         Ok(vm.run(&function, &keys, &argv, opts, &mut call))
     })
 }
@@ -208,8 +213,9 @@ fn script_call(
     run: &RunCell,
     argv: Vec<Bytes>,
     across: Option<&mut Across<'_>>,
+    caller: Option<&Option<std::sync::Arc<crate::acl::User>>>,
 ) -> Reply {
-    match checked_call(s, run, argv, across) {
+    match checked_call(s, run, argv, across, caller) {
         Ok(reply) => reply,
         Err(e) => e.reply(),
     }
@@ -220,12 +226,16 @@ fn checked_call(
     run: &RunCell,
     argv: Vec<Bytes>,
     across: Option<&mut Across<'_>>,
+    caller: Option<&Option<std::sync::Arc<crate::acl::User>>>,
 ) -> Result<Reply, OpError> {
     let Some((idx, spec)) = table().lookup(&argv[0]) else {
         return Err(OpError::ScriptUnknownCommand);
     };
     if !spec.arity_ok(argv.len()) {
         return Err(OpError::ScriptArity);
+    }
+    if let Some(user) = caller {
+        super::acl::script_denial(user, idx, spec, &argv)?;
     }
     if spec.has(NO_SCRIPT) {
         return Err(OpError::ScriptNotAllowed);

@@ -127,6 +127,7 @@ mod tests {
             "bind",
             "port",
             "requirepass",
+            "aclfile",
             "maxmemory",
             "protected-mode",
             "rate-limit-pins",

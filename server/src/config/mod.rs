@@ -154,6 +154,9 @@ pub struct SecurityConfig {
     /// `protected-mode`: with no password set, clients from outside the
     /// loopback interface are refused with Redis's `-DENIED` text.
     pub protected_mode: bool,
+    /// `aclfile`: the ACL file read at the start and by ACL LOAD, written
+    /// by ACL SAVE (empty: none; users live only in memory).
+    pub aclfile: String,
 }
 
 impl Default for SecurityConfig {
@@ -161,6 +164,7 @@ impl Default for SecurityConfig {
         SecurityConfig {
             requirepass: String::new(),
             protected_mode: true,
+            aclfile: String::new(),
         }
     }
 }

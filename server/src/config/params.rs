@@ -202,6 +202,7 @@ pub static PARAMS: &[Param] = &[
     row("metrics-port", ("net", "metrics_port"), Kind::Int(range!(0, 65535)), field!(net.metrics_port), Immutable, true, "Port serving Prometheus metrics on GET /metrics (0: none)"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
     row("requirepass", ("security", "requirepass"), Kind::Text, field!(security.requirepass), Runtime, true, "Password clients must send with AUTH"),
+    row("aclfile", ("security", "aclfile"), Kind::Text, field!(security.aclfile), Immutable, true, "ACL file: `user <name> <rules>` lines, read at the start and by ACL LOAD, written by ACL SAVE"),
     row("protected-mode", ("security", "protected_mode"), Kind::Bool, field!(security.protected_mode), Runtime, true, "Without a password, refuse clients from outside the loopback interface"),
     row("rate-limit-pins", ("ratelimit", "pins"), Kind::Text, field!(ratelimit.pins), Immutable, true, "Pinned limits: \"<prefix> <KIND> <integers...>; ...\" (LH.PIN's words)"),
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
