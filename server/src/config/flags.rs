@@ -166,6 +166,7 @@ mod tests {
             "cluster-announce-ip",
             "cluster-announce-port",
             "cluster-node-id",
+            "cluster-sentinels",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }
