@@ -988,6 +988,23 @@ fn subscribe_sentinel(
     }
 }
 
+/// Asks every sentinel once for every master name's primary (what
+/// [`spawn_sentinel_watch`] does each round), so a node starting after a
+/// failover knows the current primaries before it serves: a restarted
+/// former primary then redirects its group's writes instead of taking them.
+/// Takes at most [`SENTINEL_TIMEOUT`] per unreachable sentinel; returns how
+/// many sentinels answered.
+pub fn ask_sentinels_once(state: &ClusterState) -> usize {
+    let (sentinels, names) = state.sentinel_targets();
+    if names.is_empty() {
+        return 0;
+    }
+    sentinels
+        .iter()
+        .filter(|(host, port)| poll_sentinel(state, host, *port, &names).is_ok())
+        .count()
+}
+
 /// Learns each group's primary from Sentinel, until `stop` says so: a
 /// thread named `leasehold-sentinels` asks every sentinel (the topology's
 /// and `cluster-sentinels`) every [`SENTINEL_POLL`], and starts one

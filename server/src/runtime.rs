@@ -150,6 +150,10 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
             // Not joined either: it sleeps at most a second between looks.
             drop(crate::cluster::spawn_watch(c.clone(), path, stop)?);
         }
+        // At start, in line (at most half a second per unreachable
+        // sentinel): the primaries as Sentinel has them now, so a restarted
+        // former primary knows it was replaced before the server is ready.
+        crate::cluster::ask_sentinels_once(c);
         let watcher = shared.clone();
         let stop = std::sync::Arc::new(move || watcher.shutting_down.load(Ordering::SeqCst));
         // Not joined either: its threads wait at most half a second at a

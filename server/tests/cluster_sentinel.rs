@@ -6,7 +6,8 @@
 //! both groups; then A's primary is killed (SIGKILL). Within a bounded time
 //! every live node's CLUSTER SLOTS, CLUSTER NODES and MOVED name the promoted
 //! replica (at most 2 s after the sentinels name it), the same redis-py
-//! client recovers by itself and its writes succeed.
+//! client recovers by itself and its writes succeed; the former primary,
+//! restarted, redirects its group's writes to the new primary.
 //!
 //! `redis-server` (which runs the sentinels) is looked up on PATH, redis-py
 //! with `python3 -c "import redis.cluster"`; without them the test prints a
@@ -284,6 +285,16 @@ fn after_a_sentinel_failover_every_node_names_the_new_primary() {
         assert!(log.lines().any(|l| l == "incr 1"), "{log}");
         assert_eq!(call(a[1], &["GET", &key_a]), Some(Reply::bulk("after")));
     }
+    // The former primary restarted with the same topology file (which
+    // still names it primary) asks the sentinels at start: it redirects
+    // its group's keys to the promoted replica.
+    let _back = node(a[0], &file, None);
+    let moved = format!("MOVED {} 127.0.0.1:{}", slot(&key_a), a[1]);
+    wait_for(
+        "the restarted former primary redirects to the new one",
+        Duration::from_secs(1),
+        || call(a[0], &["SET", &key_a, "stale"]).map(|r| text(&r)) == Some(moved.clone()),
+    );
     assert!(
         test_start.elapsed() < Duration::from_secs(30),
         "the test took {:?}",
