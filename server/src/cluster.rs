@@ -18,7 +18,22 @@
 //!
 //! [`watch`] polls the file once a second on a thread of its own: the hot
 //! path never touches the file system.
+//!
+//! **Primaries learned from Sentinel.** A group that names a Sentinel master
+//! name has its current primary learned from the sentinels the topology
+//! (`sentinels = [...]`) or the `cluster-sentinels` setting lists:
+//! [`spawn_sentinel_watch`] asks each `SENTINEL get-master-addr-by-name`
+//! (with `SENTINEL MASTER`'s `config-epoch`) every [`SENTINEL_POLL`], and
+//! keeps one connection per sentinel subscribed to `+switch-master`, which
+//! is applied the moment it arrives. What it learns ([`ClusterState::learn`])
+//! rewrites the group in the view in force: the learned address becomes the
+//! group's primary and the former primary is shown as a replica, so CLUSTER
+//! SLOTS / SHARDS / NODES and MOVED name the new primary. A learned primary
+//! survives a newer topology (it is applied to it too). An answer whose
+//! config epoch is not above the one already learned is ignored, so a
+//! sentinel that has not yet heard of a failover never undoes it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,8 +93,8 @@ pub struct Group {
     pub name: String,
     /// The slot ranges it owns, inclusive, ascending and merged.
     pub ranges: Vec<(u16, u16)>,
-    /// The Sentinel master name its nodes are failed over under, if any
-    /// (kept; not yet asked).
+    /// The Sentinel master name its nodes are failed over under, if any:
+    /// its primary is then learned from the sentinels.
     pub sentinel: Option<String>,
     /// Its nodes, the primary first.
     pub nodes: Vec<Node>,
@@ -107,6 +122,9 @@ pub struct Topology {
     pub version: u64,
     /// The groups, in file order.
     pub groups: Vec<Group>,
+    /// The sentinels (`host`, `port`) to ask for the primaries of groups
+    /// that name a master name (the file's `sentinels`).
+    pub sentinels: Vec<(String, u16)>,
     /// Per slot, the index of its group, or [`UNASSIGNED`].
     owner: Box<[u16]>,
     /// The text it was parsed from (LH.TOPOLOGY GET).
@@ -127,6 +145,8 @@ impl std::fmt::Display for TopologyError {
 #[serde(deny_unknown_fields)]
 struct FileTopology {
     version: i64,
+    #[serde(default)]
+    sentinels: Vec<String>,
     #[serde(default, rename = "group")]
     groups: Vec<FileGroup>,
 }
@@ -185,7 +205,7 @@ fn slot_range(text: &str) -> Option<(u16, u16)> {
 }
 
 /// `host:port` (an IPv6 address in brackets: `[::1]:7000`).
-fn host_port(text: &str) -> Option<(String, u16)> {
+pub fn host_port(text: &str) -> Option<(String, u16)> {
     let (host, port) = text.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = port.parse::<u16>().ok().filter(|&p| p > 0)?;
@@ -199,6 +219,7 @@ impl Topology {
         Topology {
             version: 0,
             groups: Vec::new(),
+            sentinels: Vec::new(),
             owner: vec![UNASSIGNED; SLOTS].into_boxed_slice(),
             text: String::new(),
         }
@@ -213,7 +234,8 @@ impl Topology {
     /// two groups (or two ranges) claim, a group without exactly one
     /// primary, a role other than `primary` or `replica`, an address that
     /// is not `host:port` or appears twice, a node id that is not 40
-    /// lower-case hex characters or appears twice.
+    /// lower-case hex characters or appears twice, a `sentinels` entry that
+    /// is not `host:port`.
     pub fn parse(text: &str) -> Result<Topology, TopologyError> {
         let bad = |m: String| Err(TopologyError(m));
         let file: FileTopology = toml::from_str(text)
@@ -223,6 +245,13 @@ impl Topology {
         }
         if file.groups.len() >= usize::from(UNASSIGNED) {
             return bad("too many groups".into());
+        }
+        let mut sentinels = Vec::with_capacity(file.sentinels.len());
+        for a in &file.sentinels {
+            let Some(hp) = host_port(a) else {
+                return bad(format!("sentinel address {a:?} is not \"<host>:<port>\""));
+            };
+            sentinels.push(hp);
         }
         let mut owner = vec![UNASSIGNED; SLOTS].into_boxed_slice();
         let mut groups = Vec::with_capacity(file.groups.len());
@@ -315,6 +344,7 @@ impl Topology {
         let mut t = Topology {
             version: file.version as u64,
             groups,
+            sentinels,
             owner,
             text: text.to_string(),
         };
@@ -505,6 +535,71 @@ impl std::fmt::Display for InstallError {
     }
 }
 
+/// A group's primary as the sentinels named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    /// Its host, as the sentinel wrote it.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// The master's `config-epoch` the answer carried (a lower bound after a
+    /// `+switch-master`, which carries none): a later answer must be above it.
+    pub epoch: u64,
+}
+
+/// Whether `host:port` names `node`: the same host, or both loopback (or
+/// `localhost`) on the same port.
+fn same_addr(node: &Node, host: &str, port: u16) -> bool {
+    let local = |h: &str| {
+        h == "localhost"
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+    };
+    node.port == port && (node.host == host || (local(&node.host) && local(host)))
+}
+
+/// `base` with each learned primary in place: in a group whose master name
+/// has a [`Learned`] entry, the node at that address becomes the primary
+/// (moved first) and the former primary a replica; an address the group
+/// does not list is added as its primary, with [`derived_id`].
+pub fn with_learned(base: &Topology, learned: &HashMap<String, Learned>) -> Topology {
+    let mut t = base.clone();
+    for g in &mut t.groups {
+        let Some(l) = g.sentinel.as_ref().and_then(|name| learned.get(name)) else {
+            continue;
+        };
+        if same_addr(g.primary(), &l.host, l.port) {
+            continue;
+        }
+        g.nodes[0].role = Role::Replica;
+        match g.nodes.iter().position(|n| same_addr(n, &l.host, l.port)) {
+            Some(i) => {
+                let mut n = g.nodes.remove(i);
+                n.role = Role::Primary;
+                g.nodes.insert(0, n);
+            }
+            None => g.nodes.insert(
+                0,
+                Node {
+                    id: derived_id(&l.host, l.port),
+                    host: l.host.clone(),
+                    port: l.port,
+                    role: Role::Primary,
+                },
+            ),
+        }
+    }
+    t
+}
+
+/// What [`ClusterState`] changes under its lock: the topology as given
+/// (file or push) and the primaries learned from Sentinel, by master name.
+#[derive(Debug)]
+struct Given {
+    base: Topology,
+    learned: HashMap<String, Learned>,
+}
+
 /// Cluster mode's server-wide state: the topology in force and how this
 /// node finds itself in it.
 #[derive(Debug)]
@@ -513,19 +608,32 @@ pub struct ClusterState {
     identity: Identity,
     /// The topology file (`cluster-config-file`), if any.
     pub file: Option<PathBuf>,
+    /// Sentinels given by setting (`cluster-sentinels`), asked besides the
+    /// topology's own.
+    pub sentinels: Vec<(String, u16)>,
     /// Installs one at a time, so a version check and its swap are one step.
-    installing: parking_lot::Mutex<()>,
+    installing: parking_lot::Mutex<Given>,
 }
 
 impl ClusterState {
     /// Cluster mode with `topo` in force.
     pub fn new(topo: Topology, identity: Identity, file: Option<PathBuf>) -> ClusterState {
         ClusterState {
-            current: ArcSwap::from_pointee(View::new(topo, &identity)),
+            current: ArcSwap::from_pointee(View::new(topo.clone(), &identity)),
             identity,
             file,
-            installing: parking_lot::Mutex::new(()),
+            sentinels: Vec::new(),
+            installing: parking_lot::Mutex::new(Given {
+                base: topo,
+                learned: HashMap::new(),
+            }),
         }
+    }
+
+    /// The same, asking `sentinels` too (`cluster-sentinels`).
+    pub fn with_sentinels(mut self, sentinels: Vec<(String, u16)>) -> ClusterState {
+        self.sentinels = sentinels;
+        self
     }
 
     /// The view in force, read without a lock.
@@ -540,20 +648,20 @@ impl ClusterState {
     }
 
     /// Puts `topo` in force unless its version is not above the current
-    /// one's.
+    /// one's. Primaries already learned from Sentinel are applied to it.
     ///
     /// # Errors
     /// [`InstallError::NotNewer`]: the topology in force stays.
     pub fn install(&self, topo: Topology) -> Result<(), InstallError> {
-        let _one = self.installing.lock();
-        let current = self.current.load().topo.version;
+        let mut given = self.installing.lock();
+        let current = given.base.version;
         if topo.version <= current {
             return Err(InstallError::NotNewer {
                 given: topo.version,
                 current,
             });
         }
-        let view = View::new(topo, &self.identity);
+        let view = View::new(with_learned(&topo, &given.learned), &self.identity);
         if view.me.is_none() {
             tracing::warn!(
                 "cluster topology version {}: this node ({}:{}) is not in it; every keyed command is redirected",
@@ -562,8 +670,76 @@ impl ClusterState {
                 self.identity.port
             );
         }
+        given.base = topo;
         self.current.store(Arc::new(view));
         Ok(())
+    }
+
+    /// The primary of the groups under Sentinel master name `name` is
+    /// `host:port`, as a sentinel answered with config epoch `epoch`
+    /// (`None`: a `+switch-master` event, which carries none and is taken
+    /// as one epoch above the last answer). Taken when nothing was learned
+    /// for `name` yet, or the epoch is above the learned one; then the view
+    /// in force is rebuilt with it. Returns whether the view changed.
+    pub fn learn(&self, name: &str, host: &str, port: u16, epoch: Option<u64>) -> bool {
+        let mut given = self.installing.lock();
+        let known = given.learned.get(name);
+        let epoch = match (known, epoch) {
+            (None, e) => e.unwrap_or(0),
+            (Some(k), Some(e)) if e > k.epoch => e,
+            (Some(k), None) if (k.host.as_str(), k.port) != (host, port) => k.epoch + 1,
+            _ => return false,
+        };
+        if known.is_some_and(|k| (k.host.as_str(), k.port) == (host, port)) {
+            // Same primary, newer epoch: remember the epoch only.
+            given.learned.insert(
+                name.to_string(),
+                Learned {
+                    host: host.to_string(),
+                    port,
+                    epoch,
+                },
+            );
+            return false;
+        }
+        given.learned.insert(
+            name.to_string(),
+            Learned {
+                host: host.to_string(),
+                port,
+                epoch,
+            },
+        );
+        let before = self.current.load();
+        let view = View::new(with_learned(&given.base, &given.learned), &self.identity);
+        let changed = before.topo.groups != view.topo.groups;
+        if changed {
+            tracing::info!(
+                "cluster: Sentinel names {host}:{port} the primary of master {name:?} (config epoch {epoch})"
+            );
+            self.current.store(Arc::new(view));
+        }
+        changed
+    }
+
+    /// The sentinels to ask: the topology's, then the setting's, without
+    /// repeats; and the master names of its groups.
+    pub fn sentinel_targets(&self) -> (Vec<(String, u16)>, Vec<String>) {
+        let view = self.load();
+        let mut sentinels = view.topo.sentinels.clone();
+        for s in &self.sentinels {
+            if !sentinels.contains(s) {
+                sentinels.push(s.clone());
+            }
+        }
+        let mut names: Vec<String> = view
+            .topo
+            .groups
+            .iter()
+            .filter_map(|g| g.sentinel.clone())
+            .collect();
+        names.dedup();
+        (sentinels, names)
     }
 
     /// Reads, parses and installs the topology file at `path`; what
@@ -617,6 +793,265 @@ pub fn spawn_watch(
     std::thread::Builder::new()
         .name("leasehold-topology".into())
         .spawn(move || watch(&state, &path, &*stop))
+}
+
+/// How often [`spawn_sentinel_watch`] asks every sentinel for every master
+/// name's primary (a backstop: `+switch-master` is applied on arrival).
+pub const SENTINEL_POLL: Duration = Duration::from_millis(500);
+
+/// How long a sentinel connection waits to connect, or for a reply.
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `SENTINEL get-master-addr-by-name`'s reply: `[ip, port]`, or nil when
+/// the sentinel does not monitor that name.
+pub fn parse_master_addr(reply: &leasehold_protocol::Reply) -> Option<(String, u16)> {
+    use leasehold_protocol::Reply;
+    let Reply::Array(a) = reply else { return None };
+    match a.as_slice() {
+        [Reply::Bulk(ip), Reply::Bulk(port)] => {
+            let ip = std::str::from_utf8(ip).ok()?;
+            let port = std::str::from_utf8(port).ok()?.parse::<u16>().ok()?;
+            (!ip.is_empty() && port > 0).then(|| (ip.to_string(), port))
+        }
+        _ => None,
+    }
+}
+
+/// `config-epoch` from `SENTINEL MASTER <name>`'s reply (a flat array of
+/// field, value in RESP2; a map in RESP3).
+pub fn parse_config_epoch(reply: &leasehold_protocol::Reply) -> Option<u64> {
+    use leasehold_protocol::Reply;
+    let text = |r: &Reply| match r {
+        Reply::Bulk(b) => std::str::from_utf8(b).ok().map(str::to_string),
+        Reply::Simple(s) => Some(s.to_string()),
+        Reply::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    let pairs: Vec<(&Reply, &Reply)> = match reply {
+        Reply::Array(a) => a.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+        Reply::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    pairs
+        .into_iter()
+        .find(|(k, _)| text(k).as_deref() == Some("config-epoch"))
+        .and_then(|(_, v)| text(v)?.parse().ok())
+}
+
+/// A `+switch-master` message's payload, `<name> <old-ip> <old-port>
+/// <new-ip> <new-port>`: the master name and its new primary.
+pub fn parse_switch_master(payload: &str) -> Option<(String, String, u16)> {
+    let parts: Vec<&str> = payload.split_ascii_whitespace().collect();
+    let [name, _, _, ip, port] = parts.as_slice() else {
+        return None;
+    };
+    let port = port.parse::<u16>().ok().filter(|&p| p > 0)?;
+    Some((name.to_string(), ip.to_string(), port))
+}
+
+/// A pub/sub push as (channel, payload) when it is a `message`.
+fn pushed_message(reply: &leasehold_protocol::Reply) -> Option<(String, String)> {
+    use leasehold_protocol::Reply;
+    let items = match reply {
+        Reply::Array(a) | Reply::Push(a) => a,
+        _ => return None,
+    };
+    let s = |r: &Reply| match r {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    match items.as_slice() {
+        [kind, channel, payload] if s(kind).as_deref() == Some("message") => {
+            Some((s(channel)?, s(payload)?))
+        }
+        _ => None,
+    }
+}
+
+/// A blocking RESP connection to one sentinel, with [`SENTINEL_TIMEOUT`].
+struct SentinelConn {
+    stream: std::net::TcpStream,
+    buf: bytes::BytesMut,
+}
+
+impl SentinelConn {
+    fn open(host: &str, port: u16) -> std::io::Result<SentinelConn> {
+        use std::net::ToSocketAddrs;
+        let addr = (host, port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let stream = std::net::TcpStream::connect_timeout(&addr, SENTINEL_TIMEOUT)?;
+        stream.set_read_timeout(Some(SENTINEL_TIMEOUT))?;
+        stream.set_write_timeout(Some(SENTINEL_TIMEOUT))?;
+        let _ = stream.set_nodelay(true);
+        Ok(SentinelConn {
+            stream,
+            buf: bytes::BytesMut::new(),
+        })
+    }
+
+    fn send(&mut self, requests: &[&[&str]]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut out = bytes::BytesMut::new();
+        for r in requests {
+            leasehold_protocol::encode_request(r, &mut out);
+        }
+        self.stream.write_all(&out)
+    }
+
+    /// The next reply; a read timeout comes back as `WouldBlock`/`TimedOut`.
+    fn next(&mut self) -> std::io::Result<leasehold_protocol::Reply> {
+        use std::io::Read;
+        let mut chunk = [0u8; 4096];
+        loop {
+            match leasehold_protocol::decode_reply(&mut self.buf) {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) => {}
+                Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+            }
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Asks the sentinel at `host:port` for the primary of each of `names`
+/// (`SENTINEL get-master-addr-by-name` and `SENTINEL MASTER` for its
+/// config epoch, in one pipeline) and gives each answer to `state`.
+fn poll_sentinel(
+    state: &ClusterState,
+    host: &str,
+    port: u16,
+    names: &[String],
+) -> std::io::Result<()> {
+    let mut c = SentinelConn::open(host, port)?;
+    let mut reqs: Vec<[&str; 3]> = Vec::new();
+    for n in names {
+        reqs.push(["SENTINEL", "get-master-addr-by-name", n]);
+        reqs.push(["SENTINEL", "MASTER", n]);
+    }
+    let reqs: Vec<&[&str]> = reqs.iter().map(|r| &r[..]).collect();
+    c.send(&reqs)?;
+    for n in names {
+        let addr = c.next()?;
+        let master = c.next()?;
+        if let (Some((h, p)), Some(epoch)) = (parse_master_addr(&addr), parse_config_epoch(&master))
+        {
+            state.learn(n, &h, p, Some(epoch));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps one connection to the sentinel at `host:port` subscribed to
+/// `+switch-master` and gives every switch to `state`, reconnecting after
+/// a failure, until `stop` says so or `wanted` no longer lists it.
+fn subscribe_sentinel(
+    state: &ClusterState,
+    host: &str,
+    port: u16,
+    stop: &dyn Fn() -> bool,
+    wanted: &dyn Fn() -> bool,
+) {
+    while !stop() && wanted() {
+        let run = || -> std::io::Result<()> {
+            let mut c = SentinelConn::open(host, port)?;
+            c.send(&[&["SUBSCRIBE", "+switch-master"]])?;
+            while !stop() && wanted() {
+                match c.next() {
+                    Ok(r) => {
+                        if let Some((_, payload)) = pushed_message(&r) {
+                            if let Some((name, h, p)) = parse_switch_master(&payload) {
+                                tracing::info!("sentinel {host}:{port}: +switch-master {payload}");
+                                state.learn(&name, &h, p, None);
+                            }
+                        }
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = run() {
+            tracing::debug!("sentinel {host}:{port}: {e}; reconnecting");
+            std::thread::sleep(SENTINEL_TIMEOUT);
+        }
+    }
+}
+
+/// Asks every sentinel once for every master name's primary (what
+/// [`spawn_sentinel_watch`] does each round), so a node starting after a
+/// failover knows the current primaries before it serves: a restarted
+/// former primary then redirects its group's writes instead of taking them.
+/// Takes at most [`SENTINEL_TIMEOUT`] per unreachable sentinel; returns how
+/// many sentinels answered.
+pub fn ask_sentinels_once(state: &ClusterState) -> usize {
+    let (sentinels, names) = state.sentinel_targets();
+    if names.is_empty() {
+        return 0;
+    }
+    sentinels
+        .iter()
+        .filter(|(host, port)| poll_sentinel(state, host, *port, &names).is_ok())
+        .count()
+}
+
+/// Learns each group's primary from Sentinel, until `stop` says so: a
+/// thread named `leasehold-sentinels` asks every sentinel (the topology's
+/// and `cluster-sentinels`) every [`SENTINEL_POLL`], and starts one
+/// `leasehold-sentinel-sub` thread per sentinel subscribed to
+/// `+switch-master`. Both idle while there is no sentinel or no group
+/// names a master name.
+///
+/// # Errors
+/// The first thread could not be started.
+pub fn spawn_sentinel_watch(
+    state: Arc<ClusterState>,
+    stop: Arc<dyn Fn() -> bool + Send + Sync>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("leasehold-sentinels".into())
+        .spawn(move || {
+            let mut subscribed: Vec<(String, u16)> = Vec::new();
+            while !stop() {
+                let (sentinels, names) = state.sentinel_targets();
+                subscribed.retain(|s| sentinels.contains(s));
+                if !names.is_empty() {
+                    for (host, port) in &sentinels {
+                        if !subscribed.contains(&(host.clone(), *port)) {
+                            let (st, sp, h, p) = (state.clone(), stop.clone(), host.clone(), *port);
+                            let spawned = std::thread::Builder::new()
+                                .name("leasehold-sentinel-sub".into())
+                                .spawn(move || {
+                                    let wanted = || {
+                                        let (now, names) = st.sentinel_targets();
+                                        !names.is_empty() && now.contains(&(h.clone(), p))
+                                    };
+                                    subscribe_sentinel(&st, &h, p, &*sp, &wanted)
+                                });
+                            if spawned.is_ok() {
+                                subscribed.push((host.clone(), *port));
+                            }
+                        }
+                        if let Err(e) = poll_sentinel(&state, host, *port, &names) {
+                            tracing::debug!("sentinel {host}:{port}: {e}");
+                        }
+                    }
+                } else {
+                    subscribed.clear();
+                }
+                std::thread::sleep(SENTINEL_POLL);
+            }
+        })
 }
 
 #[cfg(test)]
@@ -751,5 +1186,116 @@ role = "primary"
         assert_eq!(s.load().topo.version, 2);
         assert!(s.install(t).is_err());
         assert_eq!(s.load().topo.version, 2);
+    }
+
+    #[test]
+    fn sentinel_replies_parse() {
+        use leasehold_protocol::Reply;
+        let addr = Reply::Array(vec![Reply::bulk("127.0.0.1"), Reply::bulk("7001")]);
+        assert_eq!(parse_master_addr(&addr), Some(("127.0.0.1".into(), 7001)));
+        assert_eq!(parse_master_addr(&Reply::NilArray), None);
+        assert_eq!(parse_master_addr(&Reply::Nil), None);
+        let bad = Reply::Array(vec![Reply::bulk("127.0.0.1"), Reply::bulk("x")]);
+        assert_eq!(parse_master_addr(&bad), None);
+        let master = Reply::Array(
+            [
+                "name",
+                "lh-a",
+                "ip",
+                "127.0.0.1",
+                "config-epoch",
+                "3",
+                "quorum",
+                "2",
+            ]
+            .iter()
+            .map(|t| Reply::bulk(*t))
+            .collect(),
+        );
+        assert_eq!(parse_config_epoch(&master), Some(3));
+        let map = Reply::Map(vec![(Reply::bulk("config-epoch"), Reply::bulk("7"))]);
+        assert_eq!(parse_config_epoch(&map), Some(7));
+        assert_eq!(
+            parse_config_epoch(&Reply::Error("ERR No such master with that name".into())),
+            None
+        );
+        assert_eq!(
+            parse_switch_master("lh-a 127.0.0.1 7000 127.0.0.1 7001"),
+            Some(("lh-a".into(), "127.0.0.1".into(), 7001))
+        );
+        assert_eq!(parse_switch_master("lh-a 127.0.0.1 7000"), None);
+        assert_eq!(parse_switch_master("lh-a 127.0.0.1 7000 127.0.0.1 0"), None);
+        let msg = Reply::Array(vec![
+            Reply::bulk("message"),
+            Reply::bulk("+switch-master"),
+            Reply::bulk("lh-a 127.0.0.1 7000 127.0.0.1 7001"),
+        ]);
+        assert_eq!(
+            pushed_message(&msg).map(|m| m.0),
+            Some("+switch-master".to_string())
+        );
+        let sub = Reply::Array(vec![
+            Reply::bulk("subscribe"),
+            Reply::bulk("+switch-master"),
+            Reply::Int(1),
+        ]);
+        assert_eq!(pushed_message(&sub), None);
+    }
+
+    #[test]
+    fn the_topology_names_sentinels() {
+        let t = Topology::parse(&format!(
+            "sentinels = [\"127.0.0.1:26379\", \"h:1\"]\n{THREE}"
+        ))
+        .unwrap();
+        assert_eq!(
+            t.sentinels,
+            vec![("127.0.0.1".into(), 26379), ("h".into(), 1)]
+        );
+        let e = Topology::parse(&format!("sentinels = [\"nope\"]\n{THREE}"))
+            .unwrap_err()
+            .0;
+        assert!(e.contains("sentinel address \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn a_learned_primary_rewrites_its_group_and_older_epochs_are_ignored() {
+        let t = Topology::parse(THREE).unwrap();
+        let me = Identity {
+            node_id: None,
+            host: "127.0.0.1".into(),
+            port: 7002,
+        };
+        let s = ClusterState::new(t.clone(), me, None);
+        // The file's primary, learned: nothing changes.
+        assert!(!s.learn("lh-a", "127.0.0.1", 7000, Some(0)));
+        // A failover: the replica is now the primary, the old one a replica.
+        assert!(s.learn("lh-a", "127.0.0.1", 7001, None));
+        let v = s.load();
+        let g = &v.topo.groups[0];
+        assert_eq!((g.nodes[0].port, g.nodes[0].role), (7001, Role::Primary));
+        assert_eq!((g.nodes[1].port, g.nodes[1].role), (7000, Role::Replica));
+        assert_eq!(v.route(0, false), Route::Moved(&g.nodes[0]));
+        // A sentinel that has not heard of it (epoch 0) does not undo it.
+        assert!(!s.learn("lh-a", "127.0.0.1", 7000, Some(0)));
+        assert_eq!(s.load().topo.groups[0].primary().port, 7001);
+        // The promotion's own epoch is taken silently, a later one switches.
+        assert!(!s.learn("lh-a", "127.0.0.1", 7001, Some(1)));
+        assert!(!s.learn("lh-a", "127.0.0.1", 7000, Some(1)));
+        assert!(s.learn("lh-a", "localhost", 7000, Some(2)));
+        assert_eq!(s.load().topo.groups[0].primary().port, 7000);
+        // An address the group does not list becomes its primary.
+        assert!(s.learn("lh-a", "10.0.0.5", 7100, Some(3)));
+        let v = s.load();
+        assert_eq!(v.topo.groups[0].nodes.len(), 3);
+        assert_eq!(v.topo.groups[0].primary().addr(), "10.0.0.5:7100");
+        assert_eq!(v.topo.groups[0].primary().id, derived_id("10.0.0.5", 7100));
+        // A newer topology keeps the learned primary; other groups as given.
+        let newer = Topology::parse(&THREE.replace("version = 1", "version = 2")).unwrap();
+        s.install(newer).unwrap();
+        assert_eq!(s.load().topo.groups[0].primary().addr(), "10.0.0.5:7100");
+        assert_eq!(s.load().topo.groups[1].primary().port, 7002);
+        // Unknown master names change nothing.
+        assert!(!s.learn("other", "127.0.0.1", 1, Some(9)));
     }
 }

@@ -155,6 +155,15 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
             // Not joined either: it sleeps at most a second between looks.
             drop(crate::cluster::spawn_watch(c.clone(), path, stop)?);
         }
+        // At start, in line (at most half a second per unreachable
+        // sentinel): the primaries as Sentinel has them now, so a restarted
+        // former primary knows it was replaced before the server is ready.
+        crate::cluster::ask_sentinels_once(c);
+        let watcher = shared.clone();
+        let stop = std::sync::Arc::new(move || watcher.shutting_down.load(Ordering::SeqCst));
+        // Not joined either: its threads wait at most half a second at a
+        // time and end once the server stops.
+        drop(crate::cluster::spawn_sentinel_watch(c.clone(), stop)?);
     }
     tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
     Ok(ServerHandle {
@@ -429,7 +438,13 @@ pub fn cluster_state(
                 .map_err(|e| format!("cluster topology {}: {e}", path.display()))?
         }
     };
-    let state = ClusterState::new(topo, me, file);
+    let mut sentinels = Vec::new();
+    for a in &c.sentinels {
+        let hp = crate::cluster::host_port(a)
+            .ok_or_else(|| format!("invalid cluster-sentinels entry {a:?}: must be host:port"))?;
+        sentinels.push(hp);
+    }
+    let state = ClusterState::new(topo, me, file).with_sentinels(sentinels);
     if state.load().me.is_none() && state.load().topo.version > 0 {
         tracing::warn!(
             "this node ({local_addr}) is not in the cluster topology: every keyed command is redirected"

@@ -167,6 +167,7 @@ mod tests {
             "cluster-announce-ip",
             "cluster-announce-port",
             "cluster-node-id",
+            "cluster-sentinels",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }
@@ -203,5 +204,28 @@ mod tests {
             .unwrap_err();
         assert_eq!(err, "invalid maxclients: must be 1..=4294967295");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn cluster_sentinels_come_as_a_list_or_comma_separated() {
+        let flag = [
+            "leasehold-server",
+            "--cluster-sentinels",
+            "127.0.0.1:26379, h:2",
+        ];
+        let c = Flags::try_parse_from(flag).unwrap().into_config().unwrap();
+        assert_eq!(c.cluster.sentinels, vec!["127.0.0.1:26379", "h:2"]);
+        for text in [
+            "[cluster]\nsentinels = [\"127.0.0.1:26379\", \"h:2\"]\n",
+            "[cluster]\nsentinels = \"127.0.0.1:26379,h:2\"\n",
+        ] {
+            let c = Config::from_toml(text).unwrap();
+            assert_eq!(
+                c.cluster.sentinels,
+                vec!["127.0.0.1:26379", "h:2"],
+                "{text}"
+            );
+        }
+        assert!(Config::from_toml("[cluster]\nsentinels = 3\n").is_err());
     }
 }

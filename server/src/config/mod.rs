@@ -448,6 +448,35 @@ pub struct ClusterConfig {
     /// `cluster-node-id`: this node's id in the topology, which then
     /// identifies it whatever its address (empty: found by address).
     pub node_id: String,
+    /// `cluster-sentinels`: sentinels (`host:port`) asked for the current
+    /// primary of every group that names a Sentinel master name, besides
+    /// the topology's own `sentinels`. In the file a list of strings (or
+    /// one string, comma-separated); the flag takes them comma-separated.
+    #[serde(deserialize_with = "list_or_text")]
+    pub sentinels: Vec<String>,
+}
+
+/// A list of strings, or one string of comma-separated items.
+fn list_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::List(l) => l,
+        Either::Text(t) => split_list(&t),
+    })
+}
+
+/// `"a, b,c"` as `["a", "b", "c"]` (empty items dropped).
+pub fn split_list(text: &str) -> Vec<String> {
+    text.split([',', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// `[log]`.

@@ -66,6 +66,19 @@ impl FieldValue for bool {
     }
 }
 
+/// A list shows and takes its items comma-separated.
+impl FieldValue for Vec<String> {
+    fn to_value(&self) -> Value {
+        Value::Text(self.join(","))
+    }
+    fn from_value(v: Value) -> Self {
+        match v {
+            Value::Text(s) => super::split_list(&s),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl FieldValue for String {
     fn to_value(&self) -> Value {
         Value::Text(self.clone())
@@ -248,6 +261,7 @@ pub static PARAMS: &[Param] = &[
     row("cluster-config-file", ("cluster", "config_file"), Kind::Text, field!(cluster.config_file), Immutable, true, "Cluster topology file (TOML, docs/cluster.md), reloaded when it changes").with_aliases(&["cluster-topology"]),
     row("cluster-announce-ip", ("cluster", "announce_ip"), Kind::Text, field!(cluster.announce_ip), Immutable, true, "Address of this node in the cluster topology (empty: the bound address)"),
     row("cluster-announce-port", ("cluster", "announce_port"), Kind::Int(range!(0, 65535)), field!(cluster.announce_port), Immutable, true, "Port of this node in the cluster topology (0: the bound port)"),
+    row("cluster-sentinels", ("cluster", "sentinels"), Kind::Text, field!(cluster.sentinels), Immutable, true, "Sentinels (host:port, comma-separated) asked for each group's current primary"),
     row("cluster-node-id", ("cluster", "node_id"), Kind::Text, field!(cluster.node_id), Immutable, true, "Id of this node in the cluster topology, 40 hex characters (empty: found by address)"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
