@@ -284,6 +284,7 @@ pub fn new_shared(
         monitors: Default::default(),
         parcels: (0..threads).map(|_| Default::default()).collect(),
         scripts: crate::script::cache::ScriptCache::new(threads),
+        hot: Default::default(),
     })
 }
 
