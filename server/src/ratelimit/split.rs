@@ -71,8 +71,9 @@ pub struct Gathered {
 
 impl Split {
     /// A split of a key owned by shard `owner` over `shards` shards, under
-    /// policy `p`, beginning at monotonic `now`. Its slots are empty until
-    /// the first [`Split::lease_out`].
+    /// policy `p`, from monotonic `now` (no later than the instant of the
+    /// bucket it first leases out). Its slots are empty until the first
+    /// [`Split::lease_out`].
     pub fn new(policy: Policy, owner: usize, shards: usize, now: u64) -> Split {
         Split {
             policy,
@@ -166,10 +167,11 @@ impl Split {
         })
     }
 
-    /// Ends the epoch at monotonic `now` (owner only): takes every slot's
-    /// tokens back and returns the exact bucket, given the home entry the
-    /// store holds (`None` when it expired, being full again).
-    pub fn gather(&self, home: Option<Bucket>, now: u64) -> Gathered {
+    /// Ends the epoch (owner only): takes every slot's tokens back and
+    /// returns the exact bucket, as of the epoch's start (a reader refills
+    /// it to its own instant), given the home entry the store holds
+    /// (`None` when it expired, being full again).
+    pub fn gather(&self, home: Option<Bucket>) -> Gathered {
         let unspent: u64 = self
             .slots
             .iter()
@@ -184,22 +186,23 @@ impl Split {
                 unspent,
             };
         };
-        let end = self.end.load(Ordering::Acquire);
         // Up to T* the balance is home + slots, refilled without a clamp;
-        // from T* on nothing happened but the capped refill.
-        let at = now.min(end).max(home.refilled_at);
-        let linear = home.refill(p, at);
+        // from T* on nothing happened but the capped refill: so the bucket
+        // `home + slots` as of the epoch's start, refilled by whoever reads
+        // it (min(cap, units + rate * elapsed)), is the exact one at any
+        // later instant. Kept as of the epoch's start, a split and a merge
+        // with nothing in between give back the very state stored before.
         let period = p.period_ms as u128;
-        let units = (linear.tokens as u128 * period + linear.frac as u128 + unspent as u128 * period)
+        let units = (home.tokens as u128 * period + home.frac as u128 + unspent as u128 * period)
             .min(p.capacity as u128 * period);
         let b = Bucket {
             tokens: (units / period) as u64,
             frac: (units % period) as u64,
             period_ms: p.period_ms,
-            refilled_at: at,
+            refilled_at: home.refilled_at,
         };
         Gathered {
-            bucket: Some(b.refill(p, now)),
+            bucket: Some(b),
             unspent,
         }
     }
@@ -215,7 +218,7 @@ impl Split {
         let period = p.period_ms as u128;
         let cap = p.capacity as u128 * period;
         let (units, at) = match b {
-            Some(b) => (b.tokens as u128 * period + b.frac as u128, b.refilled_at),
+            Some(b) => ((b.tokens as u128 * period + b.frac as u128).min(cap), b.refilled_at),
             None => (cap, now),
         };
         let n = self.slots.len() as u128;
@@ -223,7 +226,9 @@ impl Split {
         // T*: the last ms at which units + rate * (t - at) <= cap.
         let end = at as u128 + (cap - units.min(cap)) / p.rate as u128;
         let end = end.min(self.base as u128 + MAX_REL as u128) as u64;
-        let per = match dead {
+        // An epoch that ended before the split's base (a bucket stored long
+        // ago, full again by now) leases nothing.
+        let per = match dead || end < self.base {
             true => 0,
             false => (units / period / n).min(TOKEN_MASK as u128) as u64,
         };
@@ -289,7 +294,7 @@ mod tests {
         assert_eq!(home.map(|h| (h.tokens, h.frac)), Some((1, 500)));
         // T*: 58.5 tokens missing at 1 unit per ms.
         assert_eq!(s.epoch_end(), 10 + 58_500);
-        let g = s.gather(home, 10);
+        let g = s.gather(home);
         assert_eq!(g.unspent, 40);
         assert_eq!(g.bucket, Some(b));
     }
@@ -314,15 +319,15 @@ mod tests {
         assert_eq!(s.try_local(1, &p, 1, 100), None);
         assert_eq!(s.try_local(0, &p, 1, 6001), None);
         // Long after T*: 2 tokens spent at 100, so full at 8000.
-        let g = s.gather(home, 7000);
+        let g = s.gather(home);
         assert_eq!(g.unspent, 2);
         let (want, _) = lease(Some(b), &p, 2, 2, 100);
         assert_eq!(want.remaining, 2);
         assert_eq!(
-            g.bucket.map(|b| (b.tokens, b.frac, b.refilled_at)),
+            g.bucket.map(|b| b.refill(&p, 7000)).map(|b| (b.tokens, b.frac, b.refilled_at)),
             Some((9, 0, 7000))
         );
-        let g = s.gather(home, 9000);
-        assert_eq!(g.bucket.map(|b| b.tokens), Some(10));
+        let g = s.gather(home);
+        assert_eq!(g.bucket.map(|b| b.refill(&p, 9000).tokens), Some(10));
     }
 }

@@ -299,10 +299,13 @@ impl Shard {
         let now = self.now.mono_ms;
         let prev = match self.store.get_rate(key, self.now.unix_ms) {
             None => None,
-            Some(Some(RateState::TokenBucket(b))) => Some(b.refill(&p, now)),
+            // Kept at its last change (the epoch starts there), clamped to
+            // the policy's capacity and period as a call under it reads it.
+            Some(Some(RateState::TokenBucket(b))) => Some(b.refill(&p, b.refilled_at)),
             Some(_) => return false,
         };
-        let split = Arc::new(Split::new(p, self.id, self.shards, now));
+        let base = prev.map_or(now, |b: Bucket| b.refilled_at.min(now));
+        let split = Arc::new(Split::new(p, self.id, self.shards, base));
         let home = split.lease_out(prev, now);
         self.store_bucket(key, home);
         self.shared.hot.set(key, Some(split.clone()));
@@ -361,7 +364,7 @@ impl Shard {
             Some(Some(RateState::TokenBucket(b))) => Some(b),
             _ => None,
         };
-        split.gather(home, self.now.mono_ms).bucket
+        split.gather(home).bucket
     }
 
     /// Runs `op` on the exact bucket of the split key `key` (owner only),
@@ -409,7 +412,8 @@ impl Shard {
             return;
         };
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
-        if is("tokenlease") || is("tokenreturn") || is("lh.hotkeys") || is("lh.split") {
+        // TYPE and EXISTS read the home entry: one key, no merge needed.
+        if is("tokenlease") || is("tokenreturn") || is("lh.split") || is("lh.merge") || is("type") || is("exists") {
             return;
         }
         if is("flushall") || is("flushdb") || is("lh.flushslots") || is("swapdb") {
