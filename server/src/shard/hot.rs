@@ -290,8 +290,10 @@ impl Shard {
     }
 
     /// Splits the token-bucket key `key` under policy `p` (owner only).
-    /// False when it is split already or holds no token bucket (another
-    /// type: nothing changes).
+    /// False when it is split already, holds another type, or a bucket
+    /// last written under another policy (another period, at least `p`'s
+    /// capacity, or a TTL that is not `p`'s): nothing changes then, and the
+    /// next call under `p` makes it splittable.
     pub fn hot_split(&mut self, key: &Bytes, p: Policy) -> bool {
         if self.hot.owned.contains_key(key) {
             return false;
@@ -299,9 +301,26 @@ impl Shard {
         let now = self.now.mono_ms;
         let prev = match self.store.get_rate(key, self.now.unix_ms) {
             None => None,
-            // Kept at its last change (the epoch starts there), clamped to
-            // the policy's capacity and period as a call under it reads it.
-            Some(Some(RateState::TokenBucket(b))) => Some(b.refill(&p, b.refilled_at)),
+            // Kept at its last change (the epoch starts there). One stored
+            // in another period, or over this capacity (a call with a larger
+            // one), is left to the next call under this policy: a split
+            // changes no state.
+            Some(Some(RateState::TokenBucket(b))) => {
+                if b.period_ms != p.period_ms || b.tokens >= p.capacity {
+                    return false;
+                }
+                // Its TTL must be this policy's (the last write was under
+                // it), or the home entry would change when it expires.
+                let Change::Store(_, full_at) = b.stored(&p) else {
+                    return false;
+                };
+                let nowt = self.now;
+                let ttl = self.store.get(key, nowt.unix_ms).and_then(|e| e.expire_at(nowt));
+                if ttl != Some(unix_of(nowt, full_at)) {
+                    return false;
+                }
+                Some(b)
+            }
             Some(_) => return false,
         };
         let base = prev.map_or(now, |b: Bucket| b.refilled_at.min(now));
