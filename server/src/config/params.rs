@@ -610,6 +610,26 @@ mod tests {
                 "-5",
                 "argument must be between 0 and 9223372036854775807 inclusive",
             ),
+            (
+                "hotkey-split-share",
+                "0",
+                "argument must be between 1 and 100 inclusive",
+            ),
+            (
+                "hotkey-min-rate",
+                "0",
+                "argument must be between 1 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hotkey-merge-rate",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hotkey-cooldown",
+                "x",
+                "argument couldn't be parsed into an integer",
+            ),
         ];
         for (name, value, why) in cases {
             assert_eq!(

@@ -327,7 +327,8 @@ mod tests {
             g.bucket.map(|b| b.refill(&p, 7000)).map(|b| (b.tokens, b.frac, b.refilled_at)),
             Some((9, 0, 7000))
         );
-        let g = s.gather(home);
         assert_eq!(g.bucket.map(|b| b.refill(&p, 9000).tokens), Some(10));
+        // The slots are empty now: a second gather finds the home part only.
+        assert_eq!(s.gather(home).unspent, 0);
     }
 }
