@@ -5,9 +5,9 @@
 //! commands that merge a split key first.
 
 use leasehold_protocol::Reply;
+use leasehold_server::clock::Clock;
 use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
-use leasehold_server::clock::Clock;
 use proptest::prelude::*;
 
 const CAP: u64 = 20;
@@ -79,15 +79,24 @@ fn balance(r: &Reply, now: u64) -> Option<(u64, i64)> {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Lease { thread: usize, req: u64, min: u64 },
-    Return { thread: usize, n: u64 },
+    Lease {
+        thread: usize,
+        req: u64,
+        min: u64,
+    },
+    Return {
+        thread: usize,
+        n: u64,
+    },
     Advance(u64),
     /// Split again (after a merge), on the split server only.
     Resplit,
     /// RLSTATE: merges the split key first; both must read the same.
     State,
     /// A TOKENLEASE with another policy: merges, then runs unsplit.
-    OtherPolicy { thread: usize },
+    OtherPolicy {
+        thread: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -119,7 +128,8 @@ fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
     // side only) stores under the test's policy, so after a call with
     // another policy the two TTLs may differ, not the balances.
     let mixed = ops.iter().any(|o| matches!(o, Op::OtherPolicy { .. }));
-    let balance = |r: &Reply, now: u64| balance(r, now).map(|(u, ttl)| (u, (!mixed).then_some(ttl)));
+    let balance =
+        |r: &Reply, now: u64| balance(r, now).map(|(u, ttl)| (u, (!mixed).then_some(ttl)));
     for (i, op) in ops.iter().enumerate() {
         let words: Vec<String> = match op {
             Op::Lease { req, min, .. } if *min > 0 => {
@@ -194,7 +204,10 @@ proptest! {
 fn local_grants_need_no_hop_and_borrows_go_to_the_owner() {
     let (mut a, mut b) = server(Config::default());
     let key = a.key_on(0, "hot");
-    assert_eq!(a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]), Reply::Int(1));
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]),
+        Reply::Int(1)
+    );
     // 5 tokens leased to each shard: thread 1 serves 5 alone.
     let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
     let batches = |h: &mut Harness| info_field(h, "hotkey_local_grants");
@@ -214,7 +227,15 @@ fn local_grants_need_no_hop_and_borrows_go_to_the_owner() {
     }
     assert_eq!(got, 4);
     let r = lease(&mut a, "1");
-    assert_eq!(r, Reply::Array(vec![Reply::Int(0), Reply::Int(0), Reply::Int(3_600_000), Reply::Int(36_000_000)]));
+    assert_eq!(
+        r,
+        Reply::Array(vec![
+            Reply::Int(0),
+            Reply::Int(0),
+            Reply::Int(3_600_000),
+            Reply::Int(36_000_000)
+        ])
+    );
 }
 
 #[test]
@@ -224,8 +245,14 @@ fn split_then_merge_mints_and_loses_nothing() {
     a.run(&["TOKENLEASE", &key, "100", "7", "1000", "37"]);
     a.clock().advance_ms(333);
     let before = a.run(&["RLSTATE", &key]);
-    assert_eq!(a.run(&["LH.SPLIT", &key, "100", "7", "1000"]), Reply::Int(1));
-    assert_eq!(a.run(&["LH.SPLIT", &key, "100", "7", "1000"]), Reply::Int(0));
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "100", "7", "1000"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "100", "7", "1000"]),
+        Reply::Int(0)
+    );
     // One key, one type, while split.
     assert_eq!(b.run(&["TYPE", &key]), Reply::simple("tokenbucket"));
     assert_eq!(b.run(&["DBSIZE"]), Reply::Int(1));
@@ -303,7 +330,10 @@ fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
         panic!()
     };
     let listed = format!("{lines:?}");
-    assert!(listed.contains("launch") && listed.contains("yes"), "{listed}");
+    assert!(
+        listed.contains("launch") && listed.contains("yes"),
+        "{listed}"
+    );
     // It cools: 2 calls per window (20/s) under the merge rate for 300 ms.
     let got = load(&mut a, &mut b, &key, 2, 6);
     let want = load(&mut ua, &mut ub, &key, 2, 6);
@@ -323,7 +353,10 @@ fn hotkey_split_no_never_splits_but_still_lists() {
     assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
     assert_eq!(info_field(&mut a, "hotkey_local_grants"), 0);
     let listed = format!("{:?}", a.cmd("LH.HOTKEYS"));
-    assert!(listed.contains("launch") && listed.contains("no"), "{listed}");
+    assert!(
+        listed.contains("launch") && listed.contains("no"),
+        "{listed}"
+    );
     // Turned on at run time, the hot key splits at the next window.
     assert_eq!(a.cmd("CONFIG SET hotkey-split yes"), Reply::ok());
     load(&mut a, &mut b, &key, 50, 2);
@@ -332,4 +365,60 @@ fn hotkey_split_no_never_splits_but_still_lists() {
     assert_eq!(a.cmd("CONFIG SET hotkey-split no"), Reply::ok());
     load(&mut a, &mut b, &key, 50, 2);
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
+}
+
+/// Whole tokens an RLSTATE reply shows (0 for a missing key: callers here
+/// compare drained buckets, never full ones).
+fn tokens(r: &Reply) -> i64 {
+    let Reply::Array(items) = r else {
+        return 0;
+    };
+    let i = items.iter().position(|x| *x == Reply::simple("tokens"));
+    match i.and_then(|i| items.get(i + 1)) {
+        Some(Reply::Int(t)) => *t,
+        _ => 0,
+    }
+}
+
+#[test]
+fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
+    let (mut a, mut b) = server(Config::default());
+    let (mut ua, mut ub) = server(unsplit_config());
+    let mut replica = Harness::new();
+    let key = a.key_on(1, "hot");
+    let lease = format!("TOKENLEASE {key} 100 1 3600000 3");
+    let mut mark = a.effects_mark();
+    a.run(&["LH.SPLIT", &key, "100", "1", "3600000"]);
+    for i in 0..40 {
+        let (h, u) = if i % 3 == 0 {
+            (&mut a, &mut ua)
+        } else {
+            (&mut b, &mut ub)
+        };
+        assert_eq!(h.cmd(&lease), u.cmd(&lease), "call {i}");
+        a.clock().advance_ms(7);
+        ua.clock().advance_ms(7);
+        replica.clock().advance_ms(7);
+        for record in a.effects_since(&mark) {
+            assert_eq!(record[0], "LH.RESTORE", "{record:?}");
+            assert_eq!(record[1], key, "one key, no sub-key: {record:?}");
+            assert_eq!(replica.run(&record[..]), Reply::ok());
+        }
+        mark = a.effects_mark();
+        // The replica holds at most the primary's tokens (the leased ones
+        // count as spent), never more.
+        let exact = tokens(&ua.run(&["RLSTATE", &key]));
+        let seen = tokens(&replica.run(&["RLSTATE", &key]));
+        assert!(seen <= exact, "call {i}: replica {seen}, primary {exact}");
+    }
+    // Merged, the replica holds exactly the primary's bucket.
+    a.run(&["LH.MERGE", &key]);
+    for record in a.effects_since(&mark) {
+        replica.run(&record[..]);
+    }
+    assert_eq!(replica.run(&["RLSTATE", &key]), a.run(&["RLSTATE", &key]));
+    assert_eq!(
+        tokens(&a.run(&["RLSTATE", &key])),
+        tokens(&ua.run(&["RLSTATE", &key]))
+    );
 }

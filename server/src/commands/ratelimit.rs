@@ -23,8 +23,8 @@
 
 use leasehold_protocol::{Args, Reply};
 
-use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::flags::ADMIN;
+use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
 use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;

@@ -218,7 +218,10 @@ impl Split {
         let period = p.period_ms as u128;
         let cap = p.capacity as u128 * period;
         let (units, at) = match b {
-            Some(b) => ((b.tokens as u128 * period + b.frac as u128).min(cap), b.refilled_at),
+            Some(b) => (
+                (b.tokens as u128 * period + b.frac as u128).min(cap),
+                b.refilled_at,
+            ),
             None => (cap, now),
         };
         let n = self.slots.len() as u128;
@@ -324,7 +327,9 @@ mod tests {
         let (want, _) = lease(Some(b), &p, 2, 2, 100);
         assert_eq!(want.remaining, 2);
         assert_eq!(
-            g.bucket.map(|b| b.refill(&p, 7000)).map(|b| (b.tokens, b.frac, b.refilled_at)),
+            g.bucket
+                .map(|b| b.refill(&p, 7000))
+                .map(|b| (b.tokens, b.frac, b.refilled_at)),
             Some((9, 0, 7000))
         );
         assert_eq!(g.bucket.map(|b| b.refill(&p, 9000).tokens), Some(10));

@@ -195,7 +195,7 @@ impl HotTable {
             .filter(|l| l.score > 0 || l.split)
             .collect();
         for (k, o) in &self.owned {
-            if !out.iter().any(|l| &l.key == k) {
+            if !out.iter().any(|l| l.key == k) {
                 out.push(HotLine {
                     key: k.clone(),
                     score: 0,
@@ -262,7 +262,7 @@ impl Shard {
         let mut cooled = Vec::new();
         for (key, o) in &mut self.hot.owned {
             let grants = o.split.local_grants();
-            let here = seen.iter().find(|h| &h.0 == key).map_or(0, |h| h.1);
+            let here = seen.iter().find(|h| h.0 == key).map_or(0, |h| h.1);
             o.rate = (grants - o.grants + here) * 1000 / elapsed;
             o.grants = grants;
             if o.rate < conf.merge_rate {
@@ -315,7 +315,10 @@ impl Shard {
                     return false;
                 };
                 let nowt = self.now;
-                let ttl = self.store.get(key, nowt.unix_ms).and_then(|e| e.expire_at(nowt));
+                let ttl = self
+                    .store
+                    .get(key, nowt.unix_ms)
+                    .and_then(|e| e.expire_at(nowt));
                 if ttl != Some(unix_of(nowt, full_at)) {
                     return false;
                 }
@@ -432,7 +435,13 @@ impl Shard {
         };
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
         // TYPE and EXISTS read the home entry: one key, no merge needed.
-        if is("tokenlease") || is("tokenreturn") || is("lh.split") || is("lh.merge") || is("type") || is("exists") {
+        if is("tokenlease")
+            || is("tokenreturn")
+            || is("lh.split")
+            || is("lh.merge")
+            || is("type")
+            || is("exists")
+        {
             return;
         }
         if is("flushall") || is("flushdb") || is("lh.flushslots") || is("swapdb") {
