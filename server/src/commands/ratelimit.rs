@@ -290,19 +290,28 @@ fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 /// for any argument error: the owner's handler answers it). Counts the call
 /// when it serves it.
 pub fn tokenlease_local(s: &mut Shard, idx: usize, args: &Args) -> Option<Reply> {
-    let key = args.all().get(1)?;
-    let split = s.hot.splits.get(key.as_ref())?.clone();
-    let mut a = args.clone();
-    let parsed = (|| -> Result<(token_bucket::Policy, u64), OpError> {
-        a.key()?;
-        let p = token_policy(&mut a)?;
-        let requested = count(&mut a)?;
-        match option(&mut a, "MIN")? {
-            Some(m) if !(1..=requested).contains(&m) => Err(OpError::MinOutOfRange),
-            _ => Ok((p, requested)),
-        }
-    })();
-    let (p, requested) = parsed.ok()?;
+    let all = args.all();
+    let split = s.hot.splits.get(all.get(1)?.as_ref())?.clone();
+    // The arguments read in place (no cursor clone on this path); anything
+    // unusual goes to the owner, whose handler answers it.
+    let int = |i: usize| {
+        leasehold_protocol::int::parse_u64(all.get(i)?).filter(|v| *v <= i64::MAX as u64)
+    };
+    let positive = |i: usize| int(i).filter(|v| *v > 0);
+    let p = token_bucket::Policy {
+        capacity: positive(2)?,
+        rate: positive(3)?,
+        period_ms: positive(4)?,
+    };
+    let requested = int(5)?;
+    match all.len() {
+        6 => {}
+        8 if all[6].eq_ignore_ascii_case(b"MIN")
+            && int(7).is_some_and(|m| (1..=requested).contains(&m)) => {}
+        _ => return None,
+    }
+    // A pin added since the split refuses the call at the owner.
+    check_pin(s, &all[1], Pinned::TokenBucket(p)).ok()?;
     let Some(lease) = split.try_local(s.id, &p, requested, s.now.mono_ms) else {
         s.stats.hotkey_borrows.add(1);
         return None;
