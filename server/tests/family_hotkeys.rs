@@ -285,7 +285,10 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     // Its TTL is the whole bucket's: full again in 10 hours.
     assert_eq!(a.run(&["PTTL", &key]), Reply::Int(36_000_000));
     // RENAME to a key of the other shard moves the whole (empty) bucket.
-    assert_eq!(a.run(&["TOKENRETURN", &key, "10", "1", "3600000", "4"]), Reply::Int(4));
+    assert_eq!(
+        a.run(&["TOKENRETURN", &key, "10", "1", "3600000", "4"]),
+        Reply::Int(4)
+    );
     a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
     assert_eq!(granted(&lease(&mut b, "1")), 1);
     let other = a.key_on(1, "moved");

@@ -121,7 +121,8 @@ impl HotTable {
     pub fn count(&mut self, key: &[u8], policy: Option<Policy>) {
         self.total += 1;
         let hash = self.hasher.hash_one(key);
-        let mut min = 0;
+        // One pass: the match, or else the entry with the fewest hits.
+        let (mut min, mut min_hits) = (0, u64::MAX);
         for (i, e) in self.entries.iter_mut().enumerate() {
             if e.hash == hash {
                 e.hits += 1;
@@ -133,7 +134,9 @@ impl HotTable {
                 }
                 return;
             }
-            min = i;
+            if e.hits < min_hits {
+                (min, min_hits) = (i, e.hits);
+            }
         }
         if self.entries.len() < TOP_K {
             self.entries.push(Entry {
@@ -147,12 +150,6 @@ impl HotTable {
                 policy,
             });
             return;
-        }
-        // The scan above found no match: pick the fewest hits.
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.hits < self.entries[min].hits {
-                min = i;
-            }
         }
         let e = &mut self.entries[min];
         *e = Entry {
