@@ -474,6 +474,16 @@ pub fn plan(
         Exec::Key(run) => match single_shard(spec, &args, shards) {
             Ok(shard) => {
                 let shard = shard.unwrap_or(worker.id);
+                // A split hot key is served here from this shard's slot
+                // while it has enough (`docs/hotkeys.md`), unless a reply
+                // from another shard is owed (one connection's commands on
+                // the key keep their order).
+                if shard != worker.id && pipe.owed == 0 && !link {
+                    if let Some(reply) = split_local(worker, idx, spec, &args) {
+                        pipe.slots.push(Slot::Ready(reply));
+                        return Planned::Queued;
+                    }
+                }
                 let part = pipe.run_on(at, shard, WHOLE, Cmd::new(idx, run, link), args);
                 pipe.push_part(part);
             }
@@ -582,6 +592,18 @@ fn cluster_check(
         }
     }
     Ok(())
+}
+
+/// A TOKENLEASE on a split key served by this thread's shard, if it can be
+/// (see `commands::ratelimit::tokenlease_local`). One emptiness test while
+/// no key is split.
+#[inline(always)]
+fn split_local(worker: &Worker, idx: usize, spec: &CommandSpec, args: &Args) -> Option<Reply> {
+    let mut s = worker.shard.borrow_mut();
+    if s.hot.splits.is_empty() || spec.name != "tokenlease" || s.locked {
+        return None;
+    }
+    crate::commands::ratelimit::tokenlease_local(&mut s, idx, args)
 }
 
 /// Adds the monitor line of a request that passed the checks to this

@@ -17,7 +17,8 @@
 //! 5 dispatch   the command table's checks (arity, auth), routing, batching, merging
 //! 4 commands   the command table, one file of handlers per family
 //!   session    one connection's state (RESP version, authentication, decoder limits)
-//! 3 shard      a thread's keyspace owner, its handlers' context, its mailbox messages
+//! 3 shard      a thread's keyspace owner, its handlers' context, its mailbox messages,
+//!              hot keys (the detector; split, gather, merge)
 //! 2 state      server-wide state: live configuration, statistics, clients
 //!   store      one shard's keyspace: slot tables, compact entries, expiry
 //!   effects    the replication stream: one RESP record per change, a ring

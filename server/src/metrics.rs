@@ -176,6 +176,7 @@ pub fn render(shared: &Shared) -> String {
     let now = shared.stat_snapshot();
     commands(shared, &now, &mut out);
     rate_limits(shared, &mut out);
+    hotkeys(shared, &mut out);
     keys(shared, &mut out);
     memory(shared, &mut out);
     connections(shared, &now, &mut out);
@@ -329,6 +330,21 @@ fn keys(shared: &Shared, out: &mut String) {
             "Reads that did not find their key.",
             |s| s.keyspace_misses.get(),
         ),
+    ];
+    for (name, kind, help, get) in rows {
+        single(out, name, kind, help, shared.sum(get));
+    }
+}
+
+/// The hot-key counters (`docs/hotkeys.md`), summed over shards.
+fn hotkeys(shared: &Shared, out: &mut String) {
+    let rows: [ShardRow; 6] = [
+        ("leasehold_hotkey_split_keys", "gauge", "Keys split over the shards now.", |s| s.hotkey_split_keys.get()),
+        ("leasehold_hotkey_splits_total", "counter", "Hot keys split.", |s| s.hotkey_splits.get()),
+        ("leasehold_hotkey_merges_total", "counter", "Split keys merged back.", |s| s.hotkey_merges.get()),
+        ("leasehold_hotkey_local_grants_total", "counter", "TOKENLEASE calls on a split key granted by the shard that read them, with no hop.", |s| s.hotkey_local_grants.get()),
+        ("leasehold_hotkey_borrows_total", "counter", "Calls on a split key a shard could not serve from its own tokens and sent to the owner.", |s| s.hotkey_borrows.get()),
+        ("leasehold_hotkey_gathers_total", "counter", "Gathers of a split key's tokens by its owner (exact decisions).", |s| s.hotkey_gathers.get()),
     ];
     for (name, kind, help, get) in rows {
         single(out, name, kind, help, shared.sum(get));

@@ -382,6 +382,7 @@ pub fn new_shared(
             )))
         }),
         acl: RwLock::new(commands::acl::initial_users(config)),
+        hot: Default::default(),
     })
 }
 

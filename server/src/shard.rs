@@ -26,6 +26,7 @@ use crate::error::OpError;
 use crate::state::{Doorbell, ShardStats, Shared};
 use crate::store::{ImageSink, ImageStep, Store};
 
+pub mod hot;
 mod tx;
 pub use tx::{TxId, TxMsg};
 
@@ -77,6 +78,8 @@ pub struct Shard {
     /// Counted calls until the next one is timed (see
     /// [`crate::latency::SAMPLE_EVERY`]).
     until_timed: u32,
+    /// Hot keys: the detector, the split keys (`docs/hotkeys.md`).
+    pub hot: hot::HotTable,
 }
 
 impl std::fmt::Debug for Shard {
@@ -308,6 +311,7 @@ impl Shard {
             config_gen: u64::MAX,
             locked: false,
             until_timed: 0,
+            hot: hot::HotTable::default(),
         };
         shard.tick();
         shard
@@ -342,7 +346,19 @@ impl Shard {
                 max_entries: c.collections.zset_max_listpack_entries,
                 max_value: c.collections.zset_max_listpack_value,
             };
+            let r = &c.ratelimit;
+            self.hot.conf = hot::HotConf {
+                split: r.hotkey_split,
+                share_pct: r.hotkey_split_share,
+                min_rate: r.hotkey_min_rate,
+                merge_rate: r.hotkey_merge_rate,
+                cooldown_ms: r.hotkey_cooldown,
+            };
             self.config_gen = gen;
+        }
+        self.hot_refresh();
+        if !self.locked {
+            self.hot_cycle();
         }
     }
 
@@ -372,6 +388,9 @@ impl Shard {
         args: &mut Args,
     ) -> Reply {
         self.store.set_from_link(link);
+        if self.hot.owns_any() {
+            self.hot_guard(args);
+        }
         if !counted {
             let result = run(self, args);
             self.store.set_from_link(false);

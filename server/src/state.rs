@@ -85,6 +85,19 @@ pub struct ShardStats {
     /// Rate-limit decisions per command and outcome, indexed by
     /// [`RateCommand`] and [`RateOutcome`].
     pub rate_decisions: [[Counter; RateOutcome::ALL.len()]; RateCommand::ALL.len()],
+    /// Hot keys split by this shard (their owner).
+    pub hotkey_splits: Counter,
+    /// Split keys merged back by this shard.
+    pub hotkey_merges: Counter,
+    /// TOKENLEASE calls this shard granted from its slot of a split key.
+    pub hotkey_local_grants: Counter,
+    /// Calls on a split key this shard could not serve from its slot and
+    /// sent to the owner.
+    pub hotkey_borrows: Counter,
+    /// Gathers of a split key's slots by this shard (its owner).
+    pub hotkey_gathers: Counter,
+    /// Split keys this shard owns now.
+    pub hotkey_split_keys: Counter,
 }
 
 /// The rate-limit commands whose decisions are counted.
@@ -226,6 +239,12 @@ impl ShardStats {
             batches_in: Counter::default(),
             latency: (0..commands).map(|_| Default::default()).collect(),
             rate_decisions: Default::default(),
+            hotkey_splits: Counter::default(),
+            hotkey_merges: Counter::default(),
+            hotkey_local_grants: Counter::default(),
+            hotkey_borrows: Counter::default(),
+            hotkey_gathers: Counter::default(),
+            hotkey_split_keys: Counter::default(),
         }
     }
 }
@@ -484,6 +503,8 @@ pub struct Shared {
     /// The ACL users and the ACL log. A change bumps `config_gen`, so
     /// connections look their user up again.
     pub acl: RwLock<crate::acl::Users>,
+    /// The split hot keys (`docs/hotkeys.md`).
+    pub hot: HotRegistry,
 }
 
 /// Whether a shutdown writes a snapshot first.
@@ -550,6 +571,44 @@ impl ShutdownDesk {
             self.wake.wait_for(&mut pending, timeout);
         }
         pending.take()
+    }
+}
+
+/// The token-bucket keys split over the shards, server-wide. Only their
+/// owners change it (a split, a merge), under the write lock, bumping the
+/// generation; each shard copies it into its own table when the generation
+/// moved (one atomic load per clock tick), so no command takes the lock.
+#[derive(Debug, Default)]
+pub struct HotRegistry {
+    gen: AtomicU64,
+    keys: RwLock<hashbrown::HashMap<bytes::Bytes, Arc<crate::ratelimit::split::Split>>>,
+}
+
+impl HotRegistry {
+    /// The generation: moves at every change.
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    /// A copy of the split keys, and the generation it was taken at.
+    pub fn snapshot(
+        &self,
+    ) -> (
+        u64,
+        hashbrown::HashMap<bytes::Bytes, Arc<crate::ratelimit::split::Split>>,
+    ) {
+        let keys = self.keys.read();
+        (self.gen.load(Ordering::Acquire), keys.clone())
+    }
+
+    /// Adds (`Some`) or removes (`None`) the split of `key`.
+    pub fn set(&self, key: &bytes::Bytes, split: Option<Arc<crate::ratelimit::split::Split>>) {
+        let mut keys = self.keys.write();
+        match split {
+            Some(s) => keys.insert(key.clone(), s),
+            None => keys.remove(key),
+        };
+        self.gen.fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -296,3 +296,35 @@ fn errors_name_their_argument() {
         "another algorithm's key"
     );
 }
+
+#[test]
+fn hot_key_commands_check_their_arguments() {
+    let (mut h, keys) = keys();
+    // Nothing is hot or split on a fresh server.
+    assert_eq!(h.cmd("LH.HOTKEYS"), Reply::Array(vec![]));
+    assert_eq!(h.cmd("LH.MERGE nothing"), Reply::Int(0));
+    assert_eq!(
+        h.cmd("LH.SPLIT k 0 1 1000"),
+        err("ERR capacity must be positive")
+    );
+    assert_eq!(
+        h.cmd("LH.SPLIT k 10 1 0"),
+        err("ERR period_ms must be positive")
+    );
+    assert_eq!(h.cmd("LH.SPLIT k 10 1"), arity("lh.split"));
+    assert_eq!(h.cmd("LH.HOTKEYS x"), arity("lh.hotkeys"));
+    h.cmd("SET s v");
+    assert_eq!(h.cmd("LH.SPLIT s 10 1 1000"), err(WRONGTYPE));
+    for k in &keys {
+        assert_eq!(on(&mut h, k, "LH.SPLIT 10 1 1000"), Reply::Int(1));
+        let listed = format!("{:?}", h.cmd("LH.HOTKEYS"));
+        assert!(
+            listed.contains(k.as_str()) && listed.contains("yes"),
+            "{listed}"
+        );
+        assert_eq!(on(&mut h, k, "LH.MERGE"), Reply::Int(1));
+    }
+    // One shard: nothing to split over.
+    let mut one = Harness::with_shards(1);
+    assert_eq!(one.cmd("LH.SPLIT k 10 1 1000"), Reply::Int(0));
+}

@@ -355,6 +355,7 @@ fn info_sections_in_redis_7s_order_and_selections() {
     assert_eq!(headers(&mut h, &["INFO", "all"]), all);
     let mut everything = all.to_vec();
     everything.push("Leasehold");
+    everything.push("Hotkeys");
     assert_eq!(headers(&mut h, &["INFO", "everything"]), everything);
     assert_eq!(
         headers(&mut h, &["INFO", "KEYSPACE", "cpu", "nosuch"]),

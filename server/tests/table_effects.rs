@@ -227,6 +227,18 @@ const SAMPLES: &[Sample] = &[
         &[],
         &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
     ),
+    // Hot keys: a split stores the home part, a merge the whole bucket.
+    (
+        "lh.split",
+        &["TOKENLEASE a 10 1 1000 5"],
+        &["LH.SPLIT a 10 1 1000"],
+    ),
+    (
+        "lh.merge",
+        &["TOKENLEASE a 10 1 1000 5", "LH.SPLIT a 10 1 1000"],
+        &["LH.MERGE a"],
+    ),
+    ("lh.hotkeys", &[], &["LH.HOTKEYS"]),
     // Pinned limits (each sample call changes a pin).
     (
         "lh.pin",

@@ -447,3 +447,66 @@ on_1_and_2_threads! {
         k.at(4000).c.script(&[("EXISTS {t}:5 {t}:250", ":0\r\n")]);
     }
 }
+
+/// The first reply of `*4\r\n:g\r\n...` (TOKENLEASE's granted count).
+fn granted_of(reply: &str) -> u64 {
+    reply
+        .split("\r\n")
+        .nth(1)
+        .and_then(|g| g.strip_prefix(':'))
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("not a TOKENLEASE reply: {reply:?}"))
+}
+
+/// A split hot key (`docs/hotkeys.md`) raced by 50 connections over both
+/// threads of a real server, capacity 10 000 and one token an hour: exactly
+/// 10 000 granted in all, most of them by the thread that read the request
+/// (local grants, no hop), and the key reads empty at the end.
+#[test]
+fn fifty_connections_race_a_split_key_for_exactly_its_capacity() {
+    let server = TestServer::start(2);
+    let key = "launch:tenant7";
+    let policy = "10000 1 3600000";
+    let mut admin = server.raw();
+    assert_eq!(admin.call(&format!("LH.SPLIT {key} {policy}")), ":1\r\n");
+    let conns: Vec<Raw> = (0..50).map(|_| server.raw()).collect();
+    let racers: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let line = format!("TOKENLEASE {key} {policy} {} MIN 1", 1 + i % 7);
+            std::thread::spawn(move || {
+                let mut got = 0;
+                // Pipelines of 4, until a whole pipeline is denied.
+                loop {
+                    for _ in 0..4 {
+                        c.send_cmd(&line);
+                    }
+                    let round: u64 = (0..4).map(|_| granted_of(&c.read_text())).sum();
+                    if round == 0 {
+                        return got;
+                    }
+                    got += round;
+                }
+            })
+        })
+        .collect();
+    let total: u64 = racers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert_eq!(total, 10_000);
+    // Denied, nothing left (the real clock refilled a fraction meanwhile).
+    let last = admin.call(&format!("TOKENLEASE {key} {policy} 1"));
+    assert!(last.starts_with("*4\r\n:0\r\n:0\r\n"), "{last}");
+    let info = admin.call("INFO hotkeys");
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+    };
+    assert!(field("hotkey_local_grants") > 0, "{info}");
+    assert_eq!(field("hotkey_split_keys"), 1, "{info}");
+    // Merged, the whole bucket is empty: nothing was minted or lost.
+    assert_eq!(admin.call(&format!("LH.MERGE {key}")), ":1\r\n");
+    let state = admin.call(&format!("RLSTATE {key}"));
+    assert!(state.contains("tokens\r\n:0\r\n"), "{state}");
+}

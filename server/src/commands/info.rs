@@ -46,6 +46,7 @@ const SECTIONS: &[(&str, Level)] = &[
     ("cluster", Level::Default),
     ("keyspace", Level::Default),
     ("leasehold", Level::Everything),
+    ("hotkeys", Level::Everything),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -122,6 +123,7 @@ pub fn render_info(shared: &Shared, sections: &[&str]) -> String {
                 }
             }
             "leasehold" => leasehold(shared, w),
+            "hotkeys" => hotkeys(shared, w),
             _ => {}
         }
     }
@@ -312,6 +314,23 @@ fn leasehold(shared: &Shared, w: &mut String) {
             s.effect_offset.get()
         );
     }
+}
+
+/// `# Hotkeys` (`docs/hotkeys.md`): the per-shard counters, summed.
+fn hotkeys(shared: &Shared, w: &mut String) {
+    let cfg = shared.config.read();
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let _ = write!(
+        w,
+        "# Hotkeys\r\nhotkey_split_enabled:{}\r\nhotkey_split_keys:{}\r\nhotkey_splits:{}\r\nhotkey_merges:{}\r\nhotkey_local_grants:{}\r\nhotkey_borrows:{}\r\nhotkey_gathers:{}\r\n",
+        yes(cfg.ratelimit.hotkey_split),
+        shared.sum(|s| s.hotkey_split_keys.get()),
+        shared.sum(|s| s.hotkey_splits.get()),
+        shared.sum(|s| s.hotkey_merges.get()),
+        shared.sum(|s| s.hotkey_local_grants.get()),
+        shared.sum(|s| s.hotkey_borrows.get()),
+        shared.sum(|s| s.hotkey_gathers.get()),
+    );
 }
 
 /// Resident set size, bytes: field 2 of `/proc/self/statm` times the page

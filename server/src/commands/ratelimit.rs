@@ -23,8 +23,9 @@
 
 use leasehold_protocol::{Args, Reply};
 
+use super::flags::ADMIN;
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
-use super::{cmd, CommandSpec, Exec, KEY1};
+use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
 use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;
 use crate::ratelimit::pin::Pinned;
@@ -43,6 +44,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("gcra", -5, WRITE | DENYOOM | FAST, KEY1, Exec::Key(gcra_cmd), "Rate limits with GCRA, with the syntax of Redis 8.8."),
     cmd("rlstate", 2, READONLY | FAST, KEY1, Exec::Key(rlstate), "Shows the stored state of a rate-limit key."),
     cmd("lh.restore", -8, WRITE | DENYOOM, KEY1, Exec::Key(restore), "Recreates a rate-limit state with absolute times (the replication effect)."),
+    cmd("lh.split", 5, WRITE | ADMIN, KEY1, Exec::Key(lh_split), "Splits a token-bucket key over every shard, exactly (a hot key)."),
+    cmd("lh.merge", 2, WRITE | ADMIN, KEY1, Exec::Key(lh_merge), "Merges a split token-bucket key back into its owner shard."),
+    cmd("lh.hotkeys", 1, READONLY | ADMIN, NO_KEYS, Exec::AllShards(lh_hotkeys, Merge::Concat), "Lists the hot rate-limit keys: rate, share, split state."),
 ];
 
 /// An integer argument that must be at least 1 (`ERR <name> must be positive`).
@@ -149,6 +153,25 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some(_) => return Err(OpError::MinOutOfRange),
     };
     check_pin(s, &key, Pinned::TokenBucket(p))?;
+    s.hot_count(&key, Some(p));
+    if let Some(split) = s.hot.owned(&key) {
+        if split.policy == p {
+            let now = s.now.mono_ms;
+            let reply = match split.try_local(s.id, &p, requested, now) {
+                Some(l) => {
+                    s.stats.hotkey_local_grants.add(1);
+                    l
+                }
+                None => s.hot_apply(&key, &split, |b| {
+                    token_bucket::lease(b, &p, requested, min, now)
+                }),
+            };
+            let outcome = RateOutcome::of(reply.granted, requested);
+            s.stats.count_decision(RateCommand::TokenLease, outcome);
+            return Ok(int_array(reply.to_array()));
+        }
+        s.hot_merge(&key);
+    }
     let prev = load(s, &key, pick_bucket)?;
     let (reply, change) = token_bucket::lease(prev, &p, requested, min, s.now.mono_ms);
     apply_bucket(s, &key, change);
@@ -163,6 +186,15 @@ fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let p = token_policy(a)?;
     let n = count(a)?;
     check_pin(s, &key, Pinned::TokenBucket(p))?;
+    s.hot_count(&key, Some(p));
+    if let Some(split) = s.hot.owned(&key) {
+        if split.policy == p {
+            let now = s.now.mono_ms;
+            let remaining = s.hot_apply(&key, &split, |b| token_bucket::give_back(b, &p, n, now));
+            return Ok(Reply::Int(token_bucket::to_i64(remaining as u128)));
+        }
+        s.hot_merge(&key);
+    }
     let prev = load(s, &key, pick_bucket)?;
     let (remaining, change) = token_bucket::give_back(prev, &p, n, s.now.mono_ms);
     apply_bucket(s, &key, change);
@@ -178,6 +210,7 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     };
     let n = option(a, "COUNT")?.unwrap_or(1);
     check_pin(s, &key, Pinned::SlidingWindow(p))?;
+    s.hot_count(&key, None);
     let prev = load(s, &key, |state| match state {
         RateState::SlidingWindow(w) => Some(w),
         _ => None,
@@ -200,6 +233,7 @@ fn throttle(
 ) -> Result<Reply, OpError> {
     let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
     check_pin(s, key, Pinned::Gcra(p))?;
+    s.hot_count(key, None);
     let prev = load(s, key, |state| match state {
         RateState::Gcra(t) => Some(t),
         _ => None,
@@ -248,6 +282,94 @@ fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let p =
         gcra::gcra_policy(max_burst, per_period, period_us).ok_or(OpError::RateLimitOverflow)?;
     throttle(s, &key, p, tokens, RateCommand::Gcra)
+}
+
+/// A TOKENLEASE read on this shard's thread for a key another shard owns,
+/// served from this shard's slot when the key is split and the slot holds
+/// enough (`docs/hotkeys.md`); `None` sends it to the owner as usual (also
+/// for any argument error: the owner's handler answers it). Counts the call
+/// when it serves it.
+pub fn tokenlease_local(s: &mut Shard, idx: usize, args: &Args) -> Option<Reply> {
+    let all = args.all();
+    let split = s.hot.splits.get(all.get(1)?.as_ref())?.clone();
+    // The arguments read in place (no cursor clone on this path); anything
+    // unusual goes to the owner, whose handler answers it.
+    let int = |i: usize| {
+        leasehold_protocol::int::parse_u64(all.get(i)?).filter(|v| *v <= i64::MAX as u64)
+    };
+    let positive = |i: usize| int(i).filter(|v| *v > 0);
+    let p = token_bucket::Policy {
+        capacity: positive(2)?,
+        rate: positive(3)?,
+        period_ms: positive(4)?,
+    };
+    let requested = int(5)?;
+    match all.len() {
+        6 => {}
+        8 if all[6].eq_ignore_ascii_case(b"MIN")
+            && int(7).is_some_and(|m| (1..=requested).contains(&m)) => {}
+        _ => return None,
+    }
+    // A pin added since the split refuses the call at the owner.
+    check_pin(s, &all[1], Pinned::TokenBucket(p)).ok()?;
+    let Some(lease) = split.try_local(s.id, &p, requested, s.now.mono_ms) else {
+        s.stats.hotkey_borrows.add(1);
+        return None;
+    };
+    s.stats.hotkey_local_grants.add(1);
+    s.stats
+        .count_decision(RateCommand::TokenLease, RateOutcome::Granted);
+    Some(s.stats.count_call(idx, Ok(int_array(lease.to_array()))))
+}
+
+/// `LH.SPLIT key capacity rate period_ms`: splits the token-bucket key over
+/// every shard under that policy; 1 when split, 0 when it was split already
+/// or the server has one shard. WRONGTYPE for another type.
+fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let p = token_policy(a)?;
+    a.finish()?;
+    check_pin(s, &key, Pinned::TokenBucket(p))?;
+    load(s, &key, pick_bucket)?;
+    if s.shards < 2 {
+        return Ok(Reply::Int(0));
+    }
+    Ok(Reply::Int(i64::from(s.hot_split(&key, p))))
+}
+
+/// `LH.MERGE key`: merges a split key back; 1 when it was split, else 0.
+fn lh_merge(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    a.finish()?;
+    Ok(Reply::Int(i64::from(s.hot_merge(&key))))
+}
+
+/// `LH.HOTKEYS`: per shard, the keys its detector tracks and the split
+/// keys it owns, each a map: key, shard, rate (commands per second in the
+/// last window), share (percent of the shard's rate-limit commands), score
+/// (the decayed count), split (`yes`/`no`).
+fn lh_hotkeys(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    a.finish()?;
+    let int = |v: u64| Reply::Int(token_bucket::to_i64(v as u128));
+    let lines = s.hot.lines();
+    Ok(Reply::Array(
+        lines
+            .into_iter()
+            .map(|l| {
+                Reply::Map(vec![
+                    (Reply::simple("key"), Reply::Bulk(l.key)),
+                    (Reply::simple("shard"), int(s.id as u64)),
+                    (Reply::simple("rate"), int(l.rate)),
+                    (Reply::simple("share"), int(l.share)),
+                    (Reply::simple("score"), int(l.score)),
+                    (
+                        Reply::simple("split"),
+                        Reply::simple(if l.split { "yes" } else { "no" }),
+                    ),
+                ])
+            })
+            .collect(),
+    ))
 }
 
 /// `RLSTATE key`: the stored fields of a rate-limit key as a map, Unix ms

@@ -170,7 +170,7 @@ impl Default for SecurityConfig {
 }
 
 /// `[ratelimit]`: the rate-limit commands.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// `rate-limit-pins`: pinned limits, `;`-separated, each `<prefix>
@@ -179,6 +179,35 @@ pub struct RateLimitConfig {
     /// <period_ms>`; checked when the server starts (the words are read by
     /// the rate-limit layer, above this one).
     pub pins: String,
+    /// `hotkey-split`: split a hot token-bucket key over every shard
+    /// (`docs/hotkeys.md`).
+    pub hotkey_split: bool,
+    /// `hotkey-split-share`: the percent of its shard's rate-limit commands
+    /// a key must take in a detection window to be hot.
+    pub hotkey_split_share: u64,
+    /// `hotkey-min-rate`: the rate-limit commands per second a key must take
+    /// to be hot.
+    pub hotkey_min_rate: u64,
+    /// `hotkey-merge-rate`: a split key whose commands per second stay under
+    /// this for `hotkey-cooldown` ms is merged (below `hotkey-min-rate`, so
+    /// a key does not flap).
+    pub hotkey_merge_rate: u64,
+    /// `hotkey-cooldown`: milliseconds a split key stays under
+    /// `hotkey-merge-rate` before it is merged.
+    pub hotkey_cooldown: u64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            pins: String::new(),
+            hotkey_split: true,
+            hotkey_split_share: 30,
+            hotkey_min_rate: 5000,
+            hotkey_merge_rate: 1000,
+            hotkey_cooldown: 5000,
+        }
+    }
 }
 
 /// `[expiry]`: active reclamation of expired keys.

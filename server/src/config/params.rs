@@ -218,6 +218,11 @@ pub static PARAMS: &[Param] = &[
     row("aclfile", ("security", "aclfile"), Kind::Text, field!(security.aclfile), Immutable, true, "ACL file: `user <name> <rules>` lines, read at the start and by ACL LOAD, written by ACL SAVE"),
     row("protected-mode", ("security", "protected_mode"), Kind::Bool, field!(security.protected_mode), Runtime, true, "Without a password, refuse clients from outside the loopback interface"),
     row("rate-limit-pins", ("ratelimit", "pins"), Kind::Text, field!(ratelimit.pins), Immutable, true, "Pinned limits: \"<prefix> <KIND> <integers...>; ...\" (LH.PIN's words)"),
+    row("hotkey-split", ("ratelimit", "hotkey_split"), Kind::Bool, field!(ratelimit.hotkey_split), Runtime, true, "Split a hot token-bucket key over every shard, exactly (docs/hotkeys.md)"),
+    row("hotkey-split-share", ("ratelimit", "hotkey_split_share"), Kind::Int(range!(1, 100)), field!(ratelimit.hotkey_split_share), Runtime, true, "Percent of its shard's rate-limit commands a key takes in a 100 ms window to be hot"),
+    row("hotkey-min-rate", ("ratelimit", "hotkey_min_rate"), Kind::Int(range!(1, 9223372036854775807)), field!(ratelimit.hotkey_min_rate), Runtime, true, "Rate-limit commands per second a key takes to be hot"),
+    row("hotkey-merge-rate", ("ratelimit", "hotkey_merge_rate"), Kind::Int(range!(0, 9223372036854775807)), field!(ratelimit.hotkey_merge_rate), Runtime, true, "A split key under this many commands per second for hotkey-cooldown ms is merged"),
+    row("hotkey-cooldown", ("ratelimit", "hotkey_cooldown"), Kind::Int(range!(0, 9223372036854775807)), field!(ratelimit.hotkey_cooldown), Runtime, true, "Milliseconds a split key stays under hotkey-merge-rate before it is merged"),
     row("threads", ("shards", "threads"), Kind::Int(range!(0, 1024)), THREADS, Immutable, true, "Threads (one shard each; at most 1024, so every shard owns at least 16 of the 16384 hash slots); 0 means one per core"),
     row("proto-max-bulk-len", ("limits", "proto_max_bulk_len"), MEMORY_1MB, field!(limits.proto_max_bulk_len), Runtime, true, "Largest bulk string: bytes, or with a unit as in redis.conf (512mb, 1gb; at least 1mb)"),
     row("maxmemory", ("limits", "maxmemory"), Kind::Memory(range!(0, 9223372036854775807)), field!(limits.maxmemory), Runtime, true, "Refuse commands that may allocate (-OOM) past this many bytes allocated; 0: no limit"),
@@ -623,6 +628,26 @@ mod tests {
                 "set-max-listpack-value",
                 "-5",
                 "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hotkey-split-share",
+                "0",
+                "argument must be between 1 and 100 inclusive",
+            ),
+            (
+                "hotkey-min-rate",
+                "0",
+                "argument must be between 1 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hotkey-merge-rate",
+                "-1",
+                "argument must be between 0 and 9223372036854775807 inclusive",
+            ),
+            (
+                "hotkey-cooldown",
+                "x",
+                "argument couldn't be parsed into an integer",
             ),
         ];
         for (name, value, why) in cases {

@@ -11,6 +11,7 @@
 //! - [`sliding_window`]: SLIDINGWINDOW; two fixed windows weighted by overlap.
 //! - [`gcra`]: CL.THROTTLE (redis-cell) and GCRA (Redis 8.8); a theoretical
 //!   arrival time.
+//! - [`split`]: a token bucket split over shards, exactly (hot keys).
 //! - [`pin`]: pinned limits, the one policy an operator allows under a key
 //!   prefix.
 //! - `model` (tests only): a reference model written for clarity, compared
@@ -26,6 +27,7 @@ pub mod gcra;
 mod model;
 pub mod pin;
 pub mod sliding_window;
+pub mod split;
 pub mod token_bucket;
 
 use gcra::Tat;

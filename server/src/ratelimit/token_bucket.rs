@@ -142,7 +142,9 @@ impl Bucket {
         p.ms_for(p.cap_units() - self.units(p))
     }
 
-    fn stored(self, p: &Policy) -> Change {
+    /// The change that stores this (refilled) bucket under `p`: removed
+    /// when full, otherwise kept until the instant it is full again.
+    pub fn stored(self, p: &Policy) -> Change {
         match self.ms_to_full(p) {
             0 => Change::Remove,
             ms => Change::Store(

@@ -1,0 +1,436 @@
+//! Hot keys in process (`docs/hotkeys.md`): a split token bucket against the
+//! same calls on an unsplit one, on the manual clock, from connections on
+//! both threads; the detector splitting a key that turns hot and merging it
+//! once it cools, with no token minted or lost; `hotkey-split no`; the
+//! commands that merge a split key first.
+
+use leasehold_protocol::Reply;
+use leasehold_server::clock::Clock;
+use leasehold_server::config::Config;
+use leasehold_server::harness::Harness;
+use proptest::prelude::*;
+
+const CAP: u64 = 20;
+const RATE: u64 = 3;
+const PERIOD: u64 = 1000;
+
+fn policy() -> String {
+    format!("{CAP} {RATE} {PERIOD}")
+}
+
+/// Two connections (one per thread) on a fresh 2-shard server.
+fn server(config: Config) -> (Harness, Harness) {
+    let a = Harness::with_config(config, 2);
+    let b = a.connection_on(1);
+    (a, b)
+}
+
+fn unsplit_config() -> Config {
+    let mut c = Config::default();
+    c.ratelimit.hotkey_split = false;
+    c
+}
+
+fn info_field(h: &mut Harness, field: &str) -> u64 {
+    let text = match h.cmd("INFO hotkeys") {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO reply {other:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {text}"))
+}
+
+fn granted(r: &Reply) -> u64 {
+    match r {
+        Reply::Array(a) => match a.first() {
+            Some(Reply::Int(g)) => *g as u64,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// An RLSTATE reply as (units of `1/PERIOD` token at monotonic `now`
+/// under the test's policy, pttl): equal for two representations of one
+/// balance (`None`: missing, or full under the test's policy).
+fn balance(r: &Reply, now: u64) -> Option<(u64, i64)> {
+    let Reply::Array(items) = r else {
+        return None;
+    };
+    let field = |name: &'static str| {
+        let i = items.iter().position(|x| *x == Reply::simple(name))?;
+        match items.get(i + 1) {
+            Some(Reply::Int(v)) => Some(*v),
+            _ => None,
+        }
+    };
+    let (tokens, frac) = (field("tokens")? as u64, field("fraction")? as u64);
+    let at = field("refilled_at_ms")? as u64 - leasehold_server::harness::T0_MS;
+    let units = (tokens * PERIOD + frac + now.saturating_sub(at) * RATE).min(CAP * PERIOD);
+    // Full under the test's policy reads as missing (a call with a larger
+    // capacity may have left more, which this policy clamps).
+    if units == CAP * PERIOD {
+        return None;
+    }
+    Some((units, field("pttl")?))
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Lease {
+        thread: usize,
+        req: u64,
+        min: u64,
+    },
+    Return {
+        thread: usize,
+        n: u64,
+    },
+    Advance(u64),
+    /// Split again (after a merge), on the split server only.
+    Resplit,
+    /// RLSTATE: merges the split key first; both must read the same.
+    State,
+    /// A TOKENLEASE with another policy: merges, then runs unsplit.
+    OtherPolicy {
+        thread: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..2usize, 1..6u64, 0..6u64).prop_map(|(thread, req, m)| Op::Lease {
+            thread,
+            req,
+            min: m.min(req),
+        }),
+        1 => (0..2usize, 0..4u64).prop_map(|(thread, n)| Op::Return { thread, n }),
+        3 => prop_oneof![0..50u64, 0..2000u64, Just(10_000u64)].prop_map(Op::Advance),
+        1 => Just(Op::Resplit),
+        1 => Just(Op::State),
+        1 => (0..2usize).prop_map(|thread| Op::OtherPolicy { thread }),
+    ]
+}
+
+/// Runs `ops` on a split key (server `s`) and on the same key never split
+/// (server `u`), asserting the same replies for every call.
+fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
+    let (mut s0, mut s1) = server(Config::default());
+    let (mut u0, mut u1) = server(unsplit_config());
+    let key = s0.key_on(key_shard, "hot");
+    prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
+    let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
+    prop_assert_eq!(split(&mut s0), Reply::Int(1));
+    let (mut total_s, mut total_u) = (0, 0);
+    // A key's TTL follows the policy of its last write: LH.SPLIT (split
+    // side only) stores under the test's policy, so after a call with
+    // another policy the two TTLs may differ, not the balances.
+    let mixed = ops.iter().any(|o| matches!(o, Op::OtherPolicy { .. }));
+    let balance =
+        |r: &Reply, now: u64| balance(r, now).map(|(u, ttl)| (u, (!mixed).then_some(ttl)));
+    for (i, op) in ops.iter().enumerate() {
+        let words: Vec<String> = match op {
+            Op::Lease { req, min, .. } if *min > 0 => {
+                format!("TOKENLEASE {key} {} {req} MIN {min}", policy())
+            }
+            Op::Lease { req, .. } => format!("TOKENLEASE {key} {} {req}", policy()),
+            Op::Return { n, .. } => format!("TOKENRETURN {key} {} {n}", policy()),
+            Op::OtherPolicy { .. } => format!("TOKENLEASE {key} 25 3 1000 1"),
+            Op::State => {
+                let now = s0.clock().now().mono_ms;
+                let (rs, ru) = (s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
+                prop_assert_eq!(balance(&rs, now), balance(&ru, now), "op {}", i);
+                continue;
+            }
+            Op::Advance(ms) => {
+                s0.clock().advance_ms(*ms);
+                u0.clock().advance_ms(*ms);
+                continue;
+            }
+            Op::Resplit => {
+                split(&mut s0);
+                continue;
+            }
+        }
+        .split(' ')
+        .map(String::from)
+        .collect();
+        let thread = match op {
+            Op::Lease { thread, .. } | Op::Return { thread, .. } | Op::OtherPolicy { thread } => {
+                *thread
+            }
+            _ => 0,
+        };
+        let (rs, ru) = match thread {
+            0 => (s0.run(&words[..]), u0.run(&words[..])),
+            _ => (s1.run(&words[..]), u1.run(&words[..])),
+        };
+        if matches!(op, Op::Lease { .. }) {
+            total_s += granted(&rs);
+            total_u += granted(&ru);
+        }
+        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
+    }
+    // Merged, the split key holds exactly what the unsplit one holds (the
+    // same balance now; the stored instant may differ).
+    s0.run(&["LH.MERGE", &key]);
+    let now = s0.clock().now().mono_ms;
+    prop_assert_eq!(
+        balance(&s0.run(&["RLSTATE", &key]), now),
+        balance(&u0.run(&["RLSTATE", &key]), now)
+    );
+    Ok((total_s, total_u))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Every reply of the split key equals the unsplit key's: grants,
+    /// denials, remaining, retry_after_ms and reset_after_ms; so never more
+    /// tokens granted in total.
+    #[test]
+    fn a_split_key_answers_as_the_unsplit_key(
+        key_shard in 0..2usize,
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        let (s, u) = compare(key_shard, &ops)?;
+        prop_assert_eq!(s, u);
+    }
+}
+
+#[test]
+fn local_grants_need_no_hop_and_borrows_go_to_the_owner() {
+    let (mut a, mut b) = server(Config::default());
+    let key = a.key_on(0, "hot");
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]),
+        Reply::Int(1)
+    );
+    // 5 tokens leased to each shard: thread 1 serves 5 alone.
+    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    let batches = |h: &mut Harness| info_field(h, "hotkey_local_grants");
+    for i in 0..5 {
+        let r = lease(&mut b, "1");
+        assert_eq!(granted(&r), 1, "grant {i}: {r:?}");
+    }
+    assert_eq!(batches(&mut a), 5);
+    assert_eq!(info_field(&mut a, "hotkey_borrows"), 0);
+    // The sixth borrows: the owner gathers (5 left on shard 0) and grants.
+    assert_eq!(granted(&lease(&mut b, "1")), 1);
+    assert_eq!(info_field(&mut a, "hotkey_borrows"), 1);
+    // 4 left in all; thread 1 takes them one at a time, then is denied.
+    let mut got = 0;
+    for _ in 0..6 {
+        got += granted(&lease(&mut b, "1"));
+    }
+    assert_eq!(got, 4);
+    let r = lease(&mut a, "1");
+    assert_eq!(
+        r,
+        Reply::Array(vec![
+            Reply::Int(0),
+            Reply::Int(0),
+            Reply::Int(3_600_000),
+            Reply::Int(36_000_000)
+        ])
+    );
+}
+
+#[test]
+fn split_then_merge_mints_and_loses_nothing() {
+    let (mut a, mut b) = server(Config::default());
+    let key = a.key_on(1, "hot");
+    a.run(&["TOKENLEASE", &key, "100", "7", "1000", "37"]);
+    a.clock().advance_ms(333);
+    let before = a.run(&["RLSTATE", &key]);
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "100", "7", "1000"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "100", "7", "1000"]),
+        Reply::Int(0)
+    );
+    // One key, one type, while split.
+    assert_eq!(b.run(&["TYPE", &key]), Reply::simple("tokenbucket"));
+    assert_eq!(b.run(&["DBSIZE"]), Reply::Int(1));
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(0));
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    // RLSTATE itself merges a split key first.
+    a.run(&["LH.SPLIT", &key, "100", "7", "1000"]);
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
+    assert_eq!(info_field(&mut a, "hotkey_merges"), 2);
+}
+
+#[test]
+fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
+    let (mut a, mut b) = server(Config::default());
+    let key = a.key_on(0, "hot");
+    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    assert_eq!(granted(&lease(&mut b, "5")), 5);
+    // DEL merges first: the bucket is full again, and only 10 more come.
+    assert_eq!(a.run(&["DEL", &key]), Reply::Int(1));
+    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    let mut got = 0;
+    for i in 0..30 {
+        let h = if i % 2 == 0 { &mut a } else { &mut b };
+        got += granted(&lease(h, "1"));
+    }
+    assert_eq!(got, 10);
+    // Its TTL is the whole bucket's: full again in 10 hours.
+    assert_eq!(a.run(&["PTTL", &key]), Reply::Int(36_000_000));
+    // RENAME to a key of the other shard moves the whole (empty) bucket.
+    assert_eq!(
+        a.run(&["TOKENRETURN", &key, "10", "1", "3600000", "4"]),
+        Reply::Int(4)
+    );
+    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    assert_eq!(granted(&lease(&mut b, "1")), 1);
+    let other = a.key_on(1, "moved");
+    assert_eq!(a.run(&["RENAME", &key, &other]), Reply::ok());
+    assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
+    let r = b.run(&["TOKENLEASE", &other, "10", "1", "3600000", "10", "MIN", "1"]);
+    assert_eq!(granted(&r), 3, "{r:?}");
+}
+
+/// Calls `TOKENLEASE key 1000000 1000000 1000 1` `n` times per 100 ms
+/// window for `windows` windows, alternating the two connections.
+fn load(a: &mut Harness, b: &mut Harness, key: &str, per_window: u64, windows: u64) -> u64 {
+    let mut got = 0;
+    for _ in 0..windows {
+        for i in 0..per_window {
+            let h = if i % 2 == 0 { &mut *a } else { &mut *b };
+            got += granted(&h.run(&["TOKENLEASE", key, "1000000", "1", "1000", "1"]));
+            a.clock().advance_ms(100 / per_window);
+        }
+    }
+    got
+}
+
+fn detecting(split: bool) -> Config {
+    let mut c = Config::default();
+    c.ratelimit.hotkey_split = split;
+    c.ratelimit.hotkey_min_rate = 100;
+    c.ratelimit.hotkey_merge_rate = 50;
+    c.ratelimit.hotkey_cooldown = 300;
+    c
+}
+
+#[test]
+fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
+    let (mut a, mut b) = server(detecting(true));
+    let (mut ua, mut ub) = server(detecting(false));
+    let key = a.key_on(1, "launch");
+    // Some background keys on the owner shard.
+    for i in 0..20 {
+        let k = a.key_on(1, &format!("bg{i}"));
+        a.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
+        ua.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
+    }
+    // 50 calls per 100 ms window (500/s), for 5 windows.
+    let got = load(&mut a, &mut b, &key, 50, 5);
+    let want = load(&mut ua, &mut ub, &key, 50, 5);
+    assert_eq!(got, want);
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 1);
+    assert!(info_field(&mut a, "hotkey_local_grants") > 0);
+    let Reply::Array(lines) = a.cmd("LH.HOTKEYS") else {
+        panic!()
+    };
+    let listed = format!("{lines:?}");
+    assert!(
+        listed.contains("launch") && listed.contains("yes"),
+        "{listed}"
+    );
+    // It cools: 2 calls per window (20/s) under the merge rate for 300 ms.
+    let got = load(&mut a, &mut b, &key, 2, 6);
+    let want = load(&mut ua, &mut ub, &key, 2, 6);
+    assert_eq!(got, want);
+    assert_eq!(info_field(&mut a, "hotkey_merges"), 1);
+    assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
+    // Nothing minted or lost: the same state as the never-split key.
+    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+    assert_eq!(info_field(&mut ua, "hotkey_splits"), 0);
+}
+
+#[test]
+fn hotkey_split_no_never_splits_but_still_lists() {
+    let (mut a, mut b) = server(detecting(false));
+    let key = a.key_on(0, "launch");
+    load(&mut a, &mut b, &key, 50, 5);
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
+    assert_eq!(info_field(&mut a, "hotkey_local_grants"), 0);
+    let listed = format!("{:?}", a.cmd("LH.HOTKEYS"));
+    assert!(
+        listed.contains("launch") && listed.contains("no"),
+        "{listed}"
+    );
+    // Turned on at run time, the hot key splits at the next window.
+    assert_eq!(a.cmd("CONFIG SET hotkey-split yes"), Reply::ok());
+    load(&mut a, &mut b, &key, 50, 2);
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 1);
+    // Turned off again: merged at the next window.
+    assert_eq!(a.cmd("CONFIG SET hotkey-split no"), Reply::ok());
+    load(&mut a, &mut b, &key, 50, 2);
+    assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
+}
+
+/// Whole tokens an RLSTATE reply shows (0 for a missing key: callers here
+/// compare drained buckets, never full ones).
+fn tokens(r: &Reply) -> i64 {
+    let Reply::Array(items) = r else {
+        return 0;
+    };
+    let i = items.iter().position(|x| *x == Reply::simple("tokens"));
+    match i.and_then(|i| items.get(i + 1)) {
+        Some(Reply::Int(t)) => *t,
+        _ => 0,
+    }
+}
+
+#[test]
+fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
+    let (mut a, mut b) = server(Config::default());
+    let (mut ua, mut ub) = server(unsplit_config());
+    let mut replica = Harness::new();
+    let key = a.key_on(1, "hot");
+    let lease = format!("TOKENLEASE {key} 100 1 3600000 3");
+    let mut mark = a.effects_mark();
+    a.run(&["LH.SPLIT", &key, "100", "1", "3600000"]);
+    for i in 0..40 {
+        let (h, u) = if i % 3 == 0 {
+            (&mut a, &mut ua)
+        } else {
+            (&mut b, &mut ub)
+        };
+        assert_eq!(h.cmd(&lease), u.cmd(&lease), "call {i}");
+        a.clock().advance_ms(7);
+        ua.clock().advance_ms(7);
+        replica.clock().advance_ms(7);
+        for record in a.effects_since(&mark) {
+            assert_eq!(record[0], "LH.RESTORE", "{record:?}");
+            assert_eq!(record[1], key, "one key, no sub-key: {record:?}");
+            assert_eq!(replica.run(&record[..]), Reply::ok());
+        }
+        mark = a.effects_mark();
+        // The replica holds at most the primary's tokens (the leased ones
+        // count as spent), never more.
+        let exact = tokens(&ua.run(&["RLSTATE", &key]));
+        let seen = tokens(&replica.run(&["RLSTATE", &key]));
+        assert!(seen <= exact, "call {i}: replica {seen}, primary {exact}");
+    }
+    // Merged, the replica holds exactly the primary's bucket.
+    a.run(&["LH.MERGE", &key]);
+    for record in a.effects_since(&mark) {
+        replica.run(&record[..]);
+    }
+    assert_eq!(replica.run(&["RLSTATE", &key]), a.run(&["RLSTATE", &key]));
+    assert_eq!(
+        tokens(&a.run(&["RLSTATE", &key])),
+        tokens(&ua.run(&["RLSTATE", &key]))
+    );
+}
