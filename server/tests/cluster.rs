@@ -171,20 +171,13 @@ fn redis_cli_follows_moved_and_cluster_check_passes() {
 /// Whether python3 has redis-py's cluster client; when not, a notice, or
 /// a failure under `LEASEHOLD_REQUIRE_REDIS_PY=1`.
 fn redis_py_installed(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_REDIS_PY").as_deref() != Ok("1"),
-            "redis-py is not installed for python3 and LEASEHOLD_REQUIRE_REDIS_PY=1"
-        );
-        eprintln!("NOTICE: redis-py (pip install redis) is not installed; {test} is skipped");
-    }
-    ok
+    leasehold_testkit::probe_runs(
+        "python3",
+        &["-c", "import redis.cluster"],
+        "LEASEHOLD_REQUIRE_REDIS_PY",
+        "redis-py (pip install redis) is not installed for python3",
+        test,
+    )
 }
 
 /// The redis-py script: one line per check, `name value`.

@@ -162,20 +162,13 @@ print("incr", rc.incr(key_a + ":n"), flush=True)
 "#;
 
 fn redis_py_installed() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_REDIS_PY").as_deref() != Ok("1"),
-            "redis-py is not installed for python3 and LEASEHOLD_REQUIRE_REDIS_PY=1"
-        );
-        eprintln!("NOTICE: redis-py is not installed; the redis-py part of the cluster failover test is skipped");
-    }
-    ok
+    leasehold_testkit::probe_runs(
+        "python3",
+        &["-c", "import redis.cluster"],
+        "LEASEHOLD_REQUIRE_REDIS_PY",
+        "redis-py is not installed for python3",
+        "the redis-py part of the cluster failover test",
+    )
 }
 
 #[test]

@@ -186,8 +186,19 @@ pub fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
 /// # Panics
 /// When it is missing and `require` is `1`.
 pub fn tool_installed(program: &str, version_arg: &str, require: &str, test: &str) -> bool {
+    let missing = format!("{program} is not on PATH");
+    probe_runs(program, &[version_arg], require, &missing, test)
+}
+
+/// Whether `program args...` exits 0 (a probe such as `python3 -c "import
+/// redis"`). When not: a notice (`missing`, then that `test` is skipped)
+/// and false, or a panic when the environment variable `require` is `1`.
+///
+/// # Panics
+/// When the probe fails and `require` is `1`.
+pub fn probe_runs(program: &str, args: &[&str], require: &str, missing: &str, test: &str) -> bool {
     let ok = Command::new(program)
-        .arg(version_arg)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -195,9 +206,9 @@ pub fn tool_installed(program: &str, version_arg: &str, require: &str, test: &st
     if !ok {
         assert!(
             std::env::var(require).as_deref() != Ok("1"),
-            "{program} is not on PATH and {require}=1"
+            "{missing} and {require}=1"
         );
-        eprintln!("NOTICE: {program} is not on PATH; {test} is skipped");
+        eprintln!("NOTICE: {missing}; {test} is skipped");
     }
     ok
 }

@@ -20,17 +20,14 @@ const SECRET_SHA: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe9
 /// Whether an external program runs; without it, a notice and `false`
 /// unless `LEASEHOLD_REQUIRE_REDIS=1`, which makes its absence a failure.
 fn have(program: &str, probe: &[&str]) -> bool {
-    let ok = Command::new(program)
-        .args(probe)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("LEASEHOLD_REQUIRE_REDIS").as_deref() == Ok("1") {
-            panic!("{program} {probe:?} does not run and LEASEHOLD_REQUIRE_REDIS=1");
-        }
-        eprintln!("NOTICE: {program} {probe:?} does not run; this part of the ACL test is skipped");
-    }
-    ok
+    let missing = format!("{program} {probe:?} does not run");
+    leasehold_testkit::probe_runs(
+        program,
+        probe,
+        "LEASEHOLD_REQUIRE_REDIS",
+        &missing,
+        "this part of the ACL test",
+    )
 }
 
 /// A connection authenticated as `user`.

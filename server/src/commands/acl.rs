@@ -206,6 +206,10 @@ fn row_categories(spec: &CommandSpec, family: u64) -> u64 {
     if DANGEROUS.contains(&spec.name) {
         c |= cat("dangerous");
     }
+    // Cluster mode's connection flags, as Redis files them.
+    if matches!(spec.name, "readonly" | "readwrite" | "asking") {
+        c |= cat("connection");
+    }
     if KEYSPACE.contains(&spec.name) {
         c |= cat("keyspace");
     }
