@@ -177,32 +177,24 @@ impl User {
     /// A new user as `ACL SETUSER name` makes it: off, no password, no
     /// commands, keys or channels.
     pub fn new(name: &str, cat: &dyn Catalog) -> User {
+        User::blank(name, vec![0; cat.ids().div_ceil(64)])
+    }
+
+    /// A user named `default` that may do nothing, for a connection made
+    /// before any user exists (never seen once the server runs).
+    pub fn placeholder() -> User {
+        User::blank("default", Vec::new())
+    }
+
+    /// Off, no password, nothing allowed, `allowed` as the command bits.
+    fn blank(name: &str, allowed: Vec<u64>) -> User {
         User {
             name: name.to_string(),
             enabled: false,
             nopass: false,
             sanitize: None,
             passwords: Vec::new(),
-            allowed: vec![0; cat.ids().div_ceil(64)],
-            all_commands: false,
-            rules: Vec::new(),
-            all_keys: false,
-            keys: Vec::new(),
-            all_channels: false,
-            channels: Vec::new(),
-        }
-    }
-
-    /// A user named `default` that may do nothing, for a connection made
-    /// before any user exists (never seen once the server runs).
-    pub fn placeholder() -> User {
-        User {
-            name: "default".into(),
-            enabled: false,
-            nopass: false,
-            sanitize: None,
-            passwords: Vec::new(),
-            allowed: Vec::new(),
+            allowed,
             all_commands: false,
             rules: Vec::new(),
             all_keys: false,

@@ -690,18 +690,7 @@ impl ClusterState {
             (Some(k), None) if (k.host.as_str(), k.port) != (host, port) => k.epoch + 1,
             _ => return false,
         };
-        if known.is_some_and(|k| (k.host.as_str(), k.port) == (host, port)) {
-            // Same primary, newer epoch: remember the epoch only.
-            given.learned.insert(
-                name.to_string(),
-                Learned {
-                    host: host.to_string(),
-                    port,
-                    epoch,
-                },
-            );
-            return false;
-        }
+        let same_primary = known.is_some_and(|k| (k.host.as_str(), k.port) == (host, port));
         given.learned.insert(
             name.to_string(),
             Learned {
@@ -710,6 +699,10 @@ impl ClusterState {
                 epoch,
             },
         );
+        if same_primary {
+            // Same primary, newer epoch: only the epoch was worth keeping.
+            return false;
+        }
         let before = self.current.load();
         let view = View::new(with_learned(&given.base, &given.learned), &self.identity);
         let changed = before.topo.groups != view.topo.groups;
