@@ -18,18 +18,9 @@ use leasehold_testkit::{
     call, free_port, node_command, started, text, tool_installed, wait_for, Proc, Reply,
 };
 
-/// Hash slot of `key` (the server's own function).
-fn slot(key: &str) -> u16 {
-    leasehold_server::slot::key_slot(key.as_bytes())
-}
+mod common;
 
-/// A key (`<prefix><n>`) whose slot is in `first..=last`.
-fn key_in(prefix: &str, first: u16, last: u16) -> String {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .find(|k| (first..=last).contains(&slot(k)))
-        .unwrap()
-}
+use common::{key_in, slot};
 
 /// The topology of three groups of one primary each on `ports`, group 0
 /// owning `first` (a list of ranges), the others 5461-10922 and 10923-16383.

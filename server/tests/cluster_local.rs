@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use leasehold_testkit::{call, free_port, tool_installed, wait_for, Proc, Reply};
 
+mod common;
+
+use common::key_in;
+
 /// A first port with the 9 after it free on 127.0.0.1 a moment ago.
 fn free_run(n: u16) -> u16 {
     for _ in 0..50 {
@@ -38,13 +42,6 @@ fn redis_cli(args: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).trim().to_string(),
     )
-}
-
-fn key_in(prefix: &str, first: u16, last: u16) -> String {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .find(|k| (first..=last).contains(&leasehold_server::slot::key_slot(k.as_bytes())))
-        .unwrap()
 }
 
 #[test]

@@ -24,18 +24,9 @@ use leasehold_testkit::{
     text, wait_for, Proc, Reply, MASTER,
 };
 
-/// Hash slot of `key` (the server's own function).
-fn slot(key: &str) -> u16 {
-    leasehold_server::slot::key_slot(key.as_bytes())
-}
+mod common;
 
-/// A key (`<prefix><n>`) whose slot is in `first..=last`.
-fn key_in(prefix: &str, first: u16, last: u16) -> String {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .find(|k| (first..=last).contains(&slot(k)))
-        .unwrap()
-}
+use common::{key_in, slot};
 
 /// Group A (slots 0-8191, master name [`MASTER`]) on `a` (primary, replica),
 /// group B (8192-16383) on `b`, and the sentinels on `sentinels`.

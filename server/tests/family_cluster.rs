@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{arity, bulks, err, info_field, text};
+use common::{arity, bulks, err, info_field, key_in, text};
 use leasehold_protocol::Reply;
 use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
@@ -58,14 +58,6 @@ fn node(port: u16) -> Harness {
         Reply::ok()
     );
     h
-}
-
-/// A key (`<prefix><n>`) whose slot is in `first..=last`.
-fn key_in(prefix: &str, first: u16, last: u16) -> String {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .find(|k| (first..=last).contains(&key_slot(k.as_bytes())))
-        .unwrap()
 }
 
 fn moved(key: &str, port: u16) -> Reply {

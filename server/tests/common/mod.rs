@@ -1,5 +1,6 @@
 //! Reply builders and readers shared by the in-process family tests
-//! (`server/tests/family_*.rs`, `table_effects.rs`).
+//! (`server/tests/family_*.rs`, `table_effects.rs`), and the cluster
+//! tests' key and slot helpers.
 
 #![allow(dead_code)] // each test file uses a part
 
@@ -68,4 +69,17 @@ pub fn map_get(map: &Reply, key: &str) -> Reply {
         .find(|(k, _)| *k == Reply::bulk(key) || *k == Reply::Simple(key.to_string().into()))
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| panic!("no {key} in {map:?}"))
+}
+
+/// The hash slot of `key` (the server's own function).
+pub fn slot(key: &str) -> u16 {
+    leasehold_server::slot::key_slot(key.as_bytes())
+}
+
+/// A key (`<prefix><n>`) whose hash slot is in `first..=last`.
+pub fn key_in(prefix: &str, first: u16, last: u16) -> String {
+    (0..)
+        .map(|n| format!("{prefix}{n}"))
+        .find(|k| (first..=last).contains(&slot(k)))
+        .unwrap()
 }
