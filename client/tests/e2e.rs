@@ -242,8 +242,29 @@ async fn accuracy_eight_managers_share_one_key() {
             }
         }));
     }
+    // Admitted so far against allowed so far (burst + rate x t), every
+    // 100 ms: the benchmark page plots these lines.
+    let sampler = {
+        let admitted = admitted.clone();
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while start.elapsed() < Duration::from_secs(secs) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let t = start.elapsed().as_secs_f64();
+                samples.push((t, admitted.load(Ordering::Relaxed)));
+            }
+            samples
+        })
+    };
     for t in tasks {
         t.await.unwrap();
+    }
+    for (t, n) in sampler.await.unwrap() {
+        let allowed = burst as f64 + rate as f64 * t;
+        eprintln!(
+            "accuracy-sample: t_ms {:.0} admitted {n} allowed {allowed:.0}",
+            t * 1000.0
+        );
     }
     let elapsed = start.elapsed().as_secs_f64();
     let expected = burst as f64 + rate as f64 * elapsed;

@@ -3,6 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use super::charts::image;
 use super::memory::{self, MemoryResult, ReclaimPair};
 use super::servers::Server;
 use super::table::{self, RowResult, NOISY_SPREAD};
@@ -14,6 +15,8 @@ use super::CompareArgs;
 pub struct Page<'a> {
     /// The settings after `--quick`.
     pub args: &'a CompareArgs,
+    /// The charts written beside the page.
+    pub charts: &'a super::charts::Drawn,
     /// Redis and Leasehold, in that order.
     pub servers: [&'a Server; 2],
     /// The first benchmark a user runs (None with `--skip-first`).
@@ -151,6 +154,10 @@ pub fn render(p: &Page<'_>) -> String {
     ));
     if let Some(f) = p.first {
         s.push_str(&super::first::section(f));
+        s.push_str(&image(
+            "redis-benchmark requests per second, Redis and Leasehold",
+            p.charts.first.as_ref(),
+        ));
     }
     s.push_str("## Throughput\n\nWhere the time goes, from profiles, and what would move each row: [performance.md](performance.md).\n\n");
     if p.rows.is_empty() {
@@ -159,6 +166,15 @@ pub fn render(p: &Page<'_>) -> String {
         );
     } else {
         s.push_str(&table::throughput_table(p.rows));
+        s.push('\n');
+        s.push_str(&image(
+            "throughput of each row, Redis and Leasehold",
+            p.charts.throughput.as_ref(),
+        ));
+        s.push_str(&image(
+            "p99 latency of each row, Redis and Leasehold",
+            p.charts.latency.as_ref(),
+        ));
     }
     s.push('\n');
     if !p.checks.is_empty() {
@@ -235,6 +251,10 @@ pub fn render(p: &Page<'_>) -> String {
          the client crate's criterion bench: [benchmarks-client.md](benchmarks-client.md).\n\n",
     );
     s.push_str(&super::lease::section(p.lease));
+    s.push_str(&image(
+        "admitted against allowed over time, 8 lease managers on one key",
+        p.charts.accuracy.as_ref(),
+    ));
     s.push_str("## Exact commands\n\nPorts are the free ones this run picked.\n\n```sh\n");
     for c in p.commands {
         s.push_str(c);

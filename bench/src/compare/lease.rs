@@ -61,7 +61,7 @@ pub fn run_all(quick: bool) -> Vec<LeaseRun> {
                 "--exact",
                 "--nocapture",
             ],
-            |l| l.starts_with("accuracy:"),
+            |l| l.starts_with("accuracy:") || l.starts_with(SAMPLE),
         ),
         cargo(
             "ledger calls for one key at 10 000 decisions/s, dynamic lease against a fixed lease of 50",
@@ -81,13 +81,42 @@ pub fn run_all(quick: bool) -> Vec<LeaseRun> {
     ]
 }
 
-/// The section's body in markdown.
+/// The prefix of the accuracy test's samples, one line each 100 ms:
+/// `accuracy-sample: t_ms 1200 admitted 431 allowed 440`.
+pub const SAMPLE: &str = "accuracy-sample:";
+
+/// One accuracy sample: (seconds since the start, admitted so far, allowed
+/// so far), or None for any other line.
+pub fn parse_sample(line: &str) -> Option<(f64, f64, f64)> {
+    let w: Vec<&str> = line.strip_prefix(SAMPLE)?.split_whitespace().collect();
+    match w.as_slice() {
+        ["t_ms", t, "admitted", a, "allowed", b] => Some((
+            t.parse::<f64>().ok()? / 1000.0,
+            a.parse().ok()?,
+            b.parse().ok()?,
+        )),
+        _ => None,
+    }
+}
+
+/// Every accuracy sample in `runs`, in order.
+pub fn samples(runs: &[LeaseRun]) -> Vec<(f64, f64, f64)> {
+    runs.iter()
+        .filter_map(|r| r.output.as_ref().ok())
+        .flat_map(|out| out.lines().filter_map(parse_sample))
+        .collect()
+}
+
+/// The section's body in markdown (the samples are left to the chart).
 pub fn section(runs: &[LeaseRun]) -> String {
     let mut s = String::new();
     for r in runs {
         s.push_str(&format!("**{}**: `{}`\n\n", r.name, r.command));
         match &r.output {
-            Ok(out) => s.push_str(&format!("```text\n{out}\n```\n\n")),
+            Ok(out) => {
+                let text: Vec<&str> = out.lines().filter(|l| !l.starts_with(SAMPLE)).collect();
+                s.push_str(&format!("```text\n{}\n```\n\n", text.join("\n")))
+            }
             Err(e) => s.push_str(&format!("failed: {e}\n\n")),
         }
     }
@@ -104,7 +133,10 @@ mod tests {
             LeaseRun {
                 name: "accuracy",
                 command: "cargo test x".into(),
-                output: Ok("accuracy: admitted 796, expected 800".into()),
+                output: Ok(
+                    "accuracy-sample: t_ms 100 admitted 220 allowed 220\naccuracy: admitted 796, expected 800"
+                        .into(),
+                ),
             },
             LeaseRun {
                 name: "calls",
@@ -117,6 +149,20 @@ mod tests {
         assert!(
             s.contains("**calls**: `cargo run y`\n\nfailed: exit status 1"),
             "{s}"
+        );
+        assert_eq!(samples(&runs), vec![(0.1, 220.0, 220.0)]);
+    }
+
+    #[test]
+    fn samples_parse_and_other_lines_do_not() {
+        assert_eq!(
+            parse_sample("accuracy-sample: t_ms 1200 admitted 431 allowed 440"),
+            Some((1.2, 431.0, 440.0))
+        );
+        assert_eq!(parse_sample("accuracy: admitted 796"), None);
+        assert_eq!(
+            parse_sample("accuracy-sample: t_ms x admitted 1 allowed 2"),
+            None
         );
     }
 }

@@ -26,6 +26,8 @@
 //!   TOKENLEASE, and memory per key of a sorted set and a hash.
 //! - [`doc`]: the whole markdown page.
 
+pub mod chart;
+pub mod charts;
 pub mod crosscheck;
 pub mod doc;
 pub mod first;
@@ -544,8 +546,10 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         lease::run_all(args.quick)
     };
+    let drawn = charts::write_all(&args.out, first.as_ref(), &rows, &lease_runs);
     let page = doc::render(&doc::Page {
         args: &args,
+        charts: &drawn,
         servers: [&redis, &leasehold],
         first: first.as_ref(),
         rows: &rows,
