@@ -19,6 +19,9 @@
 //!   GET/SET/INCR/DEL/PING.
 //! - [`client`]: the shared connection, deadlines, reconnect with backoff and
 //!   jitter, the breaker in front of every call.
+//! - [`cluster`]: cluster addressing: the slot map from `CLUSTER SLOTS`, a
+//!   connection per node, routing by [`slot`], `MOVED` and `ASK` followed.
+//! - [`slot`]: keys to Redis Cluster hash slots (CRC16, `{hash tags}`).
 //! - [`sentinel`]: Sentinel addressing: the primary asked of the sentinels,
 //!   checked with `ROLE`, followed on `+switch-master`.
 //! - [`breaker`]: the circuit breaker.
@@ -33,6 +36,7 @@
 pub mod breaker;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod commands;
 mod conn;
 pub mod decision;
@@ -41,10 +45,12 @@ pub mod identity;
 pub mod lease;
 pub mod policy;
 pub mod sentinel;
+pub mod slot;
 
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Address, Client, ClientConfig};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
+pub use cluster::{ClusterConfig, SlotMap};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
