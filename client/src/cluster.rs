@@ -98,7 +98,7 @@ const KEYLESS: &[&[u8]] = &[
 /// Scripts (`EVAL script numkeys key...`) go by their first key, and
 /// `SINTERCARD numkeys key...` by its first; `OBJECT` and `MEMORY` name
 /// their key after the subcommand; every other command by `args[1]`.
-pub(crate) fn key_index<A: AsRef<[u8]>>(args: &[A]) -> Option<usize> {
+pub fn key_index<A: AsRef<[u8]>>(args: &[A]) -> Option<usize> {
     let name = args.first()?.as_ref();
     let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
     let numkeys = |at: usize| {
@@ -598,8 +598,11 @@ impl Client {
             let to = resolve_redirect(&to, addr).await?;
             asking = !moved;
             if moved {
-                let map = cluster.map().moved(slot, to);
-                *cluster.map.write() = Arc::new(map);
+                // Under the write lock, so a reload installed meanwhile is
+                // not overwritten by the map it replaced.
+                let mut map = cluster.map.write();
+                *map = Arc::new(map.moved(slot, to));
+                drop(map);
                 self.reload_in_background(to);
             }
             target = Some(to);
