@@ -83,13 +83,54 @@ pub(crate) struct Routed {
 /// routed by the argument [`key_index`] names; a command missing here is
 /// routed by its first argument, which costs at most a redirection.
 const KEYLESS: &[&[u8]] = &[
-    b"ACL", b"ASKING", b"AUTH", b"BGREWRITEAOF", b"BGSAVE", b"CLIENT", b"CLUSTER", b"COMMAND",
-    b"CONFIG", b"DBSIZE", b"DISCARD", b"ECHO", b"EXEC", b"FLUSHALL", b"FLUSHDB", b"HELLO",
-    b"INFO", b"KEYS", b"LASTSAVE", b"LH.FLUSHSLOTS", b"LH.HOTKEYS", b"LH.PIN", b"LH.PINS",
-    b"LH.TOPOLOGY", b"LH.UNPIN", b"LH.UNPINALL", b"MONITOR", b"MULTI", b"PING", b"PUBLISH",
-    b"PUBSUB", b"QUIT", b"RANDOMKEY", b"READONLY", b"READWRITE", b"REPLICAOF", b"RESET",
-    b"ROLE", b"SAVE", b"SCAN", b"SCRIPT", b"SELECT", b"SHUTDOWN", b"SLAVEOF", b"SLOWLOG",
-    b"TIME", b"UNWATCH", b"WAIT",
+    b"ACL",
+    b"ASKING",
+    b"AUTH",
+    b"BGREWRITEAOF",
+    b"BGSAVE",
+    b"CLIENT",
+    b"CLUSTER",
+    b"COMMAND",
+    b"CONFIG",
+    b"DBSIZE",
+    b"DISCARD",
+    b"ECHO",
+    b"EXEC",
+    b"FLUSHALL",
+    b"FLUSHDB",
+    b"HELLO",
+    b"INFO",
+    b"KEYS",
+    b"LASTSAVE",
+    b"LH.FLUSHSLOTS",
+    b"LH.HOTKEYS",
+    b"LH.PIN",
+    b"LH.PINS",
+    b"LH.TOPOLOGY",
+    b"LH.UNPIN",
+    b"LH.UNPINALL",
+    b"MONITOR",
+    b"MULTI",
+    b"PING",
+    b"PUBLISH",
+    b"PUBSUB",
+    b"QUIT",
+    b"RANDOMKEY",
+    b"READONLY",
+    b"READWRITE",
+    b"REPLICAOF",
+    b"RESET",
+    b"ROLE",
+    b"SAVE",
+    b"SCAN",
+    b"SCRIPT",
+    b"SELECT",
+    b"SHUTDOWN",
+    b"SLAVEOF",
+    b"SLOWLOG",
+    b"TIME",
+    b"UNWATCH",
+    b"WAIT",
 ];
 
 /// The argument that holds the key a command is routed by, as Redis
@@ -105,9 +146,16 @@ pub fn key_index<A: AsRef<[u8]>>(args: &[A]) -> Option<usize> {
         let n = args.get(at)?.as_ref();
         (std::str::from_utf8(n).ok()?.parse::<u64>().ok()? > 0).then_some(at + 1)
     };
-    let at = if ["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"]
-        .iter()
-        .any(|n| is(n.as_bytes()))
+    let at = if [
+        "EVAL",
+        "EVALSHA",
+        "EVAL_RO",
+        "EVALSHA_RO",
+        "FCALL",
+        "FCALL_RO",
+    ]
+    .iter()
+    .any(|n| is(n.as_bytes()))
     {
         numkeys(2)?
     } else if ["SINTERCARD", "ZINTERCARD", "LMPOP", "ZMPOP"]
@@ -166,7 +214,11 @@ impl SlotMap {
         for &(first, last, addr) in ranges {
             let node = map.node_index(addr);
             let last = usize::from(last).min(SLOTS - 1);
-            for owner in map.owners.get_mut(usize::from(first)..=last).unwrap_or(&mut []) {
+            for owner in map
+                .owners
+                .get_mut(usize::from(first)..=last)
+                .unwrap_or(&mut [])
+            {
                 *owner = node;
             }
         }
@@ -535,7 +587,10 @@ impl Client {
     ) -> Result<Vec<Reply>, Error> {
         self.ensure_map(cluster).await?;
         match routes {
-            [one] => self.send_routed(cluster, one.route, frame, probe, used).await,
+            [one] => {
+                self.send_routed(cluster, one.route, frame, probe, used)
+                    .await
+            }
             _ => self.send_spread(cluster, routes, frame, probe, used).await,
         }
     }
@@ -655,7 +710,9 @@ impl Client {
             if redirect_of(&out[i]).is_some() {
                 let again = frame.slice(starts[i]..r.end);
                 let mut hop = Used::default();
-                let reply = self.send_routed(cluster, r.route, again, probe, &mut hop).await;
+                let reply = self
+                    .send_routed(cluster, r.route, again, probe, &mut hop)
+                    .await;
                 used.extend(hop);
                 if let Some(reply) = reply?.pop() {
                     out[i] = reply;
@@ -703,7 +760,7 @@ mod tests {
     fn parses_cluster_slots_and_info() {
         let node = |host: &str, port: i64| {
             Reply::Array(vec![
-                Reply::bulk(host.to_string()),
+                Reply::bulk(host),
                 Reply::Int(port),
                 Reply::bulk("id"),
             ])
@@ -715,7 +772,11 @@ mod tests {
                 node("127.0.0.1", 7000),
                 node("127.0.0.1", 7003),
             ]),
-            Reply::Array(vec![Reply::Int(8192), Reply::Int(16383), node("localhost", 7001)]),
+            Reply::Array(vec![
+                Reply::Int(8192),
+                Reply::Int(16383),
+                node("localhost", 7001),
+            ]),
         ]);
         assert_eq!(
             parse_slots(&reply),
@@ -731,7 +792,8 @@ mod tests {
         ])]);
         assert_eq!(parse_slots(&out_of_range), None);
         assert_eq!(parse_slots(&Reply::err("ERR no")), None);
-        let info = Reply::bulk("cluster_state:ok\r\ncluster_current_epoch:7\r\ncluster_my_epoch:7\r\n");
+        let info =
+            Reply::bulk("cluster_state:ok\r\ncluster_current_epoch:7\r\ncluster_my_epoch:7\r\n");
         assert_eq!(parse_epoch(&info), 7);
         assert_eq!(parse_epoch(&Reply::Nil), 0);
     }
@@ -740,7 +802,10 @@ mod tests {
     fn routes_by_the_first_key() {
         let slot = |k: &str| Route::Slot(key_slot(k.as_bytes()));
         assert_eq!(route(&["GET", "foo"]), slot("foo"));
-        assert_eq!(route(&["tokenlease", "{u1}:a", "10", "1", "1000", "1"]), slot("u1"));
+        assert_eq!(
+            route(&["tokenlease", "{u1}:a", "10", "1", "1000", "1"]),
+            slot("u1")
+        );
         assert_eq!(route(&["EVAL", "return 1", "2", "k1", "k2"]), slot("k1"));
         assert_eq!(route(&["EVAL", "return 1", "0"]), Route::Any);
         assert_eq!(route(&["SINTERCARD", "2", "a", "b"]), slot("a"));
@@ -753,7 +818,10 @@ mod tests {
     #[tokio::test]
     async fn resolves_redirect_targets() {
         let asked = a(9);
-        assert_eq!(resolve_redirect("127.0.0.1:7001", asked).await.unwrap(), a(7001));
+        assert_eq!(
+            resolve_redirect("127.0.0.1:7001", asked).await.unwrap(),
+            a(7001)
+        );
         assert_eq!(resolve_redirect(":7002", asked).await.unwrap(), a(7002));
         assert_eq!(
             resolve_redirect("::1:7003", asked).await.unwrap(),

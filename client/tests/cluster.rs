@@ -74,7 +74,11 @@ fn cluster() -> Cluster {
     publish(
         &ports,
         1,
-        &topology(1, &ports, &["\"0-5460\"", "\"5461-10922\"", "\"10923-16383\""]),
+        &topology(
+            1,
+            &ports,
+            &["\"0-5460\"", "\"5461-10922\"", "\"10923-16383\""],
+        ),
     );
     Cluster { nodes, ports }
 }
@@ -129,7 +133,9 @@ fn the_client_routes_every_command_by_the_servers_first_key() {
         // script or SINTERCARD reads it.
         let argc = spec.arity.unsigned_abs().max(5) as usize;
         let mut args = vec![Bytes::from(spec.name.to_ascii_uppercase())];
-        args.extend((1..argc).map(|i| Bytes::from(if i <= 2 { "1".into() } else { format!("k{i}") })));
+        args.extend(
+            (1..argc).map(|i| Bytes::from(if i <= 2 { "1".into() } else { format!("k{i}") })),
+        );
         let server = spec.keys_in(&args).next();
         let client = leasehold_client::cluster::key_index(&args);
         if server.is_some() || spec.has(flags::MOVABLE_KEYS) {
@@ -151,7 +157,10 @@ async fn keys_over_three_groups_are_written_and_read_back() {
     let mut per_group = [0; 3];
     for n in 0..300 {
         let key = format!("k:{n}");
-        client.set(key.as_bytes(), format!("v{n}").as_bytes()).await.unwrap();
+        client
+            .set(key.as_bytes(), format!("v{n}").as_bytes())
+            .await
+            .unwrap();
         let group = RANGES
             .iter()
             .position(|&(a, b)| (a..=b).contains(&key_slot(key.as_bytes())))
@@ -159,23 +168,39 @@ async fn keys_over_three_groups_are_written_and_read_back() {
         per_group[group] += 1;
         assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(group)));
         // Only its own group's node holds it.
-        assert_eq!(call(c.ports[group], &["GET", &key]), Some(Reply::bulk(format!("v{n}"))));
+        assert_eq!(
+            call(c.ports[group], &["GET", &key]),
+            Some(Reply::bulk(format!("v{n}")))
+        );
     }
     assert!(per_group.iter().all(|&n| n > 50), "{per_group:?}");
     for n in 0..300 {
         let key = format!("k:{n}");
         let got = client.get(key.as_bytes()).await.unwrap();
         assert_eq!(got.as_deref(), Some(format!("v{n}").as_bytes()));
-        assert_eq!(client.incr(format!("{{{key}}}:n").as_bytes()).await.unwrap(), 1);
+        assert_eq!(
+            client
+                .incr(format!("{{{key}}}:n").as_bytes())
+                .await
+                .unwrap(),
+            1
+        );
     }
     // A pipeline over the three groups comes back in order.
     let keys: Vec<String> = RANGES.iter().map(|&r| key_in("p:", r)).collect();
     let mut cmds: Vec<Vec<Bytes>> = Vec::new();
     for k in &keys {
-        cmds.push(vec!["SET".into(), Bytes::from(k.clone()), Bytes::from(k.clone())]);
+        cmds.push(vec![
+            "SET".into(),
+            Bytes::from(k.clone()),
+            Bytes::from(k.clone()),
+        ]);
         cmds.push(vec!["GET".into(), Bytes::from(k.clone())]);
     }
-    let replies = client.pipeline(&cmds, Duration::from_secs(1)).await.unwrap();
+    let replies = client
+        .pipeline(&cmds, Duration::from_secs(1))
+        .await
+        .unwrap();
     for (i, k) in keys.iter().enumerate() {
         assert_eq!(replies[2 * i], Reply::ok());
         assert_eq!(replies[2 * i + 1], Reply::bulk(k.clone()));
@@ -194,7 +219,15 @@ async fn a_newer_topology_is_followed_through_moved() {
     publish(
         &c.ports,
         2,
-        &topology(2, &c.ports, &["\"1001-5460\"", "\"0-1000\", \"5461-10922\"", "\"10923-16383\""]),
+        &topology(
+            2,
+            &c.ports,
+            &[
+                "\"1001-5460\"",
+                "\"0-1000\", \"5461-10922\"",
+                "\"10923-16383\"",
+            ],
+        ),
     );
     // The client's map still says node 0: it is MOVED to node 1.
     assert_eq!(client.get(key.as_bytes()).await.unwrap(), None);
@@ -288,7 +321,11 @@ async fn the_lease_manager_leases_exactly_the_capacity_on_every_group() {
             }
         }
     }
-    assert_eq!(allowed, vec![BURST; keys.len()], "every key spent its capacity, no more");
+    assert_eq!(
+        allowed,
+        vec![BURST; keys.len()],
+        "every key spent its capacity, no more"
+    );
     let p = BucketParams {
         capacity: BURST,
         rate: 1,
@@ -306,7 +343,14 @@ async fn the_lease_manager_leases_exactly_the_capacity_on_every_group() {
             panic!("{peek:?}")
         };
         assert_eq!(v[1], Reply::Int(0), "{ledger} on group {g}");
-        assert_eq!(client.token_lease(ledger.as_bytes(), p, 0, 0).await.unwrap().remaining, 0);
+        assert_eq!(
+            client
+                .token_lease(ledger.as_bytes(), p, 0, 0)
+                .await
+                .unwrap()
+                .remaining,
+            0
+        );
     }
     manager.shutdown().await;
 }
@@ -340,7 +384,8 @@ impl FakeNode {
                                 .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
                                 .collect();
                             me.log.lock().push(args.clone());
-                            let reply = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                            let reply = match args.iter().map(String::as_str).collect::<Vec<_>>()[..]
+                            {
                                 ["CLUSTER", "INFO"] => Reply::bulk("cluster_current_epoch:1\r\n"),
                                 ["CLUSTER", "SLOTS"] => Reply::Array(vec![Reply::Array(vec![
                                     Reply::Int(0),
@@ -431,9 +476,7 @@ async fn redirections_in_circles_end_in_a_clear_error() {
     let err = client.get(b"foo").await.unwrap_err();
     match &err {
         Error::TooManyRedirects {
-            slot: s,
-            redirects,
-            ..
+            slot: s, redirects, ..
         } => assert_eq!((*s, *redirects), (slot, 5)),
         other => panic!("{other:?}"),
     }
