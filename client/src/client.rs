@@ -383,6 +383,11 @@ impl Client {
                 for (link, conn) in used.all() {
                     Self::discard(link, conn);
                 }
+                // The node may be gone for good (a failover, a newer
+                // topology): the map is checked off the caller's path.
+                if self.inner.cluster.is_some() {
+                    self.reload_in_background(None);
+                }
             }
         }
         // A demoted primary: the next call asks the sentinels again.

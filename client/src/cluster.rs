@@ -133,6 +133,20 @@ const KEYLESS: &[&[u8]] = &[
     b"WAIT",
 ];
 
+/// Commands whose keys follow `numkeys` in `args[2]` (`EVAL script
+/// numkeys key...`).
+const SCRIPTS: &[&[u8]] = &[
+    b"EVAL",
+    b"EVALSHA",
+    b"EVAL_RO",
+    b"EVALSHA_RO",
+    b"FCALL",
+    b"FCALL_RO",
+];
+
+/// Commands whose keys follow `numkeys` in `args[1]`.
+const NUMKEYS_FIRST: &[&[u8]] = &[b"SINTERCARD", b"ZINTERCARD", b"LMPOP", b"ZMPOP"];
+
 /// The argument that holds the key a command is routed by, as Redis
 /// Cluster clients pick it (the first key of the command's key
 /// specification in `COMMAND INFO`): `None` for a command without keys.
@@ -146,22 +160,9 @@ pub fn key_index<A: AsRef<[u8]>>(args: &[A]) -> Option<usize> {
         let n = args.get(at)?.as_ref();
         (std::str::from_utf8(n).ok()?.parse::<u64>().ok()? > 0).then_some(at + 1)
     };
-    let at = if [
-        "EVAL",
-        "EVALSHA",
-        "EVAL_RO",
-        "EVALSHA_RO",
-        "FCALL",
-        "FCALL_RO",
-    ]
-    .iter()
-    .any(|n| is(n.as_bytes()))
-    {
+    let at = if SCRIPTS.iter().any(|n| is(n)) {
         numkeys(2)?
-    } else if ["SINTERCARD", "ZINTERCARD", "LMPOP", "ZMPOP"]
-        .iter()
-        .any(|n| is(n.as_bytes()))
-    {
+    } else if NUMKEYS_FIRST.iter().any(|n| is(n)) {
         numkeys(1)?
     } else if is(b"OBJECT") || is(b"MEMORY") {
         2
@@ -398,19 +399,19 @@ impl Cluster {
             .or_else(|| self.config.seeds.first().copied())
     }
 
-    /// Installs `map` unless the one in force has a higher epoch; drops
-    /// the links of nodes it no longer names. Returns whether it did.
-    fn install(&self, map: SlotMap) -> bool {
+    /// Installs `map` unless the one in force has a higher epoch (then
+    /// the answer is older than what the client knows); drops the links of
+    /// nodes it no longer names.
+    fn install(&self, map: SlotMap) {
         let mut cur = self.map.write();
         if map.epoch < cur.epoch {
-            return false;
+            return;
         }
         self.links
             .lock()
             .retain(|addr, _| map.nodes.contains(addr) || self.config.seeds.contains(addr));
         *cur = Arc::new(map);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        true
     }
 
     /// The nodes a reload asks, in order: `prefer`, the map's nodes, the
@@ -476,8 +477,9 @@ impl Client {
             .unwrap_or(Err(Error::Connection(ConnectionError::Closed)))
     }
 
-    /// Starts a reload in the background unless one is queued or running.
-    fn reload_in_background(&self, prefer: SocketAddr) {
+    /// Starts a reload in the background (asking `prefer` first) unless
+    /// one is queued or running.
+    pub(crate) fn reload_in_background(&self, prefer: Option<SocketAddr>) {
         let Some(cluster) = &self.inner.cluster else {
             return;
         };
@@ -487,7 +489,7 @@ impl Client {
         let seen = cluster.generation.load(Ordering::Acquire);
         let me = self.clone();
         tokio::spawn(async move {
-            let _ = me.reload_now(seen, Some(prefer), None).await;
+            let _ = me.reload_now(seen, prefer, None).await;
             if let Some(c) = &me.inner.cluster {
                 c.background.store(false, Ordering::Release);
             }
@@ -511,7 +513,6 @@ impl Client {
         for addr in cluster.candidates(prefer, avoid) {
             match self.ask_slots(cluster, addr).await {
                 Ok(map) => {
-                    // An older epoch: this map is newer than the answer.
                     cluster.install(map);
                     return Ok(());
                 }
@@ -658,7 +659,7 @@ impl Client {
                 let mut map = cluster.map.write();
                 *map = Arc::new(map.moved(slot, to));
                 drop(map);
-                self.reload_in_background(to);
+                self.reload_in_background(Some(to));
             }
             target = Some(to);
         }
@@ -759,11 +760,7 @@ mod tests {
     #[test]
     fn parses_cluster_slots_and_info() {
         let node = |host: &str, port: i64| {
-            Reply::Array(vec![
-                Reply::bulk(host),
-                Reply::Int(port),
-                Reply::bulk("id"),
-            ])
+            Reply::Array(vec![Reply::bulk(host), Reply::Int(port), Reply::bulk("id")])
         };
         let reply = Reply::Array(vec![
             Reply::Array(vec![
