@@ -1,5 +1,7 @@
-//! Leasehold client: a pipelined async connection with typed calls, and the
-//! gateway lease manager that keeps the ledger off the request path.
+//! Leasehold client: a pipelined async connection with typed calls (to one
+//! node, to the primary Sentinel names, or to every node of a cluster, by
+//! hash slot), and the gateway lease manager that keeps the ledger off the
+//! request path.
 //!
 //! A gateway names the caller ([`identity`]), finds its policy
 //! ([`PolicySet::find`]) and asks the [`LeaseManager`] for a [`Decision`]:
