@@ -13,7 +13,7 @@
 //! moves the connection to each primary Sentinel announces.
 //!
 //! In cluster mode ([`Address::Cluster`], `cluster.rs`) the client keeps
-//! one such connection per node ([`Link`]) and routes each command by the
+//! one such connection per node (`Link`) and routes each command by the
 //! hash slot of its key; the breaker and the deadline stay one per call.
 
 use std::net::SocketAddr;
