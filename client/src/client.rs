@@ -105,7 +105,8 @@ impl ClientConfig {
     }
 }
 
-/// A cheap-to-clone handle; all clones share one connection and one breaker.
+/// A cheap-to-clone handle; all clones share one connection (one per node
+/// in cluster mode) and one breaker.
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
@@ -121,7 +122,7 @@ impl std::fmt::Debug for Client {
 
 pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     breaker: Breaker,
     /// The connection in direct and Sentinel modes (unused in cluster mode).
     link: Arc<Link>,
@@ -276,7 +277,10 @@ impl Client {
         let opened = async {
             match &self.inner.cluster {
                 Some(cluster) => self.connect_cluster(cluster).await,
-                None => self.connection(&self.inner.link, false).await.map(drop),
+                None => self
+                    .connection_to(&self.inner.link, None, false)
+                    .await
+                    .map(drop),
             }
         };
         match tokio::time::timeout(deadline, opened).await {
@@ -417,7 +421,7 @@ impl Client {
         probe: bool,
         used: &mut Used,
     ) -> Result<Vec<Reply>, Error> {
-        let conn = self.connection(&self.inner.link, probe).await?;
+        let conn = self.connection_to(&self.inner.link, None, probe).await?;
         used.push(self.inner.link.clone(), conn.clone());
         recv(conn.send(frame, n)?).await
     }
@@ -431,18 +435,10 @@ impl Client {
         }
     }
 
-    /// The live connection of `link` (the client's own link in direct and
-    /// Sentinel modes), opening one if it has none; in cluster mode, `link`
-    /// is a node's, found by [`Cluster::link`], and opened to that node.
-    pub(crate) async fn connection(
-        &self,
-        link: &Link,
-        probe: bool,
-    ) -> Result<Arc<Connection>, Error> {
-        self.connection_to(link, None, probe).await
-    }
-
-    /// [`Client::connection`], connecting to `node` when it is given.
+    /// The live connection of `link`, opening one if it has none: to
+    /// `node` when it is given (a cluster node's link, found by
+    /// [`Cluster::link`]), else to the configured address or the primary
+    /// the sentinels name (the client's own link).
     pub(crate) async fn connection_to(
         &self,
         link: &Link,

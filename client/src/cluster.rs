@@ -27,14 +27,23 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{encode_request, Reply};
 use parking_lot::{Mutex, RwLock};
 
 use crate::client::{recv, Client, Link, Used};
+use crate::clock::us;
 use crate::error::{ConnectionError, Error, ServerError, ServerErrorKind};
 use crate::slot::{key_slot, SLOTS};
+
+/// Least time between two background reloads started by failed calls
+/// (timeouts, lost connections): 100 ms. While a group is down, every
+/// lease call for its keys fails, and each would otherwise ask a node for
+/// the whole map; ten a second still picks up a promoted replica within
+/// 0.1 s of the nodes naming it.
+pub const FAILURE_RELOAD_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Default bound on `MOVED`/`ASK` redirections of one call: 5 (a call
 /// makes at most 6 sends), as redis-py's `RedisCluster` allows by default.
@@ -363,6 +372,9 @@ pub(crate) struct Cluster {
     generation: AtomicU64,
     /// A background reload is queued or running.
     background: AtomicBool,
+    /// When (clock microseconds) the last background reload after a failed
+    /// call started (0: never).
+    failure_reload_us: AtomicU64,
 }
 
 impl Cluster {
@@ -374,6 +386,7 @@ impl Cluster {
             reloading: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
             background: AtomicBool::new(false),
+            failure_reload_us: AtomicU64::new(0),
         }
     }
 
@@ -478,13 +491,26 @@ impl Client {
     }
 
     /// Starts a reload in the background (asking `prefer` first) unless
-    /// one is queued or running.
+    /// one is queued or running. One after a failed call (no `prefer`)
+    /// starts at most every [`FAILURE_RELOAD_INTERVAL`].
     pub(crate) fn reload_in_background(&self, prefer: Option<SocketAddr>) {
         let Some(cluster) = &self.inner.cluster else {
             return;
         };
+        let now = self.inner.clock.now_us();
+        if prefer.is_none() {
+            let last = cluster.failure_reload_us.load(Ordering::Acquire);
+            if last != 0 && now.saturating_sub(last) < us(FAILURE_RELOAD_INTERVAL) {
+                return;
+            }
+        }
         if cluster.background.swap(true, Ordering::AcqRel) {
             return;
+        }
+        if prefer.is_none() {
+            cluster
+                .failure_reload_us
+                .store(now.max(1), Ordering::Release);
         }
         let seen = cluster.generation.load(Ordering::Acquire);
         let me = self.clone();
