@@ -214,6 +214,9 @@ async fn a_newer_topology_is_followed_through_moved() {
     let key = key_in("moving:", (0, 1000));
     client.set(key.as_bytes(), b"old").await.unwrap();
     assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(0)));
+    // A second client with the same map, for a pipeline below.
+    let piped = c.client();
+    piped.connect().await.unwrap();
     // Version 2 hands 0-1000 to group 1 (the key stays behind on node 0:
     // there is no resharding).
     publish(
@@ -250,6 +253,18 @@ async fn a_newer_topology_is_followed_through_moved() {
     }
     assert_eq!(client.slot_owner(other.as_bytes()), Some(c.addr(1)));
     assert_eq!(client.slot_owner(b"x"), Some(c.addr(2)));
+    // A pipeline sent by the old map: the moved command is sent again to
+    // its new owner, the others answer where they are, all in order.
+    let far = key_in("far:", RANGES[2]);
+    let cmds: Vec<Vec<Bytes>> = vec![
+        vec!["GET".into(), Bytes::from(key.clone())],
+        vec!["SET".into(), Bytes::from(far.clone()), "f".into()],
+        vec!["GET".into(), Bytes::from(far.clone())],
+    ];
+    assert_eq!(piped.slot_owner(key.as_bytes()), Some(c.addr(0)));
+    let replies = piped.pipeline(&cmds, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(replies, [Reply::bulk("new"), Reply::ok(), Reply::bulk("f")]);
+    assert_eq!(piped.slot_owner(key.as_bytes()), Some(c.addr(1)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
