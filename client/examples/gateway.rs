@@ -9,6 +9,9 @@
 //!   cargo run -p leasehold-client --example gateway
 //! ```
 //!
+//! With `LEASEHOLD_CLUSTER=127.0.0.1:7000,127.0.0.1:7001` instead of
+//! `LEASEHOLD_ADDR`, the ledger is a cluster, and those are its seed nodes.
+//!
 //! With `METRICS_ADDR` set, the lease manager's metrics (decisions,
 //! `rate_limit_bypassed_total`, ledger call latency, lease sizes, breaker
 //! state; `docs/operations.md`) are served in Prometheus's text format on
@@ -23,7 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use leasehold_client::{
-    identity, Client, ClientConfig, CoarseClock, LeaseConfig, LeaseManager, Outcome, PolicySet,
+    identity, Address, Client, ClientConfig, CoarseClock, LeaseConfig, LeaseManager, Outcome,
+    PolicySet,
 };
 
 /// Used when POLICY_FILE is not set.
@@ -73,7 +77,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .map_err(|e| format!("METRICS_ADDR {addr}: {e}"))?;
         println!("metrics on http://{addr}/metrics");
     }
-    let client = Client::new(ClientConfig::new(ledger));
+    let config = match std::env::var("LEASEHOLD_CLUSTER") {
+        Ok(seeds) => ClientConfig::cluster(
+            seeds
+                .split(',')
+                .map(|s| s.trim().parse())
+                .collect::<Result<_, _>>()?,
+        ),
+        Err(_) => ClientConfig::new(ledger),
+    };
+    let ledger = match &config.address {
+        Address::Cluster(c) => format!("the cluster of {:?}", c.seeds),
+        _ => ledger.to_string(),
+    };
+    let client = Client::new(config);
     // Connect before serving, so that the first request's lease call does
     // not pay for the connect within its 5 ms deadline. A ledger that is
     // down is not fatal: the policies' failure modes cover it.

@@ -11,6 +11,10 @@
 //! then every connect asks the sentinels first, a `READONLY` reply
 //! discards the connection (the node was demoted), and a watcher task
 //! moves the connection to each primary Sentinel announces.
+//!
+//! In cluster mode ([`Address::Cluster`], `cluster.rs`) the client keeps
+//! one such connection per node (`Link`) and routes each command by the
+//! hash slot of its key; the breaker and the deadline stay one per call.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
@@ -24,6 +28,7 @@ use tokio::task::JoinHandle;
 
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::clock::{us, Clock, SystemClock};
+use crate::cluster::{Cluster, ClusterConfig, Route, Routed};
 use crate::conn::Connection;
 use crate::error::{is_readonly, ConnectionError, Error, ServerError};
 use crate::sentinel::{SentinelConfig, Sentinels};
@@ -41,6 +46,10 @@ pub enum Address {
     Direct(SocketAddr),
     /// The primary that Redis Sentinel names, followed through failovers.
     Sentinel(SentinelConfig),
+    /// A Redis Cluster (or a Leasehold cluster): the slot map is loaded
+    /// from the seed nodes, and each command goes to the node that owns
+    /// its key's hash slot.
+    Cluster(ClusterConfig),
 }
 
 /// Client settings.
@@ -77,6 +86,12 @@ impl ClientConfig {
         )))
     }
 
+    /// Defaults, in cluster mode: the slot map is loaded from the first of
+    /// `seeds` that answers (see [`ClusterConfig`]).
+    pub fn cluster(seeds: Vec<SocketAddr>) -> ClientConfig {
+        ClientConfig::at(Address::Cluster(ClusterConfig::new(seeds)))
+    }
+
     /// Defaults, connecting to `address`.
     pub fn at(address: Address) -> ClientConfig {
         ClientConfig {
@@ -90,10 +105,11 @@ impl ClientConfig {
     }
 }
 
-/// A cheap-to-clone handle; all clones share one connection and one breaker.
+/// A cheap-to-clone handle; all clones share one connection (one per node
+/// in cluster mode) and one breaker.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Client {
@@ -104,13 +120,14 @@ impl std::fmt::Debug for Client {
     }
 }
 
-struct Inner {
-    config: ClientConfig,
-    clock: Arc<dyn Clock>,
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    pub(crate) clock: Arc<dyn Clock>,
     breaker: Breaker,
-    current: Mutex<Option<Arc<Connection>>>,
-    /// Serializes connect attempts so a reconnect storm is one connect.
-    connecting: tokio::sync::Mutex<Connecting>,
+    /// The connection in direct and Sentinel modes (unused in cluster mode).
+    link: Arc<Link>,
+    /// Cluster mode: the slot map and a link per node.
+    pub(crate) cluster: Option<Cluster>,
     /// Sentinel addressing: the sentinels and the primary last verified.
     sentinels: Option<Arc<Sentinels>>,
     /// Sentinel addressing: the task that follows `+switch-master`,
@@ -123,6 +140,45 @@ impl Drop for Inner {
         if let Some(w) = self.watcher.get_mut().take() {
             w.abort();
         }
+    }
+}
+
+/// One node's connection: the live one, and the state of connecting to
+/// it (one connect at a time, backoff after failures).
+#[derive(Default)]
+pub(crate) struct Link {
+    current: Mutex<Option<Arc<Connection>>>,
+    /// Serializes connect attempts so a reconnect storm is one connect.
+    connecting: tokio::sync::Mutex<Connecting>,
+}
+
+/// The connections a call used, discarded together when it fails: one
+/// for a single command, one per node for a pipeline in cluster mode.
+#[derive(Default)]
+pub(crate) struct Used {
+    first: Option<(Arc<Link>, Arc<Connection>)>,
+    more: Vec<(Arc<Link>, Arc<Connection>)>,
+}
+
+impl Used {
+    pub(crate) fn push(&mut self, link: Arc<Link>, conn: Arc<Connection>) {
+        match self.first {
+            None => self.first = Some((link, conn)),
+            Some(_) => self.more.push((link, conn)),
+        }
+    }
+
+    /// Only this connection (a redirected call's earlier hops answered).
+    pub(crate) fn only(&mut self, link: Arc<Link>, conn: Arc<Connection>) {
+        self.first = Some((link, conn));
+    }
+
+    pub(crate) fn extend(&mut self, other: Used) {
+        self.more.extend(other.first.into_iter().chain(other.more));
+    }
+
+    fn all(&self) -> impl Iterator<Item = &(Arc<Link>, Arc<Connection>)> {
+        self.first.iter().chain(&self.more)
     }
 }
 
@@ -148,16 +204,20 @@ impl Client {
     pub fn with_clock(config: ClientConfig, clock: Arc<dyn Clock>) -> Client {
         let breaker = Breaker::new(config.breaker.clone(), clock.clone());
         let sentinels = match &config.address {
-            Address::Direct(_) => None,
             Address::Sentinel(s) => Some(Arc::new(Sentinels::new(s.clone()))),
+            Address::Direct(_) | Address::Cluster(_) => None,
+        };
+        let cluster = match &config.address {
+            Address::Cluster(c) => Some(Cluster::new(c.clone())),
+            Address::Direct(_) | Address::Sentinel(_) => None,
         };
         Client {
             inner: Arc::new(Inner {
                 config,
                 clock,
                 breaker,
-                current: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(Connecting::default()),
+                link: Arc::default(),
+                cluster,
                 sentinels,
                 watcher: Mutex::new(None),
             }),
@@ -166,7 +226,8 @@ impl Client {
 
     /// The node calls go to: the configured address in direct mode; with
     /// Sentinel addressing, the last node that said `master` to `ROLE`
-    /// (`None` before the first connect).
+    /// (`None` before the first connect); `None` in cluster mode (see
+    /// [`Client::slot_owner`]).
     pub fn primary(&self) -> Option<SocketAddr> {
         match (&self.inner.config.address, &self.inner.sentinels) {
             (Address::Direct(addr), _) => Some(*addr),
@@ -208,18 +269,35 @@ impl Client {
     /// # Errors
     /// The connect's own error, or [`Error::Timeout`] after
     /// [`ClientConfig::call_deadline`].
+    ///
+    /// In cluster mode it loads the slot map and opens a connection to
+    /// every node that owns slots.
     pub async fn connect(&self) -> Result<(), Error> {
         let deadline = self.inner.config.call_deadline;
-        match tokio::time::timeout(deadline, self.connection(false)).await {
-            Ok(conn) => conn.map(drop),
+        let opened = async {
+            match &self.inner.cluster {
+                Some(cluster) => self.connect_cluster(cluster).await,
+                None => self
+                    .connection_to(&self.inner.link, None, false)
+                    .await
+                    .map(drop),
+            }
+        };
+        match tokio::time::timeout(deadline, opened).await {
+            Ok(done) => done,
             Err(_) => Err(Error::Timeout { deadline }),
         }
     }
 
     /// Sends one command (`args[0]` is its name) under `deadline`.
     ///
+    /// In cluster mode it goes to the node that owns its key's slot
+    /// (`cluster.rs` says which argument is the key), following `MOVED`
+    /// and `ASK`; the deadline covers every hop.
+    ///
     /// # Errors
-    /// [`Error::Server`] for an error reply, and every transport error.
+    /// [`Error::Server`] for an error reply, and every transport error;
+    /// in cluster mode also [`Error::TooManyRedirects`].
     pub async fn call<A: AsRef<[u8]>>(
         &self,
         args: &[A],
@@ -227,7 +305,14 @@ impl Client {
     ) -> Result<Reply, Error> {
         let mut frame = BytesMut::new();
         encode_request(args, &mut frame);
-        let reply = self.exec(frame.freeze(), 1, deadline).await?.pop();
+        let routed = [Routed {
+            route: match self.inner.cluster {
+                Some(_) => crate::cluster::route(args),
+                None => Route::Any,
+            },
+            end: frame.len(),
+        }];
+        let reply = self.exec(&routed, frame.freeze(), 1, deadline).await?.pop();
         let reply = reply.ok_or(Error::Connection(ConnectionError::Closed))?;
         match reply {
             Reply::Error(text) => Err(Error::Server(ServerError::parse(&text))),
@@ -239,6 +324,11 @@ impl Client {
     /// An error reply stays in its place (`Reply::Error`), so the others
     /// keep their alignment: reply `i` answers command `i`.
     ///
+    /// In cluster mode each command goes to the node that owns its key's
+    /// slot (one write per node, all in flight together), and a command
+    /// answered `MOVED` or `ASK` is sent again on its own, as
+    /// [`Client::call`] would.
+    ///
     /// # Errors
     /// Transport errors only; they fail the whole pipeline.
     pub async fn pipeline(
@@ -247,13 +337,30 @@ impl Client {
         deadline: Duration,
     ) -> Result<Vec<Reply>, Error> {
         let mut frame = BytesMut::new();
+        let mut routes = Vec::new();
         for c in commands {
             encode_request(c, &mut frame);
+            if self.inner.cluster.is_some() {
+                routes.push(Routed {
+                    route: crate::cluster::route(c),
+                    end: frame.len(),
+                });
+            }
         }
-        self.exec(frame.freeze(), commands.len(), deadline).await
+        self.exec(&routes, frame.freeze(), commands.len(), deadline)
+            .await
     }
 
-    async fn exec(&self, frame: Bytes, n: usize, deadline: Duration) -> Result<Vec<Reply>, Error> {
+    /// Runs `frame` (`n` commands; in cluster mode `routes[i]` says where
+    /// command `i` goes and where its bytes end) under the breaker and
+    /// `deadline`.
+    async fn exec(
+        &self,
+        routes: &[Routed],
+        frame: Bytes,
+        n: usize,
+        deadline: Duration,
+    ) -> Result<Vec<Reply>, Error> {
         let permit = self.inner.breaker.admit()?;
         let probe = permit.is_probe();
         let deadline = if probe {
@@ -261,21 +368,38 @@ impl Client {
         } else {
             deadline
         };
-        let mut used = None;
-        let res = match tokio::time::timeout(deadline, self.send(frame, n, probe, &mut used)).await
-        {
+        let mut used = Used::default();
+        let sent = async {
+            match &self.inner.cluster {
+                Some(cluster) => {
+                    self.send_cluster(cluster, routes, frame, probe, &mut used)
+                        .await
+                }
+                None => self.send(frame, n, probe, &mut used).await,
+            }
+        };
+        let res = match tokio::time::timeout(deadline, sent).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout { deadline }),
         };
-        if let (Err(e), Some(conn)) = (&res, &used) {
+        if let Err(e) = &res {
             if e.is_timeout() || e.is_connection() || matches!(e, Error::Protocol(_)) {
-                self.discard(conn);
+                for (link, conn) in used.all() {
+                    Self::discard(link, conn);
+                }
+                // The node may be gone for good (a failover, a newer
+                // topology): the map is checked off the caller's path.
+                if self.inner.cluster.is_some() {
+                    self.reload_in_background(None);
+                }
             }
         }
         // A demoted primary: the next call asks the sentinels again.
-        if let (Some(_), Ok(replies), Some(conn)) = (&self.inner.sentinels, &res, &used) {
+        if let (Some(_), Ok(replies), Some((link, conn))) =
+            (&self.inner.sentinels, &res, &used.first)
+        {
             if replies.iter().any(is_readonly) {
-                self.discard(conn);
+                Self::discard(link, conn);
             }
         }
         let failed = match &res {
@@ -295,30 +419,37 @@ impl Client {
         frame: Bytes,
         n: usize,
         probe: bool,
-        used: &mut Option<Arc<Connection>>,
+        used: &mut Used,
     ) -> Result<Vec<Reply>, Error> {
-        let conn = self.connection(probe).await?;
-        *used = Some(conn.clone());
-        let rx = conn.send(frame, n)?;
-        rx.await
-            .map_err(|_| Error::Connection(ConnectionError::Closed))?
+        let conn = self.connection_to(&self.inner.link, None, probe).await?;
+        used.push(self.inner.link.clone(), conn.clone());
+        recv(conn.send(frame, n)?).await
     }
 
-    /// Discards `conn` if it is still the current connection.
-    fn discard(&self, conn: &Arc<Connection>) {
+    /// Discards `conn` if it is still `link`'s connection.
+    pub(crate) fn discard(link: &Link, conn: &Arc<Connection>) {
         conn.close();
-        let mut cur = self.inner.current.lock();
+        let mut cur = link.current.lock();
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             *cur = None;
         }
     }
 
-    async fn connection(&self, probe: bool) -> Result<Arc<Connection>, Error> {
-        if let Some(c) = self.live() {
+    /// The live connection of `link`, opening one if it has none: to
+    /// `node` when it is given (a cluster node's link, found by
+    /// [`Cluster::link`]), else to the configured address or the primary
+    /// the sentinels name (the client's own link).
+    pub(crate) async fn connection_to(
+        &self,
+        link: &Link,
+        node: Option<SocketAddr>,
+        probe: bool,
+    ) -> Result<Arc<Connection>, Error> {
+        if let Some(c) = link.live() {
             return Ok(c);
         }
-        let mut state = self.inner.connecting.lock().await;
-        if let Some(c) = self.live() {
+        let mut state = link.connecting.lock().await;
+        if let Some(c) = link.live() {
             return Ok(c);
         }
         let now = self.inner.clock.now_us();
@@ -327,12 +458,17 @@ impl Client {
             let retry_in = Duration::from_micros(state.not_before_us - now);
             return Err(Error::Connection(ConnectionError::Backoff { retry_in }));
         }
-        let opened = match (&self.inner.config.address, &self.inner.sentinels) {
-            (Address::Direct(addr), _) => TcpStream::connect(addr)
+        let direct = match (&self.inner.config.address, node) {
+            (_, Some(addr)) => Some(addr),
+            (Address::Direct(addr), None) => Some(*addr),
+            _ => None,
+        };
+        let opened = match (direct, &self.inner.sentinels) {
+            (Some(addr), _) => TcpStream::connect(addr)
                 .await
                 .map(|stream| Arc::new(Connection::start(stream)))
                 .map_err(Error::from),
-            (_, Some(sentinels)) => {
+            (None, Some(sentinels)) => {
                 self.start_watcher(sentinels);
                 let search = state
                     .search
@@ -343,12 +479,12 @@ impl Client {
                 state.search = None;
                 found.unwrap_or(Err(Error::Connection(ConnectionError::Closed)))
             }
-            (Address::Sentinel(_), None) => unreachable!("built with the client"),
+            (None, None) => return Err(Error::Connection(ConnectionError::NoClusterNode)),
         };
         match opened {
             Ok(conn) => {
                 (state.delay, state.not_before_us) = (Duration::ZERO, 0);
-                *self.inner.current.lock() = Some(conn.clone());
+                *link.current.lock() = Some(conn.clone());
                 Ok(conn)
             }
             Err(e) => {
@@ -394,25 +530,37 @@ impl Client {
         let Some(sentinels) = &self.inner.sentinels else {
             return;
         };
-        let mut state = self.inner.connecting.lock().await;
-        if self.live().is_some() && sentinels.primary() == Some(primary) {
+        let link = &self.inner.link;
+        let mut state = link.connecting.lock().await;
+        if link.live().is_some() && sentinels.primary() == Some(primary) {
             return;
         }
         if let Some(stale) = state.search.take() {
             stale.abort();
         }
-        if let Some(old) = self.inner.current.lock().take() {
+        if let Some(old) = link.current.lock().take() {
             old.close();
         }
         if let Ok(conn) = sentinels.clone().discover(Some(primary)).await {
             (state.delay, state.not_before_us) = (Duration::ZERO, 0);
-            *self.inner.current.lock() = Some(conn);
+            *link.current.lock() = Some(conn);
             self.inner.breaker.probe_now();
         }
     }
+}
 
-    fn live(&self) -> Option<Arc<Connection>> {
-        let mut cur = self.inner.current.lock();
+/// Awaits the replies of a request queued on a connection.
+pub(crate) async fn recv(
+    rx: tokio::sync::oneshot::Receiver<Result<Vec<Reply>, Error>>,
+) -> Result<Vec<Reply>, Error> {
+    rx.await
+        .map_err(|_| Error::Connection(ConnectionError::Closed))?
+}
+
+impl Link {
+    /// The connection, unless it broke (then it is forgotten).
+    pub(crate) fn live(&self) -> Option<Arc<Connection>> {
+        let mut cur = self.current.lock();
         match cur.as_ref() {
             Some(c) if !c.is_broken() => Some(c.clone()),
             Some(_) => {

@@ -36,6 +36,18 @@ pub enum Error {
         /// The reply as received.
         reply: Reply,
     },
+    /// Cluster mode: the call was redirected (`MOVED`/`ASK`) `redirects`
+    /// times, the bound ([`ClusterConfig::max_redirects`](crate::ClusterConfig::max_redirects)),
+    /// and the last node redirected it again: the nodes disagree about
+    /// who owns `slot` (a topology being changed, or a broken one).
+    TooManyRedirects {
+        /// The hash slot.
+        slot: u16,
+        /// `host:port` of the last redirection, not followed.
+        addr: String,
+        /// Redirections followed.
+        redirects: u32,
+    },
     /// The circuit breaker is open (or a probe is already in flight); the call
     /// did not reach the server.
     CircuitOpen {
@@ -68,6 +80,9 @@ pub enum ConnectionError {
         /// The node that was named.
         addr: SocketAddr,
     },
+    /// Cluster mode: no node to ask for the slot map (no seeds), or none
+    /// to send a command to.
+    NoClusterNode,
 }
 
 /// An error reply, parsed.
@@ -216,10 +231,14 @@ impl Error {
     /// Whether this error says the ledger is unhealthy (counts toward opening
     /// the breaker). An `ERR` or `WRONGTYPE` reply proves the server is alive
     /// and answering, so it does not count; timeouts, broken connections,
-    /// garbage bytes and "not now" replies (LOADING, BUSY, TRYAGAIN) do.
+    /// garbage bytes and "not now" replies (LOADING, BUSY, TRYAGAIN) do, and
+    /// so does a cluster whose nodes redirect a call in circles.
     pub fn counts_against_ledger(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::Connection(_) | Error::Protocol(_) => true,
+            Error::Timeout { .. }
+            | Error::Connection(_)
+            | Error::Protocol(_)
+            | Error::TooManyRedirects { .. } => true,
             Error::Server(e) => e.kind.is_unavailable(),
             _ => false,
         }
@@ -232,6 +251,7 @@ impl Error {
                 RetryAction::Reconnect
             }
             Error::CircuitOpen { .. } => RetryAction::WaitForBreaker,
+            Error::TooManyRedirects { .. } => RetryAction::RetryLater,
             Error::Server(e) => match &e.kind {
                 ServerErrorKind::Moved { addr, .. } => RetryAction::Redirect { addr: addr.clone() },
                 ServerErrorKind::Ask { addr, .. } => RetryAction::Ask { addr: addr.clone() },
@@ -261,7 +281,18 @@ impl fmt::Display for Error {
             Error::Connection(ConnectionError::NotPrimary { addr }) => {
                 write!(f, "{addr} is not a primary")
             }
+            Error::Connection(ConnectionError::NoClusterNode) => {
+                f.write_str("no cluster node to ask")
+            }
             Error::Protocol(e) => write!(f, "{e}"),
+            Error::TooManyRedirects {
+                slot,
+                addr,
+                redirects,
+            } => write!(
+                f,
+                "slot {slot} still redirected (to {addr}) after {redirects} redirections"
+            ),
             Error::Server(e) => write!(f, "server error: {}", e.message),
             Error::UnexpectedReply { command, reply } => {
                 write!(f, "unexpected reply to {command}: {reply:?}")

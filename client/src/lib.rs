@@ -1,5 +1,7 @@
-//! Leasehold client: a pipelined async connection with typed calls, and the
-//! gateway lease manager that keeps the ledger off the request path.
+//! Leasehold client: a pipelined async connection with typed calls (to one
+//! node, to the primary Sentinel names, or to every node of a cluster, by
+//! hash slot), and the gateway lease manager that keeps the ledger off the
+//! request path.
 //!
 //! A gateway names the caller ([`identity`]), finds its policy
 //! ([`PolicySet::find`]) and asks the [`LeaseManager`] for a [`Decision`]:
@@ -19,6 +21,9 @@
 //!   GET/SET/INCR/DEL/PING.
 //! - [`client`]: the shared connection, deadlines, reconnect with backoff and
 //!   jitter, the breaker in front of every call.
+//! - [`cluster`]: cluster addressing: the slot map from `CLUSTER SLOTS`, a
+//!   connection per node, routing by [`slot`], `MOVED` and `ASK` followed.
+//! - [`slot`]: keys to Redis Cluster hash slots (CRC16, `{hash tags}`).
 //! - [`sentinel`]: Sentinel addressing: the primary asked of the sentinels,
 //!   checked with `ROLE`, followed on `+switch-master`.
 //! - [`breaker`]: the circuit breaker.
@@ -33,6 +38,7 @@
 pub mod breaker;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod commands;
 mod conn;
 pub mod decision;
@@ -41,10 +47,12 @@ pub mod identity;
 pub mod lease;
 pub mod policy;
 pub mod sentinel;
+pub mod slot;
 
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Address, Client, ClientConfig};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
+pub use cluster::{ClusterConfig, SlotMap};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};

@@ -1,0 +1,507 @@
+//! Cluster mode against real Leasehold nodes in cluster mode, in process
+//! on 127.0.0.1 (three groups of one primary each, their topology pushed
+//! with `LH.TOPOLOGY SET`): keys over the three groups, a `MOVED` after a
+//! newer topology moves a slot range, a node that refuses connections,
+//! and the lease manager leasing on keys of every group. `ASK` comes from
+//! a fake node here: Leasehold answers it only while a slot migrates, and
+//! it has no migration yet.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use leasehold_client::slot::key_slot;
+use leasehold_client::{
+    BucketParams, Client, ClientConfig, Error, FailureMode, LeaseConfig, LeaseManager, Mode,
+    Outcome, Policy, PolicyId, PolicySet, SystemClock,
+};
+use leasehold_protocol::{decode_request, Limits, Protocol, Reply};
+use leasehold_server::config::Config;
+use leasehold_server::ServerHandle;
+use leasehold_testkit::call;
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The three groups' slot ranges at version 1.
+const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+fn node() -> ServerHandle {
+    let mut c = Config::default();
+    c.net.bind = "127.0.0.1".into();
+    c.net.port = 0;
+    c.shards.threads = 2;
+    c.persistence.save = String::new();
+    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
+    c.cluster.enabled = true;
+    leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new()))
+        .expect("a cluster node")
+}
+
+/// A topology of version `version`: group `i` is the node on `ports[i]`
+/// and owns `slots[i]` (TOML strings such as `"0-5460"`).
+fn topology(version: u64, ports: &[u16], slots: &[&str]) -> String {
+    let mut t = format!("version = {version}\n");
+    for (i, (port, slots)) in ports.iter().zip(slots).enumerate() {
+        t += &format!(
+            "[[group]]\nname = \"g{i}\"\nslots = [{slots}]\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n"
+        );
+    }
+    t
+}
+
+/// Pushes `text` (of `version`) to the nodes on `ports`.
+fn publish(ports: &[u16], version: u64, text: &str) {
+    for &p in ports {
+        let v = version.to_string();
+        assert_eq!(
+            call(p, &["LH.TOPOLOGY", "SET", &v, text]),
+            Some(Reply::ok()),
+            "node {p} takes version {version}"
+        );
+    }
+}
+
+struct Cluster {
+    nodes: Vec<ServerHandle>,
+    ports: Vec<u16>,
+}
+
+fn cluster() -> Cluster {
+    let nodes: Vec<ServerHandle> = (0..3).map(|_| node()).collect();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.addr.port()).collect();
+    publish(
+        &ports,
+        1,
+        &topology(
+            1,
+            &ports,
+            &["\"0-5460\"", "\"5461-10922\"", "\"10923-16383\""],
+        ),
+    );
+    Cluster { nodes, ports }
+}
+
+impl Cluster {
+    fn addr(&self, group: usize) -> SocketAddr {
+        self.nodes[group].addr
+    }
+
+    /// A client seeded with node 0 only.
+    fn client(&self) -> Client {
+        let mut config = ClientConfig::cluster(vec![self.addr(0)]);
+        // A debug build on a shared 2-core machine.
+        config.lease_deadline = Duration::from_millis(100);
+        config.call_deadline = Duration::from_millis(500);
+        Client::new(config)
+    }
+}
+
+/// A key (`<prefix><n>`) whose hash slot is in `first..=last`.
+fn key_in(prefix: &str, (first, last): (u16, u16)) -> String {
+    (0..)
+        .map(|n| format!("{prefix}{n}"))
+        .find(|k| (first..=last).contains(&key_slot(k.as_bytes())))
+        .unwrap()
+}
+
+#[test]
+fn the_client_hashes_keys_as_the_server_does() {
+    for n in 0..20_000u32 {
+        for key in [
+            format!("user:{n}"),
+            format!("{{tag{n}}}:x"),
+            format!("a{{}}{n}"),
+            format!("x{{{n}"),
+        ] {
+            assert_eq!(
+                key_slot(key.as_bytes()),
+                leasehold_server::slot::key_slot(key.as_bytes()),
+                "{key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_client_routes_every_command_by_the_servers_first_key() {
+    use leasehold_server::commands::{flags, table};
+    let mut checked = 0;
+    for spec in &table().commands {
+        // A request long enough for the arity, with `numkeys` 1 where a
+        // script or SINTERCARD reads it.
+        let argc = spec.arity.unsigned_abs().max(5) as usize;
+        let mut args = vec![Bytes::from(spec.name.to_ascii_uppercase())];
+        args.extend(
+            (1..argc).map(|i| Bytes::from(if i <= 2 { "1".into() } else { format!("k{i}") })),
+        );
+        let server = spec.keys_in(&args).next();
+        let client = leasehold_client::cluster::key_index(&args);
+        if server.is_some() || spec.has(flags::MOVABLE_KEYS) {
+            assert_eq!(client, server, "{}", spec.name);
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked} commands with keys");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_over_three_groups_are_written_and_read_back() {
+    let c = cluster();
+    let client = c.client();
+    client.connect().await.unwrap();
+    let map = client.slot_map().unwrap();
+    assert_eq!(map.nodes(), &[c.addr(0), c.addr(1), c.addr(2)]);
+    assert_eq!(map.epoch(), 1);
+    let mut per_group = [0; 3];
+    for n in 0..300 {
+        let key = format!("k:{n}");
+        client
+            .set(key.as_bytes(), format!("v{n}").as_bytes())
+            .await
+            .unwrap();
+        let group = RANGES
+            .iter()
+            .position(|&(a, b)| (a..=b).contains(&key_slot(key.as_bytes())))
+            .unwrap();
+        per_group[group] += 1;
+        assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(group)));
+        // Only its own group's node holds it.
+        assert_eq!(
+            call(c.ports[group], &["GET", &key]),
+            Some(Reply::bulk(format!("v{n}")))
+        );
+    }
+    assert!(per_group.iter().all(|&n| n > 50), "{per_group:?}");
+    for n in 0..300 {
+        let key = format!("k:{n}");
+        let got = client.get(key.as_bytes()).await.unwrap();
+        assert_eq!(got.as_deref(), Some(format!("v{n}").as_bytes()));
+        assert_eq!(
+            client
+                .incr(format!("{{{key}}}:n").as_bytes())
+                .await
+                .unwrap(),
+            1
+        );
+    }
+    // A pipeline over the three groups comes back in order.
+    let keys: Vec<String> = RANGES.iter().map(|&r| key_in("p:", r)).collect();
+    let mut cmds: Vec<Vec<Bytes>> = Vec::new();
+    for k in &keys {
+        cmds.push(vec![
+            "SET".into(),
+            Bytes::from(k.clone()),
+            Bytes::from(k.clone()),
+        ]);
+        cmds.push(vec!["GET".into(), Bytes::from(k.clone())]);
+    }
+    let replies = client
+        .pipeline(&cmds, Duration::from_secs(1))
+        .await
+        .unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(replies[2 * i], Reply::ok());
+        assert_eq!(replies[2 * i + 1], Reply::bulk(k.clone()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_topology_is_followed_through_moved() {
+    let c = cluster();
+    let client = c.client();
+    let key = key_in("moving:", (0, 1000));
+    client.set(key.as_bytes(), b"old").await.unwrap();
+    assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(0)));
+    // A second client with the same map, for a pipeline below.
+    let piped = c.client();
+    piped.connect().await.unwrap();
+    // Version 2 hands 0-1000 to group 1 (the key stays behind on node 0:
+    // there is no resharding).
+    publish(
+        &c.ports,
+        2,
+        &topology(
+            2,
+            &c.ports,
+            &[
+                "\"1001-5460\"",
+                "\"0-1000\", \"5461-10922\"",
+                "\"10923-16383\"",
+            ],
+        ),
+    );
+    // The client's map still says node 0: it is MOVED to node 1.
+    assert_eq!(client.get(key.as_bytes()).await.unwrap(), None);
+    assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(1)));
+    client.set(key.as_bytes(), b"new").await.unwrap();
+    assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::bulk("new")));
+    // Node 0 still holds the old value, unreachable (it redirects).
+    let slot = key_slot(key.as_bytes()).to_string();
+    assert_eq!(
+        call(c.ports[0], &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        Some(Reply::Int(1))
+    );
+    // The background reload moves the whole range, not just that slot.
+    let other = key_in("other:", (0, 1000));
+    assert_ne!(key_slot(other.as_bytes()), key_slot(key.as_bytes()));
+    let t = Instant::now();
+    while client.slot_map().unwrap().epoch() != 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no reload");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(client.slot_owner(other.as_bytes()), Some(c.addr(1)));
+    assert_eq!(client.slot_owner(b"x"), Some(c.addr(2)));
+    // A pipeline sent by the old map: the moved command is sent again to
+    // its new owner, the others answer where they are, all in order.
+    let far = key_in("far:", RANGES[2]);
+    let cmds: Vec<Vec<Bytes>> = vec![
+        vec!["GET".into(), Bytes::from(key.clone())],
+        vec!["SET".into(), Bytes::from(far.clone()), "f".into()],
+        vec!["GET".into(), Bytes::from(far.clone())],
+    ];
+    assert_eq!(piped.slot_owner(key.as_bytes()), Some(c.addr(0)));
+    let replies = piped.pipeline(&cmds, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(replies, [Reply::bulk("new"), Reply::ok(), Reply::bulk("f")]);
+    assert_eq!(piped.slot_owner(key.as_bytes()), Some(c.addr(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_refuses_connections_makes_the_client_reload() {
+    let mut c = cluster();
+    let client = c.client();
+    // The map is loaded, through node 0; no connection to node 2 yet.
+    client
+        .set(key_in("here:", RANGES[0]).as_bytes(), b"v")
+        .await
+        .unwrap();
+    let key = key_in("gone:", RANGES[2]);
+    assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(2)));
+    // Node 2 stops; version 2 gives its slots to node 1.
+    c.nodes.pop().unwrap().shutdown();
+    let live = &c.ports[..2];
+    publish(
+        live,
+        2,
+        &topology(2, live, &["\"0-5460\"", "\"5461-16383\""]),
+    );
+    // Node 2 refuses the connect: the map is reloaded from node 0 or 1
+    // within the call, which then goes to node 1. The caller sees no error.
+    client.set(key.as_bytes(), b"w").await.unwrap();
+    assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(1)));
+    let map = client.slot_map().unwrap();
+    assert_eq!((map.epoch(), map.nodes()), (2, &[c.addr(0), c.addr(1)][..]));
+    assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::bulk("w")));
+    // Read back through the new map.
+    assert_eq!(
+        client.get(key.as_bytes()).await.unwrap().as_deref(),
+        Some(&b"w"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_manager_leases_exactly_the_capacity_on_every_group() {
+    const BURST: u64 = 40;
+    let c = cluster();
+    let client = c.client();
+    client.connect().await.unwrap();
+    let policy = Policy {
+        name: "api".into(),
+        // One token an hour: nothing refills during the test.
+        requests_per_unit: 1,
+        unit: Duration::from_secs(3600),
+        burst: BURST,
+        failure_mode: FailureMode::FailClosed,
+        mode: Mode::Enforce,
+        fail_open_requests_per_unit: 2,
+    };
+    let set = PolicySet::from_policies("c", vec![policy]);
+    let manager = LeaseManager::new(
+        client.clone(),
+        &set,
+        LeaseConfig::default(),
+        Arc::new(SystemClock::new()),
+    );
+    // Three keys a group, picked by their ledger key, `c:api:<key>`.
+    let keys: Vec<(usize, String)> = (0..3)
+        .flat_map(|g| (0..3).map(move |i| (g, i)))
+        .map(|(g, i)| {
+            let ledger = key_in(&format!("c:api:g{g}k{i}-"), RANGES[g]);
+            (g, ledger["c:api:".len()..].to_string())
+        })
+        .collect();
+    let mut allowed = vec![0u64; keys.len()];
+    for round in 0..BURST + 20 {
+        for (i, (_, k)) in keys.iter().enumerate() {
+            let d = manager.decide(PolicyId::FIRST, k.as_bytes()).await;
+            match d.outcome {
+                Outcome::Allowed => allowed[i] += 1,
+                Outcome::Limited => {}
+                other => panic!("round {round}, key {k}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        allowed,
+        vec![BURST; keys.len()],
+        "every key spent its capacity, no more"
+    );
+    let p = BucketParams {
+        capacity: BURST,
+        rate: 1,
+        period_ms: 3_600_000,
+    };
+    for (g, k) in &keys {
+        let ledger = format!("c:api:{k}");
+        assert_eq!(client.slot_owner(ledger.as_bytes()), Some(c.addr(*g)));
+        // The bucket lives on its group's node, empty.
+        let peek = call(
+            c.ports[*g],
+            &["TOKENLEASE", &ledger, "40", "1", "3600000", "0"],
+        );
+        let Some(Reply::Array(v)) = peek else {
+            panic!("{peek:?}")
+        };
+        assert_eq!(v[1], Reply::Int(0), "{ledger} on group {g}");
+        assert_eq!(
+            client
+                .token_lease(ledger.as_bytes(), p, 0, 0)
+                .await
+                .unwrap()
+                .remaining,
+            0
+        );
+    }
+    manager.shutdown().await;
+}
+
+/// A fake cluster node: answers `CLUSTER INFO`, `CLUSTER SLOTS` (every
+/// slot its own) and other commands from `answer`, and logs every
+/// command it gets.
+struct FakeNode {
+    addr: SocketAddr,
+    log: Mutex<Vec<Vec<String>>>,
+}
+
+impl FakeNode {
+    async fn start(answer: impl Fn(&[String]) -> Reply + Send + Sync + 'static) -> Arc<FakeNode> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let node = Arc::new(FakeNode {
+            addr: listener.local_addr().unwrap(),
+            log: Mutex::new(Vec::new()),
+        });
+        let answer = Arc::new(answer);
+        let me = node.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let (me, answer) = (me.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let mut buf = bytes::BytesMut::new();
+                    loop {
+                        while let Ok(Some(req)) = decode_request(&mut buf, &Limits::default()) {
+                            let args: Vec<String> = req
+                                .iter()
+                                .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
+                                .collect();
+                            me.log.lock().push(args.clone());
+                            let reply = match args.iter().map(String::as_str).collect::<Vec<_>>()[..]
+                            {
+                                ["CLUSTER", "INFO"] => Reply::bulk("cluster_current_epoch:1\r\n"),
+                                ["CLUSTER", "SLOTS"] => Reply::Array(vec![Reply::Array(vec![
+                                    Reply::Int(0),
+                                    Reply::Int(16383),
+                                    Reply::Array(vec![
+                                        Reply::bulk("127.0.0.1"),
+                                        Reply::Int(i64::from(me.addr.port())),
+                                    ]),
+                                ])]),
+                                ["ASKING"] => Reply::ok(),
+                                _ => answer(&args),
+                            };
+                            if s.write_all(&reply.to_bytes(Protocol::Resp2)).await.is_err() {
+                                return;
+                            }
+                        }
+                        if matches!(s.read_buf(&mut buf).await, Ok(0) | Err(_)) {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        node
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .iter()
+            .filter(|c| c[0] != "CLUSTER")
+            .map(|c| c.join(" "))
+            .collect()
+    }
+}
+
+fn fake_client(seed: SocketAddr) -> Client {
+    let mut config = ClientConfig::cluster(vec![seed]);
+    config.call_deadline = Duration::from_millis(500);
+    Client::new(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_is_followed_once_with_asking_and_leaves_the_map_alone() {
+    let other = FakeNode::start(|_| Reply::bulk("from the importing node")).await;
+    let to = other.addr;
+    let asked = Arc::new(Mutex::new(false));
+    let owner = FakeNode::start(move |args| {
+        let mut asked = asked.lock();
+        match (&args[0][..], *asked) {
+            ("GET", false) => {
+                *asked = true;
+                Reply::err_owned(format!("ASK 12182 {to}"))
+            }
+            _ => Reply::bulk("from the owner"),
+        }
+    })
+    .await;
+    let client = fake_client(owner.addr);
+    assert_eq!(
+        client.get(b"foo").await.unwrap().as_deref(),
+        Some(&b"from the importing node"[..])
+    );
+    assert_eq!(other.commands(), ["ASKING", "GET FOO"]);
+    // The map still names the owner, and the next call goes there.
+    assert_eq!(client.slot_owner(b"foo"), Some(owner.addr));
+    assert_eq!(
+        client.get(b"foo").await.unwrap().as_deref(),
+        Some(&b"from the owner"[..])
+    );
+    assert_eq!(owner.commands(), ["GET FOO", "GET FOO"]);
+    assert_eq!(other.commands().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirections_in_circles_end_in_a_clear_error() {
+    let slot = key_slot(b"foo");
+    let a = Arc::new(Mutex::new(None::<SocketAddr>));
+    let b_addr = a.clone();
+    let b = FakeNode::start(move |_| {
+        Reply::err_owned(format!("MOVED {slot} {}", b_addr.lock().unwrap()))
+    })
+    .await;
+    let b_to = b.addr;
+    let first = FakeNode::start(move |_| Reply::err_owned(format!("MOVED {slot} {b_to}"))).await;
+    *a.lock() = Some(first.addr);
+    let client = fake_client(first.addr);
+    let err = client.get(b"foo").await.unwrap_err();
+    match &err {
+        Error::TooManyRedirects {
+            slot: s, redirects, ..
+        } => assert_eq!((*s, *redirects), (slot, 5)),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("after 5 redirections"), "{err}");
+    // Six sends: the first and five redirections.
+    assert_eq!(first.commands().len() + b.commands().len(), 6);
+}
