@@ -120,6 +120,22 @@ fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
                 route:
                   cluster: upstream
                   rate_limits: [{{ actions: [{{ generic_key: {{ descriptor_value: limited }} }}] }}]
+              - match: {{ prefix: "/override-unknown" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
+                    limit:
+                      dynamic_metadata:
+                        metadata_key: {{ key: leasehold, path: [{{ key: unknown }}] }}
+              - match: {{ prefix: "/override-lower" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
+                    limit:
+                      dynamic_metadata:
+                        metadata_key: {{ key: leasehold, path: [{{ key: lower }}] }}
               - match: {{ prefix: "/override" }}
                 route:
                   cluster: upstream
@@ -140,7 +156,10 @@ fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
               "@type": type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config
               metadata:
               - metadata_namespace: leasehold
-                value: {{ limit: {{ requests_per_unit: 2, unit: HOUR }} }}
+                value:
+                  limit: {{ requests_per_unit: 2, unit: HOUR }}
+                  unknown: {{ requests_per_unit: 2, unit: UNKNOWN }}
+                  lower: {{ requests_per_unit: 2, unit: hour }}
           - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
@@ -303,6 +322,14 @@ fn envoy_serves_then_limits_follows_config_and_overrides_and_its_failure_mode_wi
     }
     assert_eq!(get(open, "/override").unwrap().status, 429);
     assert_eq!(get(open, "/limited").unwrap().status, 429);
+    // Envoy parses the unit as the enum's name: `hour` does not parse, and
+    // Envoy sends the descriptor without its override (the spent configured
+    // limit denies); `UNKNOWN` parses and is sent, the RLS refuses it
+    // (INVALID_ARGUMENT), and Envoy applies its failure mode.
+    assert_eq!(get(open, "/override-lower").unwrap().status, 429);
+    let r = get(open, "/override-unknown").unwrap();
+    assert_eq!((r.status, r.header("ratelimit")), (200, None));
+    assert_eq!(get(closed, "/override-unknown").unwrap().status, 500);
     assert_eq!(get(closed, "/closed").unwrap().status, 200);
 
     // A config change while Envoy keeps asking: /closed drops from 1000
