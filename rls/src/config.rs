@@ -297,7 +297,12 @@ descriptors:
     fn the_example_file_loads() {
         let sets = parse(include_str!("../limits.example.yaml")).unwrap();
         assert_eq!(sets.len(), 1);
-        assert_eq!(sets[0].policies().len(), 4);
+        assert_eq!(sets[0].policies().len(), 5);
+        let login = sets[0].find(&[("login_ip", "10.0.0.1")]).unwrap();
+        assert_eq!(
+            sets[0].algorithm(login),
+            leasehold_client::policy::Algorithm::SlidingWindow
+        );
         assert_eq!(
             sets[0].find(&[("partner_key", "p"), ("plan", "internal")]),
             None
