@@ -100,6 +100,28 @@ fn serve(s: TcpStream) {
 /// Envoy's bootstrap: two listeners with the same routes, whose rate limit
 /// filters differ only in `failure_mode_deny`.
 fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
+    // `/override*`: the `limited` descriptor with the limit override at
+    // `leasehold.<key>` of the dynamic metadata (set_metadata writes it).
+    let overrides: String = [
+        ("/override-unknown", "unknown"),
+        ("/override-lower", "lower"),
+        ("/override", "limit"),
+    ]
+    .iter()
+    .map(|(path, key)| {
+        format!(
+            r#"              - match: {{ prefix: "{path}" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
+                    limit:
+                      dynamic_metadata:
+                        metadata_key: {{ key: leasehold, path: [{{ key: {key} }}] }}
+"#
+        )
+    })
+    .collect();
     let listener = |name: &str, port: u16, deny: bool| {
         format!(
             r#"
@@ -120,31 +142,7 @@ fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
                 route:
                   cluster: upstream
                   rate_limits: [{{ actions: [{{ generic_key: {{ descriptor_value: limited }} }}] }}]
-              - match: {{ prefix: "/override-unknown" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
-                    limit:
-                      dynamic_metadata:
-                        metadata_key: {{ key: leasehold, path: [{{ key: unknown }}] }}
-              - match: {{ prefix: "/override-lower" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
-                    limit:
-                      dynamic_metadata:
-                        metadata_key: {{ key: leasehold, path: [{{ key: lower }}] }}
-              - match: {{ prefix: "/override" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
-                    limit:
-                      dynamic_metadata:
-                        metadata_key: {{ key: leasehold, path: [{{ key: limit }}] }}
-              - match: {{ prefix: "/closed" }}
+{overrides}              - match: {{ prefix: "/closed" }}
                 route:
                   cluster: upstream
                   rate_limits: [{{ actions: [{{ generic_key: {{ descriptor_value: closed }} }}] }}]
