@@ -143,8 +143,13 @@ pub async fn decide(client: &Client, asks: &[Ask<'_>]) -> Answer {
             }
         },
         Err(e) => {
-            tracing::debug!("sliding window / GCRA script failed: {e}");
-            failed(asks, crate::service::bypass_reason(&e))
+            let reason = crate::service::bypass_reason(&e);
+            if reason == leasehold_client::BypassReason::LedgerError {
+                tracing::warn!("sliding window / GCRA script refused: {e}");
+            } else {
+                tracing::debug!("sliding window / GCRA script not answered: {e}");
+            }
+            failed(asks, reason)
         }
     }
 }
