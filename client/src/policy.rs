@@ -4,8 +4,8 @@
 //! configuration (`domain`, nested `descriptors` of `key`/`value`,
 //! `rate_limit {unit, requests_per_unit}` or `rate_limit {unlimited: true}`,
 //! `shadow_mode`), extended with
-//! `burst`, `failure_mode`, `mode` (with `canary_percent` for `mode: canary`)
-//! and `fail_open_requests_per_unit`.
+//! `burst`, `failure_mode`, `mode` (with `canary_percent` for `mode: canary`),
+//! `fail_open_requests_per_unit` and `algorithm`.
 //!
 //! ```yaml
 //! domain: edge
@@ -77,6 +77,39 @@ pub enum Mode {
     },
 }
 
+/// How a policy's limit is counted (`algorithm` in YAML).
+///
+/// Only [`Algorithm::TokenBucket`] can be leased: a lease is a share of a
+/// token bucket's balance that a process spends locally. A sliding window
+/// or a GCRA lent out in pieces would not count what its definition counts,
+/// so callers decide those with one ledger call per decision
+/// (SLIDINGWINDOW, GCRA; docs/commands.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// A token bucket of `burst` tokens refilled at `requests_per_unit` per
+    /// `unit` (TOKENLEASE / TOKENRETURN); the default.
+    #[default]
+    TokenBucket,
+    /// At most `requests_per_unit` hits in any sliding `unit`, estimated from
+    /// two fixed windows (SLIDINGWINDOW; `burst` does not apply).
+    SlidingWindow,
+    /// The generic cell rate algorithm: one hit every `unit /
+    /// requests_per_unit`, `burst` at once (GCRA, redis-cell's semantics).
+    Gcra,
+}
+
+impl Algorithm {
+    /// The name YAML gives it (`token_bucket`, `sliding_window`, `gcra`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+}
+
 /// One policy: a descriptor path with a rate limit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -136,6 +169,8 @@ pub struct PolicySet {
     policies: Vec<Policy>,
     /// Per policy, the names of the limits it replaces (`replaces`).
     replaces: Vec<Vec<String>>,
+    /// Per policy, how its limit is counted (`algorithm`).
+    algorithms: Vec<Algorithm>,
     tree: Vec<Node>,
 }
 
@@ -190,6 +225,7 @@ struct RawDescriptor {
     mode: Option<String>,
     canary_percent: Option<u8>,
     fail_open_requests_per_unit: Option<u64>,
+    algorithm: Option<String>,
     #[serde(default)]
     descriptors: Vec<RawDescriptor>,
 }
@@ -248,6 +284,7 @@ impl PolicySet {
             domain: raw.domain,
             policies: Vec::new(),
             replaces: Vec::new(),
+            algorithms: Vec::new(),
             tree: Vec::new(),
         };
         set.tree = set.load_level(&raw.descriptors, "descriptors", "")?;
@@ -299,11 +336,12 @@ impl PolicySet {
                     let stray = d.burst.is_some()
                         || d.failure_mode.is_some()
                         || d.mode.is_some()
-                        || d.canary_percent.is_some();
+                        || d.canary_percent.is_some()
+                        || d.algorithm.is_some();
                     if stray {
                         return Err(err(
                             &here,
-                            "burst, failure_mode, mode and canary_percent need a rate_limit",
+                            "burst, failure_mode, mode, canary_percent and algorithm need a rate_limit",
                         ));
                     }
                     None
@@ -403,6 +441,20 @@ impl PolicySet {
             (Some(n), _) | (None, Some(n)) => n.clone(),
             (None, None) => path.to_owned(),
         };
+        let algorithm = match d.algorithm.as_deref() {
+            None | Some("token_bucket") => Algorithm::TokenBucket,
+            Some("sliding_window") => Algorithm::SlidingWindow,
+            Some("gcra") => Algorithm::Gcra,
+            Some(other) => {
+                let msg =
+                    format!("unknown algorithm {other:?} (token_bucket, sliding_window, gcra)");
+                return Err(err(&format!("{here}.algorithm"), msg));
+            }
+        };
+        if algorithm == Algorithm::SlidingWindow && d.burst.is_some() {
+            let msg = "does not apply to sliding_window (its limit is requests_per_unit)";
+            return Err(err(&format!("{here}.burst"), msg));
+        }
         let mut replaces = Vec::with_capacity(rl.replaces.len());
         for (j, r) in rl.replaces.iter().enumerate() {
             let at = format!("{here}.rate_limit.replaces[{j}].name");
@@ -415,6 +467,7 @@ impl PolicySet {
             replaces.push(r.name.clone());
         }
         self.replaces.push(replaces);
+        self.algorithms.push(algorithm);
         self.policies.push(Policy {
             name,
             requests_per_unit,
@@ -448,6 +501,15 @@ impl PolicySet {
     /// If `id` comes from another set.
     pub fn replaces(&self, id: PolicyId) -> &[String] {
         &self.replaces[id.0]
+    }
+
+    /// How policy `id`'s limit is counted (`algorithm`; token bucket unless
+    /// the file says otherwise).
+    ///
+    /// # Panics
+    /// If `id` comes from another set.
+    pub fn algorithm(&self, id: PolicyId) -> Algorithm {
+        self.algorithms[id.0]
     }
 
     /// The policy named `name`.
@@ -491,6 +553,7 @@ impl PolicySet {
         PolicySet {
             domain: domain.to_owned(),
             replaces: vec![Vec::new(); policies.len()],
+            algorithms: vec![Algorithm::TokenBucket; policies.len()],
             policies,
             tree,
         }
@@ -660,6 +723,41 @@ descriptors:
         assert_eq!(
             load_err(both),
             "descriptors[0].rate_limit.name: \"two\" contradicts the descriptor's name \"one\""
+        );
+    }
+
+    #[test]
+    fn algorithm_is_chosen_per_limit() {
+        let rl = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+        let set = PolicySet::from_yaml(rl).unwrap();
+        assert_eq!(set.algorithm(PolicyId(0)), Algorithm::TokenBucket);
+        for (name, alg) in [
+            ("token_bucket", Algorithm::TokenBucket),
+            ("sliding_window", Algorithm::SlidingWindow),
+            ("gcra", Algorithm::Gcra),
+        ] {
+            let set = PolicySet::from_yaml(&format!("{rl}    algorithm: {name}\n")).unwrap();
+            assert_eq!(set.algorithm(PolicyId(0)), alg);
+            assert_eq!(alg.name(), name);
+        }
+        assert_eq!(
+            load_err(&format!("{rl}    algorithm: leaky_bucket\n")),
+            "descriptors[0].algorithm: unknown algorithm \"leaky_bucket\" (token_bucket, sliding_window, gcra)"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    algorithm: sliding_window\n    burst: 9\n")),
+            "descriptors[0].burst: does not apply to sliding_window (its limit is requests_per_unit)"
+        );
+        assert_eq!(
+            PolicySet::from_yaml(&format!("{rl}    algorithm: gcra\n    burst: 9\n"))
+                .unwrap()
+                .policies()[0]
+                .burst,
+            9
+        );
+        assert_eq!(
+            load_err("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n"),
+            "descriptors[0]: burst, failure_mode, mode, canary_percent and algorithm need a rate_limit"
         );
     }
 

@@ -265,6 +265,25 @@ descriptors:
     }
 
     #[test]
+    fn a_bad_algorithm_is_refused_with_its_line() {
+        let bad = TWO.replace(
+            "    value: batch\n",
+            "    value: batch\n    algorithm: leaky_bucket\n",
+        );
+        assert_eq!(
+            parse(&bad).unwrap_err().to_string(),
+            r#"line 11: descriptors[0].algorithm: unknown algorithm "leaky_bucket" (token_bucket, sliding_window, gcra)"#
+        );
+        let ok = TWO.replace(
+            "    value: batch\n",
+            "    value: batch\n    algorithm: gcra\n",
+        );
+        let set = &parse(&ok).unwrap()[1];
+        let id = set.find(&[("generic_key", "batch")]).unwrap();
+        assert_eq!(set.algorithm(id), leasehold_client::policy::Algorithm::Gcra);
+    }
+
+    #[test]
     fn syntax_errors_and_unknown_fields_name_the_files_line() {
         let e = parse(&TWO.replace("    value: batch", "    valu: batch")).unwrap_err();
         assert_eq!(e.line, Some(10), "{e}");
@@ -278,7 +297,12 @@ descriptors:
     fn the_example_file_loads() {
         let sets = parse(include_str!("../limits.example.yaml")).unwrap();
         assert_eq!(sets.len(), 1);
-        assert_eq!(sets[0].policies().len(), 4);
+        assert_eq!(sets[0].policies().len(), 5);
+        let login = sets[0].find(&[("login_ip", "10.0.0.1")]).unwrap();
+        assert_eq!(
+            sets[0].algorithm(login),
+            leasehold_client::policy::Algorithm::SlidingWindow
+        );
         assert_eq!(
             sets[0].find(&[("partner_key", "p"), ("plan", "internal")]),
             None

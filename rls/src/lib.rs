@@ -19,6 +19,10 @@
 //! In request order:
 //! - [`service`]: the gRPC method, descriptors to decisions, statuses and
 //!   headers.
+//! - [`adhoc`]: managers for the limits Envoy sends in a descriptor
+//!   (`limit` overrides), made on first use.
+//! - [`direct`]: sliding windows and GCRAs, decided by the ledger in one
+//!   atomic script per request.
 //! - [`limits`]: the limits in force (a manager per policy), their reload.
 //! - [`config`]: the YAML file (one document per domain), errors by line.
 //! - [`overrides`]: emergency overrides published on the ledger's pub/sub.
@@ -28,7 +32,9 @@
 
 #![warn(missing_docs)]
 
+pub mod adhoc;
 pub mod config;
+pub mod direct;
 pub mod limits;
 pub mod overrides;
 pub mod service;

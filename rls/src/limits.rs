@@ -33,9 +33,17 @@ pub struct Domain {
     /// `managers[id.index()]` decides for policy `id` of `set`; each holds
     /// that one (effective) policy as its [`PolicyId::FIRST`].
     managers: Vec<LeaseManager>,
+    /// The ledger client (for the limits decided by the ledger itself).
+    client: Client,
 }
 
 impl Domain {
+    /// The ledger client, for limits the managers cannot lease (sliding
+    /// windows, GCRAs: [`crate::direct`]).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The manager for policy `id` of this domain's set.
     pub fn manager(&self, id: PolicyId) -> &LeaseManager {
         &self.managers[id.index()]
@@ -192,6 +200,7 @@ pub fn build(
                 effective,
                 disabled,
                 managers,
+                client: ledger.client.clone(),
             },
         );
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use leasehold_client::{Client, ClientConfig, LeaseConfig, SystemClock};
+use leasehold_rls::adhoc::AdHoc;
 use leasehold_rls::limits::{self, Ledger, Limits, Shared};
 use leasehold_rls::service::{Decide, Service};
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -164,7 +165,8 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Decide::Leases
     };
-    let rls = RateLimitServiceServer::new(Service::new(shared.clone(), decide))
+    let adhoc = AdHoc::new(ledger.clone());
+    let rls = RateLimitServiceServer::new(Service::new(shared.clone(), adhoc.clone(), decide))
         .max_decoding_message_size(flags.max_request_bytes);
     let addr = SocketAddr::new(flags.bind, flags.port);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -189,6 +191,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     expiry.abort();
     let limits = shared.snapshot();
     limits.shutdown().await;
+    adhoc.shutdown().await;
     tracing::info!("leasehold-rls stopped");
     Ok(())
 }

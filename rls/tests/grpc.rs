@@ -672,3 +672,264 @@ descriptors:
     })
     .await;
 }
+
+/// `envoy.type.v3.RateLimitUnit` numbers.
+const SECOND: i32 = 1;
+const HOUR: i32 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_override_decides_from_a_bucket_of_its_own() {
+    with_rls(LIMITS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        let over = || request("edge", vec![desc_limit(&[("user", "ann")], 3, SECOND)]);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(overall(&ask(&mut c, over()).await.unwrap()));
+        }
+        assert_eq!(got, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+        let r = ask(&mut c, over()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::OverLimit, 0)]);
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("override:3/second", 3, Unit::Second as i32)
+        );
+        // The configured limit's bucket for the same entries is untouched:
+        // its first hit leaves 9 of 10.
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "ann")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9)]);
+        assert_eq!(
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit,
+            10
+        );
+        // The override's own ledger key, with its parameters in it.
+        let key = "edge:override:3/second:user=ann";
+        assert!(ledger_balance(ledger, key, 3, 3, 1000) <= 3);
+        assert_eq!(
+            call(ledger, &["TYPE", key]).map(|r| text(&r)),
+            Some("tokenbucket".into())
+        );
+
+        // Entries that match no configured limit are limited by the
+        // override all the same (envoyproxy/ratelimit's GetLimit).
+        let odd = || request("edge", vec![desc_limit(&[("tenant", "t1")], 1, HOUR)]);
+        assert_eq!(codes(&ask(&mut c, odd()).await.unwrap()), [(Code::Ok, 0)]);
+        assert_eq!(overall(&ask(&mut c, odd()).await.unwrap()), Code::OverLimit);
+        // In a domain not configured it is ignored, as there.
+        let r = ask(
+            &mut c,
+            request("nowhere", vec![desc_limit(&[("tenant", "t1")], 1, HOUR)]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(r.statuses[0].current_limit, None);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_override_undoes_the_other_descriptors_and_bad_overrides_are_answered() {
+    with_rls(LIMITS, |rls, _| async move {
+        let mut c = rls.client().await;
+        let both = || {
+            request(
+                "edge",
+                vec![
+                    desc(&[("user", "bob")]),
+                    desc_limit(&[("user", "bob")], 1, HOUR),
+                ],
+            )
+        };
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 9), (Code::Ok, 0)]);
+        // The override is spent: denied, and bob's token, taken first, is
+        // put back (he keeps 9).
+        let r = ask(&mut c, both()).await.unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(codes(&r), [(Code::Ok, 9), (Code::OverLimit, 0)]);
+        assert!(header(&r, "RateLimit")
+            .unwrap()
+            .starts_with(r#""override:1/hour";r=0;"#));
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "bob")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 8)]);
+
+        // A limit of 0 denies every hit (as envoyproxy/ratelimit), charging
+        // nothing else.
+        let r = ask(
+            &mut c,
+            request(
+                "edge",
+                vec![desc(&[("user", "bob")]), desc_limit(&[("user", "bob")], 0, SECOND)],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 8), (Code::OverLimit, 0)]);
+        assert_eq!(r.statuses[1].current_limit.as_ref().unwrap().requests_per_unit, 0);
+        assert_eq!(header(&r, "Retry-After"), None);
+        // An UNKNOWN unit (or a number no unit has) is refused.
+        for unit in [0, 42] {
+            let e = ask(
+                &mut c,
+                request("edge", vec![desc(&[("user", "bob")]), desc_limit(&[("user", "bob")], 5, unit)]),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert_eq!(
+                e.message(),
+                format!("descriptor 1: limit override unit {unit} is not SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR")
+            );
+        }
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "bob")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 7)], "a refused request charges nothing");
+    })
+    .await;
+}
+
+const ALGORITHMS: &str = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 10 }
+  - key: sw
+    rate_limit: { unit: second, requests_per_unit: 5 }
+    algorithm: sliding_window
+  - key: slow
+    rate_limit: { unit: hour, requests_per_unit: 5 }
+    algorithm: sliding_window
+  - key: g
+    rate_limit: { unit: hour, requests_per_unit: 2 }
+    algorithm: gcra
+";
+
+/// The stored fields of a rate-limit key (RLSTATE), by name.
+fn rlstate(port: u16, key: &str) -> std::collections::HashMap<String, String> {
+    match call(port, &["RLSTATE", key]) {
+        Some(Reply::Array(a)) => a.chunks(2).map(|kv| (text(&kv[0]), text(&kv[1]))).collect(),
+        Some(Reply::Map(m)) => m.iter().map(|(k, v)| (text(k), text(v))).collect(),
+        other => panic!("RLSTATE {key}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_window_denies_the_sixth_in_its_window_and_admits_again_after() {
+    with_rls(ALGORITHMS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        // Windows are aligned to whole seconds of the ledger's clock: start
+        // on a key whose first hit lands early in its window, so the six
+        // calls (milliseconds) fall in one window.
+        let mut n = 0;
+        let key = loop {
+            let key = format!("sw{n}");
+            n += 1;
+            let r = ask(&mut c, request("edge", vec![desc(&[("sw", &key)])]))
+                .await
+                .unwrap();
+            assert_eq!(codes(&r), [(Code::Ok, 4)]);
+            let st = rlstate(ledger, &format!("edge:sw@sliding_window:sw={key}"));
+            let start: u64 = st["window_start_ms"].parse().unwrap();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            let into = now.saturating_sub(start);
+            if into < 600 {
+                break key;
+            }
+            tokio::time::sleep(Duration::from_millis(1010u64.saturating_sub(into))).await;
+        };
+        let sw = || request("edge", vec![desc(&[("sw", &key)])]);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(codes(&ask(&mut c, sw()).await.unwrap())[0]);
+        }
+        assert_eq!(
+            got,
+            [
+                (Code::Ok, 3),
+                (Code::Ok, 2),
+                (Code::Ok, 1),
+                (Code::Ok, 0),
+                (Code::OverLimit, 0)
+            ],
+            "the 6th hit in the window is denied"
+        );
+        let st = rlstate(ledger, &format!("edge:sw@sliding_window:sw={key}"));
+        assert_eq!(st["type"], "slidingwindow");
+        assert_eq!(st["window_ms"], "1000");
+        let r = ask(&mut c, sw()).await.unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (5, Unit::Second as i32)
+        );
+        assert_eq!(header(&r, "Retry-After"), Some("1"));
+        // Admitted again once the window slides on.
+        let r = eventually(&mut c, sw, Code::Ok).await;
+        assert_eq!(r.statuses[0].code, Code::Ok as i32);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_windows_and_gcras_are_all_or_nothing_with_the_other_descriptors() {
+    with_rls(ALGORITHMS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        let three = || {
+            request(
+                "edge",
+                vec![
+                    desc(&[("g", "1")]),
+                    desc(&[("user", "zed")]),
+                    desc(&[("slow", "s")]),
+                ],
+            )
+        };
+        let r = ask(&mut c, three()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 1), (Code::Ok, 9), (Code::Ok, 4)]);
+        let r = ask(&mut c, three()).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 0), (Code::Ok, 8), (Code::Ok, 3)]);
+        // The GCRA is spent: denied, the window is not charged (the script
+        // charges none when one is denied), and zed's token is put back.
+        let r = ask(&mut c, three()).await.unwrap();
+        assert_eq!(overall(&r), Code::OverLimit);
+        assert_eq!(codes(&r)[..2], [(Code::OverLimit, 0), (Code::Ok, 8)]);
+        assert_eq!(
+            rlstate(ledger, "edge:slow@sliding_window:slow=s")["current"],
+            "2"
+        );
+        assert_eq!(rlstate(ledger, "edge:g@gcra:g=1")["type"], "gcra");
+        let retry: u64 = header(&r, "Retry-After").unwrap().parse().unwrap();
+        assert!((1..=1800).contains(&retry), "Retry-After {retry}");
+        let r = ask(&mut c, request("edge", vec![desc(&[("user", "zed")])]))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 7)]);
+        // Negative hits give a sliding window nothing back (it cannot).
+        let r = ask(
+            &mut c,
+            request("edge", vec![desc_hits(&[("slow", "s")], 1, true)]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(overall(&r), Code::Ok);
+        assert_eq!(
+            rlstate(ledger, "edge:slow@sliding_window:slow=s")["current"],
+            "2"
+        );
+    })
+    .await;
+}

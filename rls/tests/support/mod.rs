@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
+    rate_limit_descriptor::{Entry, RateLimitOverride},
+    RateLimitDescriptor,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -167,6 +168,22 @@ pub fn desc_hits(entries: &[(&str, &str)], hits: u64, negative: bool) -> RateLim
     RateLimitDescriptor {
         hits_addend: Some(UInt64Value { value: hits }),
         is_negative_hits: negative,
+        ..desc(entries)
+    }
+}
+
+/// `desc` carrying a `limit` override of `requests_per_unit` per `unit`
+/// (an `envoy.type.v3.RateLimitUnit` number: 1 second ... 4 day, 0 unknown).
+pub fn desc_limit(
+    entries: &[(&str, &str)],
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit,
+        }),
         ..desc(entries)
     }
 }
