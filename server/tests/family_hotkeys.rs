@@ -434,3 +434,212 @@ fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
         tokens(&ua.run(&["RLSTATE", &key]))
     );
 }
+
+// ------------------------------------------------------------ GCRA keys
+//
+// A CL.THROTTLE / GCRA key splits as its equivalent bucket
+// (`ratelimit::gcra::bucket_policy`): the same comparisons, on a TAT.
+
+/// The two ways of writing one GCRA limit of 20 cells, 3 per second
+/// (`CL.THROTTLE` counts time in 1/3 ms, `GCRA` in 1/3000 ms, so they are
+/// two policies: a call of one merges a key split under the other).
+const CELL: &str = "CL.THROTTLE {key} 19 3 1 {q}";
+const GCRA: &str = "GCRA {key} 19 3 1 TOKENS {q}";
+
+fn throttle_line(form: &str, key: &str, q: u64) -> Vec<String> {
+    form.replace("{key}", key)
+        .replace("{q}", &q.to_string())
+        .split(' ')
+        .map(String::from)
+        .collect()
+}
+
+/// `LH.SPLIT key <form's policy>`.
+fn split_as(h: &mut Harness, form: &str, key: &str) -> Reply {
+    let words = throttle_line(form, key, 0);
+    let mut args = vec!["LH.SPLIT".to_string(), key.to_string(), words[0].clone()];
+    args.extend(words[2..5].iter().cloned());
+    h.run(&args.iter().map(String::as_str).collect::<Vec<_>>()[..])
+}
+
+/// Whether a CL.THROTTLE / GCRA reply allowed the call.
+fn allowed(r: &Reply) -> bool {
+    matches!(r, Reply::Array(a) if a.first() == Some(&Reply::Int(0)))
+}
+
+#[derive(Debug, Clone)]
+enum GOp {
+    /// A call of the split's form, `q` cells (0 peeks; 25 is over the limit).
+    Throttle {
+        thread: usize,
+        q: u64,
+    },
+    /// A call of the other form: merges, then runs unsplit.
+    OtherForm {
+        thread: usize,
+        q: u64,
+    },
+    /// A call with another burst: merges, then runs unsplit.
+    OtherBurst {
+        thread: usize,
+    },
+    /// TOKENLEASE with the equivalent bucket's very policy: WRONGTYPE on
+    /// both, never served from a slot.
+    Mixed {
+        thread: usize,
+    },
+    Advance(u64),
+    Resplit,
+    /// RLSTATE and PTTL: the split key merges first; both read the same.
+    State,
+}
+
+fn gop() -> impl Strategy<Value = GOp> {
+    let thread = 0..2usize;
+    prop_oneof![
+        10 => (thread.clone(), prop_oneof![8 => 1..4u64, 1 => Just(0u64), 1 => Just(25u64)])
+            .prop_map(|(thread, q)| GOp::Throttle { thread, q }),
+        1 => (thread.clone(), 1..3u64).prop_map(|(thread, q)| GOp::OtherForm { thread, q }),
+        1 => thread.clone().prop_map(|thread| GOp::OtherBurst { thread }),
+        1 => thread.prop_map(|thread| GOp::Mixed { thread }),
+        4 => prop_oneof![0..40u64, 0..1500u64, Just(9_000u64)].prop_map(GOp::Advance),
+        1 => Just(GOp::Resplit),
+        1 => Just(GOp::State),
+    ]
+}
+
+/// Runs `ops` on a GCRA key split under `form` and on the same key never
+/// split, asserting the same replies for every call and the same state
+/// after the merge; returns the cells each allowed.
+fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
+    let other = if form == CELL { GCRA } else { CELL };
+    let (mut s0, mut s1) = server(Config::default());
+    let (mut u0, mut u1) = server(unsplit_config());
+    let key = s0.key_on(key_shard, "hot");
+    prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
+    let (mut total_s, mut total_u) = (0, 0);
+    for (i, op) in ops.iter().enumerate() {
+        let (thread, words) = match op {
+            GOp::Throttle { thread, q } => (*thread, throttle_line(form, &key, *q)),
+            GOp::OtherForm { thread, q } => (*thread, throttle_line(other, &key, *q)),
+            GOp::OtherBurst { thread } => (
+                *thread,
+                throttle_line(CELL, &key, 1)
+                    .iter()
+                    .map(|w| if w == "19" { "9".into() } else { w.clone() })
+                    .collect(),
+            ),
+            GOp::Mixed { thread } => (
+                *thread,
+                ["TOKENLEASE", &key, "20", "3", "1000", "1"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            GOp::Advance(ms) => {
+                s0.clock().advance_ms(*ms);
+                u0.clock().advance_ms(*ms);
+                continue;
+            }
+            GOp::Resplit => {
+                split_as(&mut s0, form, &key);
+                continue;
+            }
+            GOp::State => {
+                prop_assert_eq!(
+                    s0.run(&["RLSTATE", &key]),
+                    u0.run(&["RLSTATE", &key]),
+                    "op {}",
+                    i
+                );
+                prop_assert_eq!(s1.run(&["PTTL", &key]), u1.run(&["PTTL", &key]), "op {}", i);
+                continue;
+            }
+        };
+        let (rs, ru) = match thread {
+            0 => (s0.run(&words[..]), u0.run(&words[..])),
+            _ => (s1.run(&words[..]), u1.run(&words[..])),
+        };
+        if let GOp::Throttle { q, .. } = op {
+            total_s += q * u64::from(allowed(&rs));
+            total_u += q * u64::from(allowed(&ru));
+        }
+        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
+    }
+    s0.run(&["LH.MERGE", &key]);
+    prop_assert_eq!(s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
+    Ok((total_s, total_u))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Every reply of a split CL.THROTTLE or GCRA key equals the unsplit
+    /// key's (limited, limit, remaining, retry_after, reset_after), errors
+    /// included, and the merged TAT is the unsplit key's.
+    #[test]
+    fn a_split_gcra_key_answers_as_the_unsplit_key(
+        key_shard in 0..2usize,
+        gcra_form in any::<bool>(),
+        ops in proptest::collection::vec(gop(), 1..80),
+    ) {
+        let form = if gcra_form { GCRA } else { CELL };
+        let (s, u) = compare_gcra(key_shard, form, &ops)?;
+        prop_assert_eq!(s, u);
+    }
+}
+
+#[test]
+fn a_split_gcra_key_grants_locally_and_merges_to_the_same_tat() {
+    let (mut a, mut b) = server(Config::default());
+    let (mut ua, mut ub) = server(unsplit_config());
+    let key = a.key_on(0, "hot");
+    let call = |h: &mut Harness| h.run(&["CL.THROTTLE", &key, "9", "1", "3600", "1"]);
+    // Two cells spent, the last by GCRA, and 1.234 s refilled.
+    for h in [&mut a, &mut ua] {
+        call(h);
+        h.run(&["GCRA", &key, "9", "1", "3600", "TOKENS", "1"]);
+        h.clock().advance_ms(1234);
+    }
+    let before = a.run(&["RLSTATE", &key]);
+    assert_eq!(before, ua.run(&["RLSTATE", &key]));
+    // Split under the GCRA form: the TAT is in its unit (1/1000 ms), so the
+    // CL.THROTTLE form (whole ms) does not split it until it writes it.
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "CL.THROTTLE", "9", "1", "3600"]),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "GCRA", "9", "1", "3600"]),
+        Reply::Int(1)
+    );
+    assert_eq!(b.run(&["TYPE", &key]), Reply::simple("gcra"));
+    assert_eq!(b.run(&["DBSIZE"]), Reply::Int(1));
+    // Split then merged with nothing between: the very TAT.
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    // 8.0003 cells (10 - 2 + 1.234 s of one cell an hour): 4 per slot. The
+    // other thread takes its slot's cells locally, then borrows; every
+    // reply is the unsplit key's.
+    a.run(&["LH.SPLIT", &key, "GCRA", "9", "1", "3600"]);
+    let gcra = |h: &mut Harness| h.run(&["GCRA", &key, "9", "1", "3600"]);
+    let mut allowed_here = 0;
+    for i in 0..10 {
+        let (rs, ru) = (gcra(&mut b), gcra(&mut ub));
+        assert_eq!(rs, ru, "call {i}");
+        allowed_here += u64::from(allowed(&rs));
+    }
+    assert_eq!(allowed_here, 8);
+    assert!(info_field(&mut a, "hotkey_local_grants") >= 4);
+    assert!(info_field(&mut a, "hotkey_borrows") >= 1);
+    // Denied now: retry_after and reset_after are the unsplit key's.
+    let r = gcra(&mut a);
+    assert_eq!(r, gcra(&mut ua));
+    // Limited, of 10, none left, one cell in 3 598.766 s, full in
+    // 35 998.766 s (rounded up, as redis-cell does).
+    assert_eq!(
+        r,
+        Reply::Array([1, 10, 0, 3599, 35_999].map(Reply::Int).to_vec())
+    );
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+}
