@@ -379,35 +379,68 @@ fn hotkey_split_no_never_splits_but_still_lists() {
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
 }
 
+/// The integer field `name` of an RLSTATE reply.
+fn field(r: &Reply, name: &'static str) -> Option<i64> {
+    let Reply::Array(items) = r else {
+        return None;
+    };
+    let i = items.iter().position(|x| *x == Reply::simple(name))?;
+    match items.get(i + 1) {
+        Some(Reply::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
 /// Whole tokens an RLSTATE reply shows (0 for a missing key: callers here
 /// compare drained buckets, never full ones).
 fn tokens(r: &Reply) -> i64 {
-    let Reply::Array(items) = r else {
-        return 0;
-    };
-    let i = items.iter().position(|x| *x == Reply::simple("tokens"));
-    match i.and_then(|i| items.get(i + 1)) {
-        Some(Reply::Int(t)) => *t,
-        _ => 0,
+    field(r, "tokens").unwrap_or(0)
+}
+
+/// What a GCRA key's RLSTATE is worth: the later its TAT, the fewer cells
+/// it holds (a missing key is full: worth the most).
+fn cells(r: &Reply) -> i64 {
+    match (
+        field(r, "tat_ms"),
+        field(r, "tat_fraction"),
+        field(r, "units_per_ms"),
+    ) {
+        (Some(ms), Some(frac), Some(units)) => -(ms * units + frac),
+        _ => i64::MAX,
     }
 }
 
 #[test]
 fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
+    stream_sees_one_key(
+        &["100", "1", "3600000"],
+        "TOKENLEASE {key} 100 1 3600000 3",
+        tokens,
+    );
+}
+
+/// Runs 40 calls `call` on a key split with `LH.SPLIT key <split...>` and
+/// on the same key never split, replaying the split server's effects on a
+/// replica after each: every effect is an LH.RESTORE of the key itself,
+/// the replica's state is never worth more than the primary's exact one
+/// (`worth`, of an RLSTATE reply), and after the merge it is the primary's.
+fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64) {
     let (mut a, mut b) = server(Config::default());
     let (mut ua, mut ub) = server(unsplit_config());
     let mut replica = Harness::new();
     let key = a.key_on(1, "hot");
-    let lease = format!("TOKENLEASE {key} 100 1 3600000 3");
+    let call = call.replace("{key}", &key);
     let mut mark = a.effects_mark();
-    a.run(&["LH.SPLIT", &key, "100", "1", "3600000"]);
+    let mut args = vec!["LH.SPLIT", &key];
+    args.extend(split);
+    assert_eq!(a.run(&args), Reply::Int(1));
     for i in 0..40 {
         let (h, u) = if i % 3 == 0 {
             (&mut a, &mut ua)
         } else {
             (&mut b, &mut ub)
         };
-        assert_eq!(h.cmd(&lease), u.cmd(&lease), "call {i}");
+        assert_eq!(h.cmd(&call), u.cmd(&call), "call {i}");
         a.clock().advance_ms(7);
         ua.clock().advance_ms(7);
         replica.clock().advance_ms(7);
@@ -419,19 +452,19 @@ fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
         mark = a.effects_mark();
         // The replica holds at most the primary's tokens (the leased ones
         // count as spent), never more.
-        let exact = tokens(&ua.run(&["RLSTATE", &key]));
-        let seen = tokens(&replica.run(&["RLSTATE", &key]));
+        let exact = worth(&ua.run(&["RLSTATE", &key]));
+        let seen = worth(&replica.run(&["RLSTATE", &key]));
         assert!(seen <= exact, "call {i}: replica {seen}, primary {exact}");
     }
-    // Merged, the replica holds exactly the primary's bucket.
+    // Merged, the replica holds exactly the primary's state.
     a.run(&["LH.MERGE", &key]);
     for record in a.effects_since(&mark) {
         replica.run(&record[..]);
     }
     assert_eq!(replica.run(&["RLSTATE", &key]), a.run(&["RLSTATE", &key]));
     assert_eq!(
-        tokens(&a.run(&["RLSTATE", &key])),
-        tokens(&ua.run(&["RLSTATE", &key]))
+        worth(&a.run(&["RLSTATE", &key])),
+        worth(&ua.run(&["RLSTATE", &key]))
     );
 }
 
@@ -640,6 +673,112 @@ fn a_split_gcra_key_grants_locally_and_merges_to_the_same_tat() {
         r,
         Reply::Array([1, 10, 0, 3599, 35_999].map(Reply::Int).to_vec())
     );
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+}
+
+#[test]
+fn the_stream_sees_one_gcra_key_and_never_more_cells_than_the_primary() {
+    stream_sees_one_key(
+        &["CL.THROTTLE", "99", "1", "3600"],
+        "CL.THROTTLE {key} 99 1 3600 3",
+        cells,
+    );
+}
+
+/// PTTL, RLSTATE, TYPE, EXISTS, DEL and EXPIRE on a split GCRA key answer
+/// as on the unsplit key (those that read its state merge it first), from
+/// either thread.
+#[test]
+fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
+    let (mut a, mut b) = server(Config::default());
+    let (mut ua, mut ub) = server(unsplit_config());
+    let key = a.key_on(0, "hot");
+    let cell = format!("CL.THROTTLE {key} 9 1 3600 1");
+    let split = format!("LH.SPLIT {key} CL.THROTTLE 9 1 3600");
+    // (thread, command): both servers run it, the split one also splits
+    // the key again before it when `resplit`.
+    let script: &[(usize, &str, bool)] = &[
+        (1, &cell, false),
+        (1, &cell, false),
+        (1, &cell, false),
+        (1, &format!("PTTL {key}"), false),
+        (1, &cell, true),
+        (0, &format!("RLSTATE {key}"), false),
+        (1, &format!("TYPE {key}"), true),
+        (1, &format!("EXISTS {key}"), false),
+        (1, &cell, false),
+        (0, &format!("DEL {key}"), false),
+        (1, &format!("EXISTS {key}"), false),
+        (1, &format!("PTTL {key}"), true),
+        (1, &cell, true),
+        (1, &format!("EXPIRE {key} 100"), false),
+        (0, &format!("PTTL {key}"), false),
+        (1, &format!("RLSTATE {key}"), false),
+    ];
+    let mut replies = Vec::new();
+    for (i, (thread, line, resplit)) in script.iter().enumerate() {
+        if *resplit || i == 0 {
+            assert_eq!(a.cmd(&split), Reply::Int(1), "step {i}");
+        }
+        let (rs, ru) = match thread {
+            0 => (a.cmd(line), ua.cmd(line)),
+            _ => (b.cmd(line), ub.cmd(line)),
+        };
+        assert_eq!(rs, ru, "step {i}: {line}");
+        replies.push(rs);
+    }
+    // 3 cells of 10 at one an hour: full in 3 h. DEL makes it full (a
+    // missing key); one cell later, EXPIRE sets the TTL of the whole key.
+    assert_eq!(replies[3], Reply::Int(3 * 3_600_000));
+    assert_eq!(replies[6], Reply::simple("gcra"));
+    assert_eq!(replies[9], Reply::Int(1));
+    assert_eq!(replies[10], Reply::Int(0));
+    assert_eq!(replies[11], Reply::Int(-2));
+    assert_eq!(replies[13], Reply::Int(1));
+    assert_eq!(replies[14], Reply::Int(100_000));
+    assert_eq!(
+        info_field(&mut a, "hotkey_merges"),
+        info_field(&mut a, "hotkey_splits")
+    );
+}
+
+/// Split, then calls from both threads, then merged: the TAT is the one the
+/// same calls leave on a key never split (no cell minted or lost), and a
+/// split and merge with nothing between gives back the very TAT.
+#[test]
+fn a_split_then_merged_gcra_key_mints_and_loses_no_cell() {
+    let (mut a, mut b) = server(Config::default());
+    let (mut ua, mut ub) = server(unsplit_config());
+    let key = a.key_on(1, "hot");
+    let gcra = format!("GCRA {key} 99 7 1.5 TOKENS 3");
+    for h in [&mut a, &mut ua] {
+        h.cmd(&gcra);
+        h.clock().advance_ms(333);
+    }
+    let before = a.run(&["RLSTATE", &key]);
+    let split = ["LH.SPLIT", &key, "GCRA", "99", "7", "1.5"];
+    assert_eq!(a.run(&split), Reply::Int(1));
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    assert_eq!(a.run(&split), Reply::Int(1));
+    let mut allowed_cells = 0;
+    for i in 0..60 {
+        let (h, u) = if i % 4 == 0 {
+            (&mut a, &mut ua)
+        } else {
+            (&mut b, &mut ub)
+        };
+        let (rs, ru) = (h.cmd(&gcra), u.cmd(&gcra));
+        assert_eq!(rs, ru, "call {i}");
+        allowed_cells += 3 * u64::from(allowed(&rs));
+        a.clock().advance_ms(11);
+        ua.clock().advance_ms(11);
+    }
+    // 98.55 cells at the split (100 - 3 + 333 ms of 7 per 1.5 s) and 3.08
+    // more in the 660 ms of calls: 33 calls of 3 cells.
+    assert_eq!(allowed_cells, 99);
+    assert!(info_field(&mut a, "hotkey_local_grants") > 0);
     assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
     assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
 }
