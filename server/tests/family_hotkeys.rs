@@ -298,14 +298,39 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     assert_eq!(granted(&r), 3, "{r:?}");
 }
 
-/// Calls `TOKENLEASE key 1000000 1000000 1000 1` `n` times per 100 ms
-/// window for `windows` windows, alternating the two connections.
+/// A call the detector counts, with what one reply granted.
+#[derive(Clone, Copy)]
+struct Call {
+    /// The command, `{key}` standing for the key.
+    line: &'static str,
+    granted: fn(&Reply) -> u64,
+}
+
+const LAUNCH: Call = Call {
+    line: "TOKENLEASE {key} 1000000 1 1000 1",
+    granted,
+};
+
+/// Calls `call` on `key` `n` times per 100 ms window for `windows` windows,
+/// alternating the two connections; returns what they were granted.
 fn load(a: &mut Harness, b: &mut Harness, key: &str, per_window: u64, windows: u64) -> u64 {
+    load_with(LAUNCH, a, b, key, per_window, windows)
+}
+
+fn load_with(
+    call: Call,
+    a: &mut Harness,
+    b: &mut Harness,
+    key: &str,
+    per_window: u64,
+    windows: u64,
+) -> u64 {
+    let line = call.line.replace("{key}", key);
     let mut got = 0;
     for _ in 0..windows {
         for i in 0..per_window {
             let h = if i % 2 == 0 { &mut *a } else { &mut *b };
-            got += granted(&h.run(&["TOKENLEASE", key, "1000000", "1", "1000", "1"]));
+            got += (call.granted)(&h.cmd(&line));
             a.clock().advance_ms(100 / per_window);
         }
     }
@@ -323,6 +348,13 @@ fn detecting(split: bool) -> Config {
 
 #[test]
 fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
+    turns_hot_then_cools(LAUNCH);
+}
+
+/// The detector splits `call`'s key once it takes most of its shard's calls
+/// and merges it once it cools, every reply and the final state the same
+/// as a never-split key's.
+fn turns_hot_then_cools(call: Call) {
     let (mut a, mut b) = server(detecting(true));
     let (mut ua, mut ub) = server(detecting(false));
     let key = a.key_on(1, "launch");
@@ -333,8 +365,8 @@ fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
         ua.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
     }
     // 50 calls per 100 ms window (500/s), for 5 windows.
-    let got = load(&mut a, &mut b, &key, 50, 5);
-    let want = load(&mut ua, &mut ub, &key, 50, 5);
+    let got = load_with(call, &mut a, &mut b, &key, 50, 5);
+    let want = load_with(call, &mut ua, &mut ub, &key, 50, 5);
     assert_eq!(got, want);
     assert_eq!(info_field(&mut a, "hotkey_splits"), 1);
     assert!(info_field(&mut a, "hotkey_local_grants") > 0);
@@ -347,8 +379,8 @@ fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
         "{listed}"
     );
     // It cools: 2 calls per window (20/s) under the merge rate for 300 ms.
-    let got = load(&mut a, &mut b, &key, 2, 6);
-    let want = load(&mut ua, &mut ub, &key, 2, 6);
+    let got = load_with(call, &mut a, &mut b, &key, 2, 6);
+    let want = load_with(call, &mut ua, &mut ub, &key, 2, 6);
     assert_eq!(got, want);
     assert_eq!(info_field(&mut a, "hotkey_merges"), 1);
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
@@ -781,4 +813,12 @@ fn a_split_then_merged_gcra_key_mints_and_loses_no_cell() {
     assert!(info_field(&mut a, "hotkey_local_grants") > 0);
     assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
     assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+}
+
+#[test]
+fn a_throttle_key_that_turns_hot_is_split_and_merged_once_it_cools() {
+    turns_hot_then_cools(Call {
+        line: "CL.THROTTLE {key} 999999 1 1 1",
+        granted: |r| u64::from(allowed(r)),
+    });
 }
