@@ -25,6 +25,16 @@ fn server(config: Config) -> (Harness, Harness) {
     (a, b)
 }
 
+/// A split server and a never-split one (two connections each, one per
+/// thread), and the key `hot` of shard `key_shard`: the same calls on both
+/// must get the same replies.
+fn split_and_unsplit(key_shard: usize) -> ([Harness; 2], [Harness; 2], String) {
+    let (a, b) = server(Config::default());
+    let (ua, ub) = server(unsplit_config());
+    let key = a.key_on(key_shard, "hot");
+    ([a, b], [ua, ub], key)
+}
+
 fn unsplit_config() -> Config {
     let mut c = Config::default();
     c.ratelimit.hotkey_split = false;
@@ -117,9 +127,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` on a split key (server `s`) and on the same key never split
 /// (server `u`), asserting the same replies for every call.
 fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
-    let (mut s0, mut s1) = server(Config::default());
-    let (mut u0, mut u1) = server(unsplit_config());
-    let key = s0.key_on(key_shard, "hot");
+    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
     let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
     prop_assert_eq!(split(&mut s0), Reply::Int(1));
@@ -457,10 +465,8 @@ fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
 /// the replica's state is never worth more than the primary's exact one
 /// (`worth`, of an RLSTATE reply), and after the merge it is the primary's.
 fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64) {
-    let (mut a, mut b) = server(Config::default());
-    let (mut ua, mut ub) = server(unsplit_config());
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(1);
     let mut replica = Harness::new();
-    let key = a.key_on(1, "hot");
     let call = call.replace("{key}", &key);
     let mut mark = a.effects_mark();
     let mut args = vec!["LH.SPLIT", &key];
@@ -578,9 +584,7 @@ fn gop() -> impl Strategy<Value = GOp> {
 /// after the merge; returns the cells each allowed.
 fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
     let other = if form == CELL { GCRA } else { CELL };
-    let (mut s0, mut s1) = server(Config::default());
-    let (mut u0, mut u1) = server(unsplit_config());
-    let key = s0.key_on(key_shard, "hot");
+    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
     let (mut total_s, mut total_u) = (0, 0);
     for (i, op) in ops.iter().enumerate() {
@@ -655,9 +659,7 @@ proptest! {
 
 #[test]
 fn a_split_gcra_key_grants_locally_and_merges_to_the_same_tat() {
-    let (mut a, mut b) = server(Config::default());
-    let (mut ua, mut ub) = server(unsplit_config());
-    let key = a.key_on(0, "hot");
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(0);
     let call = |h: &mut Harness| h.run(&["CL.THROTTLE", &key, "9", "1", "3600", "1"]);
     // Two cells spent, the last by GCRA, and 1.234 s refilled.
     for h in [&mut a, &mut ua] {
@@ -723,9 +725,7 @@ fn the_stream_sees_one_gcra_key_and_never_more_cells_than_the_primary() {
 /// either thread.
 #[test]
 fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
-    let (mut a, mut b) = server(Config::default());
-    let (mut ua, mut ub) = server(unsplit_config());
-    let key = a.key_on(0, "hot");
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(0);
     let cell = format!("CL.THROTTLE {key} 9 1 3600 1");
     let split = format!("LH.SPLIT {key} CL.THROTTLE 9 1 3600");
     // (thread, command): both servers run it, the split one also splits
@@ -780,9 +780,7 @@ fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
 /// split and merge with nothing between gives back the very TAT.
 #[test]
 fn a_split_then_merged_gcra_key_mints_and_loses_no_cell() {
-    let (mut a, mut b) = server(Config::default());
-    let (mut ua, mut ub) = server(unsplit_config());
-    let key = a.key_on(1, "hot");
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(1);
     let gcra = format!("GCRA {key} 99 7 1.5 TOKENS 3");
     for h in [&mut a, &mut ua] {
         h.cmd(&gcra);

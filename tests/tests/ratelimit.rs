@@ -461,15 +461,18 @@ fn granted_of(reply: &str) -> u64 {
 /// Races 50 connections over both threads of a real server on `key`, split
 /// by `LH.SPLIT key <split>`, connection `i` sending `line(i)` in pipelines
 /// of 4 until a whole pipeline gets nothing (`got(i, reply)`: what one
-/// reply to connection `i` granted); returns the total granted and the server's `INFO hotkeys`
-/// fields `hotkey_local_grants` and `hotkey_split_keys`.
+/// reply to connection `i` granted); checks that some calls were served by
+/// the thread that read them (local grants) and the key is still split,
+/// then runs each command of `then` (`{key}` for the key), asserting its
+/// reply contains the text given; returns the total granted.
 fn race_a_split_key(
-    server: &TestServer,
     key: &str,
     split: &str,
     line: fn(usize) -> String,
     got: fn(usize, &str) -> u64,
-) -> (u64, u64, u64) {
+    then: &[(&str, &str)],
+) -> u64 {
+    let server = TestServer::start(2);
     let mut admin = server.raw();
     assert_eq!(admin.call(&format!("LH.SPLIT {key} {split}")), ":1\r\n");
     let conns: Vec<Raw> = (0..50).map(|_| server.raw()).collect();
@@ -501,11 +504,13 @@ fn race_a_split_key(
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} in {info}"))
     };
-    (
-        total,
-        field("hotkey_local_grants"),
-        field("hotkey_split_keys"),
-    )
+    assert!(field("hotkey_local_grants") > 0, "{info}");
+    assert_eq!(field("hotkey_split_keys"), 1, "{info}");
+    for (cmd, want) in then {
+        let reply = admin.call(&cmd.replace("{key}", key));
+        assert!(reply.contains(want), "{cmd}: {reply:?}");
+    }
+    total
 }
 
 /// A split hot key (`docs/hotkeys.md`) raced by 50 connections over both
@@ -514,27 +519,22 @@ fn race_a_split_key(
 /// (local grants, no hop), and the key reads empty at the end.
 #[test]
 fn fifty_connections_race_a_split_key_for_exactly_its_capacity() {
-    let server = TestServer::start(2);
-    let key = "launch:tenant7";
-    let line = |i| {
-        format!(
-            "TOKENLEASE launch:tenant7 10000 1 3600000 {} MIN 1",
-            1 + i % 7
-        )
-    };
-    let (total, local, split) =
-        race_a_split_key(&server, key, "10000 1 3600000", line, |_, r| granted_of(r));
+    let line = |i| format!("TOKENLEASE launch 10000 1 3600000 {} MIN 1", 1 + i % 7);
+    let then = [
+        // Denied, nothing left (the real clock refilled a fraction meanwhile).
+        ("TOKENLEASE {key} 10000 1 3600000 1", "*4\r\n:0\r\n:0\r\n"),
+        // Merged, the whole bucket is empty: nothing was minted or lost.
+        ("LH.MERGE {key}", ":1\r\n"),
+        ("RLSTATE {key}", "tokens\r\n:0\r\n"),
+    ];
+    let total = race_a_split_key(
+        "launch",
+        "10000 1 3600000",
+        line,
+        |_, r| granted_of(r),
+        &then,
+    );
     assert_eq!(total, 10_000);
-    assert!(local > 0);
-    assert_eq!(split, 1);
-    let mut admin = server.raw();
-    // Denied, nothing left (the real clock refilled a fraction meanwhile).
-    let last = admin.call(&format!("TOKENLEASE {key} 10000 1 3600000 1"));
-    assert!(last.starts_with("*4\r\n:0\r\n:0\r\n"), "{last}");
-    // Merged, the whole bucket is empty: nothing was minted or lost.
-    assert_eq!(admin.call(&format!("LH.MERGE {key}")), ":1\r\n");
-    let state = admin.call(&format!("RLSTATE {key}"));
-    assert!(state.contains("tokens\r\n:0\r\n"), "{state}");
 }
 
 /// The cells a CL.THROTTLE reply `*5\r\n:limited\r\n...` to a call of `q`
@@ -553,21 +553,21 @@ fn allowed_of(reply: &str, q: u64) -> u64 {
 /// the last), and the merged key holds none.
 #[test]
 fn fifty_connections_race_a_split_throttle_key_for_exactly_its_burst() {
-    let server = TestServer::start(2);
-    let key = "launch:tenant8";
-    let line = |i| format!("CL.THROTTLE launch:tenant8 9999 1 3600 {}", 1 + i % 3);
+    let line = |i| format!("CL.THROTTLE launch 9999 1 3600 {}", 1 + i % 3);
     let got = |i, r: &str| allowed_of(r, 1 + i as u64 % 3);
-    let (total, local, split) =
-        race_a_split_key(&server, key, "CL.THROTTLE 9999 1 3600", line, got);
+    let then = [
+        // Limited, of 10 000, none left.
+        (
+            "CL.THROTTLE {key} 9999 1 3600 1",
+            "*5\r\n:1\r\n:10000\r\n:0\r\n",
+        ),
+        // Merged: still none (the TAT is about 10 000 hours ahead).
+        ("LH.MERGE {key}", ":1\r\n"),
+        (
+            "CL.THROTTLE {key} 9999 1 3600 0",
+            "*5\r\n:0\r\n:10000\r\n:0\r\n",
+        ),
+    ];
+    let total = race_a_split_key("launch", "CL.THROTTLE 9999 1 3600", line, got, &then);
     assert_eq!(total, 10_000);
-    assert!(local > 0);
-    assert_eq!(split, 1);
-    let mut admin = server.raw();
-    // Limited, of 10 000, none left, one cell within the hour.
-    let last = admin.call(&format!("CL.THROTTLE {key} 9999 1 3600 1"));
-    assert!(last.starts_with("*5\r\n:1\r\n:10000\r\n:0\r\n"), "{last}");
-    assert_eq!(admin.call(&format!("LH.MERGE {key}")), ":1\r\n");
-    // Merged: still none left (the TAT is about 10 000 hours ahead).
-    let peek = admin.call(&format!("CL.THROTTLE {key} 9999 1 3600 0"));
-    assert!(peek.starts_with("*5\r\n:0\r\n:10000\r\n:0\r\n"), "{peek}");
 }

@@ -144,6 +144,29 @@ fn apply_bucket(s: &mut Shard, key: &[u8], change: Change) {
     }
 }
 
+/// Runs the token-bucket call `op` on `key` under `p`: on the split key
+/// when it is split under `p` (served from this shard's slot by `local`
+/// when the slot holds `requested` tokens; [`Shard::hot_call`]), else on
+/// the stored bucket, storing its change. WRONGTYPE for another type.
+fn bucket_call<T>(
+    s: &mut Shard,
+    key: &Bytes,
+    p: token_bucket::Policy,
+    requested: u64,
+    local: impl FnOnce(Lease) -> T,
+    op: impl Fn(Option<token_bucket::Bucket>) -> (T, Change),
+) -> Result<T, OpError> {
+    let kind = KeyPolicy::Bucket(p);
+    s.hot_count(key, Some(kind));
+    if let Some(out) = s.hot_call(key, kind, requested, local, &op) {
+        return Ok(out);
+    }
+    let prev = load(s, key, pick_bucket)?;
+    let (out, change) = op(prev);
+    apply_bucket(s, key, change);
+    Ok(out)
+}
+
 /// `TOKENLEASE key capacity rate period_ms requested [MIN min]`.
 fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
@@ -155,25 +178,15 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some(_) => return Err(OpError::MinOutOfRange),
     };
     check_pin(s, &key, Pinned::TokenBucket(p))?;
-    let kind = KeyPolicy::Bucket(p);
-    s.hot_count(&key, Some(kind));
     let now = s.now.mono_ms;
-    let split = s.hot_call(
+    let reply = bucket_call(
+        s,
         &key,
-        kind,
+        p,
         requested,
         |l| l,
         |b| token_bucket::lease(b, &p, requested, min, now),
-    );
-    let reply = match split {
-        Some(reply) => reply,
-        None => {
-            let prev = load(s, &key, pick_bucket)?;
-            let (reply, change) = token_bucket::lease(prev, &p, requested, min, now);
-            apply_bucket(s, &key, change);
-            reply
-        }
-    };
+    )?;
     let outcome = RateOutcome::of(reply.granted, requested);
     s.stats.count_decision(RateCommand::TokenLease, outcome);
     Ok(int_array(reply.to_array()))
@@ -185,27 +198,17 @@ fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let p = token_policy(a)?;
     let n = count(a)?;
     check_pin(s, &key, Pinned::TokenBucket(p))?;
-    let kind = KeyPolicy::Bucket(p);
-    s.hot_count(&key, Some(kind));
     let now = s.now.mono_ms;
     // A return is never served from a slot (0 requested): the owner adds it
     // to the exact bucket.
-    let split = s.hot_call(
+    let remaining = bucket_call(
+        s,
         &key,
-        kind,
+        p,
         0,
         |l| l.remaining,
         |b| token_bucket::give_back(b, &p, n, now),
-    );
-    let remaining = match split {
-        Some(remaining) => remaining,
-        None => {
-            let prev = load(s, &key, pick_bucket)?;
-            let (remaining, change) = token_bucket::give_back(prev, &p, n, now);
-            apply_bucket(s, &key, change);
-            remaining
-        }
-    };
+    )?;
     Ok(Reply::Int(token_bucket::to_i64(remaining as u128)))
 }
 
