@@ -554,6 +554,11 @@ enum GOp {
     OtherBurst {
         thread: usize,
     },
+    /// A call whose policy has no bucket form (a period of 2^63-1 s):
+    /// merges, then runs unsplit.
+    Unsplittable {
+        thread: usize,
+    },
     /// TOKENLEASE with the equivalent bucket's very policy: WRONGTYPE on
     /// both, never served from a slot.
     Mixed {
@@ -572,6 +577,7 @@ fn gop() -> impl Strategy<Value = GOp> {
             .prop_map(|(thread, q)| GOp::Throttle { thread, q }),
         1 => (thread.clone(), 1..3u64).prop_map(|(thread, q)| GOp::OtherForm { thread, q }),
         1 => thread.clone().prop_map(|thread| GOp::OtherBurst { thread }),
+        1 => thread.clone().prop_map(|thread| GOp::Unsplittable { thread }),
         1 => thread.prop_map(|thread| GOp::Mixed { thread }),
         4 => prop_oneof![0..40u64, 0..1500u64, Just(9_000u64)].prop_map(GOp::Advance),
         1 => Just(GOp::Resplit),
@@ -597,6 +603,12 @@ fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64),
                     .iter()
                     .map(|w| if w == "19" { "9".into() } else { w.clone() })
                     .collect(),
+            ),
+            GOp::Unsplittable { thread } => (
+                *thread,
+                ["CL.THROTTLE", &key, "0", "10000", "9223372036854775807"]
+                    .map(String::from)
+                    .to_vec(),
             ),
             GOp::Mixed { thread } => (
                 *thread,

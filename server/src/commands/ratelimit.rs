@@ -248,15 +248,20 @@ fn throttle(
     let split = gcra::bucket_policy(&p).map(|bp| (KeyPolicy::Gcra(p), bp));
     s.hot_count(key, split.map(|(kind, _)| kind));
     let now = s.now.mono_ms;
-    let served = split.and_then(|(kind, bp)| {
-        s.hot_call(
+    let served = match split {
+        Some((kind, bp)) => s.hot_call(
             key,
             kind,
             quantity,
             |l| gcra::reply_of(&p, quantity, &l),
             |b| gcra::throttle_bucket(b, &p, &bp, quantity, now),
-        )
-    });
+        ),
+        // A policy with no bucket form merges a key split under another.
+        None => {
+            s.hot_merge(key);
+            None
+        }
+    };
     let reply = match served {
         Some(reply) => reply,
         None => {

@@ -229,8 +229,9 @@ impl Shard {
     }
 
     /// Ends a detection window when one has passed: splits the keys found
-    /// hot (token buckets and GCRA keys with a known policy), merges split keys that
-    /// cooled (or all of them under `hotkey-split no`, or on a replica).
+    /// hot (token buckets and GCRA keys with a known policy), merges split
+    /// keys that cooled (or all of them under `hotkey-split no`, or on a
+    /// replica).
     pub(super) fn hot_cycle(&mut self) {
         let now = self.now.mono_ms;
         let elapsed = now.saturating_sub(self.hot.window_start);
