@@ -594,16 +594,21 @@ fn cluster_check(
     Ok(())
 }
 
-/// A TOKENLEASE on a split key served by this thread's shard, if it can be
-/// (see `commands::ratelimit::tokenlease_local`). One emptiness test while
-/// no key is split.
+/// A TOKENLEASE, CL.THROTTLE or GCRA on a split key served by this
+/// thread's shard, if it can be (see `commands::ratelimit::split_local`).
+/// One emptiness test while no key is split.
 #[inline(always)]
 fn split_local(worker: &Worker, idx: usize, spec: &CommandSpec, args: &Args) -> Option<Reply> {
     let mut s = worker.shard.borrow_mut();
-    if s.hot.splits.is_empty() || spec.name != "tokenlease" || s.locked {
+    if s.hot.splits.is_empty() || s.locked {
         return None;
     }
-    crate::commands::ratelimit::tokenlease_local(&mut s, idx, args)
+    match spec.name {
+        "tokenlease" | "cl.throttle" | "gcra" => {
+            crate::commands::ratelimit::split_local(&mut s, idx, spec.name, args)
+        }
+        _ => None,
+    }
 }
 
 /// Adds the monitor line of a request that passed the checks to this

@@ -25,6 +25,16 @@ fn server(config: Config) -> (Harness, Harness) {
     (a, b)
 }
 
+/// A split server and a never-split one (two connections each, one per
+/// thread), and the key `hot` of shard `key_shard`: the same calls on both
+/// must get the same replies.
+fn split_and_unsplit(key_shard: usize) -> ([Harness; 2], [Harness; 2], String) {
+    let (a, b) = server(Config::default());
+    let (ua, ub) = server(unsplit_config());
+    let key = a.key_on(key_shard, "hot");
+    ([a, b], [ua, ub], key)
+}
+
 fn unsplit_config() -> Config {
     let mut c = Config::default();
     c.ratelimit.hotkey_split = false;
@@ -117,9 +127,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` on a split key (server `s`) and on the same key never split
 /// (server `u`), asserting the same replies for every call.
 fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
-    let (mut s0, mut s1) = server(Config::default());
-    let (mut u0, mut u1) = server(unsplit_config());
-    let key = s0.key_on(key_shard, "hot");
+    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
     let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
     prop_assert_eq!(split(&mut s0), Reply::Int(1));
@@ -298,14 +306,39 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     assert_eq!(granted(&r), 3, "{r:?}");
 }
 
-/// Calls `TOKENLEASE key 1000000 1000000 1000 1` `n` times per 100 ms
-/// window for `windows` windows, alternating the two connections.
+/// A call the detector counts, with what one reply granted.
+#[derive(Clone, Copy)]
+struct Call {
+    /// The command, `{key}` standing for the key.
+    line: &'static str,
+    granted: fn(&Reply) -> u64,
+}
+
+const LAUNCH: Call = Call {
+    line: "TOKENLEASE {key} 1000000 1 1000 1",
+    granted,
+};
+
+/// Calls `call` on `key` `n` times per 100 ms window for `windows` windows,
+/// alternating the two connections; returns what they were granted.
 fn load(a: &mut Harness, b: &mut Harness, key: &str, per_window: u64, windows: u64) -> u64 {
+    load_with(LAUNCH, a, b, key, per_window, windows)
+}
+
+fn load_with(
+    call: Call,
+    a: &mut Harness,
+    b: &mut Harness,
+    key: &str,
+    per_window: u64,
+    windows: u64,
+) -> u64 {
+    let line = call.line.replace("{key}", key);
     let mut got = 0;
     for _ in 0..windows {
         for i in 0..per_window {
             let h = if i % 2 == 0 { &mut *a } else { &mut *b };
-            got += granted(&h.run(&["TOKENLEASE", key, "1000000", "1", "1000", "1"]));
+            got += (call.granted)(&h.cmd(&line));
             a.clock().advance_ms(100 / per_window);
         }
     }
@@ -323,6 +356,13 @@ fn detecting(split: bool) -> Config {
 
 #[test]
 fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
+    turns_hot_then_cools(LAUNCH);
+}
+
+/// The detector splits `call`'s key once it takes most of its shard's calls
+/// and merges it once it cools, every reply and the final state the same
+/// as a never-split key's.
+fn turns_hot_then_cools(call: Call) {
     let (mut a, mut b) = server(detecting(true));
     let (mut ua, mut ub) = server(detecting(false));
     let key = a.key_on(1, "launch");
@@ -333,8 +373,8 @@ fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
         ua.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
     }
     // 50 calls per 100 ms window (500/s), for 5 windows.
-    let got = load(&mut a, &mut b, &key, 50, 5);
-    let want = load(&mut ua, &mut ub, &key, 50, 5);
+    let got = load_with(call, &mut a, &mut b, &key, 50, 5);
+    let want = load_with(call, &mut ua, &mut ub, &key, 50, 5);
     assert_eq!(got, want);
     assert_eq!(info_field(&mut a, "hotkey_splits"), 1);
     assert!(info_field(&mut a, "hotkey_local_grants") > 0);
@@ -347,8 +387,8 @@ fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
         "{listed}"
     );
     // It cools: 2 calls per window (20/s) under the merge rate for 300 ms.
-    let got = load(&mut a, &mut b, &key, 2, 6);
-    let want = load(&mut ua, &mut ub, &key, 2, 6);
+    let got = load_with(call, &mut a, &mut b, &key, 2, 6);
+    let want = load_with(call, &mut ua, &mut ub, &key, 2, 6);
     assert_eq!(got, want);
     assert_eq!(info_field(&mut a, "hotkey_merges"), 1);
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
@@ -379,35 +419,66 @@ fn hotkey_split_no_never_splits_but_still_lists() {
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
 }
 
+/// The integer field `name` of an RLSTATE reply.
+fn field(r: &Reply, name: &'static str) -> Option<i64> {
+    let Reply::Array(items) = r else {
+        return None;
+    };
+    let i = items.iter().position(|x| *x == Reply::simple(name))?;
+    match items.get(i + 1) {
+        Some(Reply::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
 /// Whole tokens an RLSTATE reply shows (0 for a missing key: callers here
 /// compare drained buckets, never full ones).
 fn tokens(r: &Reply) -> i64 {
-    let Reply::Array(items) = r else {
-        return 0;
-    };
-    let i = items.iter().position(|x| *x == Reply::simple("tokens"));
-    match i.and_then(|i| items.get(i + 1)) {
-        Some(Reply::Int(t)) => *t,
-        _ => 0,
+    field(r, "tokens").unwrap_or(0)
+}
+
+/// What a GCRA key's RLSTATE is worth: the later its TAT, the fewer cells
+/// it holds (a missing key is full: worth the most).
+fn cells(r: &Reply) -> i64 {
+    match (
+        field(r, "tat_ms"),
+        field(r, "tat_fraction"),
+        field(r, "units_per_ms"),
+    ) {
+        (Some(ms), Some(frac), Some(units)) => -(ms * units + frac),
+        _ => i64::MAX,
     }
 }
 
 #[test]
 fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
-    let (mut a, mut b) = server(Config::default());
-    let (mut ua, mut ub) = server(unsplit_config());
+    stream_sees_one_key(
+        &["100", "1", "3600000"],
+        "TOKENLEASE {key} 100 1 3600000 3",
+        tokens,
+    );
+}
+
+/// Runs 40 calls `call` on a key split with `LH.SPLIT key <split...>` and
+/// on the same key never split, replaying the split server's effects on a
+/// replica after each: every effect is an LH.RESTORE of the key itself,
+/// the replica's state is never worth more than the primary's exact one
+/// (`worth`, of an RLSTATE reply), and after the merge it is the primary's.
+fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64) {
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(1);
     let mut replica = Harness::new();
-    let key = a.key_on(1, "hot");
-    let lease = format!("TOKENLEASE {key} 100 1 3600000 3");
+    let call = call.replace("{key}", &key);
     let mut mark = a.effects_mark();
-    a.run(&["LH.SPLIT", &key, "100", "1", "3600000"]);
+    let mut args = vec!["LH.SPLIT", &key];
+    args.extend(split);
+    assert_eq!(a.run(&args), Reply::Int(1));
     for i in 0..40 {
         let (h, u) = if i % 3 == 0 {
             (&mut a, &mut ua)
         } else {
             (&mut b, &mut ub)
         };
-        assert_eq!(h.cmd(&lease), u.cmd(&lease), "call {i}");
+        assert_eq!(h.cmd(&call), u.cmd(&call), "call {i}");
         a.clock().advance_ms(7);
         ua.clock().advance_ms(7);
         replica.clock().advance_ms(7);
@@ -419,18 +490,345 @@ fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
         mark = a.effects_mark();
         // The replica holds at most the primary's tokens (the leased ones
         // count as spent), never more.
-        let exact = tokens(&ua.run(&["RLSTATE", &key]));
-        let seen = tokens(&replica.run(&["RLSTATE", &key]));
+        let exact = worth(&ua.run(&["RLSTATE", &key]));
+        let seen = worth(&replica.run(&["RLSTATE", &key]));
         assert!(seen <= exact, "call {i}: replica {seen}, primary {exact}");
     }
-    // Merged, the replica holds exactly the primary's bucket.
+    // Merged, the replica holds exactly the primary's state.
     a.run(&["LH.MERGE", &key]);
     for record in a.effects_since(&mark) {
         replica.run(&record[..]);
     }
     assert_eq!(replica.run(&["RLSTATE", &key]), a.run(&["RLSTATE", &key]));
     assert_eq!(
-        tokens(&a.run(&["RLSTATE", &key])),
-        tokens(&ua.run(&["RLSTATE", &key]))
+        worth(&a.run(&["RLSTATE", &key])),
+        worth(&ua.run(&["RLSTATE", &key]))
     );
+}
+
+// ------------------------------------------------------------ GCRA keys
+//
+// A CL.THROTTLE / GCRA key splits as its equivalent bucket
+// (`ratelimit::gcra::bucket_policy`): the same comparisons, on a TAT.
+
+/// The two ways of writing one GCRA limit of 20 cells, 3 per second
+/// (`CL.THROTTLE` counts time in 1/3 ms, `GCRA` in 1/3000 ms, so they are
+/// two policies: a call of one merges a key split under the other).
+const CELL: &str = "CL.THROTTLE {key} 19 3 1 {q}";
+const GCRA: &str = "GCRA {key} 19 3 1 TOKENS {q}";
+
+fn throttle_line(form: &str, key: &str, q: u64) -> Vec<String> {
+    form.replace("{key}", key)
+        .replace("{q}", &q.to_string())
+        .split(' ')
+        .map(String::from)
+        .collect()
+}
+
+/// `LH.SPLIT key <form's policy>`.
+fn split_as(h: &mut Harness, form: &str, key: &str) -> Reply {
+    let words = throttle_line(form, key, 0);
+    let mut args = vec!["LH.SPLIT".to_string(), key.to_string(), words[0].clone()];
+    args.extend(words[2..5].iter().cloned());
+    h.run(&args.iter().map(String::as_str).collect::<Vec<_>>()[..])
+}
+
+/// Whether a CL.THROTTLE / GCRA reply allowed the call.
+fn allowed(r: &Reply) -> bool {
+    matches!(r, Reply::Array(a) if a.first() == Some(&Reply::Int(0)))
+}
+
+#[derive(Debug, Clone)]
+enum GOp {
+    /// A call of the split's form, `q` cells (0 peeks; 25 is over the limit).
+    Throttle {
+        thread: usize,
+        q: u64,
+    },
+    /// A call of the other form: merges, then runs unsplit.
+    OtherForm {
+        thread: usize,
+        q: u64,
+    },
+    /// A call with another burst: merges, then runs unsplit.
+    OtherBurst {
+        thread: usize,
+    },
+    /// A call whose policy has no bucket form (a period of 2^63-1 s):
+    /// merges, then runs unsplit.
+    Unsplittable {
+        thread: usize,
+    },
+    /// TOKENLEASE with the equivalent bucket's very policy: WRONGTYPE on
+    /// both, never served from a slot.
+    Mixed {
+        thread: usize,
+    },
+    Advance(u64),
+    Resplit,
+    /// RLSTATE and PTTL: the split key merges first; both read the same.
+    State,
+}
+
+fn gop() -> impl Strategy<Value = GOp> {
+    let thread = 0..2usize;
+    prop_oneof![
+        10 => (thread.clone(), prop_oneof![8 => 1..4u64, 1 => Just(0u64), 1 => Just(25u64)])
+            .prop_map(|(thread, q)| GOp::Throttle { thread, q }),
+        1 => (thread.clone(), 1..3u64).prop_map(|(thread, q)| GOp::OtherForm { thread, q }),
+        1 => thread.clone().prop_map(|thread| GOp::OtherBurst { thread }),
+        1 => thread.clone().prop_map(|thread| GOp::Unsplittable { thread }),
+        1 => thread.prop_map(|thread| GOp::Mixed { thread }),
+        4 => prop_oneof![0..40u64, 0..1500u64, Just(9_000u64)].prop_map(GOp::Advance),
+        1 => Just(GOp::Resplit),
+        1 => Just(GOp::State),
+    ]
+}
+
+/// Runs `ops` on a GCRA key split under `form` and on the same key never
+/// split, asserting the same replies for every call and the same state
+/// after the merge; returns the cells each allowed.
+fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
+    let other = if form == CELL { GCRA } else { CELL };
+    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
+    prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
+    let (mut total_s, mut total_u) = (0, 0);
+    for (i, op) in ops.iter().enumerate() {
+        let (thread, words) = match op {
+            GOp::Throttle { thread, q } => (*thread, throttle_line(form, &key, *q)),
+            GOp::OtherForm { thread, q } => (*thread, throttle_line(other, &key, *q)),
+            GOp::OtherBurst { thread } => (
+                *thread,
+                throttle_line(CELL, &key, 1)
+                    .iter()
+                    .map(|w| if w == "19" { "9".into() } else { w.clone() })
+                    .collect(),
+            ),
+            GOp::Unsplittable { thread } => (
+                *thread,
+                ["CL.THROTTLE", &key, "0", "10000", "9223372036854775807"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            GOp::Mixed { thread } => (
+                *thread,
+                ["TOKENLEASE", &key, "20", "3", "1000", "1"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            GOp::Advance(ms) => {
+                s0.clock().advance_ms(*ms);
+                u0.clock().advance_ms(*ms);
+                continue;
+            }
+            GOp::Resplit => {
+                split_as(&mut s0, form, &key);
+                continue;
+            }
+            GOp::State => {
+                prop_assert_eq!(
+                    s0.run(&["RLSTATE", &key]),
+                    u0.run(&["RLSTATE", &key]),
+                    "op {}",
+                    i
+                );
+                prop_assert_eq!(s1.run(&["PTTL", &key]), u1.run(&["PTTL", &key]), "op {}", i);
+                continue;
+            }
+        };
+        let (rs, ru) = match thread {
+            0 => (s0.run(&words[..]), u0.run(&words[..])),
+            _ => (s1.run(&words[..]), u1.run(&words[..])),
+        };
+        if let GOp::Throttle { q, .. } = op {
+            total_s += q * u64::from(allowed(&rs));
+            total_u += q * u64::from(allowed(&ru));
+        }
+        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
+    }
+    s0.run(&["LH.MERGE", &key]);
+    prop_assert_eq!(s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
+    Ok((total_s, total_u))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Every reply of a split CL.THROTTLE or GCRA key equals the unsplit
+    /// key's (limited, limit, remaining, retry_after, reset_after), errors
+    /// included, and the merged TAT is the unsplit key's.
+    #[test]
+    fn a_split_gcra_key_answers_as_the_unsplit_key(
+        key_shard in 0..2usize,
+        gcra_form in any::<bool>(),
+        ops in proptest::collection::vec(gop(), 1..80),
+    ) {
+        let form = if gcra_form { GCRA } else { CELL };
+        let (s, u) = compare_gcra(key_shard, form, &ops)?;
+        prop_assert_eq!(s, u);
+    }
+}
+
+#[test]
+fn a_split_gcra_key_grants_locally_and_merges_to_the_same_tat() {
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(0);
+    let call = |h: &mut Harness| h.run(&["CL.THROTTLE", &key, "9", "1", "3600", "1"]);
+    // Two cells spent, the last by GCRA, and 1.234 s refilled.
+    for h in [&mut a, &mut ua] {
+        call(h);
+        h.run(&["GCRA", &key, "9", "1", "3600", "TOKENS", "1"]);
+        h.clock().advance_ms(1234);
+    }
+    let before = a.run(&["RLSTATE", &key]);
+    assert_eq!(before, ua.run(&["RLSTATE", &key]));
+    // Split under the GCRA form: the TAT is in its unit (1/1000 ms), so the
+    // CL.THROTTLE form (whole ms) does not split it until it writes it.
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "CL.THROTTLE", "9", "1", "3600"]),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        a.run(&["LH.SPLIT", &key, "GCRA", "9", "1", "3600"]),
+        Reply::Int(1)
+    );
+    assert_eq!(b.run(&["TYPE", &key]), Reply::simple("gcra"));
+    assert_eq!(b.run(&["DBSIZE"]), Reply::Int(1));
+    // Split then merged with nothing between: the very TAT.
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    // 8.0003 cells (10 - 2 + 1.234 s of one cell an hour): 4 per slot. The
+    // other thread takes its slot's cells locally, then borrows; every
+    // reply is the unsplit key's.
+    a.run(&["LH.SPLIT", &key, "GCRA", "9", "1", "3600"]);
+    let gcra = |h: &mut Harness| h.run(&["GCRA", &key, "9", "1", "3600"]);
+    let mut allowed_here = 0;
+    for i in 0..10 {
+        let (rs, ru) = (gcra(&mut b), gcra(&mut ub));
+        assert_eq!(rs, ru, "call {i}");
+        allowed_here += u64::from(allowed(&rs));
+    }
+    assert_eq!(allowed_here, 8);
+    assert!(info_field(&mut a, "hotkey_local_grants") >= 4);
+    assert!(info_field(&mut a, "hotkey_borrows") >= 1);
+    // Denied now: retry_after and reset_after are the unsplit key's.
+    let r = gcra(&mut a);
+    assert_eq!(r, gcra(&mut ua));
+    // Limited, of 10, none left, one cell in 3 598.766 s, full in
+    // 35 998.766 s (rounded up, as redis-cell does).
+    assert_eq!(
+        r,
+        Reply::Array([1, 10, 0, 3599, 35_999].map(Reply::Int).to_vec())
+    );
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+}
+
+#[test]
+fn the_stream_sees_one_gcra_key_and_never_more_cells_than_the_primary() {
+    stream_sees_one_key(
+        &["CL.THROTTLE", "99", "1", "3600"],
+        "CL.THROTTLE {key} 99 1 3600 3",
+        cells,
+    );
+}
+
+/// PTTL, RLSTATE, TYPE, EXISTS, DEL and EXPIRE on a split GCRA key answer
+/// as on the unsplit key (those that read its state merge it first), from
+/// either thread.
+#[test]
+fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(0);
+    let cell = format!("CL.THROTTLE {key} 9 1 3600 1");
+    let split = format!("LH.SPLIT {key} CL.THROTTLE 9 1 3600");
+    // (thread, command): both servers run it, the split one also splits
+    // the key again before it when `resplit`.
+    let script: &[(usize, &str, bool)] = &[
+        (1, &cell, false),
+        (1, &cell, false),
+        (1, &cell, false),
+        (1, &format!("PTTL {key}"), false),
+        (1, &cell, true),
+        (0, &format!("RLSTATE {key}"), false),
+        (1, &format!("TYPE {key}"), true),
+        (1, &format!("EXISTS {key}"), false),
+        (1, &cell, false),
+        (0, &format!("DEL {key}"), false),
+        (1, &format!("EXISTS {key}"), false),
+        (1, &format!("PTTL {key}"), true),
+        (1, &cell, true),
+        (1, &format!("EXPIRE {key} 100"), false),
+        (0, &format!("PTTL {key}"), false),
+        (1, &format!("RLSTATE {key}"), false),
+    ];
+    let mut replies = Vec::new();
+    for (i, (thread, line, resplit)) in script.iter().enumerate() {
+        if *resplit || i == 0 {
+            assert_eq!(a.cmd(&split), Reply::Int(1), "step {i}");
+        }
+        let (rs, ru) = match thread {
+            0 => (a.cmd(line), ua.cmd(line)),
+            _ => (b.cmd(line), ub.cmd(line)),
+        };
+        assert_eq!(rs, ru, "step {i}: {line}");
+        replies.push(rs);
+    }
+    // 3 cells of 10 at one an hour: full in 3 h. DEL makes it full (a
+    // missing key); one cell later, EXPIRE sets the TTL of the whole key.
+    assert_eq!(replies[3], Reply::Int(3 * 3_600_000));
+    assert_eq!(replies[6], Reply::simple("gcra"));
+    assert_eq!(replies[9], Reply::Int(1));
+    assert_eq!(replies[10], Reply::Int(0));
+    assert_eq!(replies[11], Reply::Int(-2));
+    assert_eq!(replies[13], Reply::Int(1));
+    assert_eq!(replies[14], Reply::Int(100_000));
+    assert_eq!(
+        info_field(&mut a, "hotkey_merges"),
+        info_field(&mut a, "hotkey_splits")
+    );
+}
+
+/// Split, then calls from both threads, then merged: the TAT is the one the
+/// same calls leave on a key never split (no cell minted or lost), and a
+/// split and merge with nothing between gives back the very TAT.
+#[test]
+fn a_split_then_merged_gcra_key_mints_and_loses_no_cell() {
+    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(1);
+    let gcra = format!("GCRA {key} 99 7 1.5 TOKENS 3");
+    for h in [&mut a, &mut ua] {
+        h.cmd(&gcra);
+        h.clock().advance_ms(333);
+    }
+    let before = a.run(&["RLSTATE", &key]);
+    let split = ["LH.SPLIT", &key, "GCRA", "99", "7", "1.5"];
+    assert_eq!(a.run(&split), Reply::Int(1));
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), before);
+    assert_eq!(a.run(&split), Reply::Int(1));
+    let mut allowed_cells = 0;
+    for i in 0..60 {
+        let (h, u) = if i % 4 == 0 {
+            (&mut a, &mut ua)
+        } else {
+            (&mut b, &mut ub)
+        };
+        let (rs, ru) = (h.cmd(&gcra), u.cmd(&gcra));
+        assert_eq!(rs, ru, "call {i}");
+        allowed_cells += 3 * u64::from(allowed(&rs));
+        a.clock().advance_ms(11);
+        ua.clock().advance_ms(11);
+    }
+    // 98.55 cells at the split (100 - 3 + 333 ms of 7 per 1.5 s) and 3.08
+    // more in the 660 ms of calls: 33 calls of 3 cells.
+    assert_eq!(allowed_cells, 99);
+    assert!(info_field(&mut a, "hotkey_local_grants") > 0);
+    assert_eq!(a.run(&["LH.MERGE", &key]), Reply::Int(1));
+    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
+}
+
+#[test]
+fn a_throttle_key_that_turns_hot_is_split_and_merged_once_it_cools() {
+    turns_hot_then_cools(Call {
+        line: "CL.THROTTLE {key} 999999 1 1 1",
+        granted: |r| u64::from(allowed(r)),
+    });
 }

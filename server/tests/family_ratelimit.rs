@@ -312,9 +312,36 @@ fn hot_key_commands_check_their_arguments() {
         err("ERR period_ms must be positive")
     );
     assert_eq!(h.cmd("LH.SPLIT k 10 1"), arity("lh.split"));
+    // The GCRA forms: their commands' errors for the same words.
+    let gcra_forms = [
+        (
+            "LH.SPLIT k CL.THROTTLE 1 0 60",
+            "ERR count_per_period must be positive",
+        ),
+        ("LH.SPLIT k GCRA 1 1 0", "ERR period must be > 0 and < 1e12"),
+        ("LH.SPLIT k GCRA 1 1 1 TOKENS 2", SYNTAX),
+        ("LH.SPLIT k CL.THROTTLE 1 1", SYNTAX),
+        ("LH.SPLIT k THROTTLE 1 1 1", NOT_INT),
+    ];
+    for (line, want) in gcra_forms {
+        assert_eq!(h.cmd(line), err(want), "{line}");
+    }
+    assert_eq!(
+        h.cmd("LH.SPLIT k CL.THROTTLE 9223372036854775806 1 9223372036854775807"),
+        h.cmd("CL.THROTTLE k 9223372036854775806 1 9223372036854775807")
+    );
+    // A GCRA key: WRONGTYPE for the token-bucket form.
+    assert_eq!(h.cmd("CL.THROTTLE g 9 1 1"), ints(&[0, 10, 9, -1, 1]));
+    assert_eq!(h.cmd("LH.SPLIT g 10 1 1000"), err(WRONGTYPE));
+    // 10^19 time units per ms: a bucket rate beyond 2^63-1, never split.
+    assert_eq!(
+        h.cmd("LH.SPLIT g GCRA 1 10000000000000000 1"),
+        Reply::Int(0)
+    );
     assert_eq!(h.cmd("LH.HOTKEYS x"), arity("lh.hotkeys"));
     h.cmd("SET s v");
     assert_eq!(h.cmd("LH.SPLIT s 10 1 1000"), err(WRONGTYPE));
+    assert_eq!(h.cmd("LH.SPLIT s CL.THROTTLE 9 1 1"), err(WRONGTYPE));
     for k in &keys {
         assert_eq!(on(&mut h, k, "LH.SPLIT 10 1 1000"), Reply::Int(1));
         let listed = format!("{:?}", h.cmd("LH.HOTKEYS"));

@@ -458,44 +458,45 @@ fn granted_of(reply: &str) -> u64 {
         .unwrap_or_else(|| panic!("not a TOKENLEASE reply: {reply:?}"))
 }
 
-/// A split hot key (`docs/hotkeys.md`) raced by 50 connections over both
-/// threads of a real server, capacity 10 000 and one token an hour: exactly
-/// 10 000 granted in all, most of them by the thread that read the request
-/// (local grants, no hop), and the key reads empty at the end.
-#[test]
-fn fifty_connections_race_a_split_key_for_exactly_its_capacity() {
+/// Races 50 connections over both threads of a real server on `key`, split
+/// by `LH.SPLIT key <split>`, connection `i` sending `line(i)` in pipelines
+/// of 4 until a whole pipeline gets nothing (`got(i, reply)`: what one
+/// reply to connection `i` granted); checks that some calls were served by
+/// the thread that read them (local grants) and the key is still split,
+/// then runs each command of `then` (`{key}` for the key), asserting its
+/// reply contains the text given; returns the total granted.
+fn race_a_split_key(
+    key: &str,
+    split: &str,
+    line: fn(usize) -> String,
+    got: fn(usize, &str) -> u64,
+    then: &[(&str, &str)],
+) -> u64 {
     let server = TestServer::start(2);
-    let key = "launch:tenant7";
-    let policy = "10000 1 3600000";
     let mut admin = server.raw();
-    assert_eq!(admin.call(&format!("LH.SPLIT {key} {policy}")), ":1\r\n");
+    assert_eq!(admin.call(&format!("LH.SPLIT {key} {split}")), ":1\r\n");
     let conns: Vec<Raw> = (0..50).map(|_| server.raw()).collect();
     let racers: Vec<_> = conns
         .into_iter()
         .enumerate()
         .map(|(i, mut c)| {
-            let line = format!("TOKENLEASE {key} {policy} {} MIN 1", 1 + i % 7);
+            let line = line(i);
             std::thread::spawn(move || {
-                let mut got = 0;
-                // Pipelines of 4, until a whole pipeline is denied.
+                let mut total = 0;
                 loop {
                     for _ in 0..4 {
                         c.send_cmd(&line);
                     }
-                    let round: u64 = (0..4).map(|_| granted_of(&c.read_text())).sum();
+                    let round: u64 = (0..4).map(|_| got(i, &c.read_text())).sum();
                     if round == 0 {
-                        return got;
+                        return total;
                     }
-                    got += round;
+                    total += round;
                 }
             })
         })
         .collect();
     let total: u64 = racers.into_iter().map(|r| r.join().unwrap()).sum();
-    assert_eq!(total, 10_000);
-    // Denied, nothing left (the real clock refilled a fraction meanwhile).
-    let last = admin.call(&format!("TOKENLEASE {key} {policy} 1"));
-    assert!(last.starts_with("*4\r\n:0\r\n:0\r\n"), "{last}");
     let info = admin.call("INFO hotkeys");
     let field = |name: &str| -> u64 {
         info.lines()
@@ -505,8 +506,68 @@ fn fifty_connections_race_a_split_key_for_exactly_its_capacity() {
     };
     assert!(field("hotkey_local_grants") > 0, "{info}");
     assert_eq!(field("hotkey_split_keys"), 1, "{info}");
-    // Merged, the whole bucket is empty: nothing was minted or lost.
-    assert_eq!(admin.call(&format!("LH.MERGE {key}")), ":1\r\n");
-    let state = admin.call(&format!("RLSTATE {key}"));
-    assert!(state.contains("tokens\r\n:0\r\n"), "{state}");
+    for (cmd, want) in then {
+        let reply = admin.call(&cmd.replace("{key}", key));
+        assert!(reply.contains(want), "{cmd}: {reply:?}");
+    }
+    total
+}
+
+/// A split hot key (`docs/hotkeys.md`) raced by 50 connections over both
+/// threads of a real server, capacity 10 000 and one token an hour: exactly
+/// 10 000 granted in all, most of them by the thread that read the request
+/// (local grants, no hop), and the key reads empty at the end.
+#[test]
+fn fifty_connections_race_a_split_key_for_exactly_its_capacity() {
+    let line = |i| format!("TOKENLEASE launch 10000 1 3600000 {} MIN 1", 1 + i % 7);
+    let then = [
+        // Denied, nothing left (the real clock refilled a fraction meanwhile).
+        ("TOKENLEASE {key} 10000 1 3600000 1", "*4\r\n:0\r\n:0\r\n"),
+        // Merged, the whole bucket is empty: nothing was minted or lost.
+        ("LH.MERGE {key}", ":1\r\n"),
+        ("RLSTATE {key}", "tokens\r\n:0\r\n"),
+    ];
+    let total = race_a_split_key(
+        "launch",
+        "10000 1 3600000",
+        line,
+        |_, r| granted_of(r),
+        &then,
+    );
+    assert_eq!(total, 10_000);
+}
+
+/// The cells a CL.THROTTLE reply `*5\r\n:limited\r\n...` to a call of `q`
+/// cells allowed: 0 when limited, else `q`.
+fn allowed_of(reply: &str, q: u64) -> u64 {
+    match reply.split("\r\n").nth(1) {
+        Some(":0") => q,
+        Some(":1") => 0,
+        _ => panic!("not a CL.THROTTLE reply: {reply:?}"),
+    }
+}
+
+/// The same race on a split CL.THROTTLE key of burst 9 999 (10 000 cells)
+/// at one cell an hour, connection `i` asking `1 + i % 3` cells at a time:
+/// exactly 10 000 cells allowed in all (the connections asking one drain
+/// the last), and the merged key holds none.
+#[test]
+fn fifty_connections_race_a_split_throttle_key_for_exactly_its_burst() {
+    let line = |i| format!("CL.THROTTLE launch 9999 1 3600 {}", 1 + i % 3);
+    let got = |i, r: &str| allowed_of(r, 1 + i as u64 % 3);
+    let then = [
+        // Limited, of 10 000, none left.
+        (
+            "CL.THROTTLE {key} 9999 1 3600 1",
+            "*5\r\n:1\r\n:10000\r\n:0\r\n",
+        ),
+        // Merged: still none (the TAT is about 10 000 hours ahead).
+        ("LH.MERGE {key}", ":1\r\n"),
+        (
+            "CL.THROTTLE {key} 9999 1 3600 0",
+            "*5\r\n:0\r\n:10000\r\n:0\r\n",
+        ),
+    ];
+    let total = race_a_split_key("launch", "CL.THROTTLE 9999 1 3600", line, got, &then);
+    assert_eq!(total, 10_000);
 }

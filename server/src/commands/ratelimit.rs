@@ -21,6 +21,7 @@
 //! so a replica needs no clock: `LH.RESTORE key <KIND> <fields...> PXAT <ms>`.
 //! Peeks and denials change nothing and emit nothing.
 
+use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::ADMIN;
@@ -29,7 +30,8 @@ use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
 use crate::clock::{mono_of, unix_of};
 use crate::error::OpError;
 use crate::ratelimit::pin::Pinned;
-use crate::ratelimit::token_bucket::Change;
+use crate::ratelimit::split::{KeyPolicy, Split};
+use crate::ratelimit::token_bucket::{Change, Lease};
 use crate::ratelimit::{gcra, sliding_window, token_bucket, RateState};
 use crate::shard::Shard;
 use crate::state::{RateCommand, RateOutcome};
@@ -44,8 +46,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("gcra", -5, WRITE | DENYOOM | FAST, KEY1, Exec::Key(gcra_cmd), "Rate limits with GCRA, with the syntax of Redis 8.8."),
     cmd("rlstate", 2, READONLY | FAST, KEY1, Exec::Key(rlstate), "Shows the stored state of a rate-limit key."),
     cmd("lh.restore", -8, WRITE | DENYOOM, KEY1, Exec::Key(restore), "Recreates a rate-limit state with absolute times (the replication effect)."),
-    cmd("lh.split", 5, WRITE | ADMIN, KEY1, Exec::Key(lh_split), "Splits a token-bucket key over every shard, exactly (a hot key)."),
-    cmd("lh.merge", 2, WRITE | ADMIN, KEY1, Exec::Key(lh_merge), "Merges a split token-bucket key back into its owner shard."),
+    cmd("lh.split", -5, WRITE | ADMIN, KEY1, Exec::Key(lh_split), "Splits a token-bucket or GCRA key over every shard, exactly (a hot key)."),
+    cmd("lh.merge", 2, WRITE | ADMIN, KEY1, Exec::Key(lh_merge), "Merges a split rate-limit key back into its owner shard."),
     cmd("lh.hotkeys", 1, READONLY | ADMIN, NO_KEYS, Exec::AllShards(lh_hotkeys, Merge::Concat), "Lists the hot rate-limit keys: rate, share, split state."),
 ];
 
@@ -142,6 +144,29 @@ fn apply_bucket(s: &mut Shard, key: &[u8], change: Change) {
     }
 }
 
+/// Runs the token-bucket call `op` on `key` under `p`: on the split key
+/// when it is split under `p` (served from this shard's slot by `local`
+/// when the slot holds `requested` tokens; [`Shard::hot_call`]), else on
+/// the stored bucket, storing its change. WRONGTYPE for another type.
+fn bucket_call<T>(
+    s: &mut Shard,
+    key: &Bytes,
+    p: token_bucket::Policy,
+    requested: u64,
+    local: impl FnOnce(Lease) -> T,
+    op: impl Fn(Option<token_bucket::Bucket>) -> (T, Change),
+) -> Result<T, OpError> {
+    let kind = KeyPolicy::Bucket(p);
+    s.hot_count(key, Some(kind));
+    if let Some(out) = s.hot_call(key, kind, requested, local, &op) {
+        return Ok(out);
+    }
+    let prev = load(s, key, pick_bucket)?;
+    let (out, change) = op(prev);
+    apply_bucket(s, key, change);
+    Ok(out)
+}
+
 /// `TOKENLEASE key capacity rate period_ms requested [MIN min]`.
 fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
@@ -153,28 +178,15 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         Some(_) => return Err(OpError::MinOutOfRange),
     };
     check_pin(s, &key, Pinned::TokenBucket(p))?;
-    s.hot_count(&key, Some(p));
-    if let Some(split) = s.hot.owned(&key) {
-        if split.policy == p {
-            let now = s.now.mono_ms;
-            let reply = match split.try_local(s.id, &p, requested, now) {
-                Some(l) => {
-                    s.stats.hotkey_local_grants.add(1);
-                    l
-                }
-                None => s.hot_apply(&key, &split, |b| {
-                    token_bucket::lease(b, &p, requested, min, now)
-                }),
-            };
-            let outcome = RateOutcome::of(reply.granted, requested);
-            s.stats.count_decision(RateCommand::TokenLease, outcome);
-            return Ok(int_array(reply.to_array()));
-        }
-        s.hot_merge(&key);
-    }
-    let prev = load(s, &key, pick_bucket)?;
-    let (reply, change) = token_bucket::lease(prev, &p, requested, min, s.now.mono_ms);
-    apply_bucket(s, &key, change);
+    let now = s.now.mono_ms;
+    let reply = bucket_call(
+        s,
+        &key,
+        p,
+        requested,
+        |l| l,
+        |b| token_bucket::lease(b, &p, requested, min, now),
+    )?;
     let outcome = RateOutcome::of(reply.granted, requested);
     s.stats.count_decision(RateCommand::TokenLease, outcome);
     Ok(int_array(reply.to_array()))
@@ -186,18 +198,17 @@ fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let p = token_policy(a)?;
     let n = count(a)?;
     check_pin(s, &key, Pinned::TokenBucket(p))?;
-    s.hot_count(&key, Some(p));
-    if let Some(split) = s.hot.owned(&key) {
-        if split.policy == p {
-            let now = s.now.mono_ms;
-            let remaining = s.hot_apply(&key, &split, |b| token_bucket::give_back(b, &p, n, now));
-            return Ok(Reply::Int(token_bucket::to_i64(remaining as u128)));
-        }
-        s.hot_merge(&key);
-    }
-    let prev = load(s, &key, pick_bucket)?;
-    let (remaining, change) = token_bucket::give_back(prev, &p, n, s.now.mono_ms);
-    apply_bucket(s, &key, change);
+    let now = s.now.mono_ms;
+    // A return is never served from a slot (0 requested): the owner adds it
+    // to the exact bucket.
+    let remaining = bucket_call(
+        s,
+        &key,
+        p,
+        0,
+        |l| l.remaining,
+        |b| token_bucket::give_back(b, &p, n, now),
+    )?;
     Ok(Reply::Int(token_bucket::to_i64(remaining as u128)))
 }
 
@@ -226,50 +237,80 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 fn throttle(
     s: &mut Shard,
-    key: &[u8],
+    key: &Bytes,
     p: gcra::Policy,
     quantity: u64,
     cmd: RateCommand,
 ) -> Result<Reply, OpError> {
     let dvt = p.dvt().ok_or(OpError::RateLimitOverflow)?;
     check_pin(s, key, Pinned::Gcra(p))?;
-    s.hot_count(key, None);
-    let prev = load(s, key, |state| match state {
-        RateState::Gcra(t) => Some(t),
-        _ => None,
-    })?;
-    let (reply, change) = gcra::throttle(prev, &p, dvt, quantity, s.now.mono_ms);
-    let outcome = match reply.limited {
-        true => RateOutcome::Denied,
-        false => RateOutcome::Granted,
+    // Splittable when it has an equivalent bucket (`docs/hotkeys.md`).
+    let split = gcra::bucket_policy(&p).map(|bp| (KeyPolicy::Gcra(p), bp));
+    s.hot_count(key, split.map(|(kind, _)| kind));
+    let now = s.now.mono_ms;
+    let served = match split {
+        Some((kind, bp)) => s.hot_call(
+            key,
+            kind,
+            quantity,
+            |l| gcra::reply_of(&p, quantity, &l),
+            |b| gcra::throttle_bucket(b, &p, &bp, quantity, now),
+        ),
+        // A policy with no bucket form merges a key split under another.
+        None => {
+            s.hot_merge(key);
+            None
+        }
     };
-    s.stats.count_decision(cmd, outcome);
-    if let Some((tat, expire)) = change {
-        save(s, key, RateState::Gcra(tat), expire);
-    }
+    let reply = match served {
+        Some(reply) => reply,
+        None => {
+            let prev = load(s, key, pick_tat)?;
+            let (reply, change) = gcra::throttle(prev, &p, dvt, quantity, now);
+            if let Some((tat, expire)) = change {
+                save(s, key, RateState::Gcra(tat), expire);
+            }
+            reply
+        }
+    };
+    s.stats.count_decision(cmd, throttle_outcome(&reply));
     Ok(int_array(reply.to_array()))
 }
 
-/// `CL.THROTTLE key max_burst count_per_period period_s [quantity]`.
-fn cl_throttle(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let key = a.key()?;
+fn throttle_outcome(reply: &gcra::Throttle) -> RateOutcome {
+    match reply.limited {
+        true => RateOutcome::Denied,
+        false => RateOutcome::Granted,
+    }
+}
+
+fn pick_tat(state: RateState) -> Option<gcra::Tat> {
+    match state {
+        RateState::Gcra(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The policy words of CL.THROTTLE: `max_burst count_per_period period_s`.
+fn cell_policy_args(a: &mut Args) -> Result<gcra::Policy, OpError> {
     let max_burst = count(a)?;
     let per_period = positive(a, "count_per_period")?;
     let period_s = positive(a, "period")?;
-    let quantity = if a.remaining() > 0 { count(a)? } else { 1 };
-    a.finish()?;
-    throttle(
-        s,
-        &key,
-        gcra::cell_policy(max_burst, per_period, period_s),
-        quantity,
-        RateCommand::ClThrottle,
-    )
+    Ok(gcra::cell_policy(max_burst, per_period, period_s))
 }
 
-/// `GCRA key max_burst tokens_per_period period_s [TOKENS n]`.
-fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let key = a.key()?;
+/// The arguments of CL.THROTTLE after the key: the policy and the quantity.
+fn cell_args(a: &mut Args) -> Result<(gcra::Policy, u64), OpError> {
+    let p = cell_policy_args(a)?;
+    let quantity = if a.remaining() > 0 { count(a)? } else { 1 };
+    a.finish()?;
+    Ok((p, quantity))
+}
+
+/// The policy words of GCRA, `max_burst tokens_per_period period_s`, as
+/// `(max_burst, tokens_per_period, period_us)`, and the policy they make
+/// (`ERR` overflow once the caller has read the rest of its arguments).
+fn gcra_policy_args(a: &mut Args) -> Result<(u64, u64, u64), OpError> {
     let max_burst = count(a)?;
     let per_period = positive(a, "tokens_per_period")?;
     let period = a.f64()?;
@@ -278,22 +319,73 @@ fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         return Err(OpError::GcraPeriod);
     }
     let period_us = ((period * 1e6).round() as u64).max(1);
+    Ok((max_burst, per_period, period_us))
+}
+
+fn gcra_of((max_burst, per_period, period_us): (u64, u64, u64)) -> Result<gcra::Policy, OpError> {
+    gcra::gcra_policy(max_burst, per_period, period_us).ok_or(OpError::RateLimitOverflow)
+}
+
+/// The arguments of GCRA after the key: the policy and the tokens.
+fn gcra_args(a: &mut Args) -> Result<(gcra::Policy, u64), OpError> {
+    let words = gcra_policy_args(a)?;
     let tokens = option(a, "TOKENS")?.unwrap_or(1);
-    let p =
-        gcra::gcra_policy(max_burst, per_period, period_us).ok_or(OpError::RateLimitOverflow)?;
+    Ok((gcra_of(words)?, tokens))
+}
+
+/// `CL.THROTTLE key max_burst count_per_period period_s [quantity]`.
+fn cl_throttle(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let (p, quantity) = cell_args(a)?;
+    throttle(s, &key, p, quantity, RateCommand::ClThrottle)
+}
+
+/// `GCRA key max_burst tokens_per_period period_s [TOKENS n]`.
+fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let (p, tokens) = gcra_args(a)?;
     throttle(s, &key, p, tokens, RateCommand::Gcra)
 }
 
-/// A TOKENLEASE read on this shard's thread for a key another shard owns,
-/// served from this shard's slot when the key is split and the slot holds
-/// enough (`docs/hotkeys.md`); `None` sends it to the owner as usual (also
-/// for any argument error: the owner's handler answers it). Counts the call
-/// when it serves it.
-pub fn tokenlease_local(s: &mut Shard, idx: usize, args: &Args) -> Option<Reply> {
+/// A TOKENLEASE, CL.THROTTLE or GCRA (`name`, lower case) read on this
+/// shard's thread for a key another shard owns, served from this shard's
+/// slot when the key is split under the call's kind and policy and the slot
+/// holds enough (`docs/hotkeys.md`); `None` sends it to the owner as usual
+/// (also for any argument error: the owner's handler answers it). Counts
+/// the call when it serves it.
+pub fn split_local(s: &mut Shard, idx: usize, name: &str, args: &Args) -> Option<Reply> {
     let all = args.all();
-    let split = s.hot.splits.get(all.get(1)?.as_ref())?.clone();
-    // The arguments read in place (no cursor clone on this path); anything
-    // unusual goes to the owner, whose handler answers it.
+    let key = all.get(1)?;
+    let split = s.hot.splits.get(key.as_ref())?.clone();
+    let (reply, cmd) = match name {
+        "tokenlease" => {
+            let (p, requested) = tokenlease_args(all)?;
+            let lease = lease_here(s, key, &split, KeyPolicy::Bucket(p), requested)?;
+            (int_array(lease.to_array()), RateCommand::TokenLease)
+        }
+        _ => {
+            // The cursor's own parsing, on a copy (the owner's handler
+            // reads the original if the call hops).
+            let mut a = args.clone();
+            a.key().ok()?;
+            let (cmd, (p, quantity)) = match name {
+                "gcra" => (RateCommand::Gcra, gcra_args(&mut a).ok()?),
+                _ => (RateCommand::ClThrottle, cell_args(&mut a).ok()?),
+            };
+            let lease = lease_here(s, key, &split, KeyPolicy::Gcra(p), quantity)?;
+            (
+                int_array(gcra::reply_of(&p, quantity, &lease).to_array()),
+                cmd,
+            )
+        }
+    };
+    s.stats.count_decision(cmd, RateOutcome::Granted);
+    Some(s.stats.count_call(idx, Ok(reply)))
+}
+
+/// TOKENLEASE's policy and requested count read in place (no cursor clone
+/// on this path), or `None` for anything unusual.
+fn tokenlease_args(all: &[Bytes]) -> Option<(token_bucket::Policy, u64)> {
     let int = |i: usize| {
         leasehold_protocol::int::parse_u64(all.get(i)?).filter(|v| *v <= i64::MAX as u64)
     };
@@ -310,31 +402,65 @@ pub fn tokenlease_local(s: &mut Shard, idx: usize, args: &Args) -> Option<Reply>
             && int(7).is_some_and(|m| (1..=requested).contains(&m)) => {}
         _ => return None,
     }
+    Some((p, requested))
+}
+
+/// `requested` tokens of `split` for a call of `kind` on this shard's slot,
+/// counting a local grant, or a borrow when the slot cannot serve it.
+fn lease_here(
+    s: &mut Shard,
+    key: &[u8],
+    split: &Split,
+    kind: KeyPolicy,
+    requested: u64,
+) -> Option<Lease> {
     // A pin added since the split refuses the call at the owner.
-    check_pin(s, &all[1], Pinned::TokenBucket(p)).ok()?;
-    let Some(lease) = split.try_local(s.id, &p, requested, s.now.mono_ms) else {
+    check_pin(s, key, pinned(kind)).ok()?;
+    let Some(lease) = split.try_local(s.id, &kind, requested, s.now.mono_ms) else {
         s.stats.hotkey_borrows.add(1);
         return None;
     };
     s.stats.hotkey_local_grants.add(1);
-    s.stats
-        .count_decision(RateCommand::TokenLease, RateOutcome::Granted);
-    Some(s.stats.count_call(idx, Ok(int_array(lease.to_array()))))
+    Some(lease)
 }
 
-/// `LH.SPLIT key capacity rate period_ms`: splits the token-bucket key over
-/// every shard under that policy; 1 when split, 0 when it was split already
-/// or the server has one shard. WRONGTYPE for another type.
+/// The pin check's view of a splittable call.
+fn pinned(kind: KeyPolicy) -> Pinned {
+    match kind {
+        KeyPolicy::Bucket(p) => Pinned::TokenBucket(p),
+        KeyPolicy::Gcra(p) => Pinned::Gcra(p),
+    }
+}
+
+/// `LH.SPLIT key capacity rate period_ms`, `LH.SPLIT key CL.THROTTLE
+/// max_burst count_per_period period_s` or `LH.SPLIT key GCRA max_burst
+/// tokens_per_period period_s`: splits the token-bucket or GCRA key over
+/// every shard under that policy; 1 when split, 0 when it was split already,
+/// the server has one shard, or a GCRA policy is too large to split (no
+/// equivalent bucket). WRONGTYPE for another type; a GCRA key's policy
+/// errors are its command's.
 fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    let p = token_policy(a)?;
+    let kind = if a.flag("CL.THROTTLE") {
+        KeyPolicy::Gcra(cell_policy_args(a)?)
+    } else if a.flag("GCRA") {
+        KeyPolicy::Gcra(gcra_of(gcra_policy_args(a)?)?)
+    } else {
+        KeyPolicy::Bucket(token_policy(a)?)
+    };
     a.finish()?;
-    check_pin(s, &key, Pinned::TokenBucket(p))?;
-    load(s, &key, pick_bucket)?;
+    if let KeyPolicy::Gcra(p) = kind {
+        p.dvt().ok_or(OpError::RateLimitOverflow)?;
+    }
+    check_pin(s, &key, pinned(kind))?;
+    match kind {
+        KeyPolicy::Bucket(_) => load(s, &key, pick_bucket).map(|_| ())?,
+        KeyPolicy::Gcra(_) => load(s, &key, pick_tat).map(|_| ())?,
+    }
     if s.shards < 2 {
         return Ok(Reply::Int(0));
     }
-    Ok(Reply::Int(i64::from(s.hot_split(&key, p))))
+    Ok(Reply::Int(i64::from(s.hot_split(&key, kind))))
 }
 
 /// `LH.MERGE key`: merges a split key back; 1 when it was split, else 0.

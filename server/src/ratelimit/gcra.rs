@@ -16,6 +16,8 @@
 //! divides floats for `remaining`; here nothing is rounded until the reply,
 //! where times round up to whole seconds as redis-cell's reply does.
 
+use super::token_bucket::{self, Bucket, Change, Lease};
+
 /// The parameters of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
@@ -186,6 +188,94 @@ pub fn gcra_policy(max_burst: u64, tokens_per_period: u64, period_us: u64) -> Op
         interval: period_us as u128,
         max_burst,
     })
+}
+
+/// The token bucket equivalent to the GCRA policy `p`, or `None` when one
+/// of its numbers leaves the bucket's `1..=i64::MAX` (such a key is never
+/// split). GCRA's virtual scheduling and the continuous-state leaky bucket
+/// are one algorithm (ITU-T I.371, Annex A; the two flowcharts admit the
+/// same cells): a bucket of `max_burst + 1` cells, refilled by one cell per
+/// emission interval `T`. In a bucket's terms: `capacity = max_burst + 1`,
+/// `rate = units_per_ms` cells per `period_ms = T` ms, so its unit
+/// (`1 / period_ms` cell) is exactly one GCRA time unit and a TAT `d` units
+/// ahead of now is a balance of `dvt - d` units ([`to_bucket`]).
+pub fn bucket_policy(p: &Policy) -> Option<token_bucket::Policy> {
+    let max = i64::MAX as u64;
+    let fits = |v: u64| (1..=max).contains(&v).then_some(v);
+    Some(token_bucket::Policy {
+        capacity: fits(p.max_burst.checked_add(1)?)?,
+        rate: fits(p.units_per_ms)?,
+        period_ms: fits(u64::try_from(p.interval).ok()?)?,
+    })
+}
+
+/// The bucket equivalent to `tat` at monotonic `at` under `p` (which has a
+/// [`bucket_policy`]): `dvt - (tat - at)` units, refilled at `at`; `None`
+/// when the TAT is not after `at` (the bucket is full, as a missing key
+/// reads). A TAT more than `dvt` ahead reads as an empty bucket, as
+/// [`throttle`] clamps it; [`from_bucket`] then gives back another TAT.
+pub fn to_bucket(tat: Tat, p: &Policy, dvt: u128, at: u64) -> Option<Bucket> {
+    let debt = tat
+        .units(p)
+        .checked_sub(at as u128 * p.units_per_ms as u128)?;
+    if debt == 0 {
+        return None;
+    }
+    let units = dvt - debt.min(dvt);
+    Some(Bucket {
+        tokens: (units / p.interval) as u64,
+        frac: (units % p.interval) as u64,
+        period_ms: p.interval as u64,
+        refilled_at: at,
+    })
+}
+
+/// The TAT equivalent to bucket `b` (kept in `p`'s [`bucket_policy`]) and the
+/// monotonic ms its key expires at, as [`throttle`] stores them: the TAT is
+/// `refilled_at + (dvt - balance)` units, the instant the bucket is full.
+pub fn from_bucket(b: Bucket, p: &Policy, dvt: u128) -> (Tat, u64) {
+    let units = (b.tokens as u128 * p.interval + b.frac as u128).min(dvt);
+    let tat = b.refilled_at as u128 * p.units_per_ms as u128 + (dvt - units);
+    let expire = u64::try_from(tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
+    (Tat::from_units(tat, p), expire)
+}
+
+/// The CL.THROTTLE / GCRA reply of a request of `quantity` cells that the
+/// equivalent bucket answered with `lease` (a TOKENLEASE of `quantity`,
+/// all or nothing). Equal to [`throttle`]'s: the request is allowed exactly
+/// when the bucket holds `quantity` whole cells, `remaining` is the whole
+/// cells left, and the times are the bucket's ms rounded up to seconds
+/// (`ceil(ceil(x / u) / 1000) = ceil(x / (1000 u))`).
+pub fn reply_of(p: &Policy, quantity: u64, lease: &Lease) -> Throttle {
+    let seconds = |ms: i64| match u64::try_from(ms) {
+        Ok(ms) => i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX),
+        Err(_) => -1,
+    };
+    let limited = quantity > 0 && lease.granted == 0;
+    Throttle {
+        limited,
+        limit: p.max_burst + 1,
+        remaining: lease.remaining,
+        retry_after_s: if limited {
+            seconds(lease.retry_after_ms)
+        } else {
+            -1
+        },
+        reset_after_s: seconds(lease.reset_after_ms),
+    }
+}
+
+/// [`throttle`] run on the equivalent bucket `prev` (`None`: full) under
+/// `p`'s [`bucket_policy`] `bp`: the same reply, and the bucket's change.
+pub fn throttle_bucket(
+    prev: Option<Bucket>,
+    p: &Policy,
+    bp: &token_bucket::Policy,
+    quantity: u64,
+    now: u64,
+) -> (Throttle, Change) {
+    let (lease, change) = token_bucket::lease(prev, bp, quantity, quantity, now);
+    (reply_of(p, quantity, &lease), change)
 }
 
 #[cfg(test)]
@@ -368,5 +458,69 @@ mod tests {
                 state = Some(change.unwrap().0);
             }
         }
+    }
+
+    /// The bucket form answers every call as the TAT form, and the two
+    /// states convert into each other exactly, at any instant.
+    #[test]
+    fn the_equivalent_bucket_answers_as_the_tat() {
+        use proptest::prelude::*;
+        let calls = proptest::collection::vec((0..700u64, 0..5u64), 1..60);
+        let policies = prop_oneof![
+            (0..6u64, 1..4u64, 1..3u64).prop_map(|(b, n, s)| cell_policy(b, n, s)),
+            (0..6u64, 1..4u64, 1..300_000u64).prop_map(|(b, n, us)| gcra_policy(b, n, us).unwrap()),
+        ];
+        proptest!(ProptestConfig::with_cases(500), |(p in policies, calls in calls)| {
+            let bp = bucket_policy(&p).unwrap();
+            let dvt = p.dvt().unwrap();
+            let (mut tat, mut bucket, mut now) = (None::<Tat>, None::<Bucket>, 1000u64);
+            for (step, q) in calls {
+                now += step;
+                let (want, change) = throttle(tat, &p, dvt, q, now);
+                if let Some((t, expire)) = change {
+                    tat = Some(t);
+                    prop_assert_eq!(expire, t.ms + u64::from(t.frac > 0));
+                }
+                let (got, change) = throttle_bucket(bucket, &p, &bp, q, now);
+                prop_assert_eq!(got, want);
+                match change {
+                    Change::None => {}
+                    Change::Store(b, full_at) => {
+                        bucket = Some(b);
+                        prop_assert_eq!(from_bucket(b, &p, dvt), (tat.unwrap(), full_at));
+                    }
+                    Change::Remove => bucket = None,
+                }
+                // The TAT read as a bucket now is the bucket refilled to now.
+                let refilled = bucket.map(|b| b.refill(&bp, now)).filter(|b| b.tokens < bp.capacity || b.frac > 0);
+                let from_tat = tat.and_then(|t| to_bucket(t, &p, dvt, now));
+                prop_assert_eq!(from_tat, refilled);
+                if let Some(b) = from_tat {
+                    prop_assert_eq!(from_bucket(b, &p, dvt).0, tat.unwrap());
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn the_equivalent_bucket_of_a_policy() {
+        // CL.THROTTLE k 15 30 60: 16 cells, one per 2 s.
+        let bp = bucket_policy(&cell_policy(15, 30, 60)).unwrap();
+        assert_eq!((bp.capacity, bp.rate, bp.period_ms), (16, 30, 60_000));
+        assert_eq!(bucket_policy(&cell_policy(i64::MAX as u64, 1, 1)), None);
+        assert_eq!(
+            bucket_policy(&gcra_policy(0, u64::MAX / 1000, 1).unwrap()),
+            None
+        );
+        // A TAT 3 s ahead with 32 s of tolerance: 29 s of cells, 14.5 cells.
+        let p = cell_policy(15, 30, 60);
+        let tat = Tat {
+            ms: 4000,
+            frac: 0,
+            units_per_ms: 30,
+        };
+        let b = to_bucket(tat, &p, p.dvt().unwrap(), 1000).unwrap();
+        assert_eq!((b.tokens, b.frac, b.refilled_at), (14, 30_000, 1000));
+        assert_eq!(to_bucket(tat, &p, p.dvt().unwrap(), 4000), None);
     }
 }

@@ -14,11 +14,34 @@
 //! (`home_*`) only feeds the `remaining` of a local grant's reply.
 //!
 //! Instants are monotonic ms, balances units of `1/period_ms` token, as in
-//! [`super::token_bucket`].
+//! [`super::token_bucket`]. A GCRA key (CL.THROTTLE, GCRA) splits as its
+//! equivalent bucket ([`super::gcra::bucket_policy`]): the machinery here
+//! sees buckets only, and the owner converts the stored TAT.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::gcra;
 use super::token_bucket::{to_i64, Bucket, Change, Lease, Policy};
+
+/// What a split key is, with the policy of the calls its slots serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPolicy {
+    /// A token bucket (TOKENLEASE, TOKENRETURN).
+    Bucket(Policy),
+    /// A TAT (CL.THROTTLE, GCRA), run as its equivalent bucket.
+    Gcra(gcra::Policy),
+}
+
+impl KeyPolicy {
+    /// The bucket the split runs: the key's own, or the GCRA policy's
+    /// equivalent; `None` when a GCRA policy has none (too large to split).
+    pub fn bucket(&self) -> Option<Policy> {
+        match self {
+            KeyPolicy::Bucket(p) => Some(*p),
+            KeyPolicy::Gcra(g) => gcra::bucket_policy(g),
+        }
+    }
+}
 
 /// Low bits of a slot: its whole tokens.
 const TOKEN_BITS: u32 = 32;
@@ -42,7 +65,9 @@ struct Slot {
 /// The shared state of one split key.
 #[derive(Debug)]
 pub struct Split {
-    /// The policy the key was split under; a call with another merges it.
+    /// The key's kind and policy; a call of another merges it.
+    pub kind: KeyPolicy,
+    /// The bucket the split runs ([`KeyPolicy::bucket`]).
     pub policy: Policy,
     /// The owning shard.
     pub owner: usize,
@@ -70,13 +95,14 @@ pub struct Gathered {
 }
 
 impl Split {
-    /// A split of a key owned by shard `owner` over `shards` shards, under
-    /// policy `p`, from monotonic `now` (no later than the instant of the
-    /// bucket it first leases out). Its slots are empty until the first
-    /// [`Split::lease_out`].
-    pub fn new(policy: Policy, owner: usize, shards: usize, now: u64) -> Split {
-        Split {
-            policy,
+    /// A split of a key owned by shard `owner` over `shards` shards, of
+    /// kind and policy `kind`, from monotonic `now` (no later than the
+    /// instant of the bucket it first leases out); `None` when `kind` has no
+    /// bucket. Its slots are empty until the first [`Split::lease_out`].
+    pub fn new(kind: KeyPolicy, owner: usize, shards: usize, now: u64) -> Option<Split> {
+        Some(Split {
+            kind,
+            policy: kind.bucket()?,
             owner,
             base: now,
             slots: (0..shards).map(|_| Slot::default()).collect(),
@@ -84,7 +110,7 @@ impl Split {
             home_units: AtomicU64::new(0),
             home_at: AtomicU64::new(now),
             dead: AtomicBool::new(false),
-        }
+        })
     }
 
     /// Whether the key was merged back.
@@ -113,18 +139,34 @@ impl Split {
         self.end.load(Ordering::Acquire)
     }
 
-    /// TOKENLEASE of `requested` tokens (all or at least `min`) under `p` at
-    /// monotonic `now`, served by shard `shard` from its slot, or `None`
-    /// when it cannot be served there (another policy, a peek, the epoch
-    /// over, the slot short of `requested`, or the key merged): the call
-    /// then goes to the owner, which decides on the exact balance.
+    /// The instant the home part was last stored at (the epoch's start, or
+    /// an earlier refill instant of the bucket it started from), monotonic
+    /// ms: the home entry reads as a bucket as of then.
+    pub fn home_at(&self) -> u64 {
+        self.home_at.load(Ordering::Acquire)
+    }
+
+    /// A lease of `requested` tokens (a TOKENLEASE, all or at least `min`;
+    /// or a CL.THROTTLE / GCRA of `requested` cells) by a call of kind and
+    /// policy `call` at monotonic `now`, served by shard `shard` from its
+    /// slot, or `None` when it cannot be served there (another kind or
+    /// policy, a peek, the epoch over, the slot short of `requested`, or the
+    /// key merged): the call then goes to the owner, which decides on the
+    /// exact balance.
     ///
     /// A grant is always of `requested` tokens, which the unsplit bucket
     /// grants too (it holds at least the slot's tokens).
-    pub fn try_local(&self, shard: usize, p: &Policy, requested: u64, now: u64) -> Option<Lease> {
-        if requested == 0 || *p != self.policy || self.is_dead() {
+    pub fn try_local(
+        &self,
+        shard: usize,
+        call: &KeyPolicy,
+        requested: u64,
+        now: u64,
+    ) -> Option<Lease> {
+        if requested == 0 || *call != self.kind || self.is_dead() {
             return None;
         }
+        let p = &self.policy;
         let slot = self.slots.get(shard)?;
         let rel = now.saturating_sub(self.base);
         let mut v = slot.packed.load(Ordering::Acquire);
@@ -291,7 +333,7 @@ mod tests {
             period_ms: 1000,
             refilled_at: 10,
         };
-        let s = Split::new(p, 0, 4, 10);
+        let s = Split::new(KeyPolicy::Bucket(p), 0, 4, 10).unwrap();
         let home = apply(None, s.lease_out(Some(b), 10));
         assert_eq!(s.slot_tokens(), vec![10, 10, 10, 10]);
         assert_eq!(home.map(|h| (h.tokens, h.frac)), Some((1, 500)));
@@ -311,16 +353,16 @@ mod tests {
             period_ms: 1000,
             refilled_at: 0,
         };
-        let s = Split::new(p, 0, 2, 0);
+        let s = Split::new(KeyPolicy::Bucket(p), 0, 2, 0).unwrap();
         let home = apply(Some(b), s.lease_out(Some(b), 0));
         assert_eq!(s.slot_tokens(), vec![2, 2]);
         assert_eq!(s.epoch_end(), 6000);
-        let l = s.try_local(1, &p, 2, 100).unwrap();
+        let l = s.try_local(1, &KeyPolicy::Bucket(p), 2, 100).unwrap();
         // Unsplit: 4 + 0.1 - 2 = 2.1 tokens, 7.9 missing.
         let (u, _) = lease(Some(b), &p, 2, 2, 100);
         assert_eq!(l, u);
-        assert_eq!(s.try_local(1, &p, 1, 100), None);
-        assert_eq!(s.try_local(0, &p, 1, 6001), None);
+        assert_eq!(s.try_local(1, &KeyPolicy::Bucket(p), 1, 100), None);
+        assert_eq!(s.try_local(0, &KeyPolicy::Bucket(p), 1, 6001), None);
         // Long after T*: 2 tokens spent at 100, so full at 8000.
         let g = s.gather(home);
         assert_eq!(g.unspent, 2);

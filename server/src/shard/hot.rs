@@ -1,8 +1,9 @@
 //! Hot keys on a shard (`docs/hotkeys.md`): the detector (a space-saving
 //! top-k of the rate-limit commands' keys, decayed every window), the
 //! shard's copy of the split keys, and the owner's side of a split token
-//! bucket: split, gather, merge, all synchronous on the owner's thread over
-//! the shared [`Split`] cells (`ratelimit/split.rs`).
+//! bucket or GCRA key (run as its equivalent bucket): split, gather, merge,
+//! all synchronous on the owner's thread over the shared [`Split`] cells
+//! (`ratelimit/split.rs`).
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use bytes::Bytes;
 
 use super::Shard;
 use crate::clock::unix_of;
-use crate::ratelimit::split::Split;
-use crate::ratelimit::token_bucket::{Bucket, Change, Policy};
+use crate::ratelimit::gcra;
+use crate::ratelimit::split::{KeyPolicy, Split};
+use crate::ratelimit::token_bucket::{Bucket, Change, Lease};
 use crate::ratelimit::RateState;
 
 /// Keys the detector tracks per shard.
@@ -67,8 +69,9 @@ struct Entry {
     /// The last window's guaranteed rate, per second, and share, percent.
     rate: u64,
     share: u64,
-    /// The policy of its last TOKENLEASE or TOKENRETURN (what a split uses).
-    policy: Option<Policy>,
+    /// The kind and policy of its last splittable call (TOKENLEASE,
+    /// TOKENRETURN, CL.THROTTLE, GCRA): what a split uses.
+    policy: Option<KeyPolicy>,
 }
 
 /// A split key this shard owns, with what the cooling check remembers.
@@ -115,10 +118,10 @@ pub struct HotTable {
 }
 
 impl HotTable {
-    /// Counts one rate-limit command on `key` (`policy`: a token bucket's).
-    /// One scan of at most [`TOP_K`] hashes; a miss replaces the entry with
-    /// the fewest hits, as space-saving does, without allocating.
-    pub fn count(&mut self, key: &[u8], policy: Option<Policy>) {
+    /// Counts one rate-limit command on `key` (`policy`: a splittable
+    /// call's). One scan of at most [`TOP_K`] hashes; a miss replaces the
+    /// entry with the fewest hits, as space-saving does, without allocating.
+    pub fn count(&mut self, key: &[u8], policy: Option<KeyPolicy>) {
         self.total += 1;
         let hash = self.hasher.hash_one(key);
         // One pass: the match, or else the entry with the fewest hits.
@@ -219,14 +222,16 @@ impl Shard {
         }
     }
 
-    /// Counts a rate-limit command on `key` for the detector.
-    pub fn hot_count(&mut self, key: &[u8], policy: Option<Policy>) {
+    /// Counts a rate-limit command on `key` for the detector (`policy`: the
+    /// kind and policy a split would use, for a splittable call).
+    pub fn hot_count(&mut self, key: &[u8], policy: Option<KeyPolicy>) {
         self.hot.count(key, policy);
     }
 
     /// Ends a detection window when one has passed: splits the keys found
-    /// hot (token buckets with a known policy), merges split keys that
-    /// cooled (or all of them under `hotkey-split no`, or on a replica).
+    /// hot (token buckets and GCRA keys with a known policy), merges split
+    /// keys that cooled (or all of them under `hotkey-split no`, or on a
+    /// replica).
     pub(super) fn hot_cycle(&mut self) {
         let now = self.now.mono_ms;
         let elapsed = now.saturating_sub(self.hot.window_start);
@@ -286,47 +291,74 @@ impl Shard {
         }
     }
 
-    /// Splits the token-bucket key `key` under policy `p` (owner only).
-    /// False when it is split already, holds another type, or a bucket
-    /// last written under another policy (another period, at least `p`'s
-    /// capacity, or a TTL that is not `p`'s): nothing changes then, and the
-    /// next call under `p` makes it splittable.
-    pub fn hot_split(&mut self, key: &Bytes, p: Policy) -> bool {
+    /// Splits the key `key` of kind and policy `kind` (owner only). False
+    /// when it is split already, `kind` has no bucket, or the key holds
+    /// another type or a state last written under another policy (a bucket
+    /// in another period, at least `p`'s capacity, or with a TTL that is not
+    /// `p`'s; a TAT in another unit, further ahead than the tolerance, or
+    /// with a TTL that is not its own): nothing changes then, and the next
+    /// call under `kind` makes it splittable.
+    pub fn hot_split(&mut self, key: &Bytes, kind: KeyPolicy) -> bool {
         if self.hot.owned.contains_key(key) {
             return false;
         }
+        let Some(p) = kind.bucket() else {
+            return false;
+        };
         let now = self.now.mono_ms;
-        let prev = match self.store.get_rate(key, self.now.unix_ms) {
-            None => None,
-            // Kept at its last change (the epoch starts there). One stored
-            // in another period, or over this capacity (a call with a larger
-            // one), is left to the next call under this policy: a split
-            // changes no state.
-            Some(Some(RateState::TokenBucket(b))) => {
+        // The state as a bucket (kept at its last change: the epoch starts
+        // there) and the monotonic ms its key must expire at, when it was
+        // last written under this policy: a split changes no state.
+        let prev = match (kind, self.store.get_rate(key, self.now.unix_ms)) {
+            (_, None) => None,
+            (KeyPolicy::Bucket(_), Some(Some(RateState::TokenBucket(b)))) => {
+                // One stored in another period, or over this capacity (a call
+                // with a larger one), is left to the next call under it.
                 if b.period_ms != p.period_ms || b.tokens >= p.capacity {
                     return false;
                 }
-                // Its TTL must be this policy's (the last write was under
-                // it), or the home entry would change when it expires.
                 let Change::Store(_, full_at) = b.stored(&p) else {
                     return false;
                 };
-                let nowt = self.now;
-                let ttl = self
-                    .store
-                    .get(key, nowt.unix_ms)
-                    .and_then(|e| e.expire_at(nowt));
-                if ttl != Some(unix_of(nowt, full_at)) {
+                Some((b, full_at))
+            }
+            (KeyPolicy::Gcra(g), Some(Some(RateState::Gcra(t)))) => {
+                // Read as a bucket now; it must give back the very TAT (the
+                // same unit, within the tolerance).
+                let Some(dvt) = g.dvt() else {
+                    return false;
+                };
+                let Some(b) = gcra::to_bucket(t, &g, dvt, now) else {
+                    return false;
+                };
+                let (back, expire) = gcra::from_bucket(b, &g, dvt);
+                if back != t {
                     return false;
                 }
-                Some(b)
+                Some((b, expire))
             }
-            Some(_) => return false,
+            _ => return false,
         };
+        if let Some((_, expire)) = prev {
+            // Its TTL must be the one the policy gives it, or the home entry
+            // would change when it expires.
+            let nowt = self.now;
+            let ttl = self
+                .store
+                .get(key, nowt.unix_ms)
+                .and_then(|e| e.expire_at(nowt));
+            if ttl != Some(unix_of(nowt, expire)) {
+                return false;
+            }
+        }
+        let prev = prev.map(|(b, _)| b);
         let base = prev.map_or(now, |b: Bucket| b.refilled_at.min(now));
-        let split = Arc::new(Split::new(p, self.id, self.shards, base));
+        let Some(split) = Split::new(kind, self.id, self.shards, base) else {
+            return false;
+        };
+        let split = Arc::new(split);
         let home = split.lease_out(prev, now);
-        self.store_bucket(key, home);
+        self.store_split(key, &split, home);
         self.shared.hot.set(key, Some(split.clone()));
         self.hot.owned.insert(
             key.clone(),
@@ -346,7 +378,8 @@ impl Shard {
     }
 
     /// Merges the split key `key` (owner only): gathers every slot and
-    /// stores the exact bucket, emitting it. False when it is not split here.
+    /// stores the exact bucket (a GCRA key: the TAT equivalent to it),
+    /// emitting it. False when it is not split here.
     pub fn hot_merge(&mut self, key: &[u8]) -> bool {
         let Some(o) = self.hot.owned.remove(key) else {
             return false;
@@ -358,7 +391,7 @@ impl Shard {
             Some(b) => b.stored(&o.split.policy),
             None => Change::Remove,
         };
-        self.store_bucket(&key, change);
+        self.store_split(&key, &o.split, change);
         self.shared.hot.set(&key, None);
         self.hot_refresh();
         self.stats.hotkey_merges.add(1);
@@ -379,11 +412,45 @@ impl Shard {
     /// The exact bucket of split key `key` now, its slots taken back.
     fn hot_gather(&mut self, key: &[u8], split: &Split) -> Option<Bucket> {
         self.stats.hotkey_gathers.add(1);
-        let home = match self.store.get_rate(key, self.now.unix_ms) {
-            Some(Some(RateState::TokenBucket(b))) => Some(b),
+        let home = match (split.kind, self.store.get_rate(key, self.now.unix_ms)) {
+            (KeyPolicy::Bucket(_), Some(Some(RateState::TokenBucket(b)))) => Some(b),
+            // The home TAT read as a bucket as of the home part's instant
+            // (the bucket it was stored from).
+            (KeyPolicy::Gcra(g), Some(Some(RateState::Gcra(t)))) => g
+                .dvt()
+                .and_then(|dvt| gcra::to_bucket(t, &g, dvt, split.home_at())),
             _ => None,
         };
         split.gather(home).bucket
+    }
+
+    /// Runs a call of kind and policy `kind` on `key` when this shard owns
+    /// it split: served from this shard's slot by `local` when it holds
+    /// `requested` tokens, else by `exact` on the exact bucket
+    /// ([`Shard::hot_apply`]). A key split under another kind or policy is
+    /// merged first; `None` then, and when it is not split: the caller runs
+    /// the unsplit code.
+    pub fn hot_call<T>(
+        &mut self,
+        key: &Bytes,
+        kind: KeyPolicy,
+        requested: u64,
+        local: impl FnOnce(Lease) -> T,
+        exact: impl FnOnce(Option<Bucket>) -> (T, Change),
+    ) -> Option<T> {
+        let split = self.hot.owned(key)?;
+        if split.kind != kind {
+            self.hot_merge(key);
+            return None;
+        }
+        let out = match split.try_local(self.id, &kind, requested, self.now.mono_ms) {
+            Some(l) => {
+                self.stats.hotkey_local_grants.add(1);
+                local(l)
+            }
+            None => self.hot_apply(key, &split, exact),
+        };
+        Some(out)
     }
 
     /// Runs `op` on the exact bucket of the split key `key` (owner only),
@@ -403,17 +470,25 @@ impl Shard {
             Change::Remove => None,
         };
         let home = split.lease_out(after, self.now.mono_ms);
-        self.store_bucket(key, home);
+        self.store_split(key, split, home);
         out
     }
 
-    /// Stores a token-bucket change through the store (which emits it).
-    fn store_bucket(&mut self, key: &[u8], change: Change) {
+    /// Stores a change of split key `key`'s bucket through the store (which
+    /// emits it): a token bucket as is, a GCRA key as its equivalent TAT.
+    fn store_split(&mut self, key: &[u8], split: &Split, change: Change) {
         match change {
             Change::None => {}
             Change::Store(b, full_at) => {
+                let state = match split.kind {
+                    KeyPolicy::Bucket(_) => RateState::TokenBucket(b),
+                    KeyPolicy::Gcra(g) => match g.dvt() {
+                        Some(dvt) => RateState::Gcra(gcra::from_bucket(b, &g, dvt).0),
+                        None => return,
+                    },
+                };
                 let at = unix_of(self.now, full_at);
-                self.store.set_rate(key, RateState::TokenBucket(b), at);
+                self.store.set_rate(key, state, at);
             }
             Change::Remove => {
                 self.store.remove(key, self.now.unix_ms);
@@ -431,9 +506,12 @@ impl Shard {
             return;
         };
         let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
-        // TYPE and EXISTS read the home entry: one key, no merge needed.
+        // The split calls decide themselves; TYPE and EXISTS read the home
+        // entry: one key, no merge needed.
         if is("tokenlease")
             || is("tokenreturn")
+            || is("cl.throttle")
+            || is("gcra")
             || is("lh.split")
             || is("lh.merge")
             || is("type")
