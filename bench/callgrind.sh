@@ -20,11 +20,13 @@ PORT=${PORT:-7331}
 
 total() { # N -> the server's total instructions for N requests per workload
   local n=$1 d vp
+  shift
   d=$(mktemp -d)
   valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$BIN" --port "$PORT" \
     --threads 2 --save "" --appendonly no --dir "$d" "$@" >"$d/log" 2>&1 &
   vp=$!
-  for _ in $(seq 1 300); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  for _ in $(seq 1 300); do [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ] && break; sleep 0.2; done
+  [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ] || { echo "the server did not start: $(cat "$d/log")" >&2; exit 1; }
   local b="redis-benchmark -p $PORT -q -c 2 -P 16 -r 100000 -n $n"
   local count=0
   if [ "$WHAT" != ratelimit ]; then $b -t set,get,incr >/dev/null; count=$((count + 3)); fi
