@@ -5,7 +5,7 @@
 #   bench/callgrind.sh BINARY [strings|ratelimit|all] [server args...]
 #
 # Runs BINARY (a leasehold-server release build) twice under callgrind with
-# `--threads 2`, driven by redis-benchmark (`-c 2 -P 16 -r 100000`) with
+# `--threads $THREADS` (default 2), driven by redis-benchmark (`-c 2 -P 16 -r 100000`) with
 # 20 000 and then 100 000 requests of each workload, and prints the
 # server's instructions per request: the difference of the two totals over
 # the difference of the request counts, so startup and shutdown cancel.
@@ -23,7 +23,7 @@ total() { # N -> the server's total instructions for N requests per workload
   shift
   d=$(mktemp -d)
   valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$BIN" --port "$PORT" \
-    --threads 2 --save "" --appendonly no --dir "$d" "$@" >"$d/log" 2>&1 &
+    --threads "${THREADS:-2}" --save "" --appendonly no --dir "$d" "$@" >"$d/log" 2>&1 &
   vp=$!
   for _ in $(seq 1 300); do [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ] && break; sleep 0.2; done
   [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ] || { echo "the server did not start: $(cat "$d/log")" >&2; exit 1; }
