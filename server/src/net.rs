@@ -709,18 +709,28 @@ impl Loop {
         };
         let out = std::mem::take(&mut c.out);
         let rbuf = std::mem::take(&mut c.rbuf);
-        let Some(io) = self.turn.close(k) else {
+        // The replica's own address, which a relayed socket would hide.
+        let peer = c.state.handle.addr;
+        let Some(mut io) = self.turn.close(k) else {
             return;
         };
         let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
-        if io.tls.is_some() {
-            tracing::warn!("replication: a replica's PSYNC on the TLS port is not served");
-            return;
-        }
         use std::os::fd::AsFd;
+        let tls = io.tls.take();
         let stream = io.stream().as_fd().try_clone_to_owned();
         drop(io);
-        let stream = match stream.map(std::net::TcpStream::from) {
+        let stream = stream
+            .map(std::net::TcpStream::from)
+            .and_then(|s| match tls {
+                None => Ok(s),
+                // The feed's threads read and write a plain socket; the relay
+                // carries it over this connection's TLS session.
+                Some(tls) => {
+                    let timeout = feed::repl_timeout(&worker.shared);
+                    tls::relay(tls.into_blocking(s)?, timeout)
+                }
+            });
+        let stream = match stream {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("replication: cannot hand a replica's connection over: {e}");
@@ -730,8 +740,11 @@ impl Loop {
         let Handover::Psync {
             replid,
             offset,
-            hello,
+            mut hello,
         } = handover;
+        if hello.ip.is_none() {
+            hello.ip = Some(peer.ip().to_string());
+        }
         feed::start(feed::FeedStart {
             shared: worker.shared.clone(),
             mailboxes: worker.mailboxes.clone(),

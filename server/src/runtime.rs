@@ -580,9 +580,6 @@ fn listeners(config: &Config) -> std::io::Result<net::Listeners> {
     let t = &config.tls;
     if t.replication {
         crate::tls::client_config(t).map_err(invalid)?;
-        return Err(invalid(
-            "tls-replication yes is not supported: replication runs over plain TCP only".into(),
-        ));
     }
     let tls = match t.port {
         0 => None,

@@ -8,8 +8,12 @@
 //! non-blocking socket: ciphertext in from the socket, plaintext out to the
 //! connection's read buffer, plaintext replies in and ciphertext out.
 //! [`client_config`] is what a replica with `tls-replication yes` connects to
-//! its primary with, and [`BlockingStream`] the blocking stream the
-//! replication threads read and write.
+//! its primary with, [`BlockingStream`] a blocking TLS stream (a replica's
+//! handshake), and [`relay`] carries a replication connection's TLS stream
+//! to a plain loopback socket, so that the replication code (a replica's
+//! link served by the event loop, a primary's feed threads) reads and
+//! writes one `TcpStream` whether the link is TLS or not: two relay threads
+//! per TLS link, for code that has no TLS in it.
 //!
 //! In the bottom layer: it imports only `config`.
 
@@ -18,7 +22,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -312,9 +316,14 @@ impl Session {
     }
 
     /// The connection as a blocking stream over `tcp` (a replica's feed
-    /// after PSYNC): what rustls holds goes with it.
-    pub fn into_blocking(self, tcp: TcpStream) -> BlockingStream {
-        BlockingStream::new(Conn::Server(self.conn), tcp)
+    /// after PSYNC): what rustls holds (plaintext read, ciphertext not yet
+    /// written) goes with it.
+    ///
+    /// # Errors
+    /// The socket cannot be made blocking.
+    pub fn into_blocking(self, tcp: TcpStream) -> std::io::Result<BlockingStream> {
+        tcp.set_nonblocking(false)?;
+        Ok(BlockingStream::new(Conn::Server(self.conn), tcp))
     }
 }
 
@@ -443,7 +452,55 @@ impl Write for BlockingStream {
     }
 }
 
+/// Carries `tls` to a new plain socket on the loopback interface and
+/// returns that socket's other end: what is written to it goes out over
+/// TLS, what comes over TLS is read from it, and either side's close closes
+/// the other (with close_notify). Two threads do it, one per direction;
+/// writes over TLS give up after `write_timeout` (a peer that stopped
+/// reading), which closes both.
+///
+/// # Errors
+/// The loopback pair or a thread could not be made.
+pub fn relay(tls: BlockingStream, write_timeout: Duration) -> std::io::Result<TcpStream> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let near = TcpStream::connect(listener.local_addr()?)?;
+    let (far, from) = listener.accept()?;
+    if from != near.local_addr()? {
+        // Another local process connected first: never relay to it.
+        return Err(std::io::Error::other(
+            "TLS relay: an unexpected loopback connection",
+        ));
+    }
+    let _ = far.set_nodelay(true);
+    let _ = near.set_nodelay(true);
+    tls.tcp.set_read_timeout(None)?;
+    tls.tcp.set_write_timeout(Some(write_timeout))?;
+    let (mut tls_in, mut tls_out) = (tls.clone(), tls);
+    let (mut far_out, mut far_in) = (far.try_clone()?, far);
+    std::thread::Builder::new()
+        .name("leasehold-tls-in".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut tls_in, &mut far_out);
+            let _ = far_out.shutdown(std::net::Shutdown::Both);
+            tls_in.kill();
+        })?;
+    std::thread::Builder::new()
+        .name("leasehold-tls-out".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut far_in, &mut tls_out);
+            tls_out.shutdown();
+            let _ = far_in.shutdown(std::net::Shutdown::Both);
+        })?;
+    Ok(near)
+}
+
 impl BlockingStream {
+    /// Shuts the socket down without the lock (a writer may hold it,
+    /// blocked): the other side's reads and writes fail at once.
+    pub fn kill(&self) {
+        let _ = self.tcp.shutdown(std::net::Shutdown::Both);
+    }
+
     /// Sends close_notify (best effort) and shuts the socket down.
     pub fn shutdown(&self) {
         let mut conn = self.inner.lock();

@@ -46,22 +46,25 @@ impl Pki {
             .push(DnType::CommonName, "Leasehold test CA");
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-        let leaf = |names: &[&str], usage: ExtendedKeyUsagePurpose| {
+        let leaf = |names: &[&str], usage: &[ExtendedKeyUsagePurpose]| {
             let cn = names[0];
             let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             let mut p = CertificateParams::new(names).unwrap();
-            p.extended_key_usages = vec![usage];
+            p.extended_key_usages = usage.to_vec();
             p.distinguished_name = DistinguishedName::new();
             p.distinguished_name.push(DnType::CommonName, cn);
             let key = KeyPair::generate().unwrap();
             let cert = p.signed_by(&key, &ca).unwrap();
             (cert.pem(), key.serialize_pem())
         };
-        let (cert, key) = leaf(
-            &["localhost", "127.0.0.1"],
+        // The server's certificate is a replica's client certificate too
+        // (tls-replication), as in Redis without tls-client-cert-file.
+        let both = [
             ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client_cert, client_key) = leaf(&["client"], ExtendedKeyUsagePurpose::ClientAuth);
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let (cert, key) = leaf(&["localhost", "127.0.0.1"], &both);
+        let (client_cert, client_key) = leaf(&["client"], &[ExtendedKeyUsagePurpose::ClientAuth]);
         let write = |name: &str, text: &str| {
             let path = dir.join(name);
             std::fs::write(&path, text).unwrap();
@@ -447,4 +450,49 @@ fn redis_cli_speaks_to_the_tls_port() {
         call(n.port, &["GET", "cli"]).map(|r| text(&r)).as_deref(),
         Some("tls")
     );
+}
+
+#[test]
+fn a_replica_syncs_over_tls_with_tls_replication() {
+    let primary = node("yes", false);
+    let mut c = TlsConn::open(&primary.pki.client(true), primary.tls_port).unwrap();
+    for i in 0..100 {
+        let key = format!("before:{i}");
+        assert_eq!(c.call(&["SET", &key, &i.to_string()]).unwrap(), ok());
+    }
+    // The replica: no TLS port of its own, the primary's PEM files (its
+    // certificate is its client certificate), the primary's TLS port.
+    let dir = scratch_dir();
+    let port = free_port();
+    let p = |p: &PathBuf| p.display().to_string();
+    let mut cmd = node_command(EXE, port, &dir);
+    cmd.args(["--replicaof", &format!("127.0.0.1 {}", primary.tls_port)]);
+    cmd.args(["--tls-replication", "yes"]);
+    cmd.args(["--tls-cert-file", &p(&primary.pki.cert)]);
+    cmd.args(["--tls-key-file", &p(&primary.pki.key)]);
+    cmd.args(["--tls-ca-cert-file", &p(&primary.pki.ca)]);
+    let _replica = leasehold_testkit::started(&mut cmd, port, "the TLS replica");
+    let get = |key: &str| call(port, &["GET", key]).map(|r| text(&r));
+    wait_for("the full sync over TLS", Duration::from_secs(10), || {
+        get("before:99").as_deref() == Some("99")
+    });
+    for i in 0..100 {
+        assert_eq!(get(&format!("before:{i}")), Some(i.to_string()));
+    }
+    // The stream after it, and the replica's ACKs back (WAIT counts them).
+    for i in 0..100 {
+        let key = format!("after:{i}");
+        assert_eq!(c.call(&["INCRBY", &key, "3"]).unwrap(), Reply::Int(3));
+    }
+    assert_eq!(c.call(&["WAIT", "1", "5000"]).unwrap(), Reply::Int(1));
+    wait_for("the stream over TLS", Duration::from_secs(10), || {
+        get("after:99").as_deref() == Some("3")
+    });
+    assert_eq!(get("after:0").as_deref(), Some("3"));
+    let info = text(&call(port, &["INFO", "replication"]).unwrap());
+    assert!(info.contains("master_link_status:up"), "{info}");
+    // The primary names the replica by its listening port, not the relay's.
+    let info = text(&c.call(&["INFO", "replication"]).unwrap());
+    let line = format!("slave0:ip=127.0.0.1,port={port},state=online");
+    assert!(info.contains(&line), "{info}");
 }
