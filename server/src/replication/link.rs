@@ -248,10 +248,8 @@ fn steps<S: Read + Write>(
     s: &mut S,
     buf: &mut BytesMut,
 ) -> std::io::Result<Answer> {
-    let mut s = s;
-    let mut buf = buf;
     // Any answer to PING (even -NOAUTH) shows a live server.
-    command(&mut s, &mut buf, &["PING"])?;
+    command(s, buf, &["PING"])?;
     let (auth, user, ip, port) = {
         let c = shared.config.read();
         let r = &c.replication;
@@ -272,25 +270,25 @@ fn steps<S: Read + Write>(
     };
     if !auth.is_empty() {
         let line = match user.is_empty() {
-            true => command(&mut s, &mut buf, &["AUTH", &auth])?,
-            false => command(&mut s, &mut buf, &["AUTH", &user, &auth])?,
+            true => command(s, buf, &["AUTH", &auth])?,
+            false => command(s, buf, &["AUTH", &user, &auth])?,
         };
         ok(line, "AUTH")?;
     }
     ok(
-        command(&mut s, &mut buf, &["REPLCONF", "listening-port", &port])?,
+        command(s, buf, &["REPLCONF", "listening-port", &port])?,
         "REPLCONF listening-port",
     )?;
     if !ip.is_empty() {
         ok(
-            command(&mut s, &mut buf, &["REPLCONF", "ip-address", &ip])?,
+            command(s, buf, &["REPLCONF", "ip-address", &ip])?,
             "REPLCONF ip-address",
         )?;
     }
     ok(
         command(
-            &mut s,
-            &mut buf,
+            s,
+            buf,
             &["REPLCONF", "capa", "eof", "capa", "psync2", "capa", "lh1"],
         )?,
         "REPLCONF capa",
@@ -303,7 +301,7 @@ fn steps<S: Read + Write>(
         0 => ["PSYNC", "?", "-1"],
         _ => ["PSYNC", ids.replid.as_str(), next.as_str()],
     };
-    let line = command(&mut s, &mut buf, &psync)?;
+    let line = command(s, buf, &psync)?;
     let mut words = line.split(' ');
     let answer = match words.next() {
         Some("+FULLRESYNC") => {
