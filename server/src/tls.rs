@@ -167,6 +167,8 @@ pub struct Session {
     /// The peer closed (close_notify or end of stream): what rustls holds
     /// is read, then [`Session::read_into`] answers end of stream.
     eof: bool,
+    /// close_notify is queued.
+    closing: bool,
 }
 
 impl Session {
@@ -179,6 +181,7 @@ impl Session {
         Ok(Session {
             conn: Box::new(ServerConnection::new(config.clone())?),
             eof: false,
+            closing: false,
         })
     }
 
@@ -282,13 +285,17 @@ impl Session {
     pub fn write_from(&mut self, io: &mut impl Write, out: &[u8]) -> std::io::Result<usize> {
         let mut taken = 0;
         loop {
+            let mut took = 0;
             if taken < out.len() {
-                taken += self.conn.writer().write(&out[taken..])?;
+                took = self.conn.writer().write(&out[taken..])?;
+                taken += took;
             }
-            if !self.flush(io)? {
+            if !self.flush(io)? || taken == out.len() {
                 return Ok(taken);
             }
-            if taken == out.len() {
+            if took == 0 {
+                // rustls takes nothing more now (its buffer is full before
+                // the handshake ends): the rest waits for the next write.
                 return Ok(taken);
             }
         }
@@ -308,10 +315,14 @@ impl Session {
         Ok(true)
     }
 
-    /// Before the socket closes: queues close_notify and writes what the
-    /// socket takes now (best effort: a closing connection does not wait).
+    /// Before the socket closes: queues close_notify (once) and writes what
+    /// the socket takes now (best effort: a closing connection does not
+    /// wait).
     pub fn close(&mut self, io: &mut impl Write) {
-        self.conn.send_close_notify();
+        if !self.closing {
+            self.closing = true;
+            self.conn.send_close_notify();
+        }
         let _ = self.flush(io);
     }
 
