@@ -571,3 +571,192 @@ pub fn log_failure(peer: SocketAddr, why: &std::io::Error) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+
+    /// One direction of an in-memory socket: reads would block when it is
+    /// empty, writes when it holds `cap` bytes.
+    #[derive(Default)]
+    struct Pipe {
+        bytes: VecDeque<u8>,
+        cap: usize,
+    }
+
+    impl Read for Pipe {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.bytes.is_empty() {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = out.len().min(self.bytes.len());
+            for (o, b) in out.iter_mut().zip(self.bytes.drain(..n)) {
+                *o = b;
+            }
+            Ok(n)
+        }
+    }
+
+    impl Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = self.cap.saturating_sub(self.bytes.len());
+            if room == 0 {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(room);
+            self.bytes.extend(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A session with `tls-auth-clients no` and a client trusting its
+    /// self-signed certificate, handshaken over two pipes of `cap` bytes.
+    fn pair(cap: usize) -> (Session, ClientConnection, Pipe, Pipe) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let dir = std::env::temp_dir().join(format!("leasehold-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert_file, key_file) = (dir.join("c.pem"), dir.join("k.pem"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let config = TlsConfig {
+            port: 1,
+            cert_file: cert_file.display().to_string(),
+            key_file: key_file.display().to_string(),
+            auth_clients: "no".into(),
+            ..TlsConfig::default()
+        };
+        let server = Session::new(&server_config(&config).unwrap()).unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::try_from("localhost").unwrap();
+        let client = ClientConnection::new(Arc::new(client), name).unwrap();
+        let (mut up, mut down) = (
+            Pipe {
+                cap,
+                ..Pipe::default()
+            },
+            Pipe {
+                cap,
+                ..Pipe::default()
+            },
+        );
+        let (mut server, mut client) = (server, client);
+        let mut scratch = [0u8; 4096];
+        let mut buf = bytes::BytesMut::new();
+        while client.is_handshaking() || server.is_handshaking() {
+            while client.wants_write() && client.write_tls(&mut up).is_ok() {}
+            let read = server.read_into(&mut up, &mut scratch, &mut buf, 1 << 20);
+            assert!(
+                read.as_ref()
+                    .is_err_and(|e| e.kind() == ErrorKind::WouldBlock),
+                "{read:?}"
+            );
+            server.write_from(&mut down, &[]).unwrap();
+            while client.read_tls(&mut down).is_ok() {
+                client.process_new_packets().unwrap();
+            }
+        }
+        (server, client, up, down)
+    }
+
+    #[test]
+    fn reads_stop_at_the_budget_and_at_would_block() {
+        let (mut server, mut client, mut up, _down) = pair(usize::MAX);
+        let sent: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let mut off = 0;
+        while off < sent.len() {
+            // rustls buffers 64 KiB of unsent records at most.
+            off += client.writer().write(&sent[off..]).unwrap();
+            while client.wants_write() {
+                client.write_tls(&mut up).unwrap();
+            }
+        }
+        let (mut scratch, mut buf) = ([0u8; 16384], bytes::BytesMut::new());
+        let budget = 64 * 1024;
+        let mut reads = Vec::new();
+        loop {
+            match server.read_into(&mut up, &mut scratch, &mut buf, budget) {
+                Ok(n) => reads.push(n),
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+                    break;
+                }
+            }
+        }
+        assert!(
+            reads[..3]
+                .iter()
+                .all(|&n| n >= budget && n < budget + 16384),
+            "{reads:?}"
+        );
+        assert_eq!(reads.iter().sum::<usize>(), sent.len());
+        assert_eq!(&buf[..], &sent[..]);
+        // close_notify: the end of the stream, once.
+        client.send_close_notify();
+        client.write_tls(&mut up).unwrap();
+        assert_eq!(
+            server
+                .read_into(&mut up, &mut scratch, &mut buf, budget)
+                .unwrap(),
+            0
+        );
+        assert!(server.closed());
+    }
+
+    #[test]
+    fn a_write_the_socket_cannot_take_waits_in_the_session() {
+        let (mut server, mut client, _up, mut down) = pair(32 * 1024);
+        let out: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut taken = 0;
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 16384];
+        while taken < out.len() || server.wants_write() {
+            taken += server.write_from(&mut down, &out[taken..]).unwrap();
+            assert!(taken == out.len() || server.wants_write() || !down.bytes.is_empty());
+            while client.read_tls(&mut down).is_ok() {
+                client.process_new_packets().unwrap();
+                while let Ok(n) = client.reader().read(&mut chunk) {
+                    got.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+        assert_eq!(got.len(), out.len());
+        assert!(got == out, "every byte, in order");
+    }
+
+    #[test]
+    fn bad_bytes_are_invalid_data() {
+        let (mut server, _client, mut up, _down) = pair(usize::MAX);
+        up.bytes.extend(b"*1\r\n$4\r\nPING\r\n");
+        let (mut scratch, mut buf) = ([0u8; 4096], bytes::BytesMut::new());
+        let e = server
+            .read_into(&mut up, &mut scratch, &mut buf, 1024)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn a_missing_setting_is_named() {
+        let c = TlsConfig {
+            port: 1,
+            ..TlsConfig::default()
+        };
+        assert_eq!(
+            server_config(&c).unwrap_err(),
+            "tls-port and tls-replication need tls-cert-file and tls-key-file"
+        );
+    }
+}
