@@ -161,20 +161,10 @@ impl Socket {
     /// Writes as much of `out` as the socket takes; returns how much was
     /// taken (for TLS: encrypted, sent or waiting in [`Socket::pending`]).
     fn write_out(&mut self, out: &[u8]) -> std::io::Result<usize> {
-        if let Some(tls) = &mut self.tls {
-            return tls.write_from(&mut &self.stream.0, out);
+        match &mut self.tls {
+            Some(tls) => tls.write_from(&mut &self.stream.0, out),
+            None => self.stream.write_now(out),
         }
-        let mut written = 0;
-        while written < out.len() {
-            match self.stream().write(&out[written..]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(written)
     }
 
     /// Whether TLS ciphertext waits for the socket (a handshake message,

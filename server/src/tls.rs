@@ -334,30 +334,25 @@ impl Session {
     /// The socket cannot be made blocking.
     pub fn into_blocking(self, tcp: TcpStream) -> std::io::Result<BlockingStream> {
         tcp.set_nonblocking(false)?;
-        Ok(BlockingStream::new(Conn::Server(self.conn), tcp))
+        Ok(BlockingStream::new(
+            rustls::Connection::Server(*self.conn),
+            tcp,
+        ))
     }
 }
 
-/// A TLS connection of either side.
-#[derive(Debug)]
-enum Conn {
-    Server(Box<ServerConnection>),
-    Client(Box<ClientConnection>),
-}
-
-/// A blocking TLS stream that two threads share (a replica's link reads
-/// the primary's stream while another thread writes ACKs; a primary's feed
-/// writes while its ACK reader reads). One lock holds the rustls state;
-/// a reader waits for the socket without it (a short poll), so a writer is
-/// never stuck behind a reader's wait.
+/// A blocking TLS stream that two threads may share (the two directions of
+/// a [`relay`]). One lock holds the rustls state; a reader waits for the
+/// socket without it (polls of 50 ms), so a writer is never stuck behind a
+/// reader's wait.
 #[derive(Debug, Clone)]
 pub struct BlockingStream {
-    inner: Arc<parking_lot::Mutex<Conn>>,
+    inner: Arc<parking_lot::Mutex<rustls::Connection>>,
     tcp: Arc<TcpStream>,
 }
 
 impl BlockingStream {
-    fn new(conn: Conn, tcp: TcpStream) -> BlockingStream {
+    fn new(conn: rustls::Connection, tcp: TcpStream) -> BlockingStream {
         BlockingStream {
             inner: Arc::new(parking_lot::Mutex::new(conn)),
             tcp: Arc::new(tcp),
@@ -384,22 +379,13 @@ impl BlockingStream {
         while conn.is_handshaking() {
             conn.complete_io(&mut io)?;
         }
-        Ok(BlockingStream::new(Conn::Client(Box::new(conn)), tcp))
+        Ok(BlockingStream::new(rustls::Connection::Client(conn), tcp))
     }
 
     /// The TCP socket under it (timeouts, shutdown).
     pub fn tcp(&self) -> &TcpStream {
         &self.tcp
     }
-}
-
-macro_rules! with_conn {
-    ($conn:expr, $c:ident => $body:expr) => {
-        match $conn {
-            Conn::Server($c) => $body,
-            Conn::Client($c) => $body,
-        }
-    };
 }
 
 impl Read for BlockingStream {
@@ -412,7 +398,7 @@ impl Read for BlockingStream {
         loop {
             {
                 let mut conn = self.inner.lock();
-                let got = with_conn!(&mut *conn, c => c.reader().read(out));
+                let got = conn.reader().read(out);
                 match got {
                     Ok(n) => return Ok(n),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -421,15 +407,15 @@ impl Read for BlockingStream {
                 // Some ciphertext, if any is there, without waiting.
                 self.tcp.set_nonblocking(true)?;
                 let mut io = &*self.tcp;
-                let read = with_conn!(&mut *conn, c => c.read_tls(&mut io));
+                let read = conn.read_tls(&mut io);
                 self.tcp.set_nonblocking(false)?;
                 match read {
                     Ok(0) => return Ok(0),
                     Ok(_) => {
-                        with_conn!(&mut *conn, c => c.process_new_packets())
+                        conn.process_new_packets()
                             .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
                         // An alert or a key update may need an answer.
-                        let _ = with_conn!(&mut *conn, c => c.write_tls(&mut io));
+                        let _ = conn.write_tls(&mut io);
                         continue;
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -450,10 +436,20 @@ impl Write for BlockingStream {
     /// socket's write timeout applies).
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let mut conn = self.inner.lock();
-        with_conn!(&mut *conn, c => c.writer().write_all(buf))?;
         let mut io = &*self.tcp;
-        while with_conn!(&*conn, c => c.wants_write()) {
-            with_conn!(&mut *conn, c => c.write_tls(&mut io))?;
+        let mut taken = 0;
+        // rustls buffers a bounded amount: encrypt, send, repeat.
+        while taken < buf.len() || conn.wants_write() {
+            let took = conn.writer().write(&buf[taken..])?;
+            taken += took;
+            if took == 0 && !conn.wants_write() {
+                return Err(ErrorKind::WriteZero.into());
+            }
+            while conn.wants_write() {
+                if conn.write_tls(&mut io)? == 0 {
+                    return Err(ErrorKind::WriteZero.into());
+                }
+            }
         }
         Ok(buf.len())
     }
@@ -515,9 +511,9 @@ impl BlockingStream {
     /// Sends close_notify (best effort) and shuts the socket down.
     pub fn shutdown(&self) {
         let mut conn = self.inner.lock();
-        with_conn!(&mut *conn, c => c.send_close_notify());
+        conn.send_close_notify();
         let mut io = &*self.tcp;
-        let _ = with_conn!(&mut *conn, c => c.write_tls(&mut io));
+        let _ = conn.write_tls(&mut io);
         let _ = self.tcp.shutdown(std::net::Shutdown::Both);
     }
 }
