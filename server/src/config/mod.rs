@@ -42,7 +42,8 @@ pub const DEFAULT_REPL_BACKLOG_BYTES: usize = 1024 * 1024;
 pub struct NetConfig {
     /// Address to listen on.
     pub bind: String,
-    /// TCP port; 0 picks a free one (tests).
+    /// TCP port; 0 picks a free one (tests), or, with a `tls-port`, means
+    /// no plain port (TLS only, as Redis).
     pub port: u16,
     /// Listen backlog.
     pub tcp_backlog: i32,

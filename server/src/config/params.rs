@@ -210,7 +210,7 @@ const OUTPUT_LIMITS: Field = Field {
 #[rustfmt::skip]
 pub static PARAMS: &[Param] = &[
     row("bind", ("net", "bind"), Kind::Text, field!(net.bind), Immutable, true, "Address to listen on"),
-    row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one"),
+    row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one (with a tls-port: none, TLS only)"),
     row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
     row("metrics-port", ("net", "metrics_port"), Kind::Int(range!(0, 65535)), field!(net.metrics_port), Immutable, true, "Port serving Prometheus metrics on GET /metrics (0: none)"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
