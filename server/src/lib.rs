@@ -38,12 +38,13 @@
 //!   config     flags, the TOML file, defaults
 //!   glob       Redis's glob patterns
 //!   latency    the sampled latency histogram (power-of-two buckets)
+//!   tls        rustls: the server's TLS configuration, one TLS session, a blocking TLS stream
 //!   replication  declares its files, each on its own rung (above)
 //!   persist      likewise; persist::format, the files' formats, sits here
 //! ```
 //!
 //! By layer, from the bottom:
-//! 0 [`clock`], [`slot`], [`cluster`], [`error`], [`config`], [`glob`], [`latency`], [`replication`]
+//! 0 [`clock`], [`slot`], [`cluster`], [`error`], [`config`], [`glob`], [`latency`], [`tls`], [`replication`]
 //! (whose files sit on layers 2 and 7), [`persist`] (files on 0, 2 and 7);
 //! 1 [`ratelimit`], [`collections`], [`script`], [`acl`]; 2 [`state`], [`store`],
 //! [`effects`], [`pubsub`], [`monitor`]; 3 [`shard`];
@@ -93,6 +94,7 @@ pub mod shard;
 pub mod slot;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod turn;
 
 pub use runtime::{start, ServerHandle};

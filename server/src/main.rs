@@ -42,13 +42,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Flags::parse().into_config()?;
     init_logging(&config.log.level)?;
     let addr = format!("{}:{}", config.net.bind, config.net.port);
-    let handle =
-        leasehold_server::start(config, Arc::new(SystemClock::new())).map_err(|e| {
-            match e.kind() {
-                std::io::ErrorKind::InvalidData => format!("cannot load the data: {e}"),
-                _ => format!("cannot listen on {addr}: {e}"),
-            }
-        })?;
+    let handle = leasehold_server::start(config, Arc::new(SystemClock::new())).map_err(|e| {
+        match e.kind() {
+            std::io::ErrorKind::InvalidData => format!("cannot load the data: {e}"),
+            // A setting at fault (a TLS file, a topology): its message.
+            std::io::ErrorKind::InvalidInput => e.to_string(),
+            _ => format!("cannot listen on {addr}: {e}"),
+        }
+    })?;
     let shared = handle.shared.clone();
     // Signals are awaited on their own small runtime so the shard threads stay
     // free of anything but their own work.

@@ -11,6 +11,12 @@
 //! per connection before its replies are written); send each other shard one batch
 //! for all of the turn's connections; write every connection's replies.
 //!
+//! A connection to the TLS port (`tls-port`) carries a [`Session`]: its
+//! reads go through rustls until the socket would block, its replies are
+//! encrypted on this thread (no other shard writes to it directly, see
+//! [`Transport::sink`]), it keeps writable interest while rustls holds
+//! ciphertext, and it sends close_notify when it closes.
+//!
 //! A client that stops reading blocks only itself: its replies wait in its
 //! output buffer, and it is not read again until they are written (TCP
 //! backpressure), while every other connection goes on.
@@ -44,6 +50,7 @@ use crate::session::{ConnState, Handover, LinkState};
 use crate::shard::{LinkStart, Msg, ReplySink, Worker};
 use crate::state::{ClientHandle, Doorbell, Shared};
 use crate::store::ImageStep;
+use crate::tls::{self, Session};
 use crate::turn::{Incoming, Transport, Turn, READ_CHUNK};
 
 /// Most bytes read from one connection in one turn.
@@ -55,6 +62,7 @@ const KEEP_INPUT_CAPACITY: usize = 1024 * 1024;
 /// The waker's token (the mailbox's doorbell).
 pub const WAKE: Token = Token(usize::MAX - 1);
 const LISTENER: Token = Token(usize::MAX - 2);
+const TLS_LISTENER: Token = Token(usize::MAX - 3);
 /// Longest a message posted to another thread waits unrung while this
 /// thread is busy (and the other may be asleep).
 pub const RING_AFTER: Duration = Duration::from_micros(50);
@@ -69,13 +77,15 @@ pub type Timer<'a> = &'a mut dyn FnMut(&Worker, Instant) -> Instant;
 
 /// A connection's socket, shared with a shard that writes a reply to it
 /// directly (the descriptor stays open until both are done with it, so it
-/// is never reused under a late writer).
+/// is never reused under a late writer), and its TLS session on the TLS
+/// port.
 #[derive(Debug)]
 struct Socket {
     stream: Arc<Stream>,
     fd: RawFd,
     /// Registered for writable events (output waits for the socket).
     write_interest: bool,
+    tls: Option<Session>,
 }
 
 #[derive(Debug)]
@@ -97,25 +107,87 @@ impl ReplySink for Stream {
     }
 }
 
+/// A TLS connection has none: its replies must be encrypted by its own
+/// session, on this thread.
 impl Transport for Socket {
     fn sink(&self) -> Option<Arc<dyn ReplySink>> {
-        Some(self.stream.clone())
+        match self.tls {
+            None => Some(self.stream.clone()),
+            Some(_) => None,
+        }
     }
 }
 
 impl Socket {
-    fn new(stream: TcpStream) -> Socket {
+    fn new(stream: TcpStream, tls: Option<Session>) -> Socket {
         let fd = stream.as_raw_fd();
         Socket {
             stream: Arc::new(Stream(stream)),
             fd,
             write_interest: false,
+            tls,
         }
     }
 
     fn stream(&self) -> &TcpStream {
         &self.stream.0
     }
+
+    /// Reads what the socket has into `buf`: plain, one read (up to the
+    /// scratch buffer's size); TLS, until the socket would block or
+    /// `budget` bytes of plaintext came. `Ok(0)`: the peer closed.
+    fn read_into(
+        &mut self,
+        scratch: &mut [u8],
+        buf: &mut bytes::BytesMut,
+        budget: usize,
+    ) -> std::io::Result<usize> {
+        match &mut self.tls {
+            None => read_into(&self.stream.0, scratch, buf),
+            Some(tls) => tls.read_into(&mut &self.stream.0, scratch, buf, budget),
+        }
+    }
+
+    /// Whether the socket is known to hold nothing more now: a plain read
+    /// shorter than the scratch buffer, any TLS read (which stops only when
+    /// the socket would block or at the budget) short of the peer's close.
+    fn drained(&self, n: usize, scratch: usize) -> bool {
+        match &self.tls {
+            None => n < scratch,
+            Some(tls) => !tls.closed(),
+        }
+    }
+
+    /// Writes as much of `out` as the socket takes; returns how much was
+    /// taken (for TLS: encrypted, sent or waiting in [`Socket::pending`]).
+    fn write_out(&mut self, out: &[u8]) -> std::io::Result<usize> {
+        match &mut self.tls {
+            Some(tls) => tls.write_from(&mut &self.stream.0, out),
+            None => self.stream.write_now(out),
+        }
+    }
+
+    /// Whether TLS ciphertext waits for the socket (a handshake message,
+    /// an alert, encrypted replies).
+    fn pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(Session::wants_write)
+    }
+
+    /// Before the descriptor closes: a TLS connection sends close_notify.
+    fn finish(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            tls.close(&mut &self.stream.0);
+        }
+    }
+}
+
+/// The sockets the accepting thread listens on.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// The plain port (`port`), unless TLS only.
+    pub plain: Option<std::net::TcpListener>,
+    /// The TLS port (`tls-port`) and the configuration its sessions use.
+    pub tls: Option<(std::net::TcpListener, Arc<rustls::ServerConfig>)>,
 }
 
 /// One thread's event loop.
@@ -123,6 +195,7 @@ struct Loop {
     poll: Poll,
     events: Events,
     listener: Option<TcpListener>,
+    tls_listener: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
     accept_paused_until: Option<Instant>,
     next_thread: usize,
     mailbox: Receiver<Msg>,
@@ -144,25 +217,33 @@ struct Loop {
 
 /// Runs thread `worker`'s event loop until shutdown: `poll` (whose waker,
 /// token [`WAKE`], is the thread's doorbell), its `mailbox`, and the
-/// listener on the thread that accepts.
+/// listeners on the thread that accepts.
 ///
 /// # Errors
-/// Registering the listener or waiting on `poll` failed.
+/// Registering a listener or waiting on `poll` failed.
 pub fn run(
     worker: Rc<Worker>,
     poll: Poll,
     mailbox: Receiver<Msg>,
-    listener: Option<std::net::TcpListener>,
+    listeners: Listeners,
     timer: Timer<'_>,
 ) -> std::io::Result<()> {
-    let mut listener = listener.map(TcpListener::from_std);
+    let mut listener = listeners.plain.map(TcpListener::from_std);
     if let Some(l) = listener.as_mut() {
         poll.registry().register(l, LISTENER, Interest::READABLE)?;
+    }
+    let mut tls_listener = listeners
+        .tls
+        .map(|(l, config)| (TcpListener::from_std(l), config));
+    if let Some((l, _)) = tls_listener.as_mut() {
+        poll.registry()
+            .register(l, TLS_LISTENER, Interest::READABLE)?;
     }
     let mut lp = Loop {
         poll,
         events: Events::with_capacity(1024),
         listener,
+        tls_listener,
         accept_paused_until: None,
         next_thread: 0,
         mailbox,
@@ -296,7 +377,7 @@ impl Loop {
         for ev in self.events.iter() {
             match ev.token() {
                 WAKE => {}
-                LISTENER => accept = true,
+                LISTENER | TLS_LISTENER => accept = true,
                 Token(k) => {
                     let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                     if let Some(c) = self.turn.get_mut(k) {
@@ -327,8 +408,8 @@ impl Loop {
                 break;
             };
             match self.turn.deliver(msg) {
-                Some(Incoming::Client(stream)) => {
-                    self.register(stream, None);
+                Some(Incoming::Client(stream, tls)) => {
+                    self.register(stream, tls, None);
                     // Registered (in the client list) before it stops
                     // counting as on its way: maxclients never under-counts.
                     let shared = &self.turn.worker().shared;
@@ -340,7 +421,7 @@ impl Loop {
                         leftover,
                         full,
                     } = start;
-                    self.register(stream, Some((leftover, full.is_some())));
+                    self.register(stream, None, Some((leftover, full.is_some())));
                 }
                 None => {}
             }
@@ -371,7 +452,7 @@ impl Loop {
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        if !c.out.is_empty() {
+        if owes_output(c) {
             self.write(k);
             return;
         }
@@ -394,7 +475,7 @@ impl Loop {
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        if !c.out.is_empty() {
+        if owes_output(c) {
             self.write(k);
             return;
         }
@@ -409,11 +490,12 @@ impl Loop {
         }
         let mut total = 0;
         let mut hangup = false;
+        let peer = c.state.handle.addr;
         let (Some(io), rbuf) = c.io_and_rbuf() else {
             return;
         };
         let failed = loop {
-            match read_into(io.stream(), &mut self.scratch, rbuf) {
+            match io.read_into(&mut self.scratch, rbuf, READ_BUDGET - total) {
                 Ok(0) => {
                     hangup = true;
                     break false;
@@ -428,12 +510,19 @@ impl Loop {
                     // A short read emptied the socket: what arrives next
                     // raises a new readiness event, so the read that would
                     // say "would block" is a system call saved.
-                    if n < self.scratch.len() {
+                    if io.drained(n, self.scratch.len()) {
                         break false;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if io.tls.is_some() && e.kind() == ErrorKind::InvalidData => {
+                    // A failed handshake or a broken record: the alert
+                    // goes out if the socket takes it, then the close.
+                    tls::log_failure(peer, &e);
+                    let _ = io.write_out(&[]);
+                    break true;
+                }
                 Err(e) => {
                     tracing::debug!("connection read failed: {e}");
                     break true;
@@ -443,6 +532,10 @@ impl Loop {
         if failed {
             self.close(k);
             return;
+        }
+        if c.io().is_some_and(|io| io.pending()) {
+            // A handshake step to answer: written at the end of the turn.
+            self.writes.push(k);
         }
         c.rbuf_grew |= c.rbuf.len() > KEEP_INPUT_CAPACITY;
         if total > 0 {
@@ -489,7 +582,7 @@ impl Loop {
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        if c.hangup && !c.waiting() && c.out.is_empty() {
+        if c.hangup && !c.waiting() && !owes_output(c) {
             self.close(k);
         }
     }
@@ -512,23 +605,16 @@ impl Loop {
         }
         let mut written = 0;
         let mut failed = false;
+        let mut pending = false;
         if let (Some(io), out) = c.io_and_out() {
-            while written < out.len() {
-                match io.stream().write(&out[written..]) {
-                    Ok(0) => {
-                        failed = true;
-                        break;
-                    }
-                    Ok(n) => written += n,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        tracing::debug!("connection write failed: {e}");
-                        failed = true;
-                        break;
-                    }
+            match io.write_out(out) {
+                Ok(n) => written = n,
+                Err(e) => {
+                    tracing::debug!("connection write failed: {e}");
+                    failed = true;
                 }
             }
+            pending = io.pending();
         }
         shared
             .counters
@@ -541,7 +627,7 @@ impl Loop {
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        let blocked = written < c.out.len();
+        let blocked = written < c.out.len() || pending;
         if let Some(io) = c.io() {
             if io.write_interest != blocked {
                 // Writable events only while output waits: otherwise every
@@ -572,6 +658,7 @@ impl Loop {
             }
             if c.state.close || c.hangup {
                 if let Some(io) = c.io() {
+                    io.finish();
                     let _ = io.stream().shutdown(std::net::Shutdown::Write);
                 }
                 self.close(k);
@@ -612,14 +699,28 @@ impl Loop {
         };
         let out = std::mem::take(&mut c.out);
         let rbuf = std::mem::take(&mut c.rbuf);
-        let Some(io) = self.turn.close(k) else {
+        // The replica's own address, which a relayed socket would hide.
+        let peer = c.state.handle.addr;
+        let Some(mut io) = self.turn.close(k) else {
             return;
         };
         let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
         use std::os::fd::AsFd;
+        let tls = io.tls.take();
         let stream = io.stream().as_fd().try_clone_to_owned();
         drop(io);
-        let stream = match stream.map(std::net::TcpStream::from) {
+        let stream = stream
+            .map(std::net::TcpStream::from)
+            .and_then(|s| match tls {
+                None => Ok(s),
+                // The feed's threads read and write a plain socket; the relay
+                // carries it over this connection's TLS session.
+                Some(tls) => {
+                    let timeout = feed::repl_timeout(&worker.shared);
+                    tls::relay(tls.into_blocking(s)?, timeout)
+                }
+            });
+        let stream = match stream {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("replication: cannot hand a replica's connection over: {e}");
@@ -629,8 +730,11 @@ impl Loop {
         let Handover::Psync {
             replid,
             offset,
-            hello,
+            mut hello,
         } = handover;
+        if hello.ip.is_none() {
+            hello.ip = Some(peer.ip().to_string());
+        }
         feed::start(feed::FeedStart {
             shared: worker.shared.clone(),
             mailboxes: worker.mailboxes.clone(),
@@ -644,32 +748,37 @@ impl Loop {
     }
 
     fn close(&mut self, k: usize) {
-        if let Some(io) = self.turn.close(k) {
+        if let Some(mut io) = self.turn.close(k) {
+            io.finish();
             let _ = self.poll.registry().deregister(&mut SourceFd(&io.fd));
         }
     }
 
+    /// Accepts what waits on both listeners.
     fn accept_all(&mut self) {
-        loop {
-            let Some(listener) = self.listener.as_ref() else {
-                return;
-            };
-            match listener.accept() {
-                Ok((stream, _)) => self.accepted(stream),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
-                    return;
+        for tls in [false, true] {
+            while let (false, Some(l), _) | (true, _, Some((l, _))) =
+                (tls, &self.listener, &self.tls_listener)
+            {
+                match l.accept() {
+                    Ok((stream, _)) => self.accepted(stream, tls),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                        return;
+                    }
                 }
             }
         }
     }
 
-    /// Admits (maxclients) and places an accepted connection: round-robin
-    /// over threads.
-    fn accepted(&mut self, stream: TcpStream) {
+    /// Admits (maxclients) and places an accepted connection (from the TLS
+    /// listener when `tls`): round-robin over threads. A TLS connection
+    /// refused by protected mode or maxclients is closed before its
+    /// handshake, without Redis's text (which it could not read).
+    fn accepted(&mut self, stream: TcpStream, tls: bool) {
         let worker = self.turn.worker().clone();
         let shared = &worker.shared;
         shared
@@ -686,7 +795,9 @@ impl Loop {
         let protected = protected && shared.acl.read().get("default").is_none_or(|d| d.nopass);
         if protected && !stream.peer_addr().is_ok_and(|a| is_loopback(&a)) {
             let mut stream = stream;
-            let _ = stream.write(PROTECTED_MODE.as_bytes());
+            if !tls {
+                let _ = stream.write(PROTECTED_MODE.as_bytes());
+            }
             return;
         }
         let handing_over = shared.counters.handing_over.load(Ordering::Acquire);
@@ -696,27 +807,45 @@ impl Loop {
                 .rejected_connections
                 .fetch_add(1, Ordering::Relaxed);
             let mut stream = stream;
-            let _ = stream.write(MAX_CLIENTS.as_bytes());
+            if !tls {
+                let _ = stream.write(MAX_CLIENTS.as_bytes());
+            }
             return;
         }
         let _ = stream.set_nodelay(true);
+        let session = match (&self.tls_listener, tls) {
+            (Some((_, config)), true) => match Session::new(config) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("cannot start a TLS session: {e}");
+                    return;
+                }
+            },
+            _ => None,
+        };
         let target = self.next_thread % worker.mailboxes.len();
         self.next_thread = self.next_thread.wrapping_add(1);
         let stream = std::net::TcpStream::from(stream);
         if target == worker.id {
-            self.register(stream, None);
+            self.register(stream, session, None);
         } else {
             shared.counters.handing_over.fetch_add(1, Ordering::AcqRel);
-            if !worker.mailboxes[target].send(Msg::Conn(stream)) {
+            if !worker.mailboxes[target].send(Msg::Conn(stream, session)) {
                 shared.counters.handing_over.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 
-    /// Registers a connection and starts serving it on this thread; `link`
-    /// (the bytes read past the PSYNC answer, and whether a full sync's
-    /// payload follows) makes it the replication link's connection.
-    fn register(&mut self, stream: std::net::TcpStream, link: Option<(bytes::BytesMut, bool)>) {
+    /// Registers a connection (with its TLS session, if any) and starts
+    /// serving it on this thread; `link` (the bytes read past the PSYNC
+    /// answer, and whether a full sync's payload follows) makes it the
+    /// replication link's connection.
+    fn register(
+        &mut self,
+        stream: std::net::TcpStream,
+        tls: Option<Session>,
+        link: Option<(bytes::BytesMut, bool)>,
+    ) {
         let worker = self.turn.worker().clone();
         if let Err(e) = stream.set_nonblocking(true) {
             tracing::warn!("cannot register socket: {e}");
@@ -741,7 +870,7 @@ impl Loop {
             worker.shared.repl.link_up(state.handle.id);
             leftover = Some(bytes);
         }
-        let socket = Socket::new(stream);
+        let socket = Socket::new(stream, tls);
         let fd = socket.fd;
         let key = self.turn.insert(socket, state);
         if let (Some(bytes), Some(c)) = (leftover, self.turn.get_mut(key)) {
@@ -767,6 +896,12 @@ impl Loop {
             self.close(k);
         }
     }
+}
+
+/// Whether connection `c` has output to write: replies not yet taken, or
+/// TLS ciphertext the socket did not take.
+fn owes_output(c: &mut crate::turn::Conn<Socket>) -> bool {
+    !c.out.is_empty() || c.io().is_some_and(|io| io.pending())
 }
 
 /// Reads what the socket has (up to the scratch buffer's size) and

@@ -85,14 +85,21 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     let users = commands::acl::load_file_at_start(&config)?;
     let threads = config.threads().max(1);
     config.net.maxclients = fit_open_files(config.net.maxclients);
-    let listener = bind(&config)?;
-    let local_addr = listener.local_addr()?;
+    let listeners = listeners(&config)?;
+    let local_addr = match (&listeners.plain, &listeners.tls) {
+        (Some(l), _) | (None, Some((l, _))) => l.local_addr()?,
+        (None, None) => unreachable!("listeners() binds at least one port"),
+    };
     warn_if_exposed(&config, &local_addr);
     let (polls, bells) = polls(threads)?;
     // A topology file that cannot be read or parsed refuses the start.
     cluster_state(&config, local_addr)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let shared = new_shared(&config, clock, local_addr, bells);
+    if listeners.plain.is_none() {
+        // TLS only: CONFIG GET port answers 0, as Redis's.
+        shared.config.write().net.port = 0;
+    }
     if let Some(users) = users {
         *shared.acl.write() = users;
     }
@@ -107,18 +114,21 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
     // Clients that connect get -LOADING until the data is loaded and the
     // append-only log runs (set before the listener's thread starts).
     shared.repl.set_loading(true);
-    let mut listener = Some(listener);
+    let mut listeners = Some(listeners);
     let mut handles = Vec::new();
     for ((id, rx), poll) in receivers.into_iter().enumerate().zip(polls) {
         let shared = shared.clone();
         let mailboxes = mailboxes.clone();
-        let listener = if id == 0 { listener.take() } else { None };
+        let listeners = match id {
+            0 => listeners.take().unwrap_or_default(),
+            _ => net::Listeners::default(),
+        };
         let handle = std::thread::Builder::new()
             .name(format!("leasehold-shard-{id}"))
             .spawn(move || {
                 let worker = new_worker(id, shared.clone(), mailboxes, Some(rx.clone()));
                 let mut timer = expiry_timer();
-                if let Err(e) = net::run(worker, poll, rx, listener, &mut timer) {
+                if let Err(e) = net::run(worker, poll, rx, listeners, &mut timer) {
                     tracing::error!("thread {id}'s event loop failed: {e}; shutting down");
                     shared.begin_shutdown();
                 }
@@ -557,11 +567,42 @@ fn warn_if_exposed(config: &Config, addr: &SocketAddr) {
     }
 }
 
-fn bind(config: &Config) -> std::io::Result<std::net::TcpListener> {
+/// The plain listener on `port` and, with a `tls-port`, the TLS listener
+/// and its configuration; with `port 0` and a `tls-port`, only TLS (as
+/// Redis). A TLS replica (`tls-replication yes`) needs the client side of
+/// the same files, checked here too.
+///
+/// # Errors
+/// [`std::io::ErrorKind::InvalidInput`] for a TLS setting or file at fault
+/// (the message names it); the bind error otherwise.
+fn listeners(config: &Config) -> std::io::Result<net::Listeners> {
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    let t = &config.tls;
+    if t.replication {
+        crate::tls::client_config(t).map_err(invalid)?;
+    }
+    let tls = match t.port {
+        0 => None,
+        port => {
+            let tls = crate::tls::server_config(t).map_err(invalid)?;
+            let l = bind(config, port).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot listen on tls-port {port}: {e}"))
+            })?;
+            Some((l, tls))
+        }
+    };
+    let plain = match (config.net.port, &tls) {
+        (0, Some(_)) => None,
+        (port, _) => Some(bind(config, port)?),
+    };
+    Ok(net::Listeners { plain, tls })
+}
+
+fn bind(config: &Config, port: u16) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
-    let addr: SocketAddr = format!("{}:{}", config.net.bind, config.net.port)
+    let addr: SocketAddr = format!("{}:{}", config.net.bind, port)
         .parse()
-        .or_else(|_| format!("[{}]:{}", config.net.bind, config.net.port).parse())
+        .or_else(|_| format!("[{}]:{}", config.net.bind, port).parse())
         .map_err(|e| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -137,8 +137,9 @@ pub struct LinkStart {
 /// A message to a thread's mailbox.
 #[derive(Debug)]
 pub enum Msg {
-    /// A newly accepted connection for this thread to serve.
-    Conn(std::net::TcpStream),
+    /// A newly accepted connection for this thread to serve, with its TLS
+    /// session when it came to the TLS port.
+    Conn(std::net::TcpStream, Option<crate::tls::Session>),
     /// The replication link's connection, for this thread to serve.
     Link(LinkStart),
     /// A full sync cuts this shard (see [`Cut`]).

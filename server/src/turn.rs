@@ -104,8 +104,8 @@ impl Transport for () {
 /// A connection handed to a thread, for the caller to register.
 #[derive(Debug)]
 pub enum Incoming {
-    /// A client's connection.
-    Client(std::net::TcpStream),
+    /// A client's connection (and its TLS session, on the TLS port).
+    Client(std::net::TcpStream, Option<crate::tls::Session>),
     /// The replication link's connection to this node's primary.
     Link(LinkStart),
 }
@@ -296,7 +296,7 @@ impl<T: Transport> Turn<T> {
         let msg = self.locks.defer(msg)?;
         match msg {
             Msg::Tx(m) => self.deliver_tx(m),
-            Msg::Conn(stream) => return Some(Incoming::Client(stream)),
+            Msg::Conn(stream, tls) => return Some(Incoming::Client(stream, tls)),
             Msg::Link(start) => return Some(Incoming::Link(start)),
             Msg::Cut(cut) => self.worker.shard.borrow_mut().cut(cut),
             Msg::Release => {

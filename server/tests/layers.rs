@@ -4,7 +4,7 @@
 //! excluded) and fails on an import that goes up or closes a circle.
 //!
 //! The ladder, from the bottom (also drawn in `docs/ARCHITECTURE.md`):
-//! `{clock, slot, cluster, error, config, glob}` -> `{ratelimit, script}` -> `{state, store,
+//! `{clock, slot, cluster, error, config, glob, tls}` -> `{ratelimit, script}` -> `{state, store,
 //! effects, pubsub}` -> `shard` -> `{commands, session}` -> `dispatch` -> `turn` ->
 //! `net` -> `runtime` -> `harness`.
 
@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
         "config",
         "glob",
         "latency",
+        "tls",
         "replication",
         "persist",
         "persist::format",

@@ -173,6 +173,12 @@ mod tests {
             "cluster-announce-port",
             "cluster-node-id",
             "cluster-sentinels",
+            "tls-port",
+            "tls-cert-file",
+            "tls-key-file",
+            "tls-ca-cert-file",
+            "tls-auth-clients",
+            "tls-replication",
         ];
         assert_eq!(longs, BTreeSet::from(want));
     }

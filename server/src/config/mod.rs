@@ -42,7 +42,8 @@ pub const DEFAULT_REPL_BACKLOG_BYTES: usize = 1024 * 1024;
 pub struct NetConfig {
     /// Address to listen on.
     pub bind: String,
-    /// TCP port; 0 picks a free one (tests).
+    /// TCP port; 0 picks a free one (tests), or, with a `tls-port`, means
+    /// no plain port (TLS only, as Redis).
     pub port: u16,
     /// Listen backlog.
     pub tcp_backlog: i32,
@@ -508,6 +509,50 @@ pub fn split_list(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `[tls]`: TLS on a second port, with Redis 7's settings
+/// (`tls-port`, `tls-cert-file`, ...; see Redis's `TLS.md`). Read at the
+/// start only.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// `tls-port`: the port serving RESP over TLS on the `bind` address; 0
+    /// (the default): no TLS. With `port 0` and a TLS port, TLS only (as
+    /// Redis).
+    pub port: u16,
+    /// `tls-cert-file`: the server's certificate chain, PEM.
+    pub cert_file: String,
+    /// `tls-key-file`: the server's private key, PEM (PKCS#8, PKCS#1 or
+    /// SEC1).
+    pub key_file: String,
+    /// `tls-ca-cert-file`: CA certificates, PEM, that client certificates
+    /// are checked against (and a replica checks its primary's against);
+    /// empty: clients are not asked for one.
+    pub ca_cert_file: String,
+    /// `tls-auth-clients`: `yes` (a client must show a certificate the CA
+    /// signed), `optional` (one shown is checked; none is fine) or `no`.
+    /// Redis's default `yes`.
+    pub auth_clients: String,
+    /// `tls-replication`: a replica connects to its primary with TLS (and
+    /// the primary's TLS port serves replicas as any client).
+    pub replication: bool,
+}
+
+/// The words `tls-auth-clients` takes, as Redis.
+pub const TLS_AUTH_CLIENTS: &[&str] = &["yes", "no", "optional"];
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            port: 0,
+            cert_file: String::new(),
+            key_file: String::new(),
+            ca_cert_file: String::new(),
+            auth_clients: "yes".into(),
+            replication: false,
+        }
+    }
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -548,6 +593,8 @@ pub struct Config {
     pub collections: CollectionsConfig,
     /// `[cluster]`
     pub cluster: ClusterConfig,
+    /// `[tls]`
+    pub tls: TlsConfig,
     /// `[log]`
     pub log: LogConfig,
     /// The file the configuration was read from, as an absolute path (INFO

@@ -210,7 +210,7 @@ const OUTPUT_LIMITS: Field = Field {
 #[rustfmt::skip]
 pub static PARAMS: &[Param] = &[
     row("bind", ("net", "bind"), Kind::Text, field!(net.bind), Immutable, true, "Address to listen on"),
-    row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one"),
+    row("port", ("net", "port"), Kind::Int(range!(0, 65535)), field!(net.port), Immutable, true, "TCP port; 0 picks a free one (with a tls-port: none, TLS only)"),
     row("tcp-backlog", ("net", "tcp_backlog"), Kind::Int(range!(0, 2147483647)), field!(net.tcp_backlog), Immutable, false, "Listen backlog"),
     row("metrics-port", ("net", "metrics_port"), Kind::Int(range!(0, 65535)), field!(net.metrics_port), Immutable, true, "Port serving Prometheus metrics on GET /metrics (0: none)"),
     row("maxclients", ("net", "maxclients"), Kind::Int(range!(1, 4294967295)), field!(net.maxclients), Runtime, true, "Most simultaneous clients"),
@@ -268,6 +268,12 @@ pub static PARAMS: &[Param] = &[
     row("cluster-announce-port", ("cluster", "announce_port"), Kind::Int(range!(0, 65535)), field!(cluster.announce_port), Immutable, true, "Port of this node in the cluster topology (0: the bound port)"),
     row("cluster-sentinels", ("cluster", "sentinels"), Kind::Text, field!(cluster.sentinels), Immutable, true, "Sentinels (host:port, comma-separated) asked for each group's current primary"),
     row("cluster-node-id", ("cluster", "node_id"), Kind::Text, field!(cluster.node_id), Immutable, true, "Id of this node in the cluster topology, 40 hex characters (empty: found by address)"),
+    row("tls-port", ("tls", "port"), Kind::Int(range!(0, 65535)), field!(tls.port), Immutable, true, "Port serving RESP over TLS on the bind address (0: no TLS; with --port 0, TLS only)"),
+    row("tls-cert-file", ("tls", "cert_file"), Kind::Text, field!(tls.cert_file), Immutable, true, "Server certificate chain, PEM"),
+    row("tls-key-file", ("tls", "key_file"), Kind::Text, field!(tls.key_file), Immutable, true, "Server private key, PEM"),
+    row("tls-ca-cert-file", ("tls", "ca_cert_file"), Kind::Text, field!(tls.ca_cert_file), Immutable, true, "CA certificates, PEM, client certificates (and a TLS primary's) are checked against"),
+    row("tls-auth-clients", ("tls", "auth_clients"), Kind::OneOf(super::TLS_AUTH_CLIENTS), field!(tls.auth_clients), Immutable, true, "Client certificates: yes (required), optional (checked when shown) or no"),
+    row("tls-replication", ("tls", "replication"), Kind::Bool, field!(tls.replication), Immutable, true, "A replica connects to its primary's TLS port with TLS"),
     row("loglevel", ("log", "level"), Kind::LogLevel, field!(log.level), Runtime, true, "Log filter (error, warn, info, debug, trace, Redis's names, or tracing directives)"),
 ];
 
@@ -719,6 +725,35 @@ mod tests {
             .collect();
         assert_eq!(names, ["maxclients", "maxmemory", "maxmemory-policy"]);
         assert_eq!(c.matching(|n| n == "hz"), [("hz", "10".to_string())]);
+    }
+
+    #[test]
+    fn the_tls_settings_are_shown_and_fixed_at_start() {
+        let mut c = Config::default();
+        let tls: Vec<_> = c.matching(|n| n.starts_with("tls-"));
+        let want = [
+            ("tls-port", "0"),
+            ("tls-cert-file", ""),
+            ("tls-key-file", ""),
+            ("tls-ca-cert-file", ""),
+            ("tls-auth-clients", "yes"),
+            ("tls-replication", "no"),
+        ];
+        let want: Vec<_> = want.iter().map(|(n, v)| (*n, v.to_string())).collect();
+        assert_eq!(tls, want);
+        for (name, value) in [("tls-port", "7000"), ("tls-auth-clients", "no")] {
+            assert_eq!(c.set(name, value), Err(SetError::Immutable), "{name}");
+        }
+        assert_eq!(
+            row("tls-auth-clients").kind.parse("OPTIONAL"),
+            Ok(Value::Text("optional".into()))
+        );
+        assert!(row("tls-auth-clients").kind.parse("maybe").is_err());
+        c.tls.auth_clients = "sometimes".into();
+        assert_eq!(
+            c.validate(),
+            Err("invalid auth_clients: must be one of yes, no, optional".into())
+        );
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! version 1); `PSYNC <replid> <offset + 1>` (or `PSYNC ? -1` with nothing
 //! applied yet), answered `+FULLRESYNC <replid> <offset>` or `+CONTINUE
 //! [<replid>]`.
+//!
+//! With `tls-replication yes` the connection is TLS (the primary's
+//! certificate checked against `tls-ca-cert-file`, this server's
+//! `tls-cert-file` shown as the client's), the handshake runs over it, and
+//! the event loop then gets the plain end of a [`crate::tls::relay`].
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -181,7 +186,7 @@ fn io_error(why: String) -> std::io::Error {
 
 /// Reads one `\r\n`-terminated line into a string, keeping what follows in
 /// `buf`. Lone `\n` keepalives before it are skipped.
-fn read_line(s: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<String> {
+fn read_line(s: &mut impl Read, buf: &mut BytesMut) -> std::io::Result<String> {
     let mut chunk = [0u8; 4096];
     loop {
         while buf.first() == Some(&b'\n') {
@@ -199,7 +204,11 @@ fn read_line(s: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<String> {
     }
 }
 
-fn command(s: &mut TcpStream, buf: &mut BytesMut, args: &[&str]) -> std::io::Result<String> {
+fn command(
+    s: &mut (impl Read + Write),
+    buf: &mut BytesMut,
+    args: &[&str],
+) -> std::io::Result<String> {
     let mut out = BytesMut::new();
     encode_request(args, &mut out);
     s.write_all(&out)?;
@@ -211,13 +220,36 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io_error(format!("{} does not resolve", t.host)))?;
-    let mut s = TcpStream::connect_timeout(&addr, STEP_TIMEOUT)?;
+    let s = TcpStream::connect_timeout(&addr, STEP_TIMEOUT)?;
     s.set_read_timeout(Some(STEP_TIMEOUT))?;
     s.set_write_timeout(Some(STEP_TIMEOUT))?;
     let _ = s.set_nodelay(true);
+    let tls = shared.config.read().tls.clone();
     let mut buf = BytesMut::new();
+    if !tls.replication {
+        let mut s = s;
+        let answer = steps(shared, &mut s, &mut buf)?;
+        s.set_read_timeout(None)?;
+        s.set_write_timeout(Some(repl_timeout(shared)))?;
+        return Ok((s, buf, answer));
+    }
+    let config = crate::tls::client_config(&tls).map_err(io_error)?;
+    let mut s = crate::tls::BlockingStream::connect(&config, &t.host, s)?;
+    let answer = steps(shared, &mut s, &mut buf)?;
+    let s = crate::tls::relay(s, repl_timeout(shared))?;
+    s.set_write_timeout(Some(repl_timeout(shared)))?;
+    Ok((s, buf, answer))
+}
+
+/// The handshake's steps over `s`, up to PSYNC's answer; what was read past
+/// it stays in `buf`.
+fn steps<S: Read + Write>(
+    shared: &Shared,
+    s: &mut S,
+    buf: &mut BytesMut,
+) -> std::io::Result<Answer> {
     // Any answer to PING (even -NOAUTH) shows a live server.
-    command(&mut s, &mut buf, &["PING"])?;
+    command(s, buf, &["PING"])?;
     let (auth, user, ip, port) = {
         let c = shared.config.read();
         let r = &c.replication;
@@ -238,25 +270,25 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
     };
     if !auth.is_empty() {
         let line = match user.is_empty() {
-            true => command(&mut s, &mut buf, &["AUTH", &auth])?,
-            false => command(&mut s, &mut buf, &["AUTH", &user, &auth])?,
+            true => command(s, buf, &["AUTH", &auth])?,
+            false => command(s, buf, &["AUTH", &user, &auth])?,
         };
         ok(line, "AUTH")?;
     }
     ok(
-        command(&mut s, &mut buf, &["REPLCONF", "listening-port", &port])?,
+        command(s, buf, &["REPLCONF", "listening-port", &port])?,
         "REPLCONF listening-port",
     )?;
     if !ip.is_empty() {
         ok(
-            command(&mut s, &mut buf, &["REPLCONF", "ip-address", &ip])?,
+            command(s, buf, &["REPLCONF", "ip-address", &ip])?,
             "REPLCONF ip-address",
         )?;
     }
     ok(
         command(
-            &mut s,
-            &mut buf,
+            s,
+            buf,
             &["REPLCONF", "capa", "eof", "capa", "psync2", "capa", "lh1"],
         )?,
         "REPLCONF capa",
@@ -269,7 +301,7 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
         0 => ["PSYNC", "?", "-1"],
         _ => ["PSYNC", ids.replid.as_str(), next.as_str()],
     };
-    let line = command(&mut s, &mut buf, &psync)?;
+    let line = command(s, buf, &psync)?;
     let mut words = line.split(' ');
     let answer = match words.next() {
         Some("+FULLRESYNC") => {
@@ -283,7 +315,5 @@ fn handshake(shared: &Shared, t: &Target) -> std::io::Result<(TcpStream, BytesMu
         Some("+CONTINUE") => Answer::Continue(words.next().map(str::to_string)),
         _ => return Err(io_error(format!("PSYNC answered {line}"))),
     };
-    s.set_read_timeout(None)?;
-    s.set_write_timeout(Some(repl_timeout(shared)))?;
-    Ok((s, buf, answer))
+    Ok(answer)
 }
