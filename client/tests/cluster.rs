@@ -107,24 +107,6 @@ fn key_in(prefix: &str, (first, last): (u16, u16)) -> String {
 }
 
 #[test]
-fn the_client_hashes_keys_as_the_server_does() {
-    for n in 0..20_000u32 {
-        for key in [
-            format!("user:{n}"),
-            format!("{{tag{n}}}:x"),
-            format!("a{{}}{n}"),
-            format!("x{{{n}"),
-        ] {
-            assert_eq!(
-                key_slot(key.as_bytes()),
-                leasehold_server::slot::key_slot(key.as_bytes()),
-                "{key}"
-            );
-        }
-    }
-}
-
-#[test]
 fn the_client_routes_every_command_by_the_servers_first_key() {
     use leasehold_server::commands::{flags, table};
     let mut checked = 0;

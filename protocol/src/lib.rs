@@ -12,6 +12,8 @@
 //! - [`reply`]: the reply tree and its RESP2/RESP3 encoding.
 //! - [`decode_reply`](mod@decode_reply): reading replies (client side)
 //!   through the `redis-protocol` crate.
+//! - [`slot`]: keys to Redis Cluster hash slots (CRC16 and hash tags), which
+//!   the server's shards and the cluster client both route by.
 //!
 //! # Examples
 //! ```
@@ -32,6 +34,7 @@ pub mod inline;
 pub mod int;
 pub mod reply;
 pub mod request;
+pub mod slot;
 
 pub use args::{ArgError, Args};
 pub use decode_reply::{decode_reply, ReplyDecodeError};

@@ -1,54 +1,12 @@
 //! Keys to hash slots to shards.
 //!
-//! slot = CRC16-XMODEM(key, or the part inside the first non-empty `{...}`) mod
-//! 16384, exactly as Redis Cluster computes it (cluster spec, "Keys distribution
-//! model"). Each shard owns one contiguous range of slots, so keys that share a
-//! hash tag always live on one shard, and cluster mode can later hand slot
-//! ranges to nodes with the same function.
+//! The slot of a key is the codec crate's [`key_slot`] (CRC16-XMODEM of the
+//! key or its hash tag, mod 16384, as Redis Cluster computes it). Each
+//! shard owns one contiguous range of slots, so keys that share a hash tag
+//! always live on one shard, and cluster mode hands slot ranges to nodes
+//! with the same function.
 
-/// Number of hash slots, as in Redis Cluster.
-pub const SLOTS: usize = 16384;
-
-/// CRC16-XMODEM (polynomial 0x1021, initial value 0), table driven.
-pub fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc = (crc << 8) ^ CRC16_TABLE[(((crc >> 8) as u8) ^ b) as usize];
-    }
-    crc
-}
-
-const CRC16_TABLE: [u16; 256] = {
-    let mut table = [0u16; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut crc = (i as u16) << 8;
-        let mut j = 0;
-        while j < 8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-            j += 1;
-        }
-        table[i] = crc;
-        i += 1;
-    }
-    table
-};
-
-/// The hash slot of `key`, honouring `{hash tags}`.
-pub fn key_slot(key: &[u8]) -> u16 {
-    let hashed = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    };
-    crc16(hashed) & (SLOTS as u16 - 1)
-}
+pub use leasehold_protocol::slot::{crc16, key_slot, SLOTS};
 
 /// The shard that owns `slot` when the keyspace is split into `shards` ranges.
 pub fn slot_shard(slot: u16, shards: usize) -> usize {
@@ -63,21 +21,6 @@ pub fn shard_first_slot(shard: usize, shards: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn matches_redis_cluster_reference_values() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"bar"), 5061);
-        assert_eq!(
-            key_slot(b"{user1000}.following"),
-            key_slot(b"{user1000}.followers")
-        );
-        // An empty tag ("{}") is no tag: the whole key is hashed.
-        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") & 16383);
-        assert_eq!(key_slot(b"{}x"), crc16(b"{}x") & 16383);
-    }
 
     #[test]
     fn shard_ranges_cover_all_slots() {
