@@ -117,7 +117,8 @@ pub struct Policy {
     pub name: String,
     /// Requests per `unit` (the quota).
     pub requests_per_unit: u64,
-    /// The quota's window (from YAML: a second, minute, hour or day).
+    /// The quota's window (from YAML: a second, minute, hour, day, week,
+    /// month of 30 days or year of 365 days).
     pub unit: Duration,
     /// Bucket capacity (tokens); defaults to `requests_per_unit`.
     pub burst: u64,
@@ -262,6 +263,9 @@ fn unit(path: &str, text: &str) -> Result<Duration, PolicyError> {
         "hour" => 3600,
         "day" => 86_400,
         "week" => 7 * 86_400,
+        // As the rate limit service's MONTH and YEAR are counted.
+        "month" => 30 * 86_400,
+        "year" => 365 * 86_400,
         _ => return Err(err(path, format!("unknown unit {text:?}"))),
     };
     Ok(Duration::from_secs(secs))
@@ -632,6 +636,14 @@ descriptors:
 
     fn load_err(text: &str) -> String {
         PolicySet::from_yaml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn weeks_months_and_years_are_7_30_and_365_days() {
+        let yaml = "domain: d\ndescriptors:\n  - key: w\n    rate_limit: {unit: week, requests_per_unit: 1}\n  - key: m\n    rate_limit: {unit: MONTH, requests_per_unit: 1}\n  - key: y\n    rate_limit: {unit: year, requests_per_unit: 1}\n";
+        let set = PolicySet::from_yaml(yaml).unwrap();
+        let days = |k: &str| set.get(set.find(&[(k, "x")]).unwrap()).unit.as_secs() / 86_400;
+        assert_eq!((days("w"), days("m"), days("y")), (7, 30, 365));
     }
 
     #[test]

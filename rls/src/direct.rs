@@ -130,7 +130,15 @@ pub async fn decide(client: &Client, asks: &[Ask<'_>]) -> Answer {
         };
         args.push(Bytes::from_static(cmd.as_bytes()));
         args.extend(params.map(num));
-        args.push(num(a.hits));
+        // More hits than the limit's whole capacity never pass, whatever
+        // the state: they travel as capacity + 1, which stays an exact
+        // integer in the script's Lua numbers (doubles) where 2^63 would
+        // not, and which the command refuses as a number out of range.
+        let capacity = match a.algorithm {
+            Algorithm::SlidingWindow => p.requests_per_unit,
+            _ => p.burst,
+        };
+        args.push(num(a.hits.min(capacity.saturating_add(1))));
         args.push(Bytes::from_static(if a.enforce { b"1" } else { b"0" }));
     }
     let deadline = client.config().call_deadline;

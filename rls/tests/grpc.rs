@@ -933,3 +933,64 @@ async fn sliding_windows_and_gcras_are_all_or_nothing_with_the_other_descriptors
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_beyond_any_capacity_are_denied_by_sliding_windows_and_gcras() {
+    with_rls(ALGORITHMS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        // 2^63 - 512 and up round to 2^63 in Lua's doubles, which no ledger
+        // command takes as an integer: such hits must still be denied, not
+        // failed open as if the ledger were down.
+        for hits in [u64::MAX, 1 << 63, (1 << 63) - 1, 1 << 40] {
+            for (k, v) in [("g", "huge"), ("slow", "huge")] {
+                let r = ask(
+                    &mut c,
+                    request("edge", vec![desc_hits(&[(k, v)], hits, false)]),
+                )
+                .await
+                .unwrap();
+                assert_eq!(overall(&r), Code::OverLimit, "{k} with {hits} hits");
+            }
+        }
+        // Nothing was charged: one ordinary hit on each is admitted as the first.
+        let r = ask(
+            &mut c,
+            request(
+                "edge",
+                vec![desc(&[("g", "huge")]), desc(&[("slow", "huge")])],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 1), (Code::Ok, 4)]);
+        assert_eq!(
+            rlstate(ledger, "edge:slow@sliding_window:slow=huge")["current"],
+            "1"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_given_back_after_a_denial_can_be_spent_again() {
+    with_rls(LIMITS, |rls, ledger| async move {
+        let mut c = rls.client().await;
+        let pay =
+            |hits, negative| request("edge", vec![desc_hits(&[("path", "/pay")], hits, negative)]);
+        // The burst of 2 spent, then denied: the key is blocked locally.
+        for want in [(Code::Ok, 1), (Code::Ok, 0), (Code::OverLimit, 0)] {
+            assert_eq!(codes(&ask(&mut c, pay(1, false)).await.unwrap()), [want]);
+        }
+        let r = ask(&mut c, pay(2, true)).await.unwrap();
+        assert_eq!(codes(&r), [(Code::Ok, 2)]);
+        assert_eq!(
+            ledger_balance(ledger, "edge:path:path=/pay", 2, 2, 3_600_000),
+            2
+        );
+        // The two given back are admitted at once, then the third is denied.
+        for want in [(Code::Ok, 1), (Code::Ok, 0), (Code::OverLimit, 0)] {
+            assert_eq!(codes(&ask(&mut c, pay(1, false)).await.unwrap()), [want]);
+        }
+    })
+    .await;
+}

@@ -47,6 +47,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             std::io::ErrorKind::InvalidData => format!("cannot load the data: {e}"),
             // A setting at fault (a TLS file, a topology): its message.
             std::io::ErrorKind::InvalidInput => e.to_string(),
+            // The TLS listener's bind error names its own address.
+            _ if e.to_string().starts_with("cannot listen on") => e.to_string(),
             _ => format!("cannot listen on {addr}: {e}"),
         }
     })?;

@@ -175,7 +175,15 @@ pub fn start(mut config: Config, clock: Arc<dyn Clock>) -> std::io::Result<Serve
         // time and end once the server stops.
         drop(crate::cluster::spawn_sentinel_watch(c.clone(), stop)?);
     }
-    tracing::info!(%local_addr, threads, "Leasehold ready to accept connections");
+    match config.tls.port {
+        0 => tracing::info!(%local_addr, threads, "Leasehold ready to accept connections"),
+        tls_port => tracing::info!(
+            %local_addr,
+            tls_port,
+            threads,
+            "Leasehold ready to accept connections"
+        ),
+    }
     Ok(ServerHandle {
         addr: local_addr,
         shared,
@@ -586,7 +594,13 @@ fn listeners(config: &Config) -> std::io::Result<net::Listeners> {
         port => {
             let tls = crate::tls::server_config(t).map_err(invalid)?;
             let l = bind(config, port).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot listen on tls-port {port}: {e}"))
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot listen on {}:{port} (tls-port): {e}",
+                        config.net.bind
+                    ),
+                )
             })?;
             Some((l, tls))
         }

@@ -34,7 +34,9 @@ impl LeaseManager {
     /// `TOKENRETURN` of `tokens` to the ledger's bucket for `key` under
     /// policy `id` (the ledger caps the balance at the policy's burst);
     /// returns the ledger's whole tokens afterwards. One ledger call, under
-    /// the lease deadline; the local count is not touched.
+    /// the lease deadline; the local count is not touched, but a local
+    /// block of the key (set when the ledger had none) is lifted when the
+    /// ledger has tokens after the return, so they can be leased again.
     ///
     /// # Errors
     /// As [`Client::token_return`](crate::Client::token_return): transport
@@ -47,10 +49,15 @@ impl LeaseManager {
     ) -> Result<u64, Error> {
         let state = &self.inner.policies[id.0];
         self.inner.ledger.returns.increment(1);
-        self.inner
+        let left = self
+            .inner
             .client
             .token_return(&self.ledger_key(id, key), state.policy.bucket(), tokens)
-            .await
+            .await?;
+        if left > 0 {
+            self.with_bucket(state, key, |b| b.cold().unblock());
+        }
+        Ok(left)
     }
 
     /// `TOKENLEASE` of exactly `tokens` (all or nothing) from the ledger's

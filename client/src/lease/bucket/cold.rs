@@ -165,6 +165,11 @@ impl KeyCold {
         self.blocked_until_us.store(until_us.max(1), Release);
     }
 
+    /// Lifts a block (the ledger has tokens again: some were returned).
+    pub(crate) fn unblock(&self) {
+        self.blocked_until_us.store(0, Release);
+    }
+
     /// When the ledger's deficit in the hot record was read (us; the key's
     /// creation before any lease).
     pub(crate) fn ledger_at_us(&self) -> u64 {
