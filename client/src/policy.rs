@@ -172,6 +172,9 @@ pub struct PolicySet {
     replaces: Vec<Vec<String>>,
     /// Per policy, how its limit is counted (`algorithm`).
     algorithms: Vec<Algorithm>,
+    /// The `policy` label every policy of the set reports its metrics
+    /// under (None: each its own name).
+    metrics_label: Option<String>,
     tree: Vec<Node>,
 }
 
@@ -289,6 +292,7 @@ impl PolicySet {
             policies: Vec::new(),
             replaces: Vec::new(),
             algorithms: Vec::new(),
+            metrics_label: None,
             tree: Vec::new(),
         };
         set.tree = set.load_level(&raw.descriptors, "descriptors", "")?;
@@ -558,9 +562,26 @@ impl PolicySet {
             domain: domain.to_owned(),
             replaces: vec![Vec::new(); policies.len()],
             algorithms: vec![Algorithm::TokenBucket; policies.len()],
+            metrics_label: None,
             policies,
             tree,
         }
+    }
+
+    /// The set with every policy reporting its metrics (the `policy` label
+    /// of `rate_limit_decisions_total` and `rate_limit_bypassed_total`)
+    /// under `label` instead of its own name: for policies made on the fly,
+    /// whose names would otherwise add series without bound.
+    pub fn with_metrics_label(mut self, label: &str) -> PolicySet {
+        self.metrics_label = Some(label.to_owned());
+        self
+    }
+
+    /// The `policy` label policy `id` reports its metrics under.
+    pub fn metrics_label(&self, id: PolicyId) -> &str {
+        self.metrics_label
+            .as_deref()
+            .unwrap_or(&self.policies[id.0].name)
     }
 }
 

@@ -112,7 +112,9 @@ impl AdHoc {
         }
         let manager = LeaseManager::new(
             self.ledger.client.clone(),
-            &PolicySet::from_policies(domain, vec![policy]),
+            // One `policy="override"` set of series for every override, so
+            // that overrides coming and going add none.
+            &PolicySet::from_policies(domain, vec![policy]).with_metrics_label("override"),
             self.ledger.lease.clone(),
             self.ledger.clock.clone(),
         );

@@ -192,7 +192,7 @@ impl LeaseManager {
                     refill_ns: unit_ns as f64 / p.requests_per_unit as f64,
                     prefix: prefix.freeze(),
                     map: KeyMap::new(),
-                    metrics: PolicyMetrics::new(&p.name),
+                    metrics: PolicyMetrics::new(policies.metrics_label(PolicyId(i))),
                     policy: p.clone(),
                 }
             })
