@@ -55,7 +55,9 @@ impl LeaseManager {
             .token_return(&self.ledger_key(id, key), state.policy.bucket(), tokens)
             .await?;
         if left > 0 {
-            self.with_bucket(state, key, |b| b.cold().unblock());
+            // A key this manager does not hold has no block to lift.
+            let hash = state.map.hash(key);
+            let _ = state.map.try_with(hash, key, |b| b.cold().unblock());
         }
         Ok(left)
     }
