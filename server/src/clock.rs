@@ -39,6 +39,20 @@ pub fn mono_of(now: Now, unix: u64) -> u64 {
     (now.mono_ms as i128 + unix as i128 - now.unix_ms as i128).clamp(0, u64::MAX as i128) as u64
 }
 
+/// A signed monotonic instant (a GCRA bucket's empty instant, which may be
+/// before the origin) as Unix ms under `now`, unclamped: it may be before
+/// 1970 as well.
+pub fn unix_signed(now: Now, mono: i64) -> i64 {
+    let unix = now.unix_ms as i128 + mono as i128 - now.mono_ms as i128;
+    unix.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// The inverse of [`unix_signed`].
+pub fn mono_signed(now: Now, unix: i64) -> i64 {
+    let mono = now.mono_ms as i128 + unix as i128 - now.unix_ms as i128;
+    mono.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
 /// What [`SystemClock`]'s monotonic reading starts at, ms: 2^32.
 pub const MONO_BASE_MS: u64 = 1 << 32;
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use leasehold_protocol::encode_request;
 
-use crate::clock::{unix_of, Now};
+use crate::clock::{unix_of, unix_signed, Now};
 use crate::ratelimit::RateState;
 use crate::replication::role::Replication;
 
@@ -392,21 +392,38 @@ impl Effect<'_> {
     }
 }
 
-/// The kind and fields of `LH.RESTORE` for a state, with Unix-ms instants
-/// (unused trailing fields are 0; `len` says how many count).
-fn restore_fields(now: Now, state: &RateState) -> (&'static [u8], [u64; 4], usize) {
-    match state {
+/// The kind and four fields of `LH.RESTORE` for a state, with Unix-ms
+/// instants (a GCRA state's empty instant may be before 1970: signed).
+fn restore_fields(now: Now, state: &RateState) -> (&'static [u8], [i128; 4]) {
+    let unix = |mono: u64| unix_of(now, mono) as i128;
+    match *state {
         RateState::TokenBucket(b) => (
             b"TOKENBUCKET",
-            [b.tokens, b.frac, b.period_ms, unix_of(now, b.refilled_at)],
-            4,
+            [
+                b.tokens as i128,
+                b.frac as i128,
+                b.period_ms as i128,
+                unix(b.refilled_at),
+            ],
         ),
         RateState::SlidingWindow(w) => (
             b"SLIDINGWINDOW",
-            [w.window_ms, unix_of(now, w.start), w.previous, w.current],
-            4,
+            [
+                w.window_ms as i128,
+                unix(w.start),
+                w.previous as i128,
+                w.current as i128,
+            ],
         ),
-        RateState::Gcra(t) => (b"GCRA", [unix_of(now, t.ms), t.frac, t.units_per_ms, 0], 3),
+        RateState::Gcra(t) => (
+            b"GCRA",
+            [
+                unix_signed(now, t.empty_ms) as i128,
+                t.frac as i128,
+                t.units_per_ms as i128,
+                unix(t.full_ms),
+            ],
+        ),
     }
 }
 
@@ -419,17 +436,17 @@ fn encode_restore(
     now: Now,
     out: &mut bytes::BytesMut,
 ) {
-    let (kind, fields, len) = restore_fields(now, state);
+    let (kind, fields) = restore_fields(now, state);
     let mut bufs = [(); 5].map(|_| itoa::Buffer::new());
     let (last, nums) = bufs.split_last_mut().expect("five buffers");
     let mut args: [&[u8]; 9] = [b""; 9];
     args[..3].copy_from_slice(&[b"LH.RESTORE".as_slice(), key, kind]);
-    for (i, (b, n)) in nums.iter_mut().zip(&fields[..len]).enumerate() {
+    for (i, (b, n)) in nums.iter_mut().zip(&fields).enumerate() {
         args[3 + i] = b.format(*n).as_bytes();
     }
-    args[3 + len] = b"PXAT";
-    args[4 + len] = last.format(expire_at).as_bytes();
-    encode_request(&args[..5 + len], out);
+    args[7] = b"PXAT";
+    args[8] = last.format(expire_at).as_bytes();
+    encode_request(&args, out);
 }
 
 #[cfg(test)]
@@ -503,10 +520,11 @@ mod tests {
             unix_ms: 1_000_000,
             mono_ms: 500,
         };
-        let state = RateState::Gcra(crate::ratelimit::gcra::Tat {
-            ms: 700,
+        let state = RateState::Gcra(crate::ratelimit::gcra::State {
+            empty_ms: -300,
             frac: 1,
             units_per_ms: 3,
+            full_ms: 800,
         });
         let mut log = EffectLog::new(1024);
         log.emit(Effect::Rate {
@@ -524,9 +542,10 @@ mod tests {
                 "LH.RESTORE",
                 "g",
                 "GCRA",
-                "1000200",
+                "999200",
                 "1",
                 "3",
+                "1000300",
                 "PXAT",
                 "1000300",
                 ""

@@ -437,12 +437,12 @@ fn tokens(r: &Reply) -> i64 {
     field(r, "tokens").unwrap_or(0)
 }
 
-/// What a GCRA key's RLSTATE is worth: the later its TAT, the fewer cells
-/// it holds (a missing key is full: worth the most).
+/// What a GCRA key's RLSTATE is worth: the later its empty instant, the
+/// fewer cells it holds (a missing key is full: worth the most).
 fn cells(r: &Reply) -> i64 {
     match (
-        field(r, "tat_ms"),
-        field(r, "tat_fraction"),
+        field(r, "empty_at_ms"),
+        field(r, "empty_at_fraction"),
         field(r, "units_per_ms"),
     ) {
         (Some(ms), Some(frac), Some(units)) => -(ms * units + frac),

@@ -200,7 +200,7 @@ fn rlstate_shows_and_lh_restore_recreates() {
     assert_eq!(h.run(&["PTTL", far]), Reply::Int(7500));
     expect(&mut h, k, "TOKENLEASE 10 1 1000 3", &[0, 2, 500, 7500]);
     expect(&mut h, far, "TOKENLEASE 10 1 1000 3", &[0, 2, 500, 7500]);
-    let gone = "LH.RESTORE gone GCRA 1700000001000 0 1 PXAT 1700000001000";
+    let gone = "LH.RESTORE gone GCRA 1699999999000 0 1 1700000001000 PXAT 1700000001000";
     assert_eq!(h.cmd(gone), Reply::ok());
     assert_eq!(
         h.cmd("EXISTS gone"),
@@ -212,7 +212,7 @@ fn rlstate_shows_and_lh_restore_recreates() {
         err("ERR invalid rate limit state")
     );
     assert_eq!(h.cmd("LH.RESTORE bad HASH 1 1 1 1 PXAT 1"), err(SYNTAX));
-    assert_eq!(h.cmd("LH.RESTORE bad GCRA 1 0 1 EXAT 1"), err(SYNTAX));
+    assert_eq!(h.cmd("LH.RESTORE bad GCRA 1 0 1 1 EXAT 1"), err(SYNTAX));
     assert_eq!(h.cmd("LH.RESTORE bad GCRA 1 0 1"), arity("lh.restore"));
     assert_eq!(h.cmd("RLSTATE"), arity("rlstate"));
 }

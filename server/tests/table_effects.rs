@@ -225,7 +225,7 @@ const SAMPLES: &[Sample] = &[
     (
         "lh.restore",
         &[],
-        &["LH.RESTORE a GCRA 1700000004500 0 1 PXAT 1700000004500"],
+        &["LH.RESTORE a GCRA 1700000002500 0 1 1700000004500 PXAT 1700000004500"],
     ),
     // Hot keys: a split stores the home part, a merge the whole bucket.
     (

@@ -149,9 +149,9 @@ on_1_and_2_threads! {
     }
 
     // A call with a huge period cannot stall the key for the callers that
-    // follow with sane parameters: the stored TAT is brought back to their
-    // tolerance (32 s here) and stored so, and one interval (2 s) later the
-    // key admits again (without the clamp: limited for 3,999,999,999,970 s).
+    // follow with sane parameters: it leaves an empty bucket, which their
+    // rate refills, so one interval (2 s) later the key admits again (kept
+    // as a TAT with no clamp: limited for 3,999,999,999,970 s).
     fn a_huge_gcra_period_is_clamped_by_the_next_policy(threads) {
         let mut k = Case::new(threads);
         k.at(1000).ints("CL.THROTTLE gl 0 1 4000000000000", &[0, 1, 0, -1, 4_000_000_000_000]);
@@ -159,6 +159,25 @@ on_1_and_2_threads! {
         k.at(2999).ints("CL.THROTTLE gl 15 30 60", &[1, 16, 0, 1, 31]);
         k.at(3000).ints("CL.THROTTLE gl 15 30 60", &[0, 16, 0, -1, 32]);
         k.ints("CL.THROTTLE gl 15 30 60", &[1, 16, 0, 2, 32]);
+    }
+
+    // Callers passing other bursts on one key never mint cells for each
+    // other: 12 calls of burst 9 are allowed 10; a peek and a call of burst 0
+    // in between give the burst-9 caller nothing back (kept as a TAT
+    // clamped to each caller's tolerance, the peek alone gave back 9).
+    fn a_smaller_burst_gives_a_larger_one_nothing_back(threads) {
+        let mut k = Case::new(threads);
+        k.at(1000);
+        let allowed = |k: &mut Case, call: &str, n: usize| {
+            (0..n).filter(|_| k.c.call(call).starts_with("*5\r\n:0\r\n")).count()
+        };
+        assert_eq!(allowed(&mut k, "CL.THROTTLE z 9 1 3600", 12), 10);
+        k.ints("CL.THROTTLE z 0 1 3600 0", &[0, 1, 0, -1, 3600]);
+        k.ints("CL.THROTTLE z 0 1 3600", &[1, 1, 0, 3600, 3600]);
+        assert_eq!(allowed(&mut k, "CL.THROTTLE z 9 1 3600", 5), 0);
+        // An hour on: one cell, taken by the burst-0 caller; none left.
+        k.at(3_601_000).ints("CL.THROTTLE z 0 1 3600", &[0, 1, 0, -1, 3600]);
+        k.ints("CL.THROTTLE z 9 1 3600", &[1, 10, 0, 3600, 36000]);
     }
 
     fn sliding_window_no_double_burst_at_a_boundary(threads) {
@@ -284,15 +303,16 @@ on_1_and_2_threads! {
         );
         k.c.script(&[
             ("LH.RESTORE w2 SLIDINGWINDOW 1000 1700000002000 0 3 PXAT 1700000004000", "+OK\r\n"),
-            ("LH.RESTORE g GCRA 1700000004500 0 1 PXAT 1700000004500", "+OK\r\n"),
-            ("LH.RESTORE gone GCRA 1700000001000 0 1 PXAT 1700000001000", "+OK\r\n"),
+            ("LH.RESTORE g GCRA 1700000002500 0 1 1700000004500 PXAT 1700000004500", "+OK\r\n"),
+            ("LH.RESTORE gone GCRA 1699999999000 0 1 1700000001000 PXAT 1700000001000", "+OK\r\n"),
             ("EXISTS gone", ":0\r\n"),
             ("LH.RESTORE bad TOKENBUCKET 1 1000 1000 0 PXAT 1800000000000", "-ERR invalid rate limit state\r\n"),
             ("LH.RESTORE bad HASH 1 1 1 1 PXAT 1", "-ERR syntax error\r\n"),
         ]);
         k.at(3100).ints("SLIDINGWINDOW w2 10 1000 COUNT 0", &[0, 3, 7, 0]);
-        // TAT 1400 ms ahead, 1 s per request, a burst of 1 (tolerance 2 s):
-        // the next request fits in 0.4 s, shown as 1; full again in 1.4 s, 2.
+        // Empty since 0.6 s ago, 1 s per request, a burst of 1 (tolerance
+        // 2 s): the next request fits in 0.4 s, shown as 1; full again in
+        // 1.4 s, 2.
         k.ints("CL.THROTTLE g 1 1 1", &[1, 2, 0, 1, 2]);
     }
 }

@@ -170,9 +170,10 @@ const INTEGER_ARGS: &[&str] = &[
     "window_start_ms",
     "previous",
     "current",
-    "tat_ms",
-    "tat_fraction",
+    "empty_at_ms",
+    "empty_at_fraction",
     "units_per_ms",
+    "full_at_ms",
     "ms",
     // Redis commands
     "s",

@@ -27,7 +27,7 @@ use leasehold_protocol::{Args, Reply};
 use super::flags::ADMIN;
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1, NO_KEYS};
-use crate::clock::{mono_of, unix_of};
+use crate::clock::{mono_of, mono_signed, unix_of, unix_signed};
 use crate::error::OpError;
 use crate::ratelimit::pin::Pinned;
 use crate::ratelimit::split::{KeyPolicy, Split};
@@ -265,10 +265,10 @@ fn throttle(
     let reply = match served {
         Some(reply) => reply,
         None => {
-            let prev = load(s, key, pick_tat)?;
+            let prev = load(s, key, pick_gcra)?;
             let (reply, change) = gcra::throttle(prev, &p, dvt, quantity, now);
-            if let Some((tat, expire)) = change {
-                save(s, key, RateState::Gcra(tat), expire);
+            if let Some((state, expire)) = change {
+                save(s, key, RateState::Gcra(state), expire);
             }
             reply
         }
@@ -284,7 +284,7 @@ fn throttle_outcome(reply: &gcra::Throttle) -> RateOutcome {
     }
 }
 
-fn pick_tat(state: RateState) -> Option<gcra::Tat> {
+fn pick_gcra(state: RateState) -> Option<gcra::State> {
     match state {
         RateState::Gcra(t) => Some(t),
         _ => None,
@@ -455,7 +455,7 @@ fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     check_pin(s, &key, pinned(kind))?;
     match kind {
         KeyPolicy::Bucket(_) => load(s, &key, pick_bucket).map(|_| ())?,
-        KeyPolicy::Gcra(_) => load(s, &key, pick_tat).map(|_| ())?,
+        KeyPolicy::Gcra(_) => load(s, &key, pick_gcra).map(|_| ())?,
     }
     if s.shards < 2 {
         return Ok(Reply::Int(0));
@@ -531,9 +531,13 @@ fn rlstate(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             field("current", w.current),
         ]),
         RateState::Gcra(t) => map.extend([
-            field("tat_ms", unix_of(now, t.ms)),
-            field("tat_fraction", t.frac),
+            (
+                Reply::simple("empty_at_ms"),
+                Reply::Int(unix_signed(now, t.empty_ms)),
+            ),
+            field("empty_at_fraction", t.frac),
             field("units_per_ms", t.units_per_ms),
+            field("full_at_ms", unix_of(now, t.full_ms)),
         ]),
     }
     map.push((Reply::simple("pttl"), Reply::Int(pttl)));
@@ -542,7 +546,9 @@ fn rlstate(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 
 /// `LH.RESTORE key TOKENBUCKET tokens fraction period_ms refilled_at_ms PXAT ms`,
 /// `LH.RESTORE key SLIDINGWINDOW window_ms window_start_ms previous current PXAT ms`,
-/// `LH.RESTORE key GCRA tat_ms tat_fraction units_per_ms PXAT ms`: replaces the
+/// `LH.RESTORE key GCRA empty_at_ms empty_at_fraction units_per_ms full_at_ms PXAT ms`
+/// (`empty_at_ms` is signed: a bucket whose tolerance is longer than the time
+/// since 1970 was empty before it): replaces the
 /// key with that state (Unix-ms instants), or deletes it when the deadline
 /// has passed.
 fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
@@ -550,12 +556,14 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let now = s.now;
     let kind = a.word()?;
     let mut nums = [0u64; 4];
-    let n = match kind.as_str() {
-        "TOKENBUCKET" | "SLIDINGWINDOW" => 4,
-        "GCRA" => 3,
+    let mut empty_at = 0i64;
+    match kind.as_str() {
+        "TOKENBUCKET" | "SLIDINGWINDOW" => {}
+        "GCRA" => empty_at = a.i64()?,
         _ => return Err(OpError::Syntax),
-    };
-    for v in &mut nums[..n] {
+    }
+    let skip = usize::from(kind == "GCRA");
+    for v in &mut nums[skip..] {
         *v = a.u64()?;
     }
     if !a.flag("PXAT") {
@@ -584,11 +592,17 @@ fn restore(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
                 current,
             })
         }
-        ("GCRA", [ms, frac, units_per_ms, _]) if frac < units_per_ms => {
-            RateState::Gcra(gcra::Tat {
-                ms: mono_of(now, ms),
+        ("GCRA", [_, frac, units_per_ms, full_at]) if frac < units_per_ms => {
+            let empty_ms = mono_signed(now, empty_at);
+            let full_ms = mono_of(now, full_at);
+            if empty_ms as i128 > full_ms as i128 {
+                return Err(bad);
+            }
+            RateState::Gcra(gcra::State {
+                empty_ms,
                 frac,
                 units_per_ms,
+                full_ms,
             })
         }
         _ => return Err(bad),
@@ -633,7 +647,7 @@ mod tests {
     fn states_stay_small() {
         assert_eq!(size_of::<token_bucket::Bucket>(), 32);
         assert_eq!(size_of::<sliding_window::Window>(), 32);
-        assert_eq!(size_of::<gcra::Tat>(), 24);
+        assert_eq!(size_of::<gcra::State>(), 32);
         // Stored packed into the value (store/value.rs), not as these structs.
         assert_eq!(size_of::<Value>(), 16);
         assert_eq!(size_of::<Entry>(), 48);

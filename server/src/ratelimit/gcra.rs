@@ -6,7 +6,9 @@
 //! (`src/gcra.c`) follows: with emission interval `T = period / rate` and
 //! delay variation tolerance `dvt = T * (max_burst + 1)`, a request of `q`
 //! is allowed when `max(now, tat) + q * T - dvt <= now`, and then
-//! `tat = max(now, tat) + q * T`.
+//! `tat = max(now, tat) + q * T`. The state kept is that TAT less `dvt`: the
+//! instant the equivalent bucket was empty ([`State`]), which reads the same
+//! under any caller's parameters.
 //!
 //! # Exact arithmetic
 //! Time is counted in units of `1 / units_per_ms` ms, chosen per command so
@@ -42,36 +44,57 @@ impl Policy {
     }
 }
 
-/// A stored theoretical arrival time (TAT): 24 bytes.
+/// A stored GCRA state: the instant the equivalent bucket held no cell, and
+/// the instant it is full again (32 bytes).
+///
+/// Under one policy this is redis-cell's theoretical arrival time (TAT)
+/// shifted by the tolerance: `tat = empty + dvt`. Keeping the empty instant
+/// instead makes the state mean the same to every caller, whatever its
+/// parameters, as a token bucket's balance does: at `now` the key holds
+/// `min(max_burst + 1, (now - empty) / T)` cells of the caller's `T`. A call
+/// only ever moves `empty` later (it spends cells, or caps them at its own
+/// limit), so no caller's call gives another caller a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tat {
-    /// Whole ms of the TAT, monotonic clock.
-    pub ms: u64,
+pub struct State {
+    /// Whole ms of the empty instant, monotonic clock (rounded down; may be
+    /// negative: a bucket with more cells than the clock has ms).
+    pub empty_ms: i64,
     /// The rest, in `1 / units_per_ms` ms (`< units_per_ms`).
     pub frac: u64,
     /// The unit `frac` is counted in; another unit rescales it (rounded up,
-    /// so a policy change never moves the TAT earlier).
+    /// so a policy change never moves the instant earlier).
     pub units_per_ms: u64,
+    /// Monotonic ms (rounded up) from which the bucket is full under the
+    /// parameters of the call that stored it: the key's deadline, since a
+    /// missing key reads as a full bucket.
+    pub full_ms: u64,
 }
 
-impl Tat {
-    /// The TAT in units of `p`.
-    fn units(&self, p: &Policy) -> u128 {
-        let scale = p.units_per_ms as u128;
+impl State {
+    /// The empty instant in units of `p`.
+    fn units(&self, p: &Policy) -> i128 {
+        let scale = p.units_per_ms as i128;
         let frac = if self.units_per_ms == p.units_per_ms {
-            self.frac as u128
+            self.frac as i128
         } else {
-            (self.frac as u128 * scale).div_ceil(self.units_per_ms as u128)
+            (self.frac as i128 * scale + self.units_per_ms as i128 - 1) / self.units_per_ms as i128
         };
-        self.ms as u128 * scale + frac
+        self.empty_ms as i128 * scale + frac
     }
 
-    fn from_units(units: u128, p: &Policy) -> Tat {
-        let scale = p.units_per_ms as u128;
-        Tat {
-            ms: u64::try_from(units / scale).unwrap_or(u64::MAX),
-            frac: (units % scale) as u64,
+    /// The state whose empty instant is `empty` units of `p`, full `dvt`
+    /// units later.
+    fn from_units(empty: i128, p: &Policy, dvt: u128) -> State {
+        let scale = p.units_per_ms as i128;
+        let full = (empty + dvt as i128).max(0) as u128;
+        let full_ms = u64::try_from(full.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
+        State {
+            empty_ms: empty
+                .div_euclid(scale)
+                .clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+            frac: empty.rem_euclid(scale) as u64,
             units_per_ms: p.units_per_ms,
+            full_ms,
         }
     }
 }
@@ -111,64 +134,72 @@ fn ceil_seconds(units: u128, p: &Policy) -> i64 {
 }
 
 /// Applies a request of `quantity` (0 = peek) to `prev` (None for a missing
-/// key) at monotonic `now`. Returns the reply and, when the stored TAT must
-/// change, the new TAT with the monotonic ms (rounded up) its key expires at.
+/// key, a full bucket) at monotonic `now`. Returns the reply and, when the
+/// stored state must change, the new state with the monotonic ms its key
+/// expires at (its `full_ms`).
 ///
 /// `dvt` is [`Policy::dvt`] (the caller rejects policies without one).
 ///
-/// Under one policy the TAT is never more than `dvt` ahead of now (an
-/// allowed request keeps it there and time only moves on). A stored TAT
-/// further ahead, left by a call with other parameters (or by a clock that
-/// stepped back), is brought back to `now + dvt` and that is stored, as a
-/// token bucket's balance is clamped to a smaller capacity: the key is then
-/// limited for one more emission interval, never for the old period (a
-/// mistaken `CL.THROTTLE k 0 1 4000000000000` would otherwise stall it for
-/// 4e12 s). redis-cell does not clamp; under unchanged parameters the two
-/// agree.
+/// The key holds `c = now - empty` units of cells, capped at `dvt` (the
+/// bucket's capacity, `max_burst + 1` cells) and at least 0; a request of
+/// `q` is allowed when `c >= q * T` and then spends `q * T`. Under one policy
+/// this is redis-cell's rule exactly (`tat = empty + dvt`). Across policies
+/// the cap is the token bucket's clamp to a smaller capacity: a call with a
+/// smaller burst or a mistaken huge period (`CL.THROTTLE k 0 1 4000000000000`)
+/// leaves an empty bucket that the next caller refills at its own rate,
+/// never a debt of the old period, and a call with a smaller burst never
+/// gives a caller with a larger one cells back. An empty instant after `now`
+/// (a clock that stepped back) reads as empty now and is stored so.
 pub fn throttle(
-    prev: Option<Tat>,
+    prev: Option<State>,
     p: &Policy,
     dvt: u128,
     quantity: u64,
     now: u64,
-) -> (Throttle, Option<(Tat, u64)>) {
-    let now_u = now as u128 * p.units_per_ms as u128;
-    let stored = prev.map_or(now_u, |t| t.units(p));
-    let tat = stored.clamp(now_u, now_u + dvt);
-    let store = |tat: u128| {
-        let expire = u64::try_from(tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
-        Some((Tat::from_units(tat, p), expire))
+) -> (Throttle, Option<(State, u64)>) {
+    let now_u = now as i128 * p.units_per_ms as i128;
+    let full = now_u - dvt as i128;
+    let stored = prev.map(|s| s.units(p));
+    let empty = stored.map_or(full, |e| e.clamp(full, now_u));
+    let store = |empty: i128| {
+        let s = State::from_units(empty, p, dvt);
+        Some((s, s.full_ms))
     };
-    let clamped = if stored > tat { store(tat) } else { None };
+    let stepped_back = match stored {
+        Some(e) if e > now_u => store(empty),
+        _ => None,
+    };
     let limit = p.max_burst + 1;
-    let reply = |limited, retry_after_s, ttl: u128| {
-        // remaining = floor((dvt - ttl) / T), 0 when negative (redis-cell).
-        let remaining = (dvt.saturating_sub(ttl) / p.interval) as u64;
+    let reply = |limited, retry_after_s, empty: i128| {
+        // The cells held, in units: 0..=dvt.
+        let held = (now_u - empty) as u128;
         Throttle {
             limited,
             limit,
-            remaining,
+            remaining: (held / p.interval) as u64,
             retry_after_s,
-            reset_after_s: ceil_seconds(ttl, p),
+            reset_after_s: ceil_seconds(dvt - held, p),
         }
     };
     if quantity > limit {
-        // increment > dvt: refused, and retrying cannot help.
-        return (reply(true, -1, tat - now_u), clamped);
+        // More than the bucket holds full: refused, and retrying cannot help.
+        return (reply(true, -1, empty), stepped_back);
     }
-    // quantity <= max_burst + 1, so increment <= dvt < 2^126.
-    let new_tat = tat + p.interval * quantity as u128;
-    if new_tat > now_u + dvt {
+    // quantity <= max_burst + 1, so cost <= dvt < 2^126.
+    let cost = p.interval * quantity as u128;
+    let held = (now_u - empty) as u128;
+    if held < cost {
         return (
-            reply(true, ceil_seconds(new_tat - dvt - now_u, p), tat - now_u),
-            clamped,
+            reply(true, ceil_seconds(cost - held, p), empty),
+            stepped_back,
         );
     }
-    let allowed = reply(false, -1, new_tat - now_u);
+    let spent = empty + cost as i128;
+    let allowed = reply(false, -1, spent);
     if quantity == 0 {
-        return (allowed, clamped);
+        return (allowed, stepped_back);
     }
-    (allowed, store(new_tat))
+    (allowed, store(spent))
 }
 
 /// The policy of `CL.THROTTLE key max_burst count_per_period period_s`.
@@ -209,35 +240,32 @@ pub fn bucket_policy(p: &Policy) -> Option<token_bucket::Policy> {
     })
 }
 
-/// The bucket equivalent to `tat` at monotonic `at` under `p` (which has a
-/// [`bucket_policy`]): `dvt - (tat - at)` units, refilled at `at`; `None`
-/// when the TAT is not after `at` (the bucket is full, as a missing key
-/// reads). A TAT more than `dvt` ahead reads as an empty bucket, as
-/// [`throttle`] clamps it; [`from_bucket`] then gives back another TAT.
-pub fn to_bucket(tat: Tat, p: &Policy, dvt: u128, at: u64) -> Option<Bucket> {
-    let debt = tat
-        .units(p)
-        .checked_sub(at as u128 * p.units_per_ms as u128)?;
-    if debt == 0 {
+/// The bucket equivalent to `state` at monotonic `at` under `p` (which has a
+/// [`bucket_policy`]): `min(dvt, at - empty)` units, refilled at `at`;
+/// `None` when that is the whole `dvt` (the bucket is full, as a missing key
+/// reads). An empty instant after `at` reads as an empty bucket, as
+/// [`throttle`] reads it.
+pub fn to_bucket(state: State, p: &Policy, dvt: u128, at: u64) -> Option<Bucket> {
+    let held = (at as i128 * p.units_per_ms as i128 - state.units(p)).max(0) as u128;
+    if held >= dvt {
         return None;
     }
-    let units = dvt - debt.min(dvt);
     Some(Bucket {
-        tokens: (units / p.interval) as u64,
-        frac: (units % p.interval) as u64,
+        tokens: (held / p.interval) as u64,
+        frac: (held % p.interval) as u64,
         period_ms: p.interval as u64,
         refilled_at: at,
     })
 }
 
-/// The TAT equivalent to bucket `b` (kept in `p`'s [`bucket_policy`]) and the
-/// monotonic ms its key expires at, as [`throttle`] stores them: the TAT is
-/// `refilled_at + (dvt - balance)` units, the instant the bucket is full.
-pub fn from_bucket(b: Bucket, p: &Policy, dvt: u128) -> (Tat, u64) {
-    let units = (b.tokens as u128 * p.interval + b.frac as u128).min(dvt);
-    let tat = b.refilled_at as u128 * p.units_per_ms as u128 + (dvt - units);
-    let expire = u64::try_from(tat.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX);
-    (Tat::from_units(tat, p), expire)
+/// The state equivalent to bucket `b` (kept in `p`'s [`bucket_policy`]) and
+/// the monotonic ms its key expires at, as [`throttle`] stores them: the
+/// bucket was empty `balance` units before `refilled_at`.
+pub fn from_bucket(b: Bucket, p: &Policy, dvt: u128) -> (State, u64) {
+    let held = (b.tokens as u128 * p.interval + b.frac as u128).min(dvt);
+    let empty = b.refilled_at as i128 * p.units_per_ms as i128 - held as i128;
+    let s = State::from_units(empty, p, dvt);
+    (s, s.full_ms)
 }
 
 /// The CL.THROTTLE / GCRA reply of a request of `quantity` cells that the
@@ -364,23 +392,26 @@ mod tests {
     }
 
     #[test]
-    fn expiry_is_at_the_tat_and_peeks_store_nothing() {
+    fn expiry_is_when_full_and_peeks_store_nothing() {
+        // 3 cells, one per 3 s: two spent at 0.5 s leave one cell, as if
+        // the bucket had been empty since -2.5 s; full again at 6.5 s.
         let p = cell_policy(2, 1, 3);
         let dvt = p.dvt().unwrap();
-        let (_, Some((tat, expire))) = throttle(None, &p, dvt, 2, 500) else {
+        let (_, Some((state, expire))) = throttle(None, &p, dvt, 2, 500) else {
             panic!()
         };
-        assert_eq!((tat.ms, expire), (6500, 6500));
-        let (peek, change) = throttle(Some(tat), &p, dvt, 0, 600);
+        assert_eq!((state.empty_ms, state.full_ms, expire), (-2500, 6500, 6500));
+        let (peek, change) = throttle(Some(state), &p, dvt, 0, 600);
         assert_eq!((peek.to_array(), change), ([0, 3, 1, -1, 6], None));
         assert_eq!(throttle(None, &p, dvt, 0, 0).0.to_array(), [0, 3, 3, -1, 0]);
     }
 
     #[test]
-    fn a_clock_stepped_back_forgives_only_debt_beyond_the_tolerance() {
-        // The burst of 2 used at 10 s; the clock reads 0 next: the TAT (12 s)
-        // is brought back to 0 + dvt (2 s), so the key is limited for one
-        // interval of the clock it now reads, then admits its rate again.
+    fn a_clock_stepped_back_reads_as_an_empty_bucket() {
+        // The burst of 2 used at 10 s (empty since 10 s); the clock reads 0
+        // next: the bucket reads empty as of 0 (and is stored so), so the key
+        // is limited for one interval of the clock it now reads, then admits
+        // its rate again.
         let p = cell_policy(1, 1, 1);
         let r = run(p, &[(10_000, 2), (0, 1), (999, 1), (1000, 1), (1001, 1)]);
         assert_eq!(
@@ -406,11 +437,12 @@ mod tests {
     }
 
     #[test]
-    fn a_new_unit_moves_the_tat_never_earlier() {
-        let t = Tat {
-            ms: 10,
+    fn a_new_unit_moves_the_instant_never_earlier() {
+        let t = State {
+            empty_ms: 10,
             frac: 1,
             units_per_ms: 3,
+            full_ms: 11,
         };
         let p = Policy {
             units_per_ms: 2,
@@ -421,22 +453,58 @@ mod tests {
     }
 
     #[test]
-    fn a_tat_left_by_a_huge_period_is_clamped_to_the_current_tolerance() {
+    fn a_huge_period_leaves_an_empty_bucket_not_a_debt() {
         // CL.THROTTLE gl 0 1 4000000000000, then CL.THROTTLE gl 15 30 60.
         let huge = cell_policy(0, 1, 4_000_000_000_000);
         let (first, change) = throttle(None, &huge, huge.dvt().unwrap(), 1, 1000);
         assert_eq!(first.to_array(), [0, 1, 0, -1, 4_000_000_000_000]);
-        let stored = change.unwrap().0;
+        let (stored, expire) = change.unwrap();
+        assert_eq!(
+            (stored.empty_ms, expire),
+            (1000, 1000 + 4_000_000_000_000_000)
+        );
         let normal = cell_policy(15, 30, 60);
         let dvt = normal.dvt().unwrap();
-        // T = 2 s, dvt = 32 s: limited for one interval, not for 4e12 s.
+        // T = 2 s, dvt = 32 s: empty at 1 s, so one cell at 3 s, not 4e12 s.
         let (r, moved) = throttle(Some(stored), &normal, dvt, 1, 1000);
-        assert_eq!(r.to_array(), [1, 16, 0, 2, 32]);
-        let (clamped, expire) = moved.unwrap();
-        assert_eq!(expire, 1000 + 32_000);
-        let (r, moved) = throttle(Some(clamped), &normal, dvt, 1, 3000);
+        assert_eq!((r.to_array(), moved), ([1, 16, 0, 2, 32], None));
+        let (r, moved) = throttle(Some(stored), &normal, dvt, 1, 3000);
         assert_eq!(r.to_array(), [0, 16, 0, -1, 32]);
         assert_eq!(moved.unwrap().1, 3000 + 32_000);
+    }
+
+    #[test]
+    fn a_smaller_burst_never_gives_a_larger_one_cells_back() {
+        // Two callers share `z`: burst 9 (10 cells) and burst 0 (1 cell),
+        // one cell per hour each. The second's peeks and refused calls in
+        // between give the first nothing: 10 cells in the same instant.
+        let (a, b) = (cell_policy(9, 1, 3600), cell_policy(0, 1, 3600));
+        let (da, db) = (a.dvt().unwrap(), b.dvt().unwrap());
+        let mut state = None;
+        let mut admitted = 0;
+        for i in 0..60u64 {
+            let (p, dvt, q) = match i % 3 {
+                0 => (&b, db, i % 2),
+                _ => (&a, da, 1),
+            };
+            let q = if p == &b && admitted < 10 { 0 } else { q };
+            let (r, change) = throttle(state, p, dvt, q, 5000);
+            if let Some((s, _)) = change {
+                state = Some(s);
+            }
+            if !r.limited && q > 0 {
+                admitted += 1;
+            }
+        }
+        // 10 cells in all; then nothing, for either.
+        assert_eq!(admitted, 10);
+        assert!(throttle(state, &a, da, 1, 5000).0.limited);
+        assert!(throttle(state, &b, db, 1, 5000).0.limited);
+        // One hour later: one cell, for whichever asks first.
+        let hour = 5000 + 3_600_000;
+        let (r, change) = throttle(state, &b, db, 1, hour);
+        assert!(!r.limited);
+        assert!(throttle(change.map(|c| c.0), &a, da, 1, hour).0.limited);
     }
 
     #[test]
@@ -445,7 +513,7 @@ mod tests {
         // redis-cell's rule applied by hand.
         let p = cell_policy(3, 10, 1);
         let dvt = p.dvt().unwrap();
-        let (mut state, mut by_hand): (Option<Tat>, u128) = (None, 0);
+        let (mut state, mut by_hand): (Option<State>, u128) = (None, 0);
         for i in 0..200u64 {
             let now = 1000 + i * 37;
             let now_u = now as u128 * p.units_per_ms as u128;
@@ -473,13 +541,13 @@ mod tests {
         proptest!(ProptestConfig::with_cases(500), |(p in policies, calls in calls)| {
             let bp = bucket_policy(&p).unwrap();
             let dvt = p.dvt().unwrap();
-            let (mut tat, mut bucket, mut now) = (None::<Tat>, None::<Bucket>, 1000u64);
+            let (mut tat, mut bucket, mut now) = (None::<State>, None::<Bucket>, 1000u64);
             for (step, q) in calls {
                 now += step;
                 let (want, change) = throttle(tat, &p, dvt, q, now);
                 if let Some((t, expire)) = change {
                     tat = Some(t);
-                    prop_assert_eq!(expire, t.ms + u64::from(t.frac > 0));
+                    prop_assert_eq!(expire, t.full_ms);
                 }
                 let (got, change) = throttle_bucket(bucket, &p, &bp, q, now);
                 prop_assert_eq!(got, want);
@@ -512,12 +580,14 @@ mod tests {
             bucket_policy(&gcra_policy(0, u64::MAX / 1000, 1).unwrap()),
             None
         );
-        // A TAT 3 s ahead with 32 s of tolerance: 29 s of cells, 14.5 cells.
+        // Full at 4 s with 32 s of tolerance (empty since -28 s): at 1 s,
+        // 29 s of cells, 14.5 cells.
         let p = cell_policy(15, 30, 60);
-        let tat = Tat {
-            ms: 4000,
+        let tat = State {
+            empty_ms: -28_000,
             frac: 0,
             units_per_ms: 30,
+            full_ms: 4000,
         };
         let b = to_bucket(tat, &p, p.dvt().unwrap(), 1000).unwrap();
         assert_eq!((b.tokens, b.frac, b.refilled_at), (14, 30_000, 1000));

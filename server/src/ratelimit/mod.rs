@@ -30,7 +30,7 @@ pub mod sliding_window;
 pub mod split;
 pub mod token_bucket;
 
-use gcra::Tat;
+use gcra::State as GcraState;
 use sliding_window::Window;
 use token_bucket::Bucket;
 
@@ -52,19 +52,19 @@ pub enum RateState {
     /// SLIDINGWINDOW.
     SlidingWindow(Window),
     /// CL.THROTTLE / GCRA.
-    Gcra(Tat),
+    Gcra(GcraState),
 }
 
 impl RateState {
-    /// The monotonic ms at which this state is empty again, when the state
-    /// alone tells (both windows empty; the TAT passed, rounded up to whole
-    /// ms); `None` for a token bucket, whose refill depends on the call's
-    /// parameters.
+    /// The monotonic ms at which this state reads as a missing key again,
+    /// when the state alone tells (both windows empty; a GCRA bucket full
+    /// under the parameters that stored it); `None` for a token bucket, whose
+    /// refill depends on the call's parameters.
     pub fn empties_at(&self) -> Option<u64> {
         match self {
             RateState::TokenBucket(_) => None,
             RateState::SlidingWindow(w) => Some(w.empty_at()),
-            RateState::Gcra(t) => t.ms.checked_add(u64::from(t.frac > 0)),
+            RateState::Gcra(t) => Some(t.full_ms),
         }
     }
 

@@ -236,15 +236,17 @@ fn model_window(state: &mut ModelWindow, p: &sliding_window::Policy, n: u64, now
 
 // ------------------------------------------------------------------------ GCRA
 
-/// The theoretical arrival time, in ms (a fraction).
+/// The instant the bucket held no cell, in ms (a fraction).
 #[derive(Debug, Clone, Copy)]
-struct ModelTat(Ratio);
+struct ModelEmpty(Ratio);
 
-/// `CL.THROTTLE` with `T = period_s * 1000 / rate` ms and tolerance
-/// `(max_burst + 1) * T`: a request of `q` conforms when
-/// `max(tat, now) + q * T <= now + tolerance`.
+/// `CL.THROTTLE` as a bucket of `max_burst + 1` cells, one per
+/// `T = period_s * 1000 / rate` ms, kept as the instant `e` it was empty:
+/// at `now` it holds `(now - e) / T` cells, at most the limit (the cap,
+/// stored when a call spends) and at least none (an `e` after now reads as
+/// now, and is stored so). A request of `q` conforms when it holds `q` cells.
 fn model_throttle(
-    state: &mut Option<ModelTat>,
+    state: &mut Option<ModelEmpty>,
     burst: u64,
     rate: u64,
     period_s: u64,
@@ -252,41 +254,39 @@ fn model_throttle(
     now: u64,
 ) -> [i64; 5] {
     let t_ms = Ratio::new(period_s as i128 * 1000, rate as i128);
-    let tolerance = t_ms.mul(Ratio::int(burst as i128 + 1));
-    let now_r = Ratio::int(now as i128);
-    let conforms = |tat: Ratio, at: u64, q: u64| {
-        let at = Ratio::int(at as i128);
-        tat.max(at).add(t_ms.mul(Ratio::int(q as i128))) <= at.add(tolerance)
-    };
-    // A TAT further ahead than this policy's tolerance (left by another
-    // policy) is brought back to it, and stored so.
-    let mut tat = state.map_or(now_r, |s| s.0);
-    if tat > now_r.add(tolerance) {
-        tat = now_r.add(tolerance);
-        *state = Some(ModelTat(tat));
-    }
     let limit = burst + 1;
-    let limited = !conforms(tat, now, q);
+    let capacity = t_ms.mul(Ratio::int(limit as i128));
+    let now_r = Ratio::int(now as i128);
+    let mut empty = state.map_or(now_r.sub(capacity), |s| s.0);
+    if empty > now_r {
+        empty = now_r;
+        *state = Some(ModelEmpty(empty));
+    }
+    let empty = empty.max(now_r.sub(capacity));
+    // The whole cells held at `at`, and whether `k` of them can be spent.
+    let cells = |at: u64| Ratio::int(at as i128).sub(empty).min(capacity);
+    let conforms = |at: u64, k: u64| t_ms.mul(Ratio::int(k as i128)) <= cells(at);
+    let limited = q > limit || !conforms(now, q);
     let retry = if !limited || q > limit {
         -1
     } else {
-        let horizon = tolerance.add(t_ms).add(tat.max(now_r)).sub(now_r).ceil() as u64 + 1;
-        let ms = first(horizon, |d| conforms(tat, now + d, q)).unwrap();
+        let ms = first(capacity.ceil() as u64 + 1, |d| conforms(now + d, q)).unwrap();
         (ms as i64 + 999) / 1000
     };
-    let tat = if limited {
-        tat
+    let empty = if limited {
+        empty
     } else {
-        tat.max(now_r).add(t_ms.mul(Ratio::int(q as i128)))
+        empty.add(t_ms.mul(Ratio::int(q as i128)))
     };
     if !limited && q > 0 {
-        *state = Some(ModelTat(tat));
+        *state = Some(ModelEmpty(empty));
     }
+    let held = now_r.sub(empty).min(capacity);
     let remaining = (0..=limit)
         .rev()
-        .find(|&k| conforms(tat, now, k))
+        .find(|&k| t_ms.mul(Ratio::int(k as i128)) <= held)
         .unwrap_or(0);
-    let reset = tat.max(now_r).sub(now_r).mul(Ratio::new(1, 1000)).ceil();
+    let reset = capacity.sub(held).mul(Ratio::new(1, 1000)).ceil();
     [
         limited as i64,
         limit as i64,
@@ -392,7 +392,7 @@ proptest! {
     }
 
     /// CL.THROTTLE against the model. Burst and period change freely (the
-    /// model clamps a TAT beyond the new tolerance, as the rule does); the rate
+    /// model caps the cells at each call's limit, as the rule does); the rate
     /// (the time unit) stays fixed in a sequence, since a new unit rounds the
     /// stored TAT up by less than one unit (tested on its own).
     #[test]
@@ -404,7 +404,8 @@ proptest! {
         for (d, burst, period_s, q) in calls {
             now = advance(now, d);
             if now >= expire_at {
-                let m: ModelTat = model.unwrap();
+                // Expired: full under the policy that stored it.
+                let m: ModelEmpty = model.unwrap();
                 prop_assert!(m.0 <= Ratio::int(now as i128));
                 state = None;
                 model = None;

@@ -119,7 +119,7 @@ impl Tagged<Compact> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ratelimit::{gcra::Tat, sliding_window::Window};
+    use crate::ratelimit::{gcra::State as Tat, sliding_window::Window};
 
     #[test]
     fn a_compact_entry_is_32_bytes() {
@@ -141,9 +141,10 @@ mod tests {
         assert!(Compact::new(b"sw:000000000001", &w, 240_001).is_none());
         assert!(Compact::new(&[b'k'; 17], &w, 240_000).is_none());
         let t = RateState::Gcra(Tat {
-            ms: 5_000,
+            empty_ms: 2_000,
             frac: 1,
             units_per_ms: 3,
+            full_ms: 5_001,
         });
         let c = Compact::new(b"", &t, 5_001).unwrap();
         assert_eq!(
@@ -151,9 +152,10 @@ mod tests {
             (&b""[..], t, 5_001)
         );
         let wide = RateState::Gcra(Tat {
-            ms: 5_000,
+            empty_ms: 2_000,
             frac: 1,
             units_per_ms: 1 << 33,
+            full_ms: 5_001,
         });
         assert!(Compact::new(b"k", &wide, 5_001).is_none());
     }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 pub use crate::ratelimit::RateState;
-use crate::ratelimit::{gcra::Tat, sliding_window::Window, token_bucket::Bucket};
+use crate::ratelimit::{gcra::State as Tat, sliding_window::Window, token_bucket::Bucket};
 
 /// Longest string kept inside its value rather than in an allocation.
 pub const SMALL_STRING: usize = 14;
@@ -72,10 +72,12 @@ pub type Packed = [u8; 15];
 ///   (monotonic ms, up to 2^40, 34 years of uptime);
 /// - sliding window: `window_ms` (2^32), current window number (`start /
 ///   window_ms`, 2^40), previous and current counts (2^24 each);
-/// - GCRA: TAT whole ms (2^40), its fraction and `units_per_ms` (2^32 each).
+/// - GCRA: the empty instant's whole ms (monotonic, 0 to 2^40), its fraction
+///   and `units_per_ms` (2^24 each), and the ms from it to the full instant
+///   (2^32, 49 days).
 const BUCKET: [usize; 3] = [6, 4, 5];
 const WINDOW: [usize; 4] = [4, 5, 3, 3];
-const GCRA: [usize; 3] = [5, 4, 4];
+const GCRA: [usize; 4] = [5, 3, 3, 4];
 
 fn pack<const N: usize>(widths: [usize; N], fields: [u64; N]) -> Option<Packed> {
     let mut out = [0u8; 15];
@@ -121,7 +123,11 @@ impl RateState {
                 let fields = [w.window_ms, w.start / w.window_ms, w.previous, w.current];
                 Value::SlidingWindow(pack(WINDOW, fields)?)
             }
-            RateState::Gcra(t) => Value::Gcra(pack(GCRA, [t.ms, t.frac, t.units_per_ms])?),
+            RateState::Gcra(t) => {
+                let ms = u64::try_from(t.empty_ms).ok()?;
+                let fields = [ms, t.frac, t.units_per_ms, t.full_ms.checked_sub(ms)?];
+                Value::Gcra(pack(GCRA, fields)?)
+            }
             RateState::TokenBucket(_) => return None,
         })
     }
@@ -237,11 +243,12 @@ impl Value {
                 })
             }
             Value::Gcra(p) => {
-                let [ms, frac, units_per_ms] = unpack(GCRA, p);
+                let [ms, frac, units_per_ms, to_full] = unpack(GCRA, p);
                 RateState::Gcra(Tat {
-                    ms,
+                    empty_ms: ms as i64,
                     frac,
                     units_per_ms,
+                    full_ms: ms + to_full,
                 })
             }
         })
@@ -377,9 +384,10 @@ mod tests {
             Value::SlidingWindow(_)
         ));
         let t = Tat {
-            ms: (1 << 40) - 1,
+            empty_ms: (1 << 40) - 1,
             frac: 6,
             units_per_ms: 7,
+            full_ms: (1 << 40) - 1 + u32::MAX as u64,
         };
         assert!(matches!(round_trip(RateState::Gcra(t)), Value::Gcra(_)));
     }
@@ -429,11 +437,26 @@ mod tests {
             ));
         }
         let fine = Tat {
-            ms: 5,
+            empty_ms: 5,
             frac: 1,
-            units_per_ms: 1 << 32,
+            units_per_ms: 1 << 24,
+            full_ms: 6,
         };
-        assert!(matches!(round_trip(RateState::Gcra(fine)), Value::Wide(_)));
+        let before_the_origin = Tat {
+            empty_ms: -5,
+            units_per_ms: 1,
+            frac: 0,
+            ..fine
+        };
+        let long_tolerance = Tat {
+            units_per_ms: 1,
+            frac: 0,
+            full_ms: 5 + (1 << 32),
+            ..fine
+        };
+        for t in [fine, before_the_origin, long_tolerance] {
+            assert!(matches!(round_trip(RateState::Gcra(t)), Value::Wide(_)));
+        }
         assert_eq!(
             RateState::Gcra(fine).into_value().type_name(),
             crate::ratelimit::type_names::GCRA
