@@ -57,5 +57,5 @@ pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
 pub use lease::{Decide, LeaseConfig, LeaseManager};
-pub use policy::{FailureMode, Mode, Policy, PolicyError, PolicyId, PolicySet};
+pub use policy::{CanaryBy, FailureMode, Mode, Policy, PolicyError, PolicyId, PolicySet};
 pub use sentinel::SentinelConfig;

@@ -4,7 +4,8 @@
 //! configuration (`domain`, nested `descriptors` of `key`/`value`,
 //! `rate_limit {unit, requests_per_unit}` or `rate_limit {unlimited: true}`,
 //! `shadow_mode`), extended with
-//! `burst`, `failure_mode`, `mode` (with `canary_percent` for `mode: canary`),
+//! `burst`, `failure_mode`, `mode` (with `canary_percent` and `canary_by` for
+//! `mode: canary`),
 //! `fail_open_requests_per_unit` and `algorithm`.
 //!
 //! ```yaml
@@ -68,13 +69,52 @@ pub enum Mode {
     Shadow,
     /// Admit, but mark the decision over quota (for a warning header).
     Soft,
-    /// Enforce on `percent` of the keys (1 to 99), picked by a fixed hash
-    /// of the policy's name and the key, so every process picks the same
-    /// ones; the others are admitted over quota as in `Soft`.
+    /// Enforce on `percent` (1 to 99) of the keys or of the instances,
+    /// picked by a fixed hash; the others are admitted over quota as in
+    /// `Soft`.
     Canary {
-        /// Share of keys enforced, in percent.
+        /// Share of keys or instances enforced, in percent.
         percent: u8,
+        /// What the share is of.
+        by: CanaryBy,
     },
+}
+
+/// What a canary's share is taken of (`canary_by` in YAML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CanaryBy {
+    /// Of the keys (`key`, the default): FNV-1a of the policy's name and the
+    /// key, mod 100, so every instance picks the same keys.
+    Key,
+    /// Of the instances (`instance`): FNV-1a of the policy's name and this
+    /// process's instance id ([`PolicySet::set_instance`]; the host name
+    /// until set), mod 100, held here, so an instance enforces for every
+    /// key or for none.
+    Instance {
+        /// This instance's number, 0 to 99: enforced when below `percent`.
+        number: u8,
+    },
+}
+
+/// FNV-1a (64 bits) of `name`, a zero byte and `rest`, mod 100: a number
+/// fixed for the pair, so a share `< percent` only grows with the percent.
+fn share_number(name: &str, rest: &[u8]) -> u8 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name.as_bytes().iter().chain(&[0u8]).chain(rest) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % 100) as u8
+}
+
+/// The host name (Linux's `/proc/sys/kernel/hostname`, else `$HOSTNAME`),
+/// or empty: the instance id a [`PolicySet`] starts with.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// How a policy's limit is counted (`algorithm` in YAML).
@@ -134,21 +174,21 @@ pub struct Policy {
 impl Policy {
     /// Whether an over-quota decision for `key` is denied: always under
     /// `Enforce`, never under `Shadow` and `Soft`, and under `Canary` for
-    /// the keys in its share (FNV-1a of the policy's name and the key, mod
-    /// 100, below the percentage: a fixed hash, so every process picks the
-    /// same keys, and a key stays picked while the share only grows).
+    /// the keys (or on the instances) in its share ([`CanaryBy`]: a fixed
+    /// hash below the percentage, so a key or an instance stays picked
+    /// while the share only grows).
     pub fn enforces(&self, key: &[u8]) -> bool {
         match self.mode {
             Mode::Enforce => true,
             Mode::Shadow | Mode::Soft => false,
-            Mode::Canary { percent } => {
-                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-                for &b in self.name.as_bytes().iter().chain(&[0u8]).chain(key) {
-                    h ^= u64::from(b);
-                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
-                }
-                h % 100 < u64::from(percent)
-            }
+            Mode::Canary {
+                percent,
+                by: CanaryBy::Key,
+            } => share_number(&self.name, key) < percent,
+            Mode::Canary {
+                percent,
+                by: CanaryBy::Instance { number },
+            } => number < percent,
         }
     }
 
@@ -228,6 +268,7 @@ struct RawDescriptor {
     failure_mode: Option<String>,
     mode: Option<String>,
     canary_percent: Option<u8>,
+    canary_by: Option<String>,
     fail_open_requests_per_unit: Option<u64>,
     algorithm: Option<String>,
     #[serde(default)]
@@ -296,6 +337,7 @@ impl PolicySet {
             tree: Vec::new(),
         };
         set.tree = set.load_level(&raw.descriptors, "descriptors", "")?;
+        set.set_instance(&host_name());
         Ok(set)
     }
 
@@ -345,11 +387,12 @@ impl PolicySet {
                         || d.failure_mode.is_some()
                         || d.mode.is_some()
                         || d.canary_percent.is_some()
+                        || d.canary_by.is_some()
                         || d.algorithm.is_some();
                     if stray {
                         return Err(err(
                             &here,
-                            "burst, failure_mode, mode, canary_percent and algorithm need a rate_limit",
+                            "burst, failure_mode, mode, canary_percent, canary_by and algorithm need a rate_limit",
                         ));
                     }
                     None
@@ -411,7 +454,17 @@ impl PolicySet {
             Some("shadow") => Mode::Shadow,
             Some("soft") => Mode::Soft,
             Some("canary") => match d.canary_percent {
-                Some(percent @ 1..=99) => Mode::Canary { percent },
+                Some(percent @ 1..=99) => Mode::Canary {
+                    percent,
+                    by: match d.canary_by.as_deref() {
+                        None | Some("key") => CanaryBy::Key,
+                        Some("instance") => CanaryBy::Instance { number: 0 },
+                        Some(other) => {
+                            let msg = format!("unknown canary_by {other:?} (key, instance)");
+                            return Err(err(&format!("{here}.canary_by"), msg));
+                        }
+                    },
+                },
                 Some(_) => {
                     let msg = "must be 1 to 99 (0 is soft, 100 is enforce)";
                     return Err(err(&format!("{here}.canary_percent"), msg));
@@ -428,6 +481,9 @@ impl PolicySet {
         };
         if d.canary_percent.is_some() && !matches!(mode, Mode::Canary { .. }) {
             return Err(err(&format!("{here}.canary_percent"), "needs mode: canary"));
+        }
+        if d.canary_by.is_some() && !matches!(mode, Mode::Canary { .. }) {
+            return Err(err(&format!("{here}.canary_by"), "needs mode: canary"));
         }
         if d.shadow_mode && mode != Mode::Shadow {
             return Err(err(&format!("{here}.shadow_mode"), "true contradicts mode"));
@@ -577,6 +633,23 @@ impl PolicySet {
         self
     }
 
+    /// Makes `id` this process's instance id for every canary by instance
+    /// ([`CanaryBy::Instance`]): each such policy then enforces here when
+    /// FNV-1a of its name and `id`, mod 100, is below its percentage. A set
+    /// starts with the host name; processes sharing a host (several RLS
+    /// instances) should each set their own, stable across restarts.
+    pub fn set_instance(&mut self, id: &str) {
+        for p in &mut self.policies {
+            if let Mode::Canary {
+                by: CanaryBy::Instance { number },
+                ..
+            } = &mut p.mode
+            {
+                *number = share_number(&p.name, id.as_bytes());
+            }
+        }
+    }
+
     /// The `policy` label policy `id` reports its metrics under.
     pub fn metrics_label(&self, id: PolicyId) -> &str {
         self.metrics_label
@@ -693,7 +766,20 @@ descriptors:
                 .unwrap()
                 .policies()[0]
                 .mode,
-            Mode::Canary { percent: 10 }
+            Mode::Canary {
+                percent: 10,
+                by: CanaryBy::Key
+            }
+        );
+        assert_eq!(
+            load_err(&format!(
+                "{rl}    mode: canary\n    canary_percent: 10\n    canary_by: host\n"
+            )),
+            "descriptors[0].canary_by: unknown canary_by \"host\" (key, instance)"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    canary_by: instance\n")),
+            "descriptors[0].canary_by: needs mode: canary"
         );
         assert_eq!(
             load_err(&format!("{rl}    mode: canary\n")),
@@ -790,7 +876,7 @@ descriptors:
         );
         assert_eq!(
             load_err("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n"),
-            "descriptors[0]: burst, failure_mode, mode, canary_percent and algorithm need a rate_limit"
+            "descriptors[0]: burst, failure_mode, mode, canary_percent, canary_by and algorithm need a rate_limit"
         );
     }
 
@@ -803,7 +889,10 @@ descriptors:
         .policies()[0]
         .clone();
         let mut picked = |pct| {
-            p.mode = Mode::Canary { percent: pct };
+            p.mode = Mode::Canary {
+                percent: pct,
+                by: CanaryBy::Key,
+            };
             (0..10_000)
                 .filter(|i| p.enforces(format!("k{i}").as_bytes()))
                 .collect::<Vec<_>>()
@@ -828,5 +917,44 @@ descriptors:
         assert!(p.enforces(b"x"));
         p.mode = Mode::Soft;
         assert!(!p.enforces(b"x"));
+    }
+    #[test]
+    fn a_canary_by_instance_enforces_on_its_share_of_instances_stably() {
+        let yaml = |pct: u8| {
+            format!(
+                "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n    mode: canary\n    canary_percent: {pct}\n    canary_by: instance\n"
+            )
+        };
+        // Of 1000 instance ids, each enforces for every key or for none.
+        let enforcing = |pct: u8| {
+            let mut set = PolicySet::from_yaml(&yaml(pct)).unwrap();
+            (0..1000)
+                .filter(|i| {
+                    set.set_instance(&format!("rls-{i}:8081"));
+                    let p = &set.policies()[0];
+                    let all = (0..50).all(|k| p.enforces(format!("k{k}").as_bytes()));
+                    let none = (0..50).all(|k| !p.enforces(format!("k{k}").as_bytes()));
+                    assert!(all || none, "instance {i} splits its keys");
+                    all
+                })
+                .collect::<Vec<_>>()
+        };
+        let (ten, fifty) = (enforcing(10), enforcing(50));
+        assert!(
+            (60..140).contains(&ten.len()),
+            "{} of 1000 at 10%",
+            ten.len()
+        );
+        assert!((430..570).contains(&fifty.len()), "{} at 50%", fifty.len());
+        assert!(
+            ten.iter().all(|i| fifty.contains(i)),
+            "growing keeps the picked"
+        );
+        // The same id picks the same way in another set (another process).
+        let mut a = PolicySet::from_yaml(&yaml(50)).unwrap();
+        let mut b = PolicySet::from_yaml(&yaml(50)).unwrap();
+        a.set_instance("rls-7:8081");
+        b.set_instance("rls-7:8081");
+        assert_eq!(a.policies()[0].mode, b.policies()[0].mode);
     }
 }

@@ -166,6 +166,7 @@ mod tests {
             client: Client::new(ClientConfig::new("127.0.0.1:9".parse().unwrap())),
             lease: LeaseConfig::default(),
             clock: Arc::new(SystemClock::new()),
+            instance: "test".into(),
         }
     }
 

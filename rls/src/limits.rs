@@ -113,6 +113,9 @@ pub struct Ledger {
     pub lease: LeaseConfig,
     /// The clock managers decide with.
     pub clock: Arc<dyn Clock>,
+    /// This instance's id, for limits whose canary is a share of instances
+    /// (`canary_by: instance`; [`PolicySet::set_instance`]).
+    pub instance: String,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -141,11 +144,14 @@ pub struct Reloaded {
 ///
 /// Must run inside a tokio runtime (a new manager starts its sweeper).
 pub fn build(
-    sets: Vec<PolicySet>,
+    mut sets: Vec<PolicySet>,
     overrides: Overrides,
     old: &Limits,
     ledger: &Ledger,
 ) -> (Limits, Vec<LeaseManager>, Reloaded) {
+    for set in &mut sets {
+        set.set_instance(&ledger.instance);
+    }
     let mut reusable: HashMap<(String, String), (&Policy, &LeaseManager)> = old
         .managers()
         .map(|(d, p, m)| ((d.to_owned(), p.name.clone()), (p, m)))

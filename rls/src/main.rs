@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use leasehold_client::{Client, ClientConfig, LeaseConfig, SystemClock};
+use leasehold_client::{policy, Client, ClientConfig, LeaseConfig, SystemClock};
 use leasehold_rls::adhoc::AdHoc;
 use leasehold_rls::limits::{self, Ledger, Limits, Shared};
 use leasehold_rls::service::{Decide, Service};
@@ -60,6 +60,11 @@ struct Flags {
     /// call their store on every request).
     #[arg(long)]
     ledger_per_request: bool,
+    /// This instance's id for limits whose canary is a share of instances
+    /// (`canary_by: instance`): keep it stable across restarts and distinct
+    /// per instance. Default: the host name and `--port`, as `host:port`.
+    #[arg(long, value_name = "ID")]
+    instance_id: Option<String>,
     /// Largest request accepted, in bytes; a larger one is refused with
     /// OUT_OF_RANGE (the connection stays open).
     #[arg(long, default_value_t = 1 << 20)]
@@ -126,6 +131,10 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         client: Client::new(cc),
         lease: LeaseConfig::default(),
         clock: Arc::new(SystemClock::new()),
+        instance: flags
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", policy::host_name(), flags.port)),
     };
     // Connected before the first request, whose lease would otherwise
     // spend its deadline on the connect.
@@ -175,6 +184,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(
         local_addr = %listener.local_addr()?,
         ledger = ?ledger.client.primary(),
+        instance = %ledger.instance,
         policies = shared.snapshot().policy_count(),
         "leasehold-rls ready"
     );

@@ -640,6 +640,54 @@ descriptors:
     .await;
 }
 
+/// `canary_by: instance`: an instance in the share denies every key over
+/// quota, one outside it admits every key with a warning; which instance is
+/// which follows from `--instance-id` alone (the same hash in any process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_by_instance_denies_on_its_share_of_instances() {
+    let limits = "\
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+    mode: canary
+    canary_percent: 50
+    canary_by: instance
+";
+    let mut set = leasehold_client::PolicySet::from_yaml(limits).unwrap();
+    let mut enforces = |id: &str| {
+        set.set_instance(id);
+        set.policies()[0].enforces(b"any")
+    };
+    let ids: Vec<String> = (0..100).map(|i| format!("rls-{i}")).collect();
+    let on = ids.iter().find(|id| enforces(id)).unwrap().clone();
+    let off = ids.iter().find(|id| !enforces(id)).unwrap().clone();
+    let (dir_a, dir_b) = (Scratch::new("canary"), Scratch::new("canary"));
+    let ledger = Ledger::start();
+    let a = Rls::start(&dir_a, ledger.port, limits, &["--instance-id", &on]);
+    let b = Rls::start(&dir_b, ledger.port, limits, &["--instance-id", &off]);
+    let run = async {
+        let (mut ca, mut cb) = (a.client().await, b.client().await);
+        for i in 0..10 {
+            let (va, vb) = (format!("a{i}"), format!("b{i}"));
+            let on_a = || request("edge", vec![desc(&[("user", &va)])]);
+            let on_b = || request("edge", vec![desc(&[("user", &vb)])]);
+            assert_eq!(overall(&ask(&mut ca, on_a()).await.unwrap()), Code::Ok);
+            assert_eq!(
+                overall(&ask(&mut ca, on_a()).await.unwrap()),
+                Code::OverLimit
+            );
+            assert_eq!(overall(&ask(&mut cb, on_b()).await.unwrap()), Code::Ok);
+            let r = ask(&mut cb, on_b()).await.unwrap();
+            assert_eq!(overall(&r), Code::Ok, "{vb} outside the share");
+            assert_eq!(header(&r, "RateLimit-Warning"), Some(r#""user""#));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("within 60 s");
+}
+
 /// `replaces` (envoyproxy/ratelimit's): a request that matches a limit
 /// naming another in its `replaces` is not limited by that other one: the
 /// replaced descriptor is OK, with no limit, and nothing is charged to it.
