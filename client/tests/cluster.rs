@@ -19,7 +19,7 @@ use leasehold_client::{
 use leasehold_protocol::{decode_request, Limits, Protocol, Reply};
 use leasehold_server::config::Config;
 use leasehold_server::ServerHandle;
-use leasehold_testkit::call;
+use leasehold_testkit::{call, cluster_topology as topology, publish_topology as publish};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -37,30 +37,6 @@ fn node() -> ServerHandle {
     c.cluster.enabled = true;
     leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new()))
         .expect("a cluster node")
-}
-
-/// A topology of version `version`: group `i` is the node on `ports[i]`
-/// and owns `slots[i]` (TOML strings such as `"0-5460"`).
-fn topology(version: u64, ports: &[u16], slots: &[&str]) -> String {
-    let mut t = format!("version = {version}\n");
-    for (i, (port, slots)) in ports.iter().zip(slots).enumerate() {
-        t += &format!(
-            "[[group]]\nname = \"g{i}\"\nslots = [{slots}]\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n"
-        );
-    }
-    t
-}
-
-/// Pushes `text` (of `version`) to the nodes on `ports`.
-fn publish(ports: &[u16], version: u64, text: &str) {
-    for &p in ports {
-        let v = version.to_string();
-        assert_eq!(
-            call(p, &["LH.TOPOLOGY", "SET", &v, text]),
-            Some(Reply::ok()),
-            "node {p} takes version {version}"
-        );
-    }
 }
 
 struct Cluster {

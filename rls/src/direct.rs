@@ -16,9 +16,14 @@
 //! request is all or nothing across them too, with no window in which a
 //! concurrent request sees a charge that is then taken back.
 //!
-//! Ledger keys are `{domain}:{policy name}@sliding_window:{entries}` and
+//! Ledger keys are `{<domain>}:<policy name>@sliding_window:<entries>` and
 //! `...@gcra:...`, apart from a token bucket's, so changing a limit's
-//! algorithm in the file never meets the old key's type (WRONGTYPE).
+//! algorithm in the file never meets the old key's type (WRONGTYPE). The
+//! domain in braces is the key's hash tag (Redis Cluster's rule: only the
+//! text between the first `{` and the next `}` is hashed), so every such
+//! key of a domain is in one hash slot: over a ledger cluster the script's
+//! keys stay on one node and the request stays atomic, at the price of one
+//! group serving all of a domain's sliding windows and GCRAs.
 
 use std::time::Duration;
 
@@ -72,10 +77,11 @@ pub struct Ask<'a> {
 }
 
 /// The ledger key of `entries` under a policy named `name` of `domain`
-/// counted by `algorithm`: `{domain}:{name}@{algorithm}:{entries}`.
+/// counted by `algorithm`: `{<domain>}:<name>@<algorithm>:<entries>`, the
+/// domain its hash tag.
 pub fn ledger_key(domain: &str, name: &str, algorithm: Algorithm, entries: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(domain.len() + name.len() + entries.len() + 20);
-    for part in [domain.as_bytes(), b":", name.as_bytes(), b"@"] {
+    let mut k = Vec::with_capacity(domain.len() + name.len() + entries.len() + 22);
+    for part in [b"{", domain.as_bytes(), b"}:", name.as_bytes(), b"@"] {
         k.extend_from_slice(part);
     }
     k.extend_from_slice(algorithm.name().as_bytes());

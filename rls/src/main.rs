@@ -24,9 +24,15 @@ struct Flags {
     /// reloaded when it changes.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// The Leasehold node to lease from.
+    /// The Leasehold node to lease from; with `--cluster`, a node of the
+    /// cluster to read its slot map from (repeat the flag for more seeds).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:6379")]
-    ledger: String,
+    ledger: Vec<String>,
+    /// The ledger is a Leasehold cluster (`cluster-enabled yes`): each key
+    /// goes to the primary of its hash slot's group, following `MOVED` and
+    /// `ASK`, and the override channel is followed on every primary.
+    #[arg(long, conflicts_with = "sentinel")]
+    cluster: bool,
     /// A Redis Sentinel to ask for the ledger's primary instead of
     /// `--ledger` (repeat the flag for each sentinel); the primary is
     /// followed through failovers.
@@ -108,15 +114,26 @@ fn resolve(flag: &str, text: &str) -> Result<SocketAddr, String> {
 }
 
 async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
-    let mut cc = if flags.sentinel.is_empty() {
-        ClientConfig::new(resolve("--ledger", &flags.ledger)?)
-    } else {
+    let ledgers = flags
+        .ledger
+        .iter()
+        .map(|s| resolve("--ledger", s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cc = if flags.cluster {
+        ClientConfig::cluster(ledgers)
+    } else if !flags.sentinel.is_empty() {
         let sentinels = flags
             .sentinel
             .iter()
             .map(|s| resolve("--sentinel", s))
             .collect::<Result<Vec<_>, _>>()?;
         ClientConfig::sentinel(sentinels, flags.master_name.clone())
+    } else if let [one] = ledgers[..] {
+        ClientConfig::new(one)
+    } else {
+        return Err(
+            "--ledger more than once needs --cluster (one Leasehold node otherwise)".into(),
+        );
     };
     let (text, sets) =
         limits::load(&flags.config).map_err(|e| format!("{}: {e}", flags.config.display()))?;

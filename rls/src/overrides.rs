@@ -20,6 +20,7 @@
 //! back to its own bucket, which the ledger kept (and refilled) meanwhile.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -195,6 +196,9 @@ impl Overrides {
 /// message's text, and reconnects (after 200 ms, to the primary of the
 /// moment) when the connection fails. Runs until its task is dropped.
 pub async fn subscribe(client: Client, channel: String, mut on_message: impl FnMut(&str)) {
+    if client.slot_map().is_some() {
+        return subscribe_cluster(client, channel, on_message).await;
+    }
     loop {
         let Some(addr) = client.primary() else {
             // Sentinel addressing before any connect: find the primary.
@@ -209,6 +213,66 @@ pub async fn subscribe(client: Client, channel: String, mut on_message: impl FnM
             Err(e) => tracing::warn!(%addr, "override channel: {e}; reconnecting"),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The tasks following the channel on each primary, stopped when dropped.
+#[derive(Default)]
+struct Followers(HashMap<SocketAddr, tokio::task::JoinHandle<()>>);
+
+impl Drop for Followers {
+    fn drop(&mut self) {
+        for task in self.0.values() {
+            task.abort();
+        }
+    }
+}
+
+/// How often a cluster's slot map is read again for the primaries to
+/// follow the override channel on.
+const CLUSTER_NODES_EVERY: Duration = Duration::from_secs(1);
+
+/// [`subscribe`] over a ledger cluster: Leasehold nodes do not forward
+/// PUBLISH to each other, so the channel is followed on every primary of
+/// the slot map (read again every [`CLUSTER_NODES_EVERY`]), and an override
+/// published on any of them is heard. A primary that leaves the map is
+/// dropped; one that joins is followed.
+async fn subscribe_cluster(client: Client, channel: String, mut on_message: impl FnMut(&str)) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut followed = Followers::default();
+    let mut tick = tokio::time::interval(CLUSTER_NODES_EVERY);
+    loop {
+        tokio::select! {
+            Some(text) = rx.recv() => on_message(&text),
+            _ = tick.tick() => {
+                if let Err(e) = client.reload_slot_map().await {
+                    tracing::warn!("override channel: cluster slot map not read: {e}");
+                }
+                let nodes = client.slot_map().map_or_else(Vec::new, |m| m.nodes().to_vec());
+                followed.0.retain(|addr, task| {
+                    let keep = nodes.contains(addr);
+                    if !keep {
+                        task.abort();
+                    }
+                    keep
+                });
+                for addr in nodes {
+                    followed.0.entry(addr).or_insert_with(|| {
+                        let (tx, channel) = (tx.clone(), channel.clone());
+                        tokio::spawn(async move {
+                            loop {
+                                let mut send = |m: &str| drop(tx.send(m.to_owned()));
+                                match follow(addr, &channel, &mut send).await {
+                                    Ok(()) => tracing::warn!(%addr, "override channel closed; reconnecting"),
+                                    Err(e) => tracing::warn!(%addr, "override channel: {e}; reconnecting"),
+                                }
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                        })
+                    });
+                }
+            }
+        }
     }
 }
 

@@ -438,13 +438,6 @@ descriptors:
 }
 
 /// Subscribers of `channel` on the ledger (PUBSUB NUMSUB).
-fn subscribers(ledger: u16, channel: &str) -> i64 {
-    match call(ledger, &["PUBSUB", "NUMSUB", channel]) {
-        Some(Reply::Array(a)) => text(&a[1]).parse().unwrap_or(0),
-        _ => 0,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_published_on_the_ledger_reaches_every_instance_and_expires() {
     const CHANNEL: &str = "leasehold-rls:override";
@@ -874,14 +867,6 @@ descriptors:
 ";
 
 /// The stored fields of a rate-limit key (RLSTATE), by name.
-fn rlstate(port: u16, key: &str) -> std::collections::HashMap<String, String> {
-    match call(port, &["RLSTATE", key]) {
-        Some(Reply::Array(a)) => a.chunks(2).map(|kv| (text(&kv[0]), text(&kv[1]))).collect(),
-        Some(Reply::Map(m)) => m.iter().map(|(k, v)| (text(k), text(v))).collect(),
-        other => panic!("RLSTATE {key}: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sliding_window_denies_the_sixth_in_its_window_and_admits_again_after() {
     with_rls(ALGORITHMS, |rls, ledger| async move {
@@ -891,7 +876,7 @@ async fn a_sliding_window_denies_the_sixth_in_its_window_and_admits_again_after(
         // machine the calls may straddle two windows, and then a new key
         // is tried (at most 10).
         let window_of = |key: &str| -> u64 {
-            rlstate(ledger, &format!("edge:sw@sliding_window:sw={key}"))["window_start_ms"]
+            rlstate(ledger, &format!("{{edge}}:sw@sliding_window:sw={key}"))["window_start_ms"]
                 .parse()
                 .unwrap()
         };
@@ -931,7 +916,7 @@ async fn a_sliding_window_denies_the_sixth_in_its_window_and_admits_again_after(
             assert_eq!(header(&r, "Retry-After"), Some("1"));
             break key;
         };
-        let st = rlstate(ledger, &format!("edge:sw@sliding_window:sw={key}"));
+        let st = rlstate(ledger, &format!("{{edge}}:sw@sliding_window:sw={key}"));
         assert_eq!(st["type"], "slidingwindow");
         assert_eq!(st["window_ms"], "1000");
         let sw = || request("edge", vec![desc(&[("sw", &key)])]);
@@ -966,10 +951,10 @@ async fn sliding_windows_and_gcras_are_all_or_nothing_with_the_other_descriptors
         assert_eq!(overall(&r), Code::OverLimit);
         assert_eq!(codes(&r)[..2], [(Code::OverLimit, 0), (Code::Ok, 8)]);
         assert_eq!(
-            rlstate(ledger, "edge:slow@sliding_window:slow=s")["current"],
+            rlstate(ledger, "{edge}:slow@sliding_window:slow=s")["current"],
             "2"
         );
-        assert_eq!(rlstate(ledger, "edge:g@gcra:g=1")["type"], "gcra");
+        assert_eq!(rlstate(ledger, "{edge}:g@gcra:g=1")["type"], "gcra");
         let retry: u64 = header(&r, "Retry-After").unwrap().parse().unwrap();
         assert!((1..=1800).contains(&retry), "Retry-After {retry}");
         let r = ask(&mut c, request("edge", vec![desc(&[("user", "zed")])]))
@@ -985,7 +970,7 @@ async fn sliding_windows_and_gcras_are_all_or_nothing_with_the_other_descriptors
         .unwrap();
         assert_eq!(overall(&r), Code::Ok);
         assert_eq!(
-            rlstate(ledger, "edge:slow@sliding_window:slow=s")["current"],
+            rlstate(ledger, "{edge}:slow@sliding_window:slow=s")["current"],
             "2"
         );
     })
@@ -1022,7 +1007,7 @@ async fn hits_beyond_any_capacity_are_denied_by_sliding_windows_and_gcras() {
         .unwrap();
         assert_eq!(codes(&r), [(Code::Ok, 1), (Code::Ok, 4)]);
         assert_eq!(
-            rlstate(ledger, "edge:slow@sliding_window:slow=huge")["current"],
+            rlstate(ledger, "{edge}:slow@sliding_window:slow=huge")["current"],
             "1"
         );
     })

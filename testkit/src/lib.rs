@@ -281,3 +281,29 @@ pub fn sentinels_watching(dir: &Path, primary: u16, replicas: usize) -> (Vec<u16
     );
     (ports, procs)
 }
+
+/// A cluster topology (TOML) of version `version`: group `gI` is the one
+/// primary on `127.0.0.1:ports[i]` and owns `slots[i]` (TOML strings such
+/// as `"0-5460"`).
+pub fn cluster_topology(version: u64, ports: &[u16], slots: &[&str]) -> String {
+    let mut t = format!("version = {version}\n");
+    for (i, (port, slots)) in ports.iter().zip(slots).enumerate() {
+        t += &format!(
+            "[[group]]\nname = \"g{i}\"\nslots = [{slots}]\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n"
+        );
+    }
+    t
+}
+
+/// Pushes `text` (of `version`) to the nodes on `ports` with `LH.TOPOLOGY
+/// SET`, asserting each takes it.
+pub fn publish_topology(ports: &[u16], version: u64, text: &str) {
+    for &p in ports {
+        let v = version.to_string();
+        assert_eq!(
+            call(p, &["LH.TOPOLOGY", "SET", &v, text]),
+            Some(Reply::ok()),
+            "node {p} takes version {version}"
+        );
+    }
+}

@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use leasehold_testkit::{free_port, wait_for, Proc};
+use leasehold_testkit::{call, free_port, text, wait_for, Proc, Reply};
 use tonic::transport::Channel;
 
 /// A Leasehold server in this process on a free loopback port, stopped on drop.
@@ -229,4 +229,27 @@ pub fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
         .iter()
         .find(|h| h.key.eq_ignore_ascii_case(name))
         .map(|h| h.value.as_str())
+}
+
+/// Subscribers of `channel` on the ledger on `ledger` (PUBSUB NUMSUB).
+pub fn subscribers(ledger: u16, channel: &str) -> i64 {
+    match call(ledger, &["PUBSUB", "NUMSUB", channel]) {
+        Some(Reply::Array(a)) => text(&a[1]).parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// RLSTATE of `key` on the ledger on `port` as field -> value, or `None`
+/// when the reply is not a map (an error such as `-MOVED`, or nil).
+pub fn try_rlstate(port: u16, key: &str) -> Option<std::collections::HashMap<String, String>> {
+    match call(port, &["RLSTATE", key])? {
+        Reply::Array(a) => Some(a.chunks(2).map(|kv| (text(&kv[0]), text(&kv[1]))).collect()),
+        Reply::Map(m) => Some(m.iter().map(|(k, v)| (text(k), text(v))).collect()),
+        _ => None,
+    }
+}
+
+/// [`try_rlstate`], which must answer.
+pub fn rlstate(port: u16, key: &str) -> std::collections::HashMap<String, String> {
+    try_rlstate(port, key).unwrap_or_else(|| panic!("RLSTATE {key}: no state"))
 }
