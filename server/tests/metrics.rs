@@ -166,7 +166,11 @@ fn series_count_what_the_server_did() {
     assert_eq!(get(&m, "leasehold_replication_replicas_connected"), 0.0);
     assert_eq!(get(&m, "leasehold_shards"), 2.0);
     // Cluster mode's series only in cluster mode.
-    assert!(!m.keys().any(|k| k.starts_with("leasehold_cluster_")), "{:?}", sorted(&m));
+    assert!(
+        !m.keys().any(|k| k.starts_with("leasehold_cluster_")),
+        "{:?}",
+        sorted(&m)
+    );
     assert!(get(&m, "leasehold_memory_used_bytes") > 1e5);
     assert!(get(&m, "leasehold_net_input_bytes_total") > 320.0 * 20.0);
 
@@ -251,7 +255,10 @@ fn failed_logins_and_acl_refusals_are_counted_by_reason_as_info_counts_them() {
         ("acl_access_denied_key", 2),
         ("acl_access_denied_channel", 3),
     ] {
-        assert!(stats.contains(&format!("\r\n{field}:{n}\r\n")), "{field}: {stats}");
+        assert!(
+            stats.contains(&format!("\r\n{field}:{n}\r\n")),
+            "{field}: {stats}"
+        );
     }
 }
 
@@ -263,7 +270,10 @@ fn pubsub_series_follow_subscriptions_and_messages() {
     let mut publisher = Conn::open(port).expect("connect");
     let subscribed = |c: &mut Conn, requests: &[&[&str]]| {
         let replies = c.pipeline(requests).expect("subscribed");
-        assert!(replies.iter().all(|r| matches!(r, Reply::Array(_))), "{replies:?}");
+        assert!(
+            replies.iter().all(|r| matches!(r, Reply::Array(_))),
+            "{replies:?}"
+        );
     };
     subscribed(&mut one, &[&["SUBSCRIBE", "a"], &["SUBSCRIBE", "b"]]);
     subscribed(&mut two, &[&["SUBSCRIBE", "a"], &["PSUBSCRIBE", "n*"]]);
@@ -331,7 +341,10 @@ fn tls_series_count_connections_and_failed_handshakes() {
         assert_eq!(c.call(&["PING"]).unwrap(), Reply::Simple("PONG".into()));
     }
     drop(served);
-    assert_eq!(get(&scrape(metrics), "leasehold_tls_handshake_failures_total"), 2.0);
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_tls_handshake_failures_total"),
+        2.0
+    );
 }
 
 /// A stand-in for a sentinel on a free port: it answers `SENTINEL
@@ -424,7 +437,12 @@ role = "replica"
     std::fs::write(&file, topology(3)).unwrap();
     let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &dir);
     let metrics = free_port();
-    cmd.args(["--metrics-port", &metrics.to_string(), "--cluster-enabled", "yes"]);
+    cmd.args([
+        "--metrics-port",
+        &metrics.to_string(),
+        "--cluster-enabled",
+        "yes",
+    ]);
     cmd.arg("--cluster-config-file").arg(&file);
     let _node = started(&mut cmd, port, "leasehold-server");
     let mut c = Conn::open(port).expect("connect");
@@ -434,7 +452,10 @@ role = "replica"
     assert_eq!(get(&m, "leasehold_cluster_topology_version"), 3.0);
     assert_eq!(get(&m, "leasehold_cluster_primary_changes_total"), 0.0);
     for kind in ["moved", "crossslot", "clusterdown"] {
-        assert_eq!(labelled(&m, "leasehold_cluster_redirects_total", "kind", kind), 0.0);
+        assert_eq!(
+            labelled(&m, "leasehold_cluster_redirects_total", "kind", kind),
+            0.0
+        );
     }
     // 3 MOVED; 2 CROSSSLOT (MSET over two slots, EXEC of a transaction
     // over two slots); 1 CLUSTERDOWN.
@@ -460,7 +481,10 @@ role = "replica"
     // A newer topology pushed.
     let pushed = c.call(&["LH.TOPOLOGY", "SET", "4", &topology(4)]);
     assert_eq!(pushed, Some(Reply::Simple("OK".into())));
-    assert_eq!(get(&scrape(metrics), "leasehold_cluster_topology_version"), 4.0);
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_cluster_topology_version"),
+        4.0
+    );
 
     // A failover to p2, then back to p1: two changes, whatever the number
     // of polls that repeat them.
