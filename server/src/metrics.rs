@@ -505,8 +505,8 @@ fn pubsub(shared: &Shared, out: &mut String) {
         ("leasehold_pubsub_messages_published_total", "counter", "PUBLISH calls.", |s| s.pubsub_published.get()),
         ("leasehold_pubsub_messages_delivered_total", "counter", "Messages written to subscribers: one per receiving channel subscriber or matching pattern subscription.", |s| s.pubsub_delivered.get()),
     ];
-    for (name, help_kind, help, get) in rows {
-        single(out, name, help_kind, help, shared.sum(get));
+    for (name, kind, help, get) in rows {
+        single(out, name, kind, help, shared.sum(get));
     }
 }
 
