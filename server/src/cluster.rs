@@ -613,6 +613,8 @@ pub struct ClusterState {
     pub sentinels: Vec<(String, u16)>,
     /// Installs one at a time, so a version check and its swap are one step.
     installing: parking_lot::Mutex<Given>,
+    /// Times a primary learned from Sentinel changed the view in force.
+    primary_changes: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterState {
@@ -627,6 +629,7 @@ impl ClusterState {
                 base: topo,
                 learned: HashMap::new(),
             }),
+            primary_changes: Default::default(),
         }
     }
 
@@ -711,8 +714,18 @@ impl ClusterState {
                 "cluster: Sentinel names {host}:{port} the primary of master {name:?} (config epoch {epoch})"
             );
             self.current.store(Arc::new(view));
+            self.primary_changes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         changed
+    }
+
+    /// How many times a primary learned from Sentinel changed the view in
+    /// force (an answer naming the primary already in force is not a
+    /// change).
+    pub fn primary_changes(&self) -> u64 {
+        self.primary_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The sentinels to ask: the topology's, then the setting's, without
@@ -1290,5 +1303,7 @@ role = "primary"
         assert_eq!(s.load().topo.groups[1].primary().port, 7002);
         // Unknown master names change nothing.
         assert!(!s.learn("other", "127.0.0.1", 1, Some(9)));
+        // Each `true` above was one change of a primary, and only those.
+        assert_eq!(s.primary_changes(), 3);
     }
 }

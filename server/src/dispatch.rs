@@ -432,6 +432,7 @@ pub fn plan(
     if let Some(cluster) = &worker.shared.cluster {
         if let Err(e) = cluster_check(cluster, conn, spec, &items) {
             count_rejected(worker, idx);
+            worker.shard.borrow().stats.count_redirect(&e);
             multi::refuse(conn, pipe, e.reply());
             return Planned::Queued;
         }

@@ -29,6 +29,16 @@
 //!   `leasehold_replication_replica_lag_bytes` and
 //!   `leasehold_replication_replica_ack_age_seconds` by `replica`
 //!   (`ip:port`), and on a replica `leasehold_replication_link_up`;
+//! - access: `leasehold_acl_auth_failures_total`,
+//!   `leasehold_acl_denials_total` by `reason` (`command`, `key`,
+//!   `channel`), `leasehold_tls_connections_received_total`,
+//!   `leasehold_tls_handshake_failures_total`;
+//! - pub/sub: `leasehold_pubsub_channels`, `leasehold_pubsub_patterns`,
+//!   `leasehold_pubsub_clients`, `leasehold_pubsub_messages_published_total`,
+//!   `leasehold_pubsub_messages_delivered_total`;
+//! - cluster mode only: `leasehold_cluster_topology_version`,
+//!   `leasehold_cluster_redirects_total` by `kind` (`moved`, `crossslot`,
+//!   `clusterdown`), `leasehold_cluster_primary_changes_total`;
 //! - persistence: `leasehold_persistence_last_save_success`,
 //!   `leasehold_persistence_saves_total`;
 //! - server: `leasehold_uptime_seconds`, `leasehold_shards`.
@@ -42,7 +52,7 @@ use std::time::Duration;
 
 use crate::commands::{info, table};
 use crate::latency::{Snapshot, BOUNDS_US};
-use crate::state::{RateCommand, RateOutcome, Shared, StatBaseline};
+use crate::state::{AclDenied, RateCommand, RateOutcome, Redirect, Shared, StatBaseline};
 
 /// Largest request head read, bytes; a longer one is refused.
 const MAX_HEAD: usize = 8192;
@@ -180,7 +190,10 @@ pub fn render(shared: &Shared) -> String {
     keys(shared, &mut out);
     memory(shared, &mut out);
     connections(shared, &now, &mut out);
+    access(shared, &mut out);
+    pubsub(shared, &mut out);
     replication(shared, &mut out);
+    cluster(shared, &mut out);
     let p = &shared.persist;
     let ok = u8::from(!p.last_save_failed.load(Ordering::SeqCst));
     single(
@@ -416,6 +429,117 @@ fn connections(shared: &Shared, now: &StatBaseline, out: &mut String) {
     for (name, help, v) in rows {
         single(out, name, "counter", help, v);
     }
+}
+
+/// Failed logins and ACL refusals (INFO's `acl_access_denied_*`, the same
+/// counters), and the TLS port's connections.
+fn access(shared: &Shared, out: &mut String) {
+    let c = &shared.counters;
+    single(
+        out,
+        "leasehold_acl_auth_failures_total",
+        "counter",
+        "AUTH and HELLO AUTH attempts with a wrong user or password (INFO acl_access_denied_auth).",
+        c.auth_failures.load(Ordering::Relaxed),
+    );
+    let mut f = Family::new(
+        out,
+        "leasehold_acl_denials_total",
+        "counter",
+        "Requests refused by ACL, by ACL LOG reason (INFO acl_access_denied_cmd, _key, _channel).",
+    );
+    for why in AclDenied::ALL {
+        f.sample(
+            "",
+            &[("reason", why.reason())],
+            info::acl_denied(shared, why),
+        );
+    }
+    let rows = [
+        (
+            "leasehold_tls_connections_received_total",
+            "Connections accepted on the TLS port (also in leasehold_connections_received_total).",
+            &c.tls_connections_received,
+        ),
+        (
+            "leasehold_tls_handshake_failures_total",
+            "TLS connections closed because their handshake failed.",
+            &c.tls_handshake_failures,
+        ),
+    ];
+    for (name, help, v) in rows {
+        single(out, name, "counter", help, v.load(Ordering::Relaxed));
+    }
+}
+
+/// Pub/sub: the registry's sizes and the clients subscribed now, read when
+/// scraped; messages counted per thread.
+fn pubsub(shared: &Shared, out: &mut String) {
+    let subscribed = shared
+        .clients
+        .lock()
+        .values()
+        .filter(|c| c.is_pubsub())
+        .count();
+    let gauges = [
+        (
+            "leasehold_pubsub_channels",
+            "Channels with at least one subscriber (INFO pubsub_channels).",
+            shared.pubsub.channel_count(),
+        ),
+        (
+            "leasehold_pubsub_patterns",
+            "Patterns with at least one subscriber (INFO pubsub_patterns).",
+            shared.pubsub.numpat(),
+        ),
+        (
+            "leasehold_pubsub_clients",
+            "Connections with at least one channel or pattern subscription.",
+            subscribed,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        single(out, name, "gauge", help, v);
+    }
+    let rows: [ShardRow; 2] = [
+        ("leasehold_pubsub_messages_published_total", "counter", "PUBLISH calls.", |s| s.pubsub_published.get()),
+        ("leasehold_pubsub_messages_delivered_total", "counter", "Messages written to subscribers: one per receiving channel subscriber or matching pattern subscription.", |s| s.pubsub_delivered.get()),
+    ];
+    for (name, kind, help, get) in rows {
+        single(out, name, kind, help, shared.sum(get));
+    }
+}
+
+/// Cluster mode only: the topology in force, the redirections answered and
+/// the primaries learned from Sentinel.
+fn cluster(shared: &Shared, out: &mut String) {
+    let Some(cluster) = &shared.cluster else {
+        return;
+    };
+    single(
+        out,
+        "leasehold_cluster_topology_version",
+        "gauge",
+        "Version of the topology in force (CLUSTER INFO cluster_current_epoch).",
+        cluster.load().topo.version,
+    );
+    let mut f = Family::new(
+        out,
+        "leasehold_cluster_redirects_total",
+        "counter",
+        "Requests answered -MOVED, -CROSSSLOT or -CLUSTERDOWN, by kind.",
+    );
+    for r in Redirect::ALL {
+        let n = shared.sum(|s| s.cluster_redirects[r as usize].get());
+        f.sample("", &[("kind", r.label())], n);
+    }
+    single(
+        out,
+        "leasehold_cluster_primary_changes_total",
+        "counter",
+        "Changes of a group's primary learned from Sentinel.",
+        cluster.primary_changes(),
+    );
 }
 
 fn replication(shared: &Shared, out: &mut String) {

@@ -519,6 +519,12 @@ impl Loop {
                 Err(e) if io.tls.is_some() && e.kind() == ErrorKind::InvalidData => {
                     // A failed handshake or a broken record: the alert
                     // goes out if the socket takes it, then the close.
+                    if io.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+                        shared
+                            .counters
+                            .tls_handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     tls::log_failure(peer, &e);
                     let _ = io.write_out(&[]);
                     break true;
@@ -785,6 +791,12 @@ impl Loop {
             .counters
             .total_connections_received
             .fetch_add(1, Ordering::Relaxed);
+        if tls {
+            shared
+                .counters
+                .tls_connections_received
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let (maxclients, protected) = {
             let c = shared.config.read();
             let protected = c.security.protected_mode && c.security.requirepass.is_empty();

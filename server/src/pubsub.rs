@@ -209,6 +209,11 @@ impl Registry {
         matching.cloned().collect()
     }
 
+    /// How many channels have subscribers (INFO `pubsub_channels`).
+    pub fn channel_count(&self) -> usize {
+        self.inner.read().channels.len()
+    }
+
     /// How many connections subscribe to `channel` itself, patterns not
     /// counted (PUBSUB NUMSUB).
     pub fn numsub(&self, channel: &[u8]) -> usize {

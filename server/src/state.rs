@@ -98,6 +98,50 @@ pub struct ShardStats {
     pub hotkey_gathers: Counter,
     /// Split keys this shard owns now.
     pub hotkey_split_keys: Counter,
+    /// Cluster mode's refusals answered by this thread, indexed by
+    /// [`Redirect`].
+    pub cluster_redirects: [Counter; Redirect::ALL.len()],
+    /// PUBLISH calls run on this thread.
+    pub pubsub_published: Counter,
+    /// Messages this thread appended to its subscribers' output (one per
+    /// receiver: a channel subscriber, or a matching pattern subscription).
+    pub pubsub_delivered: Counter,
+}
+
+/// The answers of cluster mode's one decision (`dispatch::cluster_check`)
+/// that send a request elsewhere or refuse it, as counted per thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redirect {
+    /// `-MOVED <slot> <host>:<port>`.
+    Moved,
+    /// `-CROSSSLOT`: a request's keys (or a transaction's) in several slots.
+    CrossSlot,
+    /// `-CLUSTERDOWN Hash slot not served`.
+    ClusterDown,
+}
+
+impl Redirect {
+    /// Every one, in index order.
+    pub const ALL: [Redirect; 3] = [Redirect::Moved, Redirect::CrossSlot, Redirect::ClusterDown];
+
+    /// The kind's label: the error code, lower case.
+    pub fn label(self) -> &'static str {
+        match self {
+            Redirect::Moved => "moved",
+            Redirect::CrossSlot => "crossslot",
+            Redirect::ClusterDown => "clusterdown",
+        }
+    }
+
+    /// The kind of cluster mode's refusal `e`, `None` for another error.
+    pub fn of(e: &OpError) -> Option<Redirect> {
+        match e {
+            OpError::Moved { .. } => Some(Redirect::Moved),
+            OpError::ClusterCrossSlot => Some(Redirect::CrossSlot),
+            OpError::ClusterDown => Some(Redirect::ClusterDown),
+            _ => None,
+        }
+    }
 }
 
 /// The rate-limit commands whose decisions are counted.
@@ -193,6 +237,14 @@ impl ShardStats {
         reply
     }
 
+    /// Counts `e` if it is one of cluster mode's refusals (owner thread
+    /// only; see [`Redirect`]).
+    pub fn count_redirect(&self, e: &OpError) {
+        if let Some(r) = Redirect::of(e) {
+            self.cluster_redirects[r as usize].add(1);
+        }
+    }
+
     /// Counts one rate-limit decision (owner thread only).
     pub fn count_decision(&self, cmd: RateCommand, outcome: RateOutcome) {
         self.rate_decisions[cmd as usize][outcome as usize].add(1);
@@ -245,6 +297,9 @@ impl ShardStats {
             hotkey_borrows: Counter::default(),
             hotkey_gathers: Counter::default(),
             hotkey_split_keys: Counter::default(),
+            cluster_redirects: Default::default(),
+            pubsub_published: Counter::default(),
+            pubsub_delivered: Counter::default(),
         }
     }
 }
@@ -402,6 +457,17 @@ pub struct ServerCounters {
     /// AUTH (and HELLO AUTH) attempts with a wrong user or password (INFO
     /// `acl_access_denied_auth`).
     pub auth_failures: AtomicU64,
+    /// Requests refused by ACL, indexed by [`AclDenied`] (INFO
+    /// `acl_access_denied_cmd`, `_key`, `_channel`); counted off the hot
+    /// path (a restricted user's refusal, which also takes the ACL LOG's
+    /// lock).
+    pub acl_denied: [AtomicU64; AclDenied::ALL.len()],
+    /// Connections accepted on the TLS port (also in
+    /// `total_connections_received`).
+    pub tls_connections_received: AtomicU64,
+    /// TLS connections closed because their handshake failed (garbage, a
+    /// plain-text client, a refused certificate, an alert from the peer).
+    pub tls_handshake_failures: AtomicU64,
     /// Failures already named in the log (it says at most one line per
     /// [`AUTH_LOG_EVERY_MS`], with the count since the last one).
     pub auth_failures_logged: AtomicU64,
@@ -411,6 +477,32 @@ pub struct ServerCounters {
     /// client list: maxclients counts them, so a connection storm cannot
     /// pass it while they are on their way.
     pub handing_over: std::sync::atomic::AtomicUsize,
+}
+
+/// Why ACL refused a request, as ACL LOG's `reason` says it (a failed
+/// login, `auth`, is [`ServerCounters::auth_failures`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AclDenied {
+    /// The user may not run the command (or subcommand).
+    Command,
+    /// The user may not read or write one of its keys.
+    Key,
+    /// The user may not publish or subscribe to one of its channels.
+    Channel,
+}
+
+impl AclDenied {
+    /// Every one, in index order.
+    pub const ALL: [AclDenied; 3] = [AclDenied::Command, AclDenied::Key, AclDenied::Channel];
+
+    /// ACL LOG's `reason` for it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AclDenied::Command => "command",
+            AclDenied::Key => "key",
+            AclDenied::Channel => "channel",
+        }
+    }
 }
 
 /// The least time between two log lines about failed AUTH attempts, ms: a

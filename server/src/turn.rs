@@ -403,21 +403,26 @@ impl<T: Transport> Turn<T> {
     /// pub/sub output limit is closed (as CLIENT KILL closes); the
     /// publisher, on its own thread, never waits for it.
     fn publish(&mut self, p: &Publish) {
+        let mut delivered = 0;
         for d in &p.to {
-            self.push(d.conn, d.client, 'P', |st, out| {
+            delivered += u64::from(self.push(d.conn, d.client, 'P', |st, out| {
                 st.pubsub.wants(d, &p.channel) && {
                     p.encode(d, st.proto, out);
                     true
                 }
-            });
+            }));
         }
+        let worker = &self.worker;
+        worker.shared.shard_stats[worker.id]
+            .pubsub_delivered
+            .add(delivered);
     }
 
     /// Appends monitor lines to each of this thread's monitors in the
     /// feed, as [`Turn::publish`] appends a message.
     fn monitor(&mut self, feed: &crate::monitor::Feed) {
         for w in &feed.to {
-            self.push(w.conn, w.client, 'O', |st, out| {
+            let _ = self.push(w.conn, w.client, 'O', |st, out| {
                 st.monitor && {
                     out.extend_from_slice(&feed.lines);
                     true
@@ -432,21 +437,22 @@ impl<T: Transport> Turn<T> {
     /// written. A receiver whose pending output passes the pub/sub class of
     /// the output limit is closed (as CLIENT KILL closes; `flag` names its
     /// kind in the log); the sender, on its own thread, never waits for it.
+    /// Returns whether the push stays in the connection's output.
     fn push(
         &mut self,
         conn: usize,
         client: u64,
         flag: char,
         write: impl FnOnce(&ConnState, &mut BytesMut) -> bool,
-    ) {
+    ) -> bool {
         let shared = &self.worker.shared;
         let Some(c) = self.conns.get_mut(conn) else {
-            return;
+            return false;
         };
         let st = &mut c.state;
         let gone = c.io.is_none() || st.handle.id != client || st.close;
         if gone || st.handle.killed.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         st.refresh(shared);
         let held = !c.pipe.is_empty();
@@ -464,7 +470,7 @@ impl<T: Transport> Turn<T> {
             &mut c.out
         }) = out;
         if !wrote {
-            return;
+            return false;
         }
         let pending = c.out.len() + st.pubsub.held.len();
         if st
@@ -483,12 +489,13 @@ impl<T: Transport> Turn<T> {
             st.pubsub.held = BytesMut::new();
             c.out = BytesMut::new();
             h.kill();
-            return;
+            return false;
         }
         if !held && !c.listed {
             c.listed = true;
             self.dirty.push(conn);
         }
+        true
     }
 
     /// Encodes `reply` and writes it to the connection of `d`; what the

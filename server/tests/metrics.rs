@@ -1,22 +1,37 @@
 //! The Prometheus endpoint of a real server process (`--metrics-port`):
-//! the series' values after a known set of commands, the histogram's
-//! shape, the text format's rules, and the HTTP answers to other paths and
-//! methods.
+//! the series' values after a known set of commands (and of logins, ACL
+//! refusals, pub/sub traffic, TLS clients, cluster redirections and
+//! primaries learned from a sentinel), the histogram's shape, the text
+//! format's rules, and the HTTP answers to other paths and methods.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
 
 use leasehold_testkit::{
-    free_port, node_command, scratch_dir, started, tool_installed, Conn, Proc, Reply,
+    free_port, node_command, scratch_dir, started, text, tool_installed, wait_for, Conn, Proc,
+    Reply,
 };
+
+mod common;
+mod tls_support;
+
+use common::key_in;
+use tls_support::{Pki, TlsConn};
 
 /// A node (two threads) with its metrics on another free port.
 fn node() -> (Proc, u16, u16) {
-    let (dir, port, metrics) = (scratch_dir(), free_port(), free_port());
-    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &dir);
+    node_with(&scratch_dir(), &[])
+}
+
+/// The same, with more flags, its files in `dir`.
+fn node_with(dir: &Path, flags: &[&str]) -> (Proc, u16, u16) {
+    let (port, metrics) = (free_port(), free_port());
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, dir);
     cmd.args(["--metrics-port", &metrics.to_string()]);
+    cmd.args(flags);
     (started(&mut cmd, port, "leasehold-server"), port, metrics)
 }
 
@@ -150,6 +165,12 @@ fn series_count_what_the_server_did() {
     assert_eq!(get(&m, "leasehold_replication_primary"), 1.0);
     assert_eq!(get(&m, "leasehold_replication_replicas_connected"), 0.0);
     assert_eq!(get(&m, "leasehold_shards"), 2.0);
+    // Cluster mode's series only in cluster mode.
+    assert!(
+        !m.keys().any(|k| k.starts_with("leasehold_cluster_")),
+        "{:?}",
+        sorted(&m)
+    );
     assert!(get(&m, "leasehold_memory_used_bytes") > 1e5);
     assert!(get(&m, "leasehold_net_input_bytes_total") > 320.0 * 20.0);
 
@@ -179,6 +200,308 @@ fn series_count_what_the_server_did() {
         r#"leasehold_command_duration_seconds_sum{command="set"}"#,
     );
     assert!(sum > 0.0 && sum < count, "{sum}");
+}
+
+/// A family's sample for one label value, as `name{label="value"}`.
+fn labelled(m: &HashMap<String, f64>, name: &str, label: &str, value: &str) -> f64 {
+    get(m, &format!(r#"{name}{{{label}="{value}"}}"#))
+}
+
+/// Whether `reply` is an error starting with `code`.
+fn is_error(reply: Option<Reply>, code: &str) -> bool {
+    matches!(reply, Some(Reply::Error(e)) if e.starts_with(code))
+}
+
+#[test]
+fn failed_logins_and_acl_refusals_are_counted_by_reason_as_info_counts_them() {
+    let (_node, port, metrics) = node();
+    let mut admin = Conn::open(port).expect("connect");
+    let user = ["ACL", "SETUSER", "gw", "on", ">pw", "resetkeys", "~rl:*"];
+    let rules = ["resetchannels", "&news", "-@all", "+get", "+publish"];
+    let setuser: Vec<&str> = user.iter().chain(&rules).copied().collect();
+    assert_eq!(admin.call(&setuser), Some(Reply::Simple("OK".into())));
+    let mut gw = Conn::open(port).expect("connect");
+    for _ in 0..2 {
+        assert!(is_error(gw.call(&["AUTH", "gw", "wrong"]), "WRONGPASS"));
+    }
+    assert_eq!(
+        gw.call(&["AUTH", "gw", "pw"]),
+        Some(Reply::Simple("OK".into()))
+    );
+    // One command, two keys, three channels refused; what is allowed runs.
+    assert!(is_error(gw.call(&["SET", "rl:1", "v"]), "NOPERM"));
+    for key in ["other:1", "other:2"] {
+        assert!(is_error(gw.call(&["GET", key]), "NOPERM"));
+    }
+    for channel in ["a", "b", "c"] {
+        assert!(is_error(gw.call(&["PUBLISH", channel, "x"]), "NOPERM"));
+    }
+    assert_eq!(gw.call(&["GET", "rl:1"]), Some(Reply::Nil));
+    assert_eq!(gw.call(&["PUBLISH", "news", "x"]), Some(Reply::Int(0)));
+
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_acl_auth_failures_total"), 2.0);
+    let denials = |reason| labelled(&m, "leasehold_acl_denials_total", "reason", reason);
+    assert_eq!(denials("command"), 1.0);
+    assert_eq!(denials("key"), 2.0);
+    assert_eq!(denials("channel"), 3.0);
+    // A refused PUBLISH never ran.
+    assert_eq!(get(&m, "leasehold_pubsub_messages_published_total"), 1.0);
+    // INFO counts the same, under Redis's names.
+    let stats = text(&admin.call(&["INFO", "stats"]).expect("INFO"));
+    for (field, n) in [
+        ("acl_access_denied_auth", 2),
+        ("acl_access_denied_cmd", 1),
+        ("acl_access_denied_key", 2),
+        ("acl_access_denied_channel", 3),
+    ] {
+        assert!(
+            stats.contains(&format!("\r\n{field}:{n}\r\n")),
+            "{field}: {stats}"
+        );
+    }
+}
+
+#[test]
+fn pubsub_series_follow_subscriptions_and_messages() {
+    let (_node, port, metrics) = node();
+    let mut one = Conn::open(port).expect("connect");
+    let mut two = Conn::open(port).expect("connect");
+    let mut publisher = Conn::open(port).expect("connect");
+    let subscribed = |c: &mut Conn, requests: &[&[&str]]| {
+        let replies = c.pipeline(requests).expect("subscribed");
+        assert!(
+            replies.iter().all(|r| matches!(r, Reply::Array(_))),
+            "{replies:?}"
+        );
+    };
+    subscribed(&mut one, &[&["SUBSCRIBE", "a"], &["SUBSCRIBE", "b"]]);
+    subscribed(&mut two, &[&["SUBSCRIBE", "a"], &["PSUBSCRIBE", "n*"]]);
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_pubsub_channels"), 2.0);
+    assert_eq!(get(&m, "leasehold_pubsub_patterns"), 1.0);
+    assert_eq!(get(&m, "leasehold_pubsub_clients"), 2.0);
+    assert_eq!(get(&m, "leasehold_pubsub_messages_published_total"), 0.0);
+    // Two receivers of `a`, one pattern receiver of `news`, none of `z`.
+    for (channel, receivers) in [("a", 2), ("news", 1), ("z", 0)] {
+        assert_eq!(
+            publisher.call(&["PUBLISH", channel, "hi"]),
+            Some(Reply::Int(receivers))
+        );
+    }
+    // Delivered on the subscribers' threads, after PUBLISH answered.
+    let mut m = HashMap::new();
+    wait_for("3 messages delivered", Duration::from_secs(5), || {
+        m = scrape(metrics);
+        get(&m, "leasehold_pubsub_messages_delivered_total") >= 3.0
+    });
+    assert_eq!(get(&m, "leasehold_pubsub_messages_delivered_total"), 3.0);
+    assert_eq!(get(&m, "leasehold_pubsub_messages_published_total"), 3.0);
+    // A subscriber gone: `b` has no subscriber left, `a` still has one.
+    drop(one);
+    wait_for("the subscriber's close", Duration::from_secs(5), || {
+        m = scrape(metrics);
+        get(&m, "leasehold_pubsub_clients") == 1.0
+    });
+    assert_eq!(get(&m, "leasehold_pubsub_channels"), 1.0);
+    assert_eq!(get(&m, "leasehold_pubsub_patterns"), 1.0);
+}
+
+#[test]
+fn tls_series_count_connections_and_failed_handshakes() {
+    let dir = scratch_dir();
+    let pki = Pki::new(&dir);
+    let tls_port = free_port();
+    let flags = pki.flags(tls_port, "yes");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (_node, _, metrics) = node_with(&dir, &flags);
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_tls_connections_received_total"), 0.0);
+    assert_eq!(get(&m, "leasehold_tls_handshake_failures_total"), 0.0);
+    // Two clients served, one without the certificate `yes` asks for, and
+    // one that speaks plain RESP to the TLS port.
+    let mut served = Vec::new();
+    for _ in 0..2 {
+        let mut c = TlsConn::open(&pki.client(true), tls_port).expect("TLS client");
+        assert_eq!(c.call(&["PING"]).unwrap(), Reply::Simple("PONG".into()));
+        served.push(c);
+    }
+    let refused = TlsConn::open(&pki.client(false), tls_port).and_then(|mut c| c.call(&["PING"]));
+    assert!(refused.is_err(), "{refused:?}");
+    let mut raw = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    raw.write_all(b"PING\r\n").unwrap();
+    // Closed by the server once it gave up: counted by then.
+    let _ = raw.read_to_end(&mut Vec::new());
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_tls_connections_received_total"), 4.0);
+    assert_eq!(get(&m, "leasehold_tls_handshake_failures_total"), 2.0);
+    // The served clients' traffic after their handshake is no failure.
+    for c in &mut served {
+        assert_eq!(c.call(&["PING"]).unwrap(), Reply::Simple("PONG".into()));
+    }
+    drop(served);
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_tls_handshake_failures_total"),
+        2.0
+    );
+}
+
+/// A stand-in for a sentinel on a free port: it answers `SENTINEL
+/// get-master-addr-by-name` with the port in `primary` (on 127.0.0.1) and
+/// `SENTINEL MASTER` with the epoch beside it, and confirms a SUBSCRIBE.
+fn fake_sentinel(primary: std::sync::Arc<std::sync::Mutex<(u16, u64)>>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let primary = primary.clone();
+            std::thread::spawn(move || serve_sentinel(stream, &primary));
+        }
+    });
+    port
+}
+
+fn serve_sentinel(mut s: TcpStream, primary: &std::sync::Mutex<(u16, u64)>) {
+    let limits = leasehold_protocol::Limits::default();
+    let mut buf = bytes::BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Ok(Some(req)) = leasehold_protocol::decode_request(&mut buf, &limits) {
+            let (port, epoch) = *primary.lock().unwrap();
+            let words: Vec<String> = req
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).to_ascii_lowercase())
+                .collect();
+            let reply = match words.get(1).map(String::as_str) {
+                Some("get-master-addr-by-name") => Reply::Array(vec![
+                    Reply::bulk("127.0.0.1"),
+                    Reply::bulk(port.to_string()),
+                ]),
+                Some("master") => Reply::Array(vec![
+                    Reply::bulk("config-epoch"),
+                    Reply::bulk(epoch.to_string()),
+                ]),
+                _ => Reply::Array(vec![
+                    Reply::bulk("subscribe"),
+                    Reply::bulk("+switch-master"),
+                    Reply::Int(1),
+                ]),
+            };
+            let mut out = bytes::BytesMut::new();
+            reply.encode(leasehold_protocol::Protocol::Resp2, &mut out);
+            if s.write_all(&out).is_err() {
+                return;
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[test]
+fn cluster_series_count_redirects_topology_versions_and_learned_primaries() {
+    let dir = scratch_dir();
+    let (p1, p2) = (free_port(), free_port());
+    let primary = std::sync::Arc::new(std::sync::Mutex::new((p1, 1)));
+    let sentinel = fake_sentinel(primary.clone());
+    let port = free_port();
+    // g0 (this node) 0-8191; g1 (master name m1, nothing listening)
+    // 8192-16000; 16001-16383 unassigned.
+    let topology = |version: u64| {
+        format!(
+            r#"version = {version}
+sentinels = ["127.0.0.1:{sentinel}"]
+[[group]]
+name = "g0"
+slots = ["0-8191"]
+[[group.node]]
+addr = "127.0.0.1:{port}"
+role = "primary"
+[[group]]
+name = "g1"
+slots = ["8192-16000"]
+sentinel = "m1"
+[[group.node]]
+addr = "127.0.0.1:{p1}"
+role = "primary"
+[[group.node]]
+addr = "127.0.0.1:{p2}"
+role = "replica"
+"#
+        )
+    };
+    let file = dir.join("topology.toml");
+    std::fs::write(&file, topology(3)).unwrap();
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &dir);
+    let metrics = free_port();
+    cmd.args([
+        "--metrics-port",
+        &metrics.to_string(),
+        "--cluster-enabled",
+        "yes",
+    ]);
+    cmd.arg("--cluster-config-file").arg(&file);
+    let _node = started(&mut cmd, port, "leasehold-server");
+    let mut c = Conn::open(port).expect("connect");
+
+    // The sentinel names the declared primary: no change.
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_cluster_topology_version"), 3.0);
+    assert_eq!(get(&m, "leasehold_cluster_primary_changes_total"), 0.0);
+    for kind in ["moved", "crossslot", "clusterdown"] {
+        assert_eq!(
+            labelled(&m, "leasehold_cluster_redirects_total", "kind", kind),
+            0.0
+        );
+    }
+    // 3 MOVED; 2 CROSSSLOT (MSET over two slots, EXEC of a transaction
+    // over two slots); 1 CLUSTERDOWN.
+    for i in 0..3 {
+        let key = key_in(&format!("m{i}-"), 8192, 16000);
+        assert!(is_error(c.call(&["GET", &key]), "MOVED"));
+    }
+    let (a, b) = (key_in("a", 0, 100), key_in("b", 200, 300));
+    assert!(is_error(c.call(&["MSET", &a, "1", &b, "2"]), "CROSSSLOT"));
+    let tx = c
+        .pipeline(&[&["MULTI"], &["SET", &a, "1"], &["SET", &b, "2"], &["EXEC"]])
+        .expect("a transaction");
+    assert!(is_error(tx.last().cloned(), "CROSSSLOT"), "{tx:?}");
+    let down = key_in("d", 16001, 16383);
+    assert!(is_error(c.call(&["GET", &down]), "CLUSTERDOWN"));
+    assert_eq!(c.call(&["SET", &a, "1"]), Some(Reply::Simple("OK".into())));
+    let m = scrape(metrics);
+    let redirects = |kind| labelled(&m, "leasehold_cluster_redirects_total", "kind", kind);
+    assert_eq!(redirects("moved"), 3.0);
+    assert_eq!(redirects("crossslot"), 2.0);
+    assert_eq!(redirects("clusterdown"), 1.0);
+
+    // A newer topology pushed.
+    let pushed = c.call(&["LH.TOPOLOGY", "SET", "4", &topology(4)]);
+    assert_eq!(pushed, Some(Reply::Simple("OK".into())));
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_cluster_topology_version"),
+        4.0
+    );
+
+    // A failover to p2, then back to p1: two changes, whatever the number
+    // of polls that repeat them.
+    let changes = || get(&scrape(metrics), "leasehold_cluster_primary_changes_total");
+    for (n, (to, epoch)) in [(p2, 2), (p1, 3)].into_iter().enumerate() {
+        *primary.lock().unwrap() = (to, epoch);
+        wait_for("a learned primary", Duration::from_secs(5), || {
+            changes() == (n + 1) as f64
+        });
+        let moved = c.call(&["GET", &key_in("m0-", 8192, 16000)]);
+        assert!(
+            matches!(&moved, Some(Reply::Error(e)) if e.ends_with(&format!(":{to}"))),
+            "{moved:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(changes(), 2.0);
 }
 
 #[test]

@@ -205,8 +205,16 @@ on_1_and_2_threads! {
         }
         // Every field Leasehold reports is one Redis reports, in the same
         // section, but Leasehold's own (and commandstats' rows, per command;
-        // `acl_access_denied_auth` is Redis 7.2's, not in 7.0).
-        let ours = ["leasehold_version", "threads", "cross_shard_batches", "acl_access_denied_auth"];
+        // the `acl_access_denied_*` counters are Redis 7.2's, not in 7.0).
+        let ours = [
+            "leasehold_version",
+            "threads",
+            "cross_shard_batches",
+            "acl_access_denied_auth",
+            "acl_access_denied_cmd",
+            "acl_access_denied_key",
+            "acl_access_denied_channel",
+        ];
         let redis = info_shape(&mut p.redis, "everything");
         let mut section = String::new();
         for field in info_shape(&mut p.lh, "all") {

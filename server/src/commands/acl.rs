@@ -28,7 +28,7 @@ use crate::acl::{cat, category_bit, Catalog, LogEntry, User, Users, CATEGORIES, 
 use crate::config::Config;
 use crate::error::OpError;
 use crate::session::{ConnCtx, ConnState};
-use crate::state::Shared;
+use crate::state::{AclDenied, Shared};
 
 /// The family's rows.
 #[rustfmt::skip]
@@ -336,12 +336,22 @@ impl Denial {
         }
     }
 
-    fn reason(&self) -> (&'static str, Bytes) {
+    /// Its kind, which INFO and `/metrics` count.
+    pub fn kind(&self) -> AclDenied {
         match self {
-            Denial::Command(c) => ("command", Bytes::from(c.clone())),
-            Denial::Key(k) => ("key", k.clone()),
-            Denial::Channel(c) => ("channel", c.clone()),
+            Denial::Command(_) => AclDenied::Command,
+            Denial::Key(_) => AclDenied::Key,
+            Denial::Channel(_) => AclDenied::Channel,
         }
+    }
+
+    /// ACL LOG's `reason` and `object` for it.
+    fn reason(&self) -> (&'static str, Bytes) {
+        let object = match self {
+            Denial::Command(c) => Bytes::from(c.clone()),
+            Denial::Key(k) | Denial::Channel(k) => k.clone(),
+        };
+        (self.kind().reason(), object)
     }
 }
 
@@ -406,6 +416,7 @@ pub fn check(
     } else {
         "toplevel"
     };
+    shared.counters.acl_denied[d.kind() as usize].fetch_add(1, Ordering::Relaxed);
     let (reason, object) = d.reason();
     log_denial(shared, conn, reason, context, object, &conn.user.name);
     Err(d.error())

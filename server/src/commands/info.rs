@@ -27,7 +27,7 @@ use leasehold_protocol::{Args, Reply};
 use super::table;
 use crate::error::OpError;
 use crate::session::ConnCtx;
-use crate::state::{Shared, StatBaseline};
+use crate::state::{AclDenied, Shared, StatBaseline};
 
 /// Every INFO section in output order, and the widest request that includes
 /// it: `Default` (plain INFO), `All`, or `Everything`.
@@ -234,7 +234,7 @@ fn stats(shared: &Shared, now: &StatBaseline, base: &StatBaseline, w: &mut Strin
     let repl = &shared.repl.syncs;
     let _ = write!(
         w,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nexpired_time_cap_reached_count:0\r\nevicted_keys:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nacl_access_denied_auth:{}\r\ncross_shard_batches:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nsync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\nexpired_keys:{}\r\nexpired_time_cap_reached_count:0\r\nevicted_keys:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\ncross_shard_batches:{}\r\n",
         now.conns - base.conns,
         now.commands - base.commands,
         now.net_in - base.net_in,
@@ -246,12 +246,21 @@ fn stats(shared: &Shared, now: &StatBaseline, base: &StatBaseline, w: &mut Strin
         now.expired - base.expired,
         now.hits - base.hits,
         now.misses - base.misses,
-        shared.pubsub.channels(None).len(),
+        shared.pubsub.channel_count(),
         shared.pubsub.numpat(),
         now.errors - base.errors,
         shared.counters.auth_failures.load(Ordering::Relaxed),
+        acl_denied(shared, AclDenied::Command),
+        acl_denied(shared, AclDenied::Key),
+        acl_denied(shared, AclDenied::Channel),
         shared.sum(|s| s.batches_in.get()),
     );
+}
+
+/// Requests ACL refused for `why` since the start (INFO
+/// `acl_access_denied_*`, `leasehold_acl_denials_total`).
+pub fn acl_denied(shared: &Shared, why: AclDenied) -> u64 {
+    shared.counters.acl_denied[why as usize].load(Ordering::Relaxed)
 }
 
 /// Bytes allocated by the process (jemalloc's `stats.allocated`, refreshed),

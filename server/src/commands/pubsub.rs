@@ -127,6 +127,7 @@ fn publish(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let message = a.next()?;
     a.finish()?;
     let worker = ctx.worker;
+    ctx.shared.shard_stats[worker.id].pubsub_published.add(1);
     let (count, per_thread) = ctx
         .shared
         .pubsub

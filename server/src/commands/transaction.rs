@@ -60,7 +60,9 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     // Cluster mode: a transaction runs in one hash slot, as in Redis.
     if multi.cross_slot {
         tx.pending = Some(TxWork::Unwatch(watched));
-        return Err(OpError::ClusterCrossSlot);
+        let e = OpError::ClusterCrossSlot;
+        ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
+        return Err(e);
     }
     tx.pending = Some(TxWork::Exec(multi, watched));
     // The thread replaces this with the transaction's replies.
