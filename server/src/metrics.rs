@@ -40,7 +40,11 @@
 //!   `leasehold_cluster_redirects_total` by `kind` (`moved`, `crossslot`,
 //!   `clusterdown`), `leasehold_cluster_primary_changes_total`;
 //! - persistence: `leasehold_persistence_last_save_success`,
-//!   `leasehold_persistence_saves_total`;
+//!   `leasehold_persistence_saves_total`, `leasehold_persistence_aof_enabled`,
+//!   `leasehold_persistence_aof_last_write_success`,
+//!   `leasehold_persistence_aof_size_bytes`,
+//!   `leasehold_persistence_aof_rewrites_total`,
+//!   `leasehold_persistence_aof_delayed_fsyncs_total`;
 //! - server: `leasehold_uptime_seconds`, `leasehold_shards`.
 
 use std::fmt::Write as _;
@@ -194,22 +198,7 @@ pub fn render(shared: &Shared) -> String {
     pubsub(shared, &mut out);
     replication(shared, &mut out);
     cluster(shared, &mut out);
-    let p = &shared.persist;
-    let ok = u8::from(!p.last_save_failed.load(Ordering::SeqCst));
-    single(
-        &mut out,
-        "leasehold_persistence_last_save_success",
-        "gauge",
-        "1 when the last snapshot succeeded (or none was tried), 0 when it failed.",
-        ok,
-    );
-    single(
-        &mut out,
-        "leasehold_persistence_saves_total",
-        "counter",
-        "Snapshots written.",
-        p.saves.load(Ordering::Relaxed),
-    );
+    persistence(shared, &mut out);
     single(
         &mut out,
         "leasehold_uptime_seconds",
@@ -225,6 +214,65 @@ pub fn render(shared: &Shared) -> String {
         shared.shards,
     );
     out
+}
+
+/// Snapshots, and the append-only effect log (its series read 0 while
+/// `appendonly` is off, as INFO's `aof_*` fields do).
+fn persistence(shared: &Shared, out: &mut String) {
+    let p = &shared.persist;
+    let ok = |failed: &std::sync::atomic::AtomicBool| u8::from(!failed.load(Ordering::SeqCst));
+    let aof_on = p.aof_on.load(Ordering::SeqCst);
+    let rows: [(&'static str, &str, &str, u64); 7] = [
+        (
+            "leasehold_persistence_last_save_success",
+            "gauge",
+            "1 when the last snapshot succeeded (or none was tried), 0 when it failed.",
+            ok(&p.last_save_failed).into(),
+        ),
+        (
+            "leasehold_persistence_saves_total",
+            "counter",
+            "Snapshots written.",
+            p.saves.load(Ordering::Relaxed),
+        ),
+        (
+            "leasehold_persistence_aof_enabled",
+            "gauge",
+            "1 while the append-only log is on (appendonly yes).",
+            aof_on.into(),
+        ),
+        (
+            "leasehold_persistence_aof_last_write_success",
+            "gauge",
+            "0 when the last write or fsync of the append-only log failed, else 1.",
+            ok(&p.aof_write_failed).into(),
+        ),
+        (
+            "leasehold_persistence_aof_size_bytes",
+            "gauge",
+            "Bytes in the append-only log (0 while it is off).",
+            if aof_on {
+                p.aof_size.load(Ordering::Relaxed)
+            } else {
+                0
+            },
+        ),
+        (
+            "leasehold_persistence_aof_rewrites_total",
+            "counter",
+            "Rewrites of the append-only log.",
+            p.rewrites.load(Ordering::Relaxed),
+        ),
+        (
+            "leasehold_persistence_aof_delayed_fsyncs_total",
+            "counter",
+            "fsyncs of the append-only log that took longer than 2 s (appendfsync everysec).",
+            p.delayed_fsyncs.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        single(out, name, kind, help, v);
+    }
 }
 
 fn commands(shared: &Shared, now: &StatBaseline, out: &mut String) {

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use leasehold_testkit::{
-    free_port, node_command, scratch_dir, started, text, tool_installed, wait_for, Conn, Proc,
-    Reply,
+    call, free_port, node_command, scratch_dir, started, text, tool_installed, wait_for, Conn,
+    Proc, Reply,
 };
 
 mod common;
@@ -260,6 +260,59 @@ fn failed_logins_and_acl_refusals_are_counted_by_reason_as_info_counts_them() {
             "{field}: {stats}"
         );
     }
+}
+
+/// INFO persistence's field `name` on the node on `port`.
+fn info_persistence(port: u16, name: &str) -> f64 {
+    let info = text(&call(port, &["INFO", "persistence"]).expect("INFO"));
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")));
+    line.unwrap_or_else(|| panic!("no {name} in {info}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+#[test]
+fn aof_series_follow_the_append_only_log_as_info_does() {
+    let dir = scratch_dir();
+    let (_off, _, metrics) = node_with(&scratch_dir(), &[]);
+    let m = scrape(metrics);
+    assert_eq!(get(&m, "leasehold_persistence_aof_enabled"), 0.0);
+    assert_eq!(get(&m, "leasehold_persistence_aof_size_bytes"), 0.0);
+    let (_node, port, metrics) = node_with(&dir, &["--appendonly", "yes"]);
+    for i in 0..100 {
+        let key = format!("k{i}");
+        assert_eq!(call(port, &["SET", &key, "v"]), Some(Reply::ok()));
+    }
+    // The size counts what the log writer has written (within a second).
+    let mut m = HashMap::new();
+    wait_for("100 SETs in the log", Duration::from_secs(10), || {
+        m = scrape(metrics);
+        get(&m, "leasehold_persistence_aof_size_bytes") > 100.0 * 20.0
+    });
+    assert_eq!(get(&m, "leasehold_persistence_aof_enabled"), 1.0);
+    assert_eq!(get(&m, "leasehold_persistence_aof_last_write_success"), 1.0);
+    let size = get(&m, "leasehold_persistence_aof_size_bytes");
+    assert_eq!(size, info_persistence(port, "aof_current_size"));
+    // Turning the log on at start writes its base (a rewrite, as INFO says).
+    let before = info_persistence(port, "aof_rewrites");
+    assert_eq!(get(&m, "leasehold_persistence_aof_rewrites_total"), before);
+    assert!(matches!(
+        call(port, &["BGREWRITEAOF"]),
+        Some(Reply::Simple(_))
+    ));
+    let mut m = HashMap::new();
+    wait_for("the rewrite", Duration::from_secs(10), || {
+        m = scrape(metrics);
+        get(&m, "leasehold_persistence_aof_rewrites_total") == before + 1.0
+    });
+    assert_eq!(info_persistence(port, "aof_rewrites"), before + 1.0);
+    assert_eq!(
+        get(&m, "leasehold_persistence_aof_size_bytes"),
+        info_persistence(port, "aof_current_size")
+    );
 }
 
 #[test]
