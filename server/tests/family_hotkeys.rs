@@ -130,6 +130,9 @@ fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
     let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
     let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
+    // A missing key is not split: one call stores it on both first.
+    let first = format!("TOKENLEASE {key} {} 1", policy());
+    prop_assert_eq!(s0.cmd(&first), u0.cmd(&first));
     prop_assert_eq!(split(&mut s0), Reply::Int(1));
     let (mut total_s, mut total_u) = (0, 0);
     // A key's TTL follows the policy of its last write: LH.SPLIT (split
@@ -212,28 +215,30 @@ proptest! {
 fn local_grants_need_no_hop_and_borrows_go_to_the_owner() {
     let (mut a, mut b) = server(Config::default());
     let key = a.key_on(0, "hot");
+    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    // Two tokens spent first (a missing key is not split), 8 left.
+    assert_eq!(granted(&lease(&mut a, "2")), 2);
     assert_eq!(
         a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]),
         Reply::Int(1)
     );
-    // 5 tokens leased to each shard: thread 1 serves 5 alone.
-    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    // 4 tokens leased to each shard: thread 1 serves 4 alone.
     let batches = |h: &mut Harness| info_field(h, "hotkey_local_grants");
-    for i in 0..5 {
+    for i in 0..4 {
         let r = lease(&mut b, "1");
         assert_eq!(granted(&r), 1, "grant {i}: {r:?}");
     }
-    assert_eq!(batches(&mut a), 5);
+    assert_eq!(batches(&mut a), 4);
     assert_eq!(info_field(&mut a, "hotkey_borrows"), 0);
-    // The sixth borrows: the owner gathers (5 left on shard 0) and grants.
+    // The fifth borrows: the owner gathers (4 left on shard 0) and grants.
     assert_eq!(granted(&lease(&mut b, "1")), 1);
     assert_eq!(info_field(&mut a, "hotkey_borrows"), 1);
-    // 4 left in all; thread 1 takes them one at a time, then is denied.
+    // 3 left in all; thread 1 takes them one at a time, then is denied.
     let mut got = 0;
     for _ in 0..6 {
         got += granted(&lease(&mut b, "1"));
     }
-    assert_eq!(got, 4);
+    assert_eq!(got, 3);
     let r = lease(&mut a, "1");
     assert_eq!(
         r,
@@ -279,12 +284,15 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     let (mut a, mut b) = server(Config::default());
     let key = a.key_on(0, "hot");
     let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
-    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    assert_eq!(granted(&lease(&mut a, "1")), 1);
+    assert_eq!(split(&mut a), Reply::Int(1));
     assert_eq!(granted(&lease(&mut b, "5")), 5);
     // DEL merges first: the bucket is full again, and only 10 more come.
     assert_eq!(a.run(&["DEL", &key]), Reply::Int(1));
-    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
-    let mut got = 0;
+    assert_eq!(granted(&lease(&mut a, "1")), 1);
+    assert_eq!(split(&mut a), Reply::Int(1));
+    let mut got = 1;
     for i in 0..30 {
         let h = if i % 2 == 0 { &mut a } else { &mut b };
         got += granted(&lease(h, "1"));
@@ -304,6 +312,64 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
     let r = b.run(&["TOKENLEASE", &other, "10", "1", "3600000", "10", "MIN", "1"]);
     assert_eq!(granted(&r), 3, "{r:?}");
+}
+
+/// A missing key (never called) has no state to split: LH.SPLIT of a
+/// bucket or a GCRA key answers `ERR no such key` and stores nothing, so
+/// TYPE, EXISTS and DBSIZE see no key, from either thread.
+#[test]
+fn lh_split_of_a_missing_key_is_an_error_and_leaves_no_key() {
+    let (mut a, mut b) = server(Config::default());
+    let key = a.key_on(1, "fresh");
+    let other = a.key_on(0, "other");
+    assert_eq!(
+        granted(&a.run(&["TOKENLEASE", &other, "10", "1", "1000", "1"])),
+        1
+    );
+    let forms: [&[&str]; 3] = [
+        &["10", "1", "1000"],
+        &["CL.THROTTLE", "9", "1", "3600"],
+        &["GCRA", "9", "1", "3600"],
+    ];
+    for form in forms {
+        let mut args = vec!["LH.SPLIT", &key];
+        args.extend(form);
+        assert_eq!(a.run(&args), Reply::err("ERR no such key"), "{form:?}");
+        assert_eq!(b.run(&["TYPE", &key]), Reply::simple("none"));
+        assert_eq!(b.run(&["EXISTS", &key]), Reply::Int(0));
+        assert_eq!(a.run(&["DBSIZE"]), Reply::Int(1));
+        assert_eq!(a.run(&["RLSTATE", &key]), Reply::Nil);
+    }
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
+    // Once a call stored it, it splits.
+    assert_eq!(
+        granted(&b.run(&["TOKENLEASE", &key, "10", "1", "1000", "1"])),
+        1
+    );
+    assert_eq!(a.run(&["LH.SPLIT", &key, "10", "1", "1000"]), Reply::Int(1));
+    assert_eq!(a.run(&["DBSIZE"]), Reply::Int(2));
+}
+
+/// A hot key every call of which is denied (more than the capacity asked)
+/// stays missing: the detector lists it but never splits it.
+#[test]
+fn the_detector_never_splits_a_key_that_stays_missing() {
+    let (mut a, mut b) = server(detecting(true));
+    let key = a.key_on(1, "launch");
+    let call = Call {
+        line: "TOKENLEASE {key} 10 1 1000 11",
+        granted,
+    };
+    assert_eq!(load_with(call, &mut a, &mut b, &key, 50, 5), 0);
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
+    assert_eq!(b.run(&["TYPE", &key]), Reply::simple("none"));
+    assert_eq!(a.run(&["EXISTS", &key]), Reply::Int(0));
+    assert_eq!(b.run(&["DBSIZE"]), Reply::Int(0));
+    let listed = format!("{:?}", a.cmd("LH.HOTKEYS"));
+    assert!(
+        listed.contains("launch") && listed.contains("no"),
+        "{listed}"
+    );
 }
 
 /// A call the detector counts, with what one reply granted.
@@ -471,6 +537,8 @@ fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64) {
     let mut mark = a.effects_mark();
     let mut args = vec!["LH.SPLIT", &key];
     args.extend(split);
+    // A missing key is not split: the first call stores it.
+    assert_eq!(a.cmd(&call), ua.cmd(&call));
     assert_eq!(a.run(&args), Reply::Int(1));
     for i in 0..40 {
         let (h, u) = if i % 3 == 0 {
@@ -591,6 +659,9 @@ fn gop() -> impl Strategy<Value = GOp> {
 fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
     let other = if form == CELL { GCRA } else { CELL };
     let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
+    // A missing key is not split: one cell spent on both first.
+    let first = throttle_line(form, &key, 1);
+    prop_assert_eq!(s0.run(&first[..]), u0.run(&first[..]));
     prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
     let (mut total_s, mut total_u) = (0, 0);
     for (i, op) in ops.iter().enumerate() {
@@ -754,15 +825,16 @@ fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
         (1, &cell, false),
         (0, &format!("DEL {key}"), false),
         (1, &format!("EXISTS {key}"), false),
-        (1, &format!("PTTL {key}"), true),
-        (1, &cell, true),
-        (1, &format!("EXPIRE {key} 100"), false),
+        (1, &format!("PTTL {key}"), false),
+        (1, &cell, false),
+        (1, &format!("EXPIRE {key} 100"), true),
         (0, &format!("PTTL {key}"), false),
         (1, &format!("RLSTATE {key}"), false),
     ];
     let mut replies = Vec::new();
     for (i, (thread, line, resplit)) in script.iter().enumerate() {
-        if *resplit || i == 0 {
+        // Split once the first call stored the key (a missing key is not).
+        if *resplit || i == 1 {
             assert_eq!(a.cmd(&split), Reply::Int(1), "step {i}");
         }
         let (rs, ru) = match thread {

@@ -459,12 +459,14 @@ fn granted_of(reply: &str) -> u64 {
 }
 
 /// Races 50 connections over both threads of a real server on `key`, split
-/// by `LH.SPLIT key <split>`, connection `i` sending `line(i)` in pipelines
+/// by `LH.SPLIT key <split>` once one call `line(0)` has stored its state
+/// (a missing key is not split), connection `i` sending `line(i)` in pipelines
 /// of 4 until a whole pipeline gets nothing (`got(i, reply)`: what one
 /// reply to connection `i` granted); checks that some calls were served by
 /// the thread that read them (local grants) and the key is still split,
 /// then runs each command of `then` (`{key}` for the key), asserting its
-/// reply contains the text given; returns the total granted.
+/// reply contains the text given; returns the total granted, the first
+/// call's included.
 fn race_a_split_key(
     key: &str,
     split: &str,
@@ -474,6 +476,8 @@ fn race_a_split_key(
 ) -> u64 {
     let server = TestServer::start(2);
     let mut admin = server.raw();
+    let first = got(0, &admin.call(&line(0)));
+    assert!(first > 0, "the first call stores the key");
     assert_eq!(admin.call(&format!("LH.SPLIT {key} {split}")), ":1\r\n");
     let conns: Vec<Raw> = (0..50).map(|_| server.raw()).collect();
     let racers: Vec<_> = conns
@@ -496,7 +500,7 @@ fn race_a_split_key(
             })
         })
         .collect();
-    let total: u64 = racers.into_iter().map(|r| r.join().unwrap()).sum();
+    let total: u64 = first + racers.into_iter().map(|r| r.join().unwrap()).sum::<u64>();
     let info = admin.call("INFO hotkeys");
     let field = |name: &str| -> u64 {
         info.lines()

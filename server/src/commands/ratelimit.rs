@@ -437,8 +437,10 @@ fn pinned(kind: KeyPolicy) -> Pinned {
 /// tokens_per_period period_s`: splits the token-bucket or GCRA key over
 /// every shard under that policy; 1 when split, 0 when it was split already,
 /// the server has one shard, or a GCRA policy is too large to split (no
-/// equivalent bucket). WRONGTYPE for another type; a GCRA key's policy
-/// errors are its command's.
+/// equivalent bucket). `ERR no such key` for a missing key (never called,
+/// a full bucket, a TAT in the past: nothing to split, and the first call
+/// that stores a state makes it splittable); WRONGTYPE for another type; a
+/// GCRA key's policy errors are its command's.
 fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     let kind = if a.flag("CL.THROTTLE") {
@@ -453,9 +455,14 @@ fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         p.dvt().ok_or(OpError::RateLimitOverflow)?;
     }
     check_pin(s, &key, pinned(kind))?;
-    match kind {
-        KeyPolicy::Bucket(_) => load(s, &key, pick_bucket).map(|_| ())?,
-        KeyPolicy::Gcra(_) => load(s, &key, pick_tat).map(|_| ())?,
+    let exists = match kind {
+        KeyPolicy::Bucket(_) => load(s, &key, pick_bucket)?.is_some(),
+        KeyPolicy::Gcra(_) => load(s, &key, pick_tat)?.is_some(),
+    };
+    // A missing key (a full bucket, a TAT in the past) has no state to
+    // spread: splitting it would store a home entry for a key that is not.
+    if !exists {
+        return Err(OpError::NoSuchKey);
     }
     if s.shards < 2 {
         return Ok(Reply::Int(0));

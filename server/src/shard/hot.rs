@@ -345,7 +345,8 @@ impl Shard {
     }
 
     /// Splits the key `key` of kind and policy `kind` (owner only). False
-    /// when it is split already, `kind` has no bucket, or the key holds
+    /// when it is split already, `kind` has no bucket, the key is missing,
+    /// or it holds
     /// another type or a state last written under another policy (a bucket
     /// in another period, at least `p`'s capacity, or with a TTL that is not
     /// `p`'s; a TAT in another unit, further ahead than the tolerance, or
@@ -363,7 +364,11 @@ impl Shard {
         // there) and the monotonic ms its key must expire at, when it was
         // last written under this policy: a split changes no state.
         let prev = match (kind, self.store.get_rate(key, self.now.unix_ms)) {
-            (_, None) => None,
+            // A missing key (never called, a full bucket, a TAT in the
+            // past) has no state to split: a home entry stored for it would
+            // be a key TYPE and EXISTS see while RLSTATE, PTTL and DEL do
+            // not. The first call that stores its state makes it splittable.
+            (_, None) => return false,
             (KeyPolicy::Bucket(_), Some(Some(RateState::TokenBucket(b)))) => {
                 // One stored in another period, or over this capacity (a call
                 // with a larger one), is left to the next call under it.
