@@ -575,3 +575,30 @@ fn fifty_connections_race_a_split_throttle_key_for_exactly_its_burst() {
     let total = race_a_split_key("launch", "CL.THROTTLE 9999 1 3600", line, got, &then);
     assert_eq!(total, 10_000);
 }
+
+/// The same race on a split SLIDINGWINDOW key of limit 10 000 in a window
+/// of an hour, connection `i` asking `1 + i % 3` hits at a time: exactly
+/// 10 000 admitted in all (the connections asking one take the last), and
+/// the merged pair counts them all.
+#[test]
+fn fifty_connections_race_a_split_window_key_for_exactly_its_limit() {
+    let line = |i| format!("SLIDINGWINDOW launch 10000 3600000 COUNT {}", 1 + i % 3);
+    let then = [
+        // Denied: 10 000 counted, none left.
+        (
+            "SLIDINGWINDOW {key} 10000 3600000",
+            "*4\r\n:0\r\n:10000\r\n:0\r\n",
+        ),
+        // Merged: the very 10 000 hits, no admission minted or lost.
+        ("LH.MERGE {key}", ":1\r\n"),
+        ("RLSTATE {key}", "current\r\n:10000\r\n"),
+    ];
+    let total = race_a_split_key(
+        "launch",
+        "SLIDINGWINDOW 10000 3600000",
+        line,
+        |_, r| granted_of(r),
+        &then,
+    );
+    assert_eq!(total, 10_000);
+}
