@@ -2,9 +2,9 @@
 //! top-k of the rate-limit commands' keys, decayed every window), the
 //! shard's copy of the split keys, and the owner's side of a split token
 //! bucket or GCRA key (run as its equivalent bucket) or sliding window:
-//! split, gather, merge,
-//! all synchronous on the owner's thread over the shared [`Split`] cells
-//! (`ratelimit/split/`); a sliding window's owner side is in `window`.
+//! split, gather, merge, all synchronous on the owner's thread over the
+//! shared [`Split`] cells (`ratelimit/split/`); a sliding window's calls on
+//! the owner are in `window`.
 
 mod window;
 
@@ -422,11 +422,14 @@ impl Shard {
         if ttl != Some(unix_of(nowt, expire)) {
             return false;
         }
+        // Slots pack their end relative to the base: a bucket's epoch counts
+        // from its refill instant, a window's leases end after `now` (the
+        // window it is in), so from `now` they reach furthest.
         let base = match start {
-            Start::Bucket(b) => b.refilled_at,
-            Start::Window(w) => w.start,
+            Start::Bucket(b) => b.refilled_at.min(now),
+            Start::Window(_) => now,
         };
-        let Some(split) = Split::new(kind, self.id, self.shards, base.min(now)) else {
+        let Some(split) = Split::new(kind, self.id, self.shards, base) else {
             return false;
         };
         let split = Arc::new(split);
