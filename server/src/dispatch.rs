@@ -595,7 +595,7 @@ fn cluster_check(
     Ok(())
 }
 
-/// A TOKENLEASE, CL.THROTTLE or GCRA on a split key served by this
+/// A TOKENLEASE, CL.THROTTLE, GCRA or SLIDINGWINDOW on a split key served by this
 /// thread's shard, if it can be (see `commands::ratelimit::split_local`).
 /// One emptiness test while no key is split.
 #[inline(always)]
@@ -605,7 +605,7 @@ fn split_local(worker: &Worker, idx: usize, spec: &CommandSpec, args: &Args) -> 
         return None;
     }
     match spec.name {
-        "tokenlease" | "cl.throttle" | "gcra" => {
+        "tokenlease" | "cl.throttle" | "gcra" | "slidingwindow" => {
             crate::commands::ratelimit::split_local(&mut s, idx, spec.name, args)
         }
         _ => None,

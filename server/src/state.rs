@@ -666,7 +666,7 @@ impl ShutdownDesk {
     }
 }
 
-/// The token-bucket keys split over the shards, server-wide. Only their
+/// The rate-limit keys split over the shards, server-wide. Only their
 /// owners change it (a split, a merge), under the write lock, bumping the
 /// generation; each shard copies it into its own table when the generation
 /// moved (one atomic load per clock tick), so no command takes the lock.

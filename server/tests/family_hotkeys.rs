@@ -10,56 +10,16 @@ use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
 use proptest::prelude::*;
 
+mod common;
+
+use common::hotkeys::*;
+
 const CAP: u64 = 20;
 const RATE: u64 = 3;
 const PERIOD: u64 = 1000;
 
 fn policy() -> String {
     format!("{CAP} {RATE} {PERIOD}")
-}
-
-/// Two connections (one per thread) on a fresh 2-shard server.
-fn server(config: Config) -> (Harness, Harness) {
-    let a = Harness::with_config(config, 2);
-    let b = a.connection_on(1);
-    (a, b)
-}
-
-/// A split server and a never-split one (two connections each, one per
-/// thread), and the key `hot` of shard `key_shard`: the same calls on both
-/// must get the same replies.
-fn split_and_unsplit(key_shard: usize) -> ([Harness; 2], [Harness; 2], String) {
-    let (a, b) = server(Config::default());
-    let (ua, ub) = server(unsplit_config());
-    let key = a.key_on(key_shard, "hot");
-    ([a, b], [ua, ub], key)
-}
-
-fn unsplit_config() -> Config {
-    let mut c = Config::default();
-    c.ratelimit.hotkey_split = false;
-    c
-}
-
-fn info_field(h: &mut Harness, field: &str) -> u64 {
-    let text = match h.cmd("INFO hotkeys") {
-        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        other => panic!("INFO reply {other:?}"),
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in {text}"))
-}
-
-fn granted(r: &Reply) -> u64 {
-    match r {
-        Reply::Array(a) => match a.first() {
-            Some(Reply::Int(g)) => *g as u64,
-            _ => 0,
-        },
-        _ => 0,
-    }
 }
 
 /// An RLSTATE reply as (units of `1/PERIOD` token at monotonic `now`
@@ -130,6 +90,9 @@ fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
     let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
     let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
+    // A missing key is not split: one call stores it on both first.
+    let first = format!("TOKENLEASE {key} {} 1", policy());
+    prop_assert_eq!(s0.cmd(&first), u0.cmd(&first));
     prop_assert_eq!(split(&mut s0), Reply::Int(1));
     let (mut total_s, mut total_u) = (0, 0);
     // A key's TTL follows the policy of its last write: LH.SPLIT (split
@@ -212,28 +175,30 @@ proptest! {
 fn local_grants_need_no_hop_and_borrows_go_to_the_owner() {
     let (mut a, mut b) = server(Config::default());
     let key = a.key_on(0, "hot");
+    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    // Two tokens spent first (a missing key is not split), 8 left.
+    assert_eq!(granted(&lease(&mut a, "2")), 2);
     assert_eq!(
         a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]),
         Reply::Int(1)
     );
-    // 5 tokens leased to each shard: thread 1 serves 5 alone.
-    let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
+    // 4 tokens leased to each shard: thread 1 serves 4 alone.
     let batches = |h: &mut Harness| info_field(h, "hotkey_local_grants");
-    for i in 0..5 {
+    for i in 0..4 {
         let r = lease(&mut b, "1");
         assert_eq!(granted(&r), 1, "grant {i}: {r:?}");
     }
-    assert_eq!(batches(&mut a), 5);
+    assert_eq!(batches(&mut a), 4);
     assert_eq!(info_field(&mut a, "hotkey_borrows"), 0);
-    // The sixth borrows: the owner gathers (5 left on shard 0) and grants.
+    // The fifth borrows: the owner gathers (4 left on shard 0) and grants.
     assert_eq!(granted(&lease(&mut b, "1")), 1);
     assert_eq!(info_field(&mut a, "hotkey_borrows"), 1);
-    // 4 left in all; thread 1 takes them one at a time, then is denied.
+    // 3 left in all; thread 1 takes them one at a time, then is denied.
     let mut got = 0;
     for _ in 0..6 {
         got += granted(&lease(&mut b, "1"));
     }
-    assert_eq!(got, 4);
+    assert_eq!(got, 3);
     let r = lease(&mut a, "1");
     assert_eq!(
         r,
@@ -279,12 +244,15 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     let (mut a, mut b) = server(Config::default());
     let key = a.key_on(0, "hot");
     let lease = |h: &mut Harness, n: &str| h.run(&["TOKENLEASE", &key, "10", "1", "3600000", n]);
-    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
+    assert_eq!(granted(&lease(&mut a, "1")), 1);
+    assert_eq!(split(&mut a), Reply::Int(1));
     assert_eq!(granted(&lease(&mut b, "5")), 5);
     // DEL merges first: the bucket is full again, and only 10 more come.
     assert_eq!(a.run(&["DEL", &key]), Reply::Int(1));
-    a.run(&["LH.SPLIT", &key, "10", "1", "3600000"]);
-    let mut got = 0;
+    assert_eq!(granted(&lease(&mut a, "1")), 1);
+    assert_eq!(split(&mut a), Reply::Int(1));
+    let mut got = 1;
     for i in 0..30 {
         let h = if i % 2 == 0 { &mut a } else { &mut b };
         got += granted(&lease(h, "1"));
@@ -306,12 +274,62 @@ fn del_and_expire_on_a_split_key_see_the_whole_bucket() {
     assert_eq!(granted(&r), 3, "{r:?}");
 }
 
-/// A call the detector counts, with what one reply granted.
-#[derive(Clone, Copy)]
-struct Call {
-    /// The command, `{key}` standing for the key.
-    line: &'static str,
-    granted: fn(&Reply) -> u64,
+/// A missing key (never called) has no state to split: LH.SPLIT of a
+/// bucket or a GCRA key answers `ERR no such key` and stores nothing, so
+/// TYPE, EXISTS and DBSIZE see no key, from either thread.
+#[test]
+fn lh_split_of_a_missing_key_is_an_error_and_leaves_no_key() {
+    let (mut a, mut b) = server(Config::default());
+    let key = a.key_on(1, "fresh");
+    let other = a.key_on(0, "other");
+    assert_eq!(
+        granted(&a.run(&["TOKENLEASE", &other, "10", "1", "1000", "1"])),
+        1
+    );
+    let forms: [&[&str]; 3] = [
+        &["10", "1", "1000"],
+        &["CL.THROTTLE", "9", "1", "3600"],
+        &["GCRA", "9", "1", "3600"],
+    ];
+    for form in forms {
+        let mut args = vec!["LH.SPLIT", &key];
+        args.extend(form);
+        assert_eq!(a.run(&args), Reply::err("ERR no such key"), "{form:?}");
+        assert_eq!(b.run(&["TYPE", &key]), Reply::simple("none"));
+        assert_eq!(b.run(&["EXISTS", &key]), Reply::Int(0));
+        assert_eq!(a.run(&["DBSIZE"]), Reply::Int(1));
+        assert_eq!(a.run(&["RLSTATE", &key]), Reply::Nil);
+    }
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
+    // Once a call stored it, it splits.
+    assert_eq!(
+        granted(&b.run(&["TOKENLEASE", &key, "10", "1", "1000", "1"])),
+        1
+    );
+    assert_eq!(a.run(&["LH.SPLIT", &key, "10", "1", "1000"]), Reply::Int(1));
+    assert_eq!(a.run(&["DBSIZE"]), Reply::Int(2));
+}
+
+/// A hot key every call of which is denied (more than the capacity asked)
+/// stays missing: the detector lists it but never splits it.
+#[test]
+fn the_detector_never_splits_a_key_that_stays_missing() {
+    let (mut a, mut b) = server(detecting(true));
+    let key = a.key_on(1, "launch");
+    let call = Call {
+        line: "TOKENLEASE {key} 10 1 1000 11",
+        granted,
+    };
+    assert_eq!(load_with(call, &mut a, &mut b, &key, 50, 5), 0);
+    assert_eq!(info_field(&mut a, "hotkey_splits"), 0);
+    assert_eq!(b.run(&["TYPE", &key]), Reply::simple("none"));
+    assert_eq!(a.run(&["EXISTS", &key]), Reply::Int(0));
+    assert_eq!(b.run(&["DBSIZE"]), Reply::Int(0));
+    let listed = format!("{:?}", a.cmd("LH.HOTKEYS"));
+    assert!(
+        listed.contains("launch") && listed.contains("no"),
+        "{listed}"
+    );
 }
 
 const LAUNCH: Call = Call {
@@ -325,76 +343,9 @@ fn load(a: &mut Harness, b: &mut Harness, key: &str, per_window: u64, windows: u
     load_with(LAUNCH, a, b, key, per_window, windows)
 }
 
-fn load_with(
-    call: Call,
-    a: &mut Harness,
-    b: &mut Harness,
-    key: &str,
-    per_window: u64,
-    windows: u64,
-) -> u64 {
-    let line = call.line.replace("{key}", key);
-    let mut got = 0;
-    for _ in 0..windows {
-        for i in 0..per_window {
-            let h = if i % 2 == 0 { &mut *a } else { &mut *b };
-            got += (call.granted)(&h.cmd(&line));
-            a.clock().advance_ms(100 / per_window);
-        }
-    }
-    got
-}
-
-fn detecting(split: bool) -> Config {
-    let mut c = Config::default();
-    c.ratelimit.hotkey_split = split;
-    c.ratelimit.hotkey_min_rate = 100;
-    c.ratelimit.hotkey_merge_rate = 50;
-    c.ratelimit.hotkey_cooldown = 300;
-    c
-}
-
 #[test]
 fn a_key_that_turns_hot_is_split_and_merged_once_it_cools() {
     turns_hot_then_cools(LAUNCH);
-}
-
-/// The detector splits `call`'s key once it takes most of its shard's calls
-/// and merges it once it cools, every reply and the final state the same
-/// as a never-split key's.
-fn turns_hot_then_cools(call: Call) {
-    let (mut a, mut b) = server(detecting(true));
-    let (mut ua, mut ub) = server(detecting(false));
-    let key = a.key_on(1, "launch");
-    // Some background keys on the owner shard.
-    for i in 0..20 {
-        let k = a.key_on(1, &format!("bg{i}"));
-        a.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
-        ua.run(&["TOKENLEASE", &k, "10", "1", "1000", "1"]);
-    }
-    // 50 calls per 100 ms window (500/s), for 5 windows.
-    let got = load_with(call, &mut a, &mut b, &key, 50, 5);
-    let want = load_with(call, &mut ua, &mut ub, &key, 50, 5);
-    assert_eq!(got, want);
-    assert_eq!(info_field(&mut a, "hotkey_splits"), 1);
-    assert!(info_field(&mut a, "hotkey_local_grants") > 0);
-    let Reply::Array(lines) = a.cmd("LH.HOTKEYS") else {
-        panic!()
-    };
-    let listed = format!("{lines:?}");
-    assert!(
-        listed.contains("launch") && listed.contains("yes"),
-        "{listed}"
-    );
-    // It cools: 2 calls per window (20/s) under the merge rate for 300 ms.
-    let got = load_with(call, &mut a, &mut b, &key, 2, 6);
-    let want = load_with(call, &mut ua, &mut ub, &key, 2, 6);
-    assert_eq!(got, want);
-    assert_eq!(info_field(&mut a, "hotkey_merges"), 1);
-    assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
-    // Nothing minted or lost: the same state as the never-split key.
-    assert_eq!(a.run(&["RLSTATE", &key]), ua.run(&["RLSTATE", &key]));
-    assert_eq!(info_field(&mut ua, "hotkey_splits"), 0);
 }
 
 #[test]
@@ -417,18 +368,6 @@ fn hotkey_split_no_never_splits_but_still_lists() {
     assert_eq!(a.cmd("CONFIG SET hotkey-split no"), Reply::ok());
     load(&mut a, &mut b, &key, 50, 2);
     assert_eq!(info_field(&mut a, "hotkey_split_keys"), 0);
-}
-
-/// The integer field `name` of an RLSTATE reply.
-fn field(r: &Reply, name: &'static str) -> Option<i64> {
-    let Reply::Array(items) = r else {
-        return None;
-    };
-    let i = items.iter().position(|x| *x == Reply::simple(name))?;
-    match items.get(i + 1) {
-        Some(Reply::Int(v)) => Some(*v),
-        _ => None,
-    }
 }
 
 /// Whole tokens an RLSTATE reply shows (0 for a missing key: callers here
@@ -456,53 +395,6 @@ fn the_stream_sees_one_key_and_never_more_tokens_than_the_primary() {
         &["100", "1", "3600000"],
         "TOKENLEASE {key} 100 1 3600000 3",
         tokens,
-    );
-}
-
-/// Runs 40 calls `call` on a key split with `LH.SPLIT key <split...>` and
-/// on the same key never split, replaying the split server's effects on a
-/// replica after each: every effect is an LH.RESTORE of the key itself,
-/// the replica's state is never worth more than the primary's exact one
-/// (`worth`, of an RLSTATE reply), and after the merge it is the primary's.
-fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64) {
-    let ([mut a, mut b], [mut ua, mut ub], key) = split_and_unsplit(1);
-    let mut replica = Harness::new();
-    let call = call.replace("{key}", &key);
-    let mut mark = a.effects_mark();
-    let mut args = vec!["LH.SPLIT", &key];
-    args.extend(split);
-    assert_eq!(a.run(&args), Reply::Int(1));
-    for i in 0..40 {
-        let (h, u) = if i % 3 == 0 {
-            (&mut a, &mut ua)
-        } else {
-            (&mut b, &mut ub)
-        };
-        assert_eq!(h.cmd(&call), u.cmd(&call), "call {i}");
-        a.clock().advance_ms(7);
-        ua.clock().advance_ms(7);
-        replica.clock().advance_ms(7);
-        for record in a.effects_since(&mark) {
-            assert_eq!(record[0], "LH.RESTORE", "{record:?}");
-            assert_eq!(record[1], key, "one key, no sub-key: {record:?}");
-            assert_eq!(replica.run(&record[..]), Reply::ok());
-        }
-        mark = a.effects_mark();
-        // The replica holds at most the primary's tokens (the leased ones
-        // count as spent), never more.
-        let exact = worth(&ua.run(&["RLSTATE", &key]));
-        let seen = worth(&replica.run(&["RLSTATE", &key]));
-        assert!(seen <= exact, "call {i}: replica {seen}, primary {exact}");
-    }
-    // Merged, the replica holds exactly the primary's state.
-    a.run(&["LH.MERGE", &key]);
-    for record in a.effects_since(&mark) {
-        replica.run(&record[..]);
-    }
-    assert_eq!(replica.run(&["RLSTATE", &key]), a.run(&["RLSTATE", &key]));
-    assert_eq!(
-        worth(&a.run(&["RLSTATE", &key])),
-        worth(&ua.run(&["RLSTATE", &key]))
     );
 }
 
@@ -591,6 +483,9 @@ fn gop() -> impl Strategy<Value = GOp> {
 fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
     let other = if form == CELL { GCRA } else { CELL };
     let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
+    // A missing key is not split: one cell spent on both first.
+    let first = throttle_line(form, &key, 1);
+    prop_assert_eq!(s0.run(&first[..]), u0.run(&first[..]));
     prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
     let (mut total_s, mut total_u) = (0, 0);
     for (i, op) in ops.iter().enumerate() {
@@ -754,15 +649,16 @@ fn pttl_del_and_rlstate_on_a_split_gcra_key_see_one_key() {
         (1, &cell, false),
         (0, &format!("DEL {key}"), false),
         (1, &format!("EXISTS {key}"), false),
-        (1, &format!("PTTL {key}"), true),
-        (1, &cell, true),
-        (1, &format!("EXPIRE {key} 100"), false),
+        (1, &format!("PTTL {key}"), false),
+        (1, &cell, false),
+        (1, &format!("EXPIRE {key} 100"), true),
         (0, &format!("PTTL {key}"), false),
         (1, &format!("RLSTATE {key}"), false),
     ];
     let mut replies = Vec::new();
     for (i, (thread, line, resplit)) in script.iter().enumerate() {
-        if *resplit || i == 0 {
+        // Split once the first call stored the key (a missing key is not).
+        if *resplit || i == 1 {
             assert_eq!(a.cmd(&split), Reply::Int(1), "step {i}");
         }
         let (rs, ru) = match thread {

@@ -322,6 +322,20 @@ fn hot_key_commands_check_their_arguments() {
         ("LH.SPLIT k GCRA 1 1 1 TOKENS 2", SYNTAX),
         ("LH.SPLIT k CL.THROTTLE 1 1", SYNTAX),
         ("LH.SPLIT k THROTTLE 1 1 1", NOT_INT),
+        // The sliding-window form: SLIDINGWINDOW's errors.
+        (
+            "LH.SPLIT k SLIDINGWINDOW 0 1000",
+            "ERR limit must be positive",
+        ),
+        (
+            "LH.SPLIT k SLIDINGWINDOW 10 0",
+            "ERR window_ms must be positive",
+        ),
+        ("LH.SPLIT k SLIDINGWINDOW 10 1000 COUNT 1", SYNTAX),
+        // A missing key has nothing to split, in every form.
+        ("LH.SPLIT k 10 1 1000", "ERR no such key"),
+        ("LH.SPLIT k CL.THROTTLE 9 1 1", "ERR no such key"),
+        ("LH.SPLIT k SLIDINGWINDOW 10 1000", "ERR no such key"),
     ];
     for (line, want) in gcra_forms {
         assert_eq!(h.cmd(line), err(want), "{line}");
@@ -333,6 +347,7 @@ fn hot_key_commands_check_their_arguments() {
     // A GCRA key: WRONGTYPE for the token-bucket form.
     assert_eq!(h.cmd("CL.THROTTLE g 9 1 1"), ints(&[0, 10, 9, -1, 1]));
     assert_eq!(h.cmd("LH.SPLIT g 10 1 1000"), err(WRONGTYPE));
+    assert_eq!(h.cmd("LH.SPLIT g SLIDINGWINDOW 10 1000"), err(WRONGTYPE));
     // 10^19 time units per ms: a bucket rate beyond 2^63-1, never split.
     assert_eq!(
         h.cmd("LH.SPLIT g GCRA 1 10000000000000000 1"),
@@ -342,7 +357,13 @@ fn hot_key_commands_check_their_arguments() {
     h.cmd("SET s v");
     assert_eq!(h.cmd("LH.SPLIT s 10 1 1000"), err(WRONGTYPE));
     assert_eq!(h.cmd("LH.SPLIT s CL.THROTTLE 9 1 1"), err(WRONGTYPE));
+    assert_eq!(h.cmd("LH.SPLIT s SLIDINGWINDOW 10 1000"), err(WRONGTYPE));
     for k in &keys {
+        // Stored first: a missing key is not split.
+        assert_eq!(
+            on(&mut h, k, "TOKENLEASE 10 1 1000 1"),
+            ints(&[1, 9, 0, 1000])
+        );
         assert_eq!(on(&mut h, k, "LH.SPLIT 10 1 1000"), Reply::Int(1));
         let listed = format!("{:?}", h.cmd("LH.HOTKEYS"));
         assert!(
@@ -353,5 +374,6 @@ fn hot_key_commands_check_their_arguments() {
     }
     // One shard: nothing to split over.
     let mut one = Harness::with_shards(1);
+    one.cmd("TOKENLEASE k 10 1 1000 1");
     assert_eq!(one.cmd("LH.SPLIT k 10 1 1000"), Reply::Int(0));
 }

@@ -479,12 +479,14 @@ fn granted_of(reply: &str) -> u64 {
 }
 
 /// Races 50 connections over both threads of a real server on `key`, split
-/// by `LH.SPLIT key <split>`, connection `i` sending `line(i)` in pipelines
+/// by `LH.SPLIT key <split>` once one call `line(0)` has stored its state
+/// (a missing key is not split), connection `i` sending `line(i)` in pipelines
 /// of 4 until a whole pipeline gets nothing (`got(i, reply)`: what one
 /// reply to connection `i` granted); checks that some calls were served by
 /// the thread that read them (local grants) and the key is still split,
 /// then runs each command of `then` (`{key}` for the key), asserting its
-/// reply contains the text given; returns the total granted.
+/// reply contains the text given; returns the total granted, the first
+/// call's included.
 fn race_a_split_key(
     key: &str,
     split: &str,
@@ -494,6 +496,8 @@ fn race_a_split_key(
 ) -> u64 {
     let server = TestServer::start(2);
     let mut admin = server.raw();
+    let first = got(0, &admin.call(&line(0)));
+    assert!(first > 0, "the first call stores the key");
     assert_eq!(admin.call(&format!("LH.SPLIT {key} {split}")), ":1\r\n");
     let conns: Vec<Raw> = (0..50).map(|_| server.raw()).collect();
     let racers: Vec<_> = conns
@@ -516,7 +520,7 @@ fn race_a_split_key(
             })
         })
         .collect();
-    let total: u64 = racers.into_iter().map(|r| r.join().unwrap()).sum();
+    let total: u64 = first + racers.into_iter().map(|r| r.join().unwrap()).sum::<u64>();
     let info = admin.call("INFO hotkeys");
     let field = |name: &str| -> u64 {
         info.lines()
@@ -589,5 +593,32 @@ fn fifty_connections_race_a_split_throttle_key_for_exactly_its_burst() {
         ),
     ];
     let total = race_a_split_key("launch", "CL.THROTTLE 9999 1 3600", line, got, &then);
+    assert_eq!(total, 10_000);
+}
+
+/// The same race on a split SLIDINGWINDOW key of limit 10 000 in a window
+/// of an hour, connection `i` asking `1 + i % 3` hits at a time: exactly
+/// 10 000 admitted in all (the connections asking one take the last), and
+/// the merged pair counts them all.
+#[test]
+fn fifty_connections_race_a_split_window_key_for_exactly_its_limit() {
+    let line = |i| format!("SLIDINGWINDOW launch 10000 3600000 COUNT {}", 1 + i % 3);
+    let then = [
+        // Denied: 10 000 counted, none left.
+        (
+            "SLIDINGWINDOW {key} 10000 3600000",
+            "*4\r\n:0\r\n:10000\r\n:0\r\n",
+        ),
+        // Merged: the very 10 000 hits, no admission minted or lost.
+        ("LH.MERGE {key}", ":1\r\n"),
+        ("RLSTATE {key}", "current\r\n:10000\r\n"),
+    ];
+    let total = race_a_split_key(
+        "launch",
+        "SLIDINGWINDOW 10000 3600000",
+        line,
+        |_, r| granted_of(r),
+        &then,
+    );
     assert_eq!(total, 10_000);
 }

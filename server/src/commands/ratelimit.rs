@@ -46,7 +46,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("gcra", -5, WRITE | DENYOOM | FAST, KEY1, Exec::Key(gcra_cmd), "Rate limits with GCRA, with the syntax of Redis 8.8."),
     cmd("rlstate", 2, READONLY | FAST, KEY1, Exec::Key(rlstate), "Shows the stored state of a rate-limit key."),
     cmd("lh.restore", -8, WRITE | DENYOOM, KEY1, Exec::Key(restore), "Recreates a rate-limit state with absolute times (the replication effect)."),
-    cmd("lh.split", -5, WRITE | ADMIN, KEY1, Exec::Key(lh_split), "Splits a token-bucket or GCRA key over every shard, exactly (a hot key)."),
+    cmd("lh.split", -5, WRITE | ADMIN, KEY1, Exec::Key(lh_split), "Splits a token-bucket, GCRA or sliding-window key over every shard, exactly (a hot key)."),
     cmd("lh.merge", 2, WRITE | ADMIN, KEY1, Exec::Key(lh_merge), "Merges a split rate-limit key back into its owner shard."),
     cmd("lh.hotkeys", 1, READONLY | ADMIN, NO_KEYS, Exec::AllShards(lh_hotkeys, Merge::Concat), "Lists the hot rate-limit keys: rate, share, split state."),
 ];
@@ -212,26 +212,48 @@ fn tokenreturn(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(token_bucket::to_i64(remaining as u128)))
 }
 
-/// `SLIDINGWINDOW key limit window_ms [COUNT n]`.
-fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
-    let key = a.key()?;
-    let p = sliding_window::Policy {
+fn window_policy(a: &mut Args) -> Result<sliding_window::Policy, OpError> {
+    Ok(sliding_window::Policy {
         limit: positive(a, "limit")?,
         window_ms: positive(a, "window_ms")?,
-    };
+    })
+}
+
+/// The arguments of SLIDINGWINDOW after the key: the policy and the hits.
+fn window_args(a: &mut Args) -> Result<(sliding_window::Policy, u64), OpError> {
+    let p = window_policy(a)?;
     let n = option(a, "COUNT")?.unwrap_or(1);
-    check_pin(s, &key, Pinned::SlidingWindow(p))?;
-    s.hot_count(&key, None);
-    let prev = load(s, &key, |state| match state {
+    Ok((p, n))
+}
+
+fn pick_window(state: RateState) -> Option<sliding_window::Window> {
+    match state {
         RateState::SlidingWindow(w) => Some(w),
         _ => None,
-    })?;
-    let (verdict, change) = sliding_window::admit(prev, &p, n, s.now.mono_ms);
+    }
+}
+
+/// `SLIDINGWINDOW key limit window_ms [COUNT n]`: on the split key when it
+/// is split under the call's policy ([`Shard::hot_window`]), else on the
+/// stored pair.
+fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
+    let key = a.key()?;
+    let (p, n) = window_args(a)?;
+    check_pin(s, &key, Pinned::SlidingWindow(p))?;
+    s.hot_count(&key, Some(KeyPolicy::Window(p)));
+    let verdict = match s.hot_window(&key, p, n) {
+        Some(v) => v,
+        None => {
+            let prev = load(s, &key, pick_window)?;
+            let (verdict, change) = sliding_window::admit(prev, &p, n, s.now.mono_ms);
+            if let Some((w, empty_at)) = change {
+                save(s, &key, RateState::SlidingWindow(w), empty_at);
+            }
+            verdict
+        }
+    };
     let outcome = RateOutcome::of(verdict.admitted, n);
     s.stats.count_decision(RateCommand::SlidingWindow, outcome);
-    if let Some((w, empty_at)) = change {
-        save(s, &key, RateState::SlidingWindow(w), empty_at);
-    }
     Ok(int_array(verdict.to_array()))
 }
 
@@ -347,7 +369,7 @@ fn gcra_cmd(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     throttle(s, &key, p, tokens, RateCommand::Gcra)
 }
 
-/// A TOKENLEASE, CL.THROTTLE or GCRA (`name`, lower case) read on this
+/// A TOKENLEASE, CL.THROTTLE, GCRA or SLIDINGWINDOW (`name`, lower case) read on this
 /// shard's thread for a key another shard owns, served from this shard's
 /// slot when the key is split under the call's kind and policy and the slot
 /// holds enough (`docs/hotkeys.md`); `None` sends it to the owner as usual
@@ -362,6 +384,17 @@ pub fn split_local(s: &mut Shard, idx: usize, name: &str, args: &Args) -> Option
             let (p, requested) = tokenlease_args(all)?;
             let lease = lease_here(s, key, &split, KeyPolicy::Bucket(p), requested)?;
             (int_array(lease.to_array()), RateCommand::TokenLease)
+        }
+        "slidingwindow" => {
+            let mut a = args.clone();
+            a.key().ok()?;
+            let (p, n) = window_args(&mut a).ok()?;
+            let kind = KeyPolicy::Window(p);
+            check_pin(s, key, pinned(kind)).ok()?;
+            let v = counted(s, split.try_window(s.id, &kind, n, s.now.mono_ms))?;
+            let outcome = RateOutcome::of(v.admitted, n);
+            s.stats.count_decision(RateCommand::SlidingWindow, outcome);
+            return Some(s.stats.count_call(idx, Ok(int_array(v.to_array()))));
         }
         _ => {
             // The cursor's own parsing, on a copy (the owner's handler
@@ -416,12 +449,16 @@ fn lease_here(
 ) -> Option<Lease> {
     // A pin added since the split refuses the call at the owner.
     check_pin(s, key, pinned(kind)).ok()?;
-    let Some(lease) = split.try_local(s.id, &kind, requested, s.now.mono_ms) else {
-        s.stats.hotkey_borrows.add(1);
-        return None;
-    };
-    s.stats.hotkey_local_grants.add(1);
-    Some(lease)
+    counted(s, split.try_local(s.id, &kind, requested, s.now.mono_ms))
+}
+
+/// Counts a local grant, or a borrow when the slot could not serve (`None`).
+fn counted<T>(s: &mut Shard, served: Option<T>) -> Option<T> {
+    match served {
+        Some(_) => s.stats.hotkey_local_grants.add(1),
+        None => s.stats.hotkey_borrows.add(1),
+    }
+    served
 }
 
 /// The pin check's view of a splittable call.
@@ -429,22 +466,28 @@ fn pinned(kind: KeyPolicy) -> Pinned {
     match kind {
         KeyPolicy::Bucket(p) => Pinned::TokenBucket(p),
         KeyPolicy::Gcra(p) => Pinned::Gcra(p),
+        KeyPolicy::Window(p) => Pinned::SlidingWindow(p),
     }
 }
 
 /// `LH.SPLIT key capacity rate period_ms`, `LH.SPLIT key CL.THROTTLE
-/// max_burst count_per_period period_s` or `LH.SPLIT key GCRA max_burst
-/// tokens_per_period period_s`: splits the token-bucket or GCRA key over
+/// max_burst count_per_period period_s`, `LH.SPLIT key GCRA max_burst
+/// tokens_per_period period_s` or `LH.SPLIT key SLIDINGWINDOW limit
+/// window_ms`: splits the token-bucket, GCRA or sliding-window key over
 /// every shard under that policy; 1 when split, 0 when it was split already,
 /// the server has one shard, or a GCRA policy is too large to split (no
-/// equivalent bucket). WRONGTYPE for another type; a GCRA key's policy
-/// errors are its command's.
+/// equivalent bucket). `ERR no such key` for a missing key (never called,
+/// a full bucket, a TAT in the past: nothing to split, and the first call
+/// that stores a state makes it splittable); WRONGTYPE for another type; a
+/// GCRA key's policy errors are its command's.
 fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
     let kind = if a.flag("CL.THROTTLE") {
         KeyPolicy::Gcra(cell_policy_args(a)?)
     } else if a.flag("GCRA") {
         KeyPolicy::Gcra(gcra_of(gcra_policy_args(a)?)?)
+    } else if a.flag("SLIDINGWINDOW") {
+        KeyPolicy::Window(window_policy(a)?)
     } else {
         KeyPolicy::Bucket(token_policy(a)?)
     };
@@ -453,9 +496,15 @@ fn lh_split(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         p.dvt().ok_or(OpError::RateLimitOverflow)?;
     }
     check_pin(s, &key, pinned(kind))?;
-    match kind {
-        KeyPolicy::Bucket(_) => load(s, &key, pick_bucket).map(|_| ())?,
-        KeyPolicy::Gcra(_) => load(s, &key, pick_gcra).map(|_| ())?,
+    let exists = match kind {
+        KeyPolicy::Bucket(_) => load(s, &key, pick_bucket)?.is_some(),
+        KeyPolicy::Gcra(_) => load(s, &key, pick_gcra)?.is_some(),
+        KeyPolicy::Window(_) => load(s, &key, pick_window)?.is_some(),
+    };
+    // A missing key (a full bucket, a GCRA bucket full again) has no state to
+    // spread: splitting it would store a home entry for a key that is not.
+    if !exists {
+        return Err(OpError::NoSuchKey);
     }
     if s.shards < 2 {
         return Ok(Reply::Int(0));

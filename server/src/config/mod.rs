@@ -180,7 +180,7 @@ pub struct RateLimitConfig {
     /// <period_ms>`; checked when the server starts (the words are read by
     /// the rate-limit layer, above this one).
     pub pins: String,
-    /// `hotkey-split`: split a hot token-bucket or GCRA key over every shard
+    /// `hotkey-split`: split a hot token-bucket, GCRA or sliding-window key over every shard
     /// (`docs/hotkeys.md`).
     pub hotkey_split: bool,
     /// `hotkey-split-share`: the percent of its shard's rate-limit commands

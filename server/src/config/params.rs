@@ -218,7 +218,7 @@ pub static PARAMS: &[Param] = &[
     row("aclfile", ("security", "aclfile"), Kind::Text, field!(security.aclfile), Immutable, true, "ACL file: `user <name> <rules>` lines, read at the start and by ACL LOAD, written by ACL SAVE"),
     row("protected-mode", ("security", "protected_mode"), Kind::Bool, field!(security.protected_mode), Runtime, true, "Without a password, refuse clients from outside the loopback interface"),
     row("rate-limit-pins", ("ratelimit", "pins"), Kind::Text, field!(ratelimit.pins), Immutable, true, "Pinned limits: \"<prefix> <KIND> <integers...>; ...\" (LH.PIN's words)"),
-    row("hotkey-split", ("ratelimit", "hotkey_split"), Kind::Bool, field!(ratelimit.hotkey_split), Runtime, true, "Split a hot token-bucket or CL.THROTTLE / GCRA key over every shard, exactly (docs/hotkeys.md)"),
+    row("hotkey-split", ("ratelimit", "hotkey_split"), Kind::Bool, field!(ratelimit.hotkey_split), Runtime, true, "Split a hot token-bucket, CL.THROTTLE / GCRA or SLIDINGWINDOW key over every shard, exactly (docs/hotkeys.md)"),
     row("hotkey-split-share", ("ratelimit", "hotkey_split_share"), Kind::Int(range!(1, 100)), field!(ratelimit.hotkey_split_share), Runtime, true, "Percent of its shard's rate-limit commands a key takes in a 100 ms window to be hot"),
     row("hotkey-min-rate", ("ratelimit", "hotkey_min_rate"), Kind::Int(range!(1, 9223372036854775807)), field!(ratelimit.hotkey_min_rate), Runtime, true, "Rate-limit commands per second a key takes to be hot"),
     row("hotkey-merge-rate", ("ratelimit", "hotkey_merge_rate"), Kind::Int(range!(0, 9223372036854775807)), field!(ratelimit.hotkey_merge_rate), Runtime, true, "A split key under this many commands per second for hotkey-cooldown ms is merged"),

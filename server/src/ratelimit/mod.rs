@@ -11,7 +11,8 @@
 //! - [`sliding_window`]: SLIDINGWINDOW; two fixed windows weighted by overlap.
 //! - [`gcra`]: CL.THROTTLE (redis-cell) and GCRA (Redis 8.8); a theoretical
 //!   arrival time.
-//! - [`split`]: a token bucket split over shards, exactly (hot keys).
+//! - [`split`]: a key split over shards, exactly (hot keys): the lease core,
+//!   a token bucket's math (a GCRA key as its bucket), a sliding window's.
 //! - [`pin`]: pinned limits, the one policy an operator allows under a key
 //!   prefix.
 //! - `model` (tests only): a reference model written for clarity, compared

@@ -112,6 +112,35 @@ impl Window {
         self.previous as u128 * (w - e) + self.current as u128 * w
     }
 
+    /// The reply at `at` (no earlier than `start`) for this window pair
+    /// under `p`, having admitted `admitted` hits, with `retry_after_ms`.
+    pub fn verdict(&self, p: &Policy, at: u64, admitted: u64, retry_after_ms: i64) -> Verdict {
+        let width = p.window_ms as u128;
+        let weighted = self.weighted(at);
+        Verdict {
+            admitted,
+            count: u64::try_from(weighted.div_ceil(width)).unwrap_or(u64::MAX),
+            remaining: self.room(p, at),
+            retry_after_ms,
+        }
+    }
+
+    /// Whole hits that fit at `at` under `p`, `floor(limit - estimate)`
+    /// (0 when over): a call of `n` hits is admitted exactly when `n` is at
+    /// most this. Never smaller at a later instant of the same window (the
+    /// previous window's weight only falls), so it is a lower bound of the
+    /// room left at every instant from `at` to the window's end.
+    pub fn room(&self, p: &Policy, at: u64) -> u64 {
+        let width = p.window_ms as u128;
+        let cap = p.limit as u128 * width;
+        (cap.saturating_sub(self.weighted(at)) / width) as u64
+    }
+
+    /// Whether both windows are empty (the same as a missing key).
+    pub fn is_empty(&self) -> bool {
+        self.previous == 0 && self.current == 0
+    }
+
     /// Monotonic ms at which both windows are empty (when the key expires).
     pub fn empty_at(&self) -> u64 {
         let windows = if self.current > 0 { 2 } else { 1 };
@@ -149,24 +178,14 @@ pub fn admit(
         Some(w) => w.roll(p, now),
         None => (Window::empty(p.window_ms, now), now),
     };
-    let width = p.window_ms as u128;
-    let cap = p.limit as u128 * width;
-    let verdict = |w: &Window, admitted, retry_after_ms| {
-        let weighted = w.weighted(at);
-        Verdict {
-            admitted,
-            count: u64::try_from(weighted.div_ceil(width)).unwrap_or(u64::MAX),
-            remaining: (cap.saturating_sub(weighted) / width) as u64,
-            retry_after_ms,
-        }
-    };
+    let verdict = |w: &Window, admitted, retry_after_ms| w.verdict(p, at, admitted, retry_after_ms);
     if n == 0 {
         return (verdict(&w, 0, 0), None);
     }
     if n > p.limit {
         return (verdict(&w, 0, -1), None);
     }
-    if w.weighted(at) + n as u128 * width > cap {
+    if n > w.room(p, at) {
         let wait = i64::try_from(w.wait_for(p.limit, n, at)).unwrap_or(i64::MAX);
         return (verdict(&w, 0, wait), None);
     }

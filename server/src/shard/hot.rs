@@ -1,9 +1,12 @@
 //! Hot keys on a shard (`docs/hotkeys.md`): the detector (a space-saving
 //! top-k of the rate-limit commands' keys, decayed every window), the
 //! shard's copy of the split keys, and the owner's side of a split token
-//! bucket or GCRA key (run as its equivalent bucket): split, gather, merge,
-//! all synchronous on the owner's thread over the shared [`Split`] cells
-//! (`ratelimit/split.rs`).
+//! bucket or GCRA key (run as its equivalent bucket) or sliding window:
+//! split, gather, merge, all synchronous on the owner's thread over the
+//! shared [`Split`] cells (`ratelimit/split/`); a sliding window's calls on
+//! the owner are in `window`.
+
+mod window;
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -79,8 +82,17 @@ struct Entry {
     rate: u64,
     share: u64,
     /// The kind and policy of its last splittable call (TOKENLEASE,
-    /// TOKENRETURN, CL.THROTTLE, GCRA): what a split uses.
+    /// TOKENRETURN, CL.THROTTLE, GCRA, SLIDINGWINDOW): what a split uses.
     policy: Option<KeyPolicy>,
+}
+
+/// The state a split starts from.
+#[derive(Debug, Clone, Copy)]
+enum Start {
+    /// A token bucket, or a TAT as its equivalent bucket.
+    Bucket(Bucket),
+    /// A sliding window pair.
+    Window(crate::ratelimit::sliding_window::Window),
 }
 
 /// A split key this shard owns, with what the cooling check remembers.
@@ -345,26 +357,28 @@ impl Shard {
     }
 
     /// Splits the key `key` of kind and policy `kind` (owner only). False
-    /// when it is split already, `kind` has no bucket, or the key holds
-    /// another type or a state last written under another policy (a bucket
-    /// in another period, at least `p`'s capacity, or with a TTL that is not
-    /// `p`'s; a TAT in another unit, further ahead than the tolerance, or
-    /// with a TTL that is not its own): nothing changes then, and the next
-    /// call under `kind` makes it splittable.
+    /// when it is split already, `kind` has no split form, the key is
+    /// missing, or it holds another type or a state last written under
+    /// another policy (a bucket in another period, at least `p`'s capacity,
+    /// or with a TTL that is not `p`'s; a TAT in another unit, further ahead
+    /// than the tolerance, or with a TTL that is not its own; a window pair
+    /// of another length or with a TTL that is not its own): nothing changes
+    /// then, and the next call under `kind` makes it splittable.
     pub fn hot_split(&mut self, key: &Bytes, kind: KeyPolicy) -> bool {
         if self.hot.owned.contains_key(key) {
             return false;
         }
-        let Some(p) = kind.bucket() else {
-            return false;
-        };
         let now = self.now.mono_ms;
-        // The state as a bucket (kept at its last change: the epoch starts
+        // The state (a bucket kept at its last change: the epoch starts
         // there) and the monotonic ms its key must expire at, when it was
         // last written under this policy: a split changes no state.
-        let prev = match (kind, self.store.get_rate(key, self.now.unix_ms)) {
-            (_, None) => None,
-            (KeyPolicy::Bucket(_), Some(Some(RateState::TokenBucket(b)))) => {
+        let (start, expire) = match (kind, self.store.get_rate(key, self.now.unix_ms)) {
+            // A missing key (never called, a full bucket, a TAT in the
+            // past) has no state to split: a home entry stored for it would
+            // be a key TYPE and EXISTS see while RLSTATE, PTTL and DEL do
+            // not. The first call that stores its state makes it splittable.
+            (_, None) => return false,
+            (KeyPolicy::Bucket(p), Some(Some(RateState::TokenBucket(b)))) => {
                 // One stored in another period, or over this capacity (a call
                 // with a larger one), is left to the next call under it.
                 if b.period_ms != p.period_ms || b.tokens >= p.capacity {
@@ -373,7 +387,7 @@ impl Shard {
                 let Change::Store(_, full_at) = b.stored(&p) else {
                     return false;
                 };
-                Some((b, full_at))
+                (Start::Bucket(b), full_at)
             }
             (KeyPolicy::Gcra(g), Some(Some(RateState::Gcra(t)))) => {
                 // Read as a bucket now; it must give back the very TAT (the
@@ -388,30 +402,47 @@ impl Shard {
                 if back != t {
                     return false;
                 }
-                Some((b, expire))
+                (Start::Bucket(b), expire)
+            }
+            // A pair of another window length is left to the next call.
+            (KeyPolicy::Window(p), Some(Some(RateState::SlidingWindow(w))))
+                if w.window_ms == p.window_ms =>
+            {
+                (Start::Window(w), w.empty_at())
             }
             _ => return false,
         };
-        if let Some((_, expire)) = prev {
-            // Its TTL must be the one the policy gives it, or the home entry
-            // would change when it expires.
-            let nowt = self.now;
-            let ttl = self
-                .store
-                .get(key, nowt.unix_ms)
-                .and_then(|e| e.expire_at(nowt));
-            if ttl != Some(unix_of(nowt, expire)) {
-                return false;
-            }
+        // Its TTL must be the one the policy gives it, or the home entry
+        // would change when it expires.
+        let nowt = self.now;
+        let ttl = self
+            .store
+            .get(key, nowt.unix_ms)
+            .and_then(|e| e.expire_at(nowt));
+        if ttl != Some(unix_of(nowt, expire)) {
+            return false;
         }
-        let prev = prev.map(|(b, _)| b);
-        let base = prev.map_or(now, |b: Bucket| b.refilled_at.min(now));
+        // Slots pack their end relative to the base: a bucket's epoch counts
+        // from its refill instant, a window's leases end after `now` (the
+        // window it is in), so from `now` they reach furthest.
+        let base = match start {
+            Start::Bucket(b) => b.refilled_at.min(now),
+            Start::Window(_) => now,
+        };
         let Some(split) = Split::new(kind, self.id, self.shards, base) else {
             return false;
         };
         let split = Arc::new(split);
-        let home = split.lease_out(prev, now);
-        self.store_split(key, &split, home);
+        match start {
+            Start::Bucket(b) => {
+                let home = split.lease_out(Some(b), now);
+                self.store_split(key, &split, home);
+            }
+            Start::Window(w) => {
+                let home = split.lease_window(Some(w), false, now);
+                self.store_window(key, home);
+            }
+        }
         self.shared.hot.set(key, Some(split.clone()));
         self.hot.owned.insert(
             key.clone(),
@@ -431,20 +462,29 @@ impl Shard {
     }
 
     /// Merges the split key `key` (owner only): gathers every slot and
-    /// stores the exact bucket (a GCRA key: the TAT equivalent to it),
-    /// emitting it. False when it is not split here.
+    /// stores the exact bucket (a GCRA key: the TAT equivalent to it; a
+    /// window: the exact pair), emitting it. False when it is not split here.
     pub fn hot_merge(&mut self, key: &[u8]) -> bool {
         let Some(o) = self.hot.owned.remove(key) else {
             return false;
         };
         let key = Bytes::copy_from_slice(key);
         o.split.kill();
-        let g = self.hot_gather(&key, &o.split);
-        let change = match g {
-            Some(b) => b.stored(&o.split.policy),
-            None => Change::Remove,
-        };
-        self.store_split(&key, &o.split, change);
+        match o.split.bucket_policy() {
+            Some(p) => {
+                let change = match self.hot_gather(&key, &o.split) {
+                    Some(b) => b.stored(&p),
+                    None => Change::Remove,
+                };
+                self.store_split(&key, &o.split, change);
+            }
+            None => {
+                // A window: merged, the lease stores the exact pair.
+                let (exact, unspent) = self.hot_gather_window(&key, &o.split);
+                let home = o.split.lease_window(exact, unspent > 0, self.now.mono_ms);
+                self.store_window(&key, home);
+            }
+        }
         self.shared.hot.set(&key, None);
         self.hot_refresh();
         self.stats.hotkey_merges.add(1);
@@ -539,6 +579,7 @@ impl Shard {
                         Some(dvt) => RateState::Gcra(gcra::from_bucket(b, &g, dvt).0),
                         None => return,
                     },
+                    KeyPolicy::Window(_) => return,
                 };
                 let at = unix_of(self.now, full_at);
                 self.store.set_rate(key, state, at);
@@ -563,6 +604,7 @@ impl Shard {
         // entry: one key, no merge needed.
         if is("tokenlease")
             || is("tokenreturn")
+            || is("slidingwindow")
             || is("cl.throttle")
             || is("gcra")
             || is("lh.split")

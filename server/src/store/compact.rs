@@ -119,7 +119,7 @@ impl Tagged<Compact> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ratelimit::{gcra::State as Tat, sliding_window::Window};
+    use crate::ratelimit::{gcra::State as GcraState, sliding_window::Window};
 
     #[test]
     fn a_compact_entry_is_32_bytes() {
@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(c.deadline_mono(), 240_000);
         assert!(Compact::new(b"sw:000000000001", &w, 240_001).is_none());
         assert!(Compact::new(&[b'k'; 17], &w, 240_000).is_none());
-        let t = RateState::Gcra(Tat {
+        let t = RateState::Gcra(GcraState {
             empty_ms: 2_000,
             frac: 1,
             units_per_ms: 3,
@@ -151,7 +151,7 @@ mod tests {
             (c.key(), c.state(), c.deadline_mono()),
             (&b""[..], t, 5_001)
         );
-        let wide = RateState::Gcra(Tat {
+        let wide = RateState::Gcra(GcraState {
             empty_ms: 2_000,
             frac: 1,
             units_per_ms: 1 << 33,

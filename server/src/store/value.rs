@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::collections::{hash::Hash, list::List, set::Set, zset::ZSet, Collection};
 pub use crate::ratelimit::RateState;
-use crate::ratelimit::{gcra::State as Tat, sliding_window::Window, token_bucket::Bucket};
+use crate::ratelimit::{gcra::State as GcraState, sliding_window::Window, token_bucket::Bucket};
 
 /// Longest string kept inside its value rather than in an allocation.
 pub const SMALL_STRING: usize = 14;
@@ -244,7 +244,7 @@ impl Value {
             }
             Value::Gcra(p) => {
                 let [ms, frac, units_per_ms, to_full] = unpack(GCRA, p);
-                RateState::Gcra(Tat {
+                RateState::Gcra(GcraState {
                     empty_ms: ms as i64,
                     frac,
                     units_per_ms,
@@ -383,7 +383,7 @@ mod tests {
             round_trip(RateState::SlidingWindow(w)),
             Value::SlidingWindow(_)
         ));
-        let t = Tat {
+        let t = GcraState {
             empty_ms: (1 << 40) - 1,
             frac: 6,
             units_per_ms: 7,
@@ -436,19 +436,19 @@ mod tests {
                 Value::Wide(_)
             ));
         }
-        let fine = Tat {
+        let fine = GcraState {
             empty_ms: 5,
             frac: 1,
             units_per_ms: 1 << 24,
             full_ms: 6,
         };
-        let before_the_origin = Tat {
+        let before_the_origin = GcraState {
             empty_ms: -5,
             units_per_ms: 1,
             frac: 0,
             ..fine
         };
-        let long_tolerance = Tat {
+        let long_tolerance = GcraState {
             units_per_ms: 1,
             frac: 0,
             full_ms: 5 + (1 << 32),

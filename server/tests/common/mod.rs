@@ -7,6 +7,8 @@
 use leasehold_protocol::Reply;
 use leasehold_server::harness::Harness;
 
+pub mod hotkeys;
+
 /// An array of integers: `[granted, remaining, retry_after_ms, ...]`.
 pub fn ints(v: &[i64]) -> Reply {
     Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect())
