@@ -52,6 +52,8 @@ pub struct Section {
     pub threads: usize,
     /// Rounds run.
     pub rounds: usize,
+    /// `/proc/loadavg` when the section started.
+    pub load: String,
     /// How the certificate was made, then each server's and each run's
     /// command line (the first round's).
     pub commands: Vec<String>,
@@ -160,6 +162,7 @@ pub fn run(s: &Settings) -> Section {
         quick: s.quick,
         threads: s.threads,
         rounds: s.rounds,
+        load: super::doc::load_average(),
         commands: Vec::new(),
         rows: first::PIPELINES
             .iter()
@@ -243,8 +246,8 @@ pub fn section(sec: &Section) -> String {
          against each server's `tls-port`, Redis and Leasehold `--threads {}`, both serving one \
          self-signed RSA 2048 certificate made for the run with `openssl` and asking for no \
          client certificate. {} round(s), each running both depths on both servers, alternating \
-         which goes first; cells are the medians of the rounds.\n\n",
-        sec.threads, sec.rounds
+         which goes first; cells are the medians of the rounds. Load average at the start: {}.\n\n",
+        sec.threads, sec.rounds, sec.load
     ));
     s.push_str(&table(&sec.rows));
     s.push_str(&commands_block(&sec.commands));
