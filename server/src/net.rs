@@ -497,7 +497,8 @@ impl Loop {
             self.write(k);
             return;
         }
-        if c.waiting() || c.state.close || c.state.handover.is_some() {
+        if c.waiting() || c.state.close || c.state.handover.is_some() || c.full {
+            // `full`: served again next turn (resumed), read after that.
             return;
         }
         if c.hangup || !std::mem::take(&mut c.unread) {
@@ -687,7 +688,8 @@ impl Loop {
         } else {
             let _ = c.out.split_to(written);
             c.note_buffers();
-            if c.unread && !c.over_pause() && !c.waiting() {
+            let closing = c.hangup || c.state.close;
+            if c.unread && !closing && !c.over_pause() && !c.waiting() {
                 // Input waits (its readiness came, or reading paused at the
                 // bound) and the output has room: read it next turn, since
                 // a client blocked in its own write raises no new event.

@@ -139,6 +139,10 @@ pub struct Conn<T> {
     /// Set by the transport: the client closed its side; the connection
     /// closes once everything it sent is answered.
     pub hangup: bool,
+    /// Its last serve stopped at [`MAX_PIPELINE`] with complete requests
+    /// left in `rbuf`: it is served again before it is read, so its read
+    /// buffer does not grow faster than it is served.
+    pub full: bool,
     /// The handoff of the reply another shard writes directly, while owed.
     handoff: Option<Arc<Handoff>>,
     /// Its EXEC, while it runs on other shards.
@@ -278,6 +282,7 @@ impl<T: Transport> Turn<T> {
             listed: false,
             unread: true,
             hangup: false,
+            full: false,
             handoff: None,
             running: None,
             held: false,
@@ -585,6 +590,8 @@ impl<T: Transport> Turn<T> {
                 true => link::serve_link(&mut at, c),
                 false => serve_conn(&mut at, c),
             };
+            // The replication link reads on as before (its own LINK_PIPELINE).
+            c.full = more && !c.state.is_link();
             if more && c.pipe.owed() == 0 {
                 // Stopped at MAX_PIPELINE: go on at the next turn.
                 self.resumed.push(key);

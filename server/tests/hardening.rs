@@ -396,6 +396,44 @@ fn a_client_that_never_reads_is_paused_at_the_output_bound() {
     let _ = sender.join();
 }
 
+/// A client that pipelines small commands faster than they are served,
+/// reading its replies as they come: while its output stays under the
+/// bound it is read on, but never while complete requests wait in its
+/// buffer past MAX_PIPELINE, so its `qbuf` stays within about one read
+/// budget (64 KB) instead of growing with what it sends (26 MB when it was
+/// read on regardless).
+#[test]
+fn a_fast_pipeliner_is_not_read_faster_than_it_is_served() {
+    let (_node, port) = node(&[]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"CLIENT SETNAME flood\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    s.read_exact(&mut ok).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let n = 1_000_000;
+    let sender = std::thread::spawn(move || writer.write_all(&b"PING\r\n".repeat(n)));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut got, mut most, mut buf) = (0, 0u64, vec![0u8; 1 << 20]);
+    let mut last = std::time::Instant::now();
+    while got < n * 7 {
+        let k = s.read(&mut buf).expect("replies within 30 s");
+        assert!(k > 0, "closed after {got} bytes of replies");
+        got += k;
+        if last.elapsed() > Duration::from_millis(20) {
+            last = std::time::Instant::now();
+            let list = text(&call(port, &["CLIENT", "LIST"]).unwrap());
+            let line = list.lines().find(|l| l.contains(" name=flood ")).unwrap();
+            let qbuf = line
+                .split(' ')
+                .find_map(|f| f.strip_prefix("qbuf="))
+                .unwrap();
+            most = most.max(qbuf.parse().unwrap());
+        }
+    }
+    sender.join().unwrap().unwrap();
+    assert!(most < 1 << 20, "qbuf reached {most} bytes");
+}
+
 /// SIGTERM under a pipelined load on both threads: the server stops
 /// reading, lets every command it read run and answer, saves, and exits.
 /// Each client's counter on the restarted server is exactly the number of
