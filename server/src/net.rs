@@ -17,9 +17,14 @@
 //! [`Transport::sink`]), it keeps writable interest while rustls holds
 //! ciphertext, and it sends close_notify when it closes.
 //!
-//! A client that stops reading blocks only itself: its replies wait in its
-//! output buffer, and it is not read again until they are written (TCP
-//! backpressure), while every other connection goes on.
+//! A connection is read and served while its replies wait for its client
+//! to read them, as long as they stay under a bound
+//! ([`crate::turn::Conn::over_pause`]: `client-output-buffer-limit`'s
+//! normal class when set, else 64 MB): a client that writes a whole
+//! pipeline before it reads any reply is answered, as Redis answers it.
+//! Above the bound it is not read (TCP backpressure) until its output
+//! drains under it, so a client that never reads blocks only itself, with
+//! a bounded amount of memory, while every other connection goes on.
 //!
 //! Waking another thread costs a system call and, on a busy 2-core machine,
 //! a context switch, so messages to other threads are posted without a
@@ -428,6 +433,9 @@ impl Loop {
         }
         self.work.append(&mut self.again);
         self.turn.take_resumed(&mut self.work);
+        // Once each: READ_BUDGET is per connection and turn.
+        self.work.sort_unstable();
+        self.work.dedup();
         let mut work = std::mem::take(&mut self.work);
         for &k in &work {
             self.read_and_serve(k);
@@ -445,8 +453,9 @@ impl Loop {
     }
 
     /// Reads connection `k` (within the budget) and serves what it sent.
-    /// A connection with unwritten output or waiting for replies is not
-    /// read: its readiness is seen again when it resumes.
+    /// Its unwritten output is written first; a connection whose output
+    /// stays over its bound, or that waits for replies, is not read: its
+    /// readiness is seen again when it drains or resumes.
     fn read_and_serve(&mut self, k: usize) {
         let shared = self.turn.worker().shared.clone();
         let Some(c) = self.turn.get_mut(k) else {
@@ -454,8 +463,16 @@ impl Loop {
         };
         if owes_output(c) {
             self.write(k);
-            return;
+            let Some(c) = self.turn.get_mut(k) else {
+                return;
+            };
+            if c.over_pause() {
+                return;
+            }
         }
+        let Some(c) = self.turn.get_mut(k) else {
+            return;
+        };
         if c.waiting() {
             c.unread = true;
             if c.want_answer() {
@@ -470,16 +487,18 @@ impl Loop {
         }
         // Catch up before reading more: encode answers that came back, run
         // a parked connection command, go on with a pipeline stopped at
-        // MAX_PIPELINE. New output is written before anything more is read.
+        // MAX_PIPELINE or at the output bound. The output is written at the
+        // end of the turn; reading goes on while it stays under the bound.
         self.turn.serve(k);
         let Some(c) = self.turn.get_mut(k) else {
             return;
         };
-        if owes_output(c) {
+        if c.over_pause() {
             self.write(k);
             return;
         }
-        if c.waiting() || c.state.close {
+        if c.waiting() || c.state.close || c.state.handover.is_some() || c.full {
+            // `full`: served again next turn (resumed), read after that.
             return;
         }
         if c.hangup || !std::mem::take(&mut c.unread) {
@@ -675,6 +694,13 @@ impl Loop {
         } else {
             let _ = c.out.split_to(written);
             c.note_buffers();
+            let closing = c.hangup || c.state.close;
+            if c.unread && !closing && !c.over_pause() && !c.waiting() {
+                // Input waits (its readiness came, or reading paused at the
+                // bound) and the output has room: read it next turn, since
+                // a client blocked in its own write raises no new event.
+                self.again.push(k);
+            }
             let st = &mut c.state;
             let normal = st.pubsub.count() == 0 && !st.is_link();
             let pending = c.out.len() as u64;

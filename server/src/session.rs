@@ -229,6 +229,17 @@ impl ConnState {
         self.handle.last_cmd.store(idx, Ordering::Relaxed);
     }
 
+    /// Pending output, bytes, at or above which the connection is not read
+    /// (see [`OutputLimit::pause_at`]): from the pub/sub class's limits for
+    /// a subscribed connection, else from the normal class's.
+    pub fn output_pause(&self) -> usize {
+        let limit = match self.pubsub.count() {
+            0 => &self.normal_limit,
+            _ => &self.pubsub_limit,
+        };
+        usize::try_from(limit.pause_at()).unwrap_or(usize::MAX)
+    }
+
     /// Re-reads the limits and the password state when CONFIG SET changed
     /// them (one atomic load when it did not).
     pub fn refresh(&mut self, shared: &Shared) {

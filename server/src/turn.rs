@@ -50,10 +50,15 @@ pub const PUSH_BUDGET: usize = 1024 * 1024;
 /// Read buffer growth step, bytes.
 pub const READ_CHUNK: usize = 16 * 1024;
 
-/// Most requests of one connection planned before its replies are encoded
-/// and written: a client that pipelines without reading gets at most this
-/// many replies buffered per turn, and is not read again until they are out.
+/// Most requests of one connection planned in one turn before its replies
+/// are written and the thread serves its other connections.
 pub const MAX_PIPELINE: usize = 256;
+
+/// Replies planned with nothing owed are encoded into the output every this
+/// many requests, so the output bound ([`Conn::over_pause`]) is checked
+/// while a pipeline runs: past the bound a connection adds at most this many
+/// replies (all its own shard's) or [`MAX_PIPELINE`] (some from others).
+const ENCODE_STEP: usize = 16;
 
 /// Most reply bytes an unauthenticated connection may have waiting: past
 /// it the connection is closed, as Redis closes one, so a password guesser
@@ -134,6 +139,10 @@ pub struct Conn<T> {
     /// Set by the transport: the client closed its side; the connection
     /// closes once everything it sent is answered.
     pub hangup: bool,
+    /// Its last serve stopped at [`MAX_PIPELINE`] with complete requests
+    /// left in `rbuf`: it is served again before it is read, so its read
+    /// buffer does not grow faster than it is served.
+    pub full: bool,
     /// The handoff of the reply another shard writes directly, while owed.
     handoff: Option<Arc<Handoff>>,
     /// Its EXEC, while it runs on other shards.
@@ -165,6 +174,20 @@ impl<T> Conn<T> {
         self.pipe.owed() > 0 || self.held
     }
 
+    /// Bytes of output waiting to be written: encoded replies, and pushed
+    /// messages held behind replies still owed.
+    pub fn pending_output(&self) -> usize {
+        self.out.len() + self.state.pubsub.held.len()
+    }
+
+    /// Whether its pending output is at or above its bound
+    /// ([`ConnState::output_pause`]): it is then neither read nor served
+    /// until the output drains under it (backpressure). Under it, a
+    /// connection is read and served while its output waits for its client.
+    pub fn over_pause(&self) -> bool {
+        self.pending_output() >= self.state.output_pause()
+    }
+
     /// Publishes the sizes of its buffers for CLIENT LIST (a few relaxed
     /// stores; called after it is served and after its output is written).
     pub fn note_buffers(&self) {
@@ -176,7 +199,7 @@ impl<T> Conn<T> {
         set(&b.rbs, self.rbuf.capacity());
         set(&b.obl, self.out.len());
         set(&b.oll, usize::from(!held.is_empty()));
-        set(&b.omem, held.len());
+        set(&b.omem, self.pending_output());
         let conn = std::mem::size_of::<Self>();
         set(
             &b.tot_mem,
@@ -259,6 +282,7 @@ impl<T: Transport> Turn<T> {
             listed: false,
             unread: true,
             hangup: false,
+            full: false,
             handoff: None,
             running: None,
             held: false,
@@ -573,6 +597,8 @@ impl<T: Transport> Turn<T> {
                 true => link::serve_link(&mut at, c),
                 false => serve_conn(&mut at, c),
             };
+            // The replication link reads on as before (its own LINK_PIPELINE).
+            c.full = more && !c.state.is_link();
             if more && c.pipe.owed() == 0 {
                 // Stopped at MAX_PIPELINE: go on at the next turn.
                 self.resumed.push(key);
@@ -838,6 +864,8 @@ impl<T: Transport> Turn<T> {
 fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
     let stopped = worker.shared.input_stopped.load(Ordering::Relaxed);
+    let pause = c.state.output_pause();
+    let mut planned = 0;
     loop {
         if let Some(parked) = c.parked.take() {
             if c.pipe.owed() > 0 {
@@ -894,11 +922,21 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             }
             continue;
         }
-        if c.pipe.len() >= MAX_PIPELINE {
+        if c.pipe.len() >= MAX_PIPELINE || planned >= MAX_PIPELINE {
             if c.pipe.owed() == 0 {
                 c.pipe.encode(worker, c.state.proto, &mut c.out);
             }
             return !cut_off_unauthenticated(c);
+        }
+        if c.pipe.owed() == 0 && c.pipe.len() >= ENCODE_STEP {
+            c.pipe.encode(worker, c.state.proto, &mut c.out);
+        }
+        if c.pending_output() >= pause {
+            // Backpressure: the rest of the input waits (in the buffer and
+            // the socket) until the output drains under the bound; `net`
+            // reads and serves it again then.
+            c.unread = true;
+            break;
         }
         if stopped {
             // Draining for a shutdown: what was decoded finishes, nothing
@@ -907,11 +945,14 @@ fn serve_conn<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
         }
         match decode_request(&mut c.rbuf, &c.state.limits) {
             Ok(Some(items)) if items.is_empty() => {}
-            Ok(Some(items)) => match plan(at, &mut c.state, &mut c.pipe, items) {
-                Planned::Conn(idx, args) => c.parked = Some(Parked::Conn(idx, args)),
-                Planned::Span(idx, args) => c.parked = Some(Parked::Span(idx, args)),
-                Planned::Queued => {}
-            },
+            Ok(Some(items)) => {
+                planned += 1;
+                match plan(at, &mut c.state, &mut c.pipe, items) {
+                    Planned::Conn(idx, args) => c.parked = Some(Parked::Conn(idx, args)),
+                    Planned::Span(idx, args) => c.parked = Some(Parked::Span(idx, args)),
+                    Planned::Queued => {}
+                }
+            }
             Ok(None) => break,
             Err(e) => {
                 let reply = protocol_error(&e);

@@ -1,7 +1,10 @@
 //! Hardening with real processes: protected mode refusing a client from
 //! outside the loopback interface, `maxclients` fitted to a low open-files
-//! limit (clients past it get the error, never a hang), and `maxclients`
-//! exact under a connection storm spread over two threads.
+//! limit (clients past it get the error, never a hang), `maxclients`
+//! exact under a connection storm spread over two threads, and what a
+//! client's buffers may make the server hold: a pipeline written whole
+//! before any read is answered, a client that never reads is paused at the
+//! output bound or closed at the normal output limit.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -9,7 +12,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use leasehold_testkit::{call, free_port, node_command, scratch_dir, started, text, Proc, Reply};
+use bytes::BytesMut;
+use leasehold_protocol::encode_request;
+use leasehold_testkit::{
+    call, free_port, node_command, scratch_dir, started, text, wait_for, Proc, Reply,
+};
 
 fn command(dir: &Path, port: u16, extra: &[&str]) -> Command {
     let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, dir);
@@ -263,6 +270,168 @@ fn a_client_that_never_reads_is_closed_at_the_normal_output_limit() {
         got += n;
     }
     assert!(got < 20 << 20, "read {got} bytes after the close");
+}
+
+/// Twenty `SET k<i> <1 MB>` each followed by its `GET k<i>`, as one
+/// pipeline: the bytes to send and the replies expected, in order.
+fn set_get_pipeline() -> (Vec<u8>, Vec<u8>) {
+    let (mut sent, mut want) = (BytesMut::new(), Vec::new());
+    for i in 0..20u8 {
+        let key = format!("k{i}");
+        let value = vec![b'a' + i; 1 << 20];
+        encode_request(&[&b"SET"[..], key.as_bytes(), &value], &mut sent);
+        encode_request(&[b"GET", key.as_bytes()], &mut sent);
+        want.extend_from_slice(b"+OK\r\n");
+        want.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+        want.extend_from_slice(&value);
+        want.extend_from_slice(b"\r\n");
+    }
+    (sent.to_vec(), want)
+}
+
+/// A client that writes its whole pipeline (20 MB of SETs, each followed by
+/// a GET of its 1 MB value) before it reads any reply is answered, every
+/// GET with its value, as Redis answers it: the server keeps reading while
+/// the replies it owes (20 MB) stay under the output bound, instead of
+/// waiting for a client that waits for it.
+#[test]
+fn a_pipeline_written_whole_before_any_read_is_answered() {
+    let (_node, port) = node(&[]);
+    let (sent, want) = set_get_pipeline();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let start = std::time::Instant::now();
+    s.write_all(&sent)
+        .expect("the server reads the whole pipeline before any reply is read");
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got).expect("every reply within 10 s");
+    assert!(
+        got == want,
+        "the replies differ from the values (first difference at byte {:?})",
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(text(&call(port, &["GET", "k19"]).unwrap()).len(), 1 << 20);
+}
+
+/// The bound on what a client that never reads makes the server hold: a
+/// connection pipelining GETs of a 64 KB value (13 GB of replies) is read
+/// until 64 MB of replies wait for it (`client-output-buffer-limit normal
+/// 0 0 0`), then paused, not closed. CLIENT LIST shows that output as its
+/// `omem` (at most one step of replies past the bound), its buffer's
+/// allocation as `tot-mem` (at most twice that: it grows by doubling), the
+/// server's memory grows by no more than three times it (the allocation
+/// and the written part it still holds), however much the client sends;
+/// other clients are served meanwhile, and once the client reads, its
+/// replies come in order and reading resumes.
+#[test]
+fn a_client_that_never_reads_is_paused_at_the_output_bound() {
+    const BOUND: u64 = 64 << 20;
+    // One step of replies past the bound: MAX_PIPELINE of them at most.
+    const STEP: u64 = 256 * ((64 << 10) + 16);
+    let (_node, port) = node(&[]);
+    let value = "v".repeat(64 << 10);
+    assert_eq!(text(&call(port, &["SET", "big", &value]).unwrap()), "OK");
+    let before = used_memory(port);
+    let mut hog = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    hog.write_all(b"CLIENT SETNAME hog\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    hog.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let mut writer = hog.try_clone().unwrap();
+    writer
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let gets: Vec<u8> = b"GET big\r\n".repeat(200_000);
+    let sender = std::thread::spawn(move || writer.write_all(&gets));
+    // The hog's CLIENT LIST field `name`, while it is listed.
+    let field = |name: &str| {
+        let list = text(&call(port, &["CLIENT", "LIST"]).unwrap());
+        let line = list
+            .lines()
+            .find(|l| l.contains(" name=hog "))
+            .map(str::to_owned);
+        line.map(|l| {
+            let f = l
+                .split(' ')
+                .find_map(|f| f.strip_prefix(&format!("{name}=")));
+            f.unwrap().parse::<u64>().unwrap()
+        })
+    };
+    wait_for(
+        "the hog's output at the bound",
+        Duration::from_secs(20),
+        || field("omem").unwrap() >= BOUND,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let held = field("omem").expect("paused, not closed");
+    assert!(
+        (BOUND..BOUND + STEP).contains(&held),
+        "omem {held} past the bound {BOUND} by more than a step"
+    );
+    let allocated = field("tot-mem").unwrap();
+    assert!(allocated <= 2 * (BOUND + STEP), "tot-mem {allocated}");
+    let grown = used_memory(port).saturating_sub(before);
+    assert!(
+        grown < 3 * (BOUND + STEP),
+        "{} MB more held for a client that never reads",
+        grown >> 20
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(field("omem"), Some(held), "paused: no more output");
+    // The others are served meanwhile.
+    assert_eq!(text(&call(port, &["SET", "other", "1"]).unwrap()), "OK");
+    assert_eq!(text(&call(port, &["GET", "other"]).unwrap()), "1");
+    // Reading resumes once the client reads: 2000 replies (more than the
+    // bound held) come whole and in order.
+    hog.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let reply = format!("$65536\r\n{value}\r\n").into_bytes();
+    let mut got = vec![0u8; reply.len()];
+    for i in 0..2000 {
+        hog.read_exact(&mut got).unwrap();
+        assert!(got == reply, "reply {i} is the value");
+    }
+    let _ = hog.shutdown(std::net::Shutdown::Both);
+    let _ = sender.join();
+}
+
+/// A client that pipelines small commands faster than they are served,
+/// reading its replies as they come: while its output stays under the
+/// bound it is read on, but never while complete requests wait in its
+/// buffer past MAX_PIPELINE, so its `qbuf` stays within about one read
+/// budget (64 KB) instead of growing with what it sends (26 MB when it was
+/// read on regardless).
+#[test]
+fn a_fast_pipeliner_is_not_read_faster_than_it_is_served() {
+    let (_node, port) = node(&[]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"CLIENT SETNAME flood\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    s.read_exact(&mut ok).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let n = 1_000_000;
+    let sender = std::thread::spawn(move || writer.write_all(&b"PING\r\n".repeat(n)));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut got, mut most, mut buf) = (0, 0u64, vec![0u8; 1 << 20]);
+    let mut last = std::time::Instant::now();
+    while got < n * 7 {
+        let k = s.read(&mut buf).expect("replies within 30 s");
+        assert!(k > 0, "closed after {got} bytes of replies");
+        got += k;
+        if last.elapsed() > Duration::from_millis(20) {
+            last = std::time::Instant::now();
+            let list = text(&call(port, &["CLIENT", "LIST"]).unwrap());
+            let line = list.lines().find(|l| l.contains(" name=flood ")).unwrap();
+            let qbuf = line
+                .split(' ')
+                .find_map(|f| f.strip_prefix("qbuf="))
+                .unwrap();
+            most = most.max(qbuf.parse().unwrap());
+        }
+    }
+    sender.join().unwrap().unwrap();
+    assert!(most < 1 << 20, "qbuf reached {most} bytes");
 }
 
 /// SIGTERM under a pipelined load on both threads: the server stops

@@ -1,7 +1,8 @@
 //! TLS end to end: a `leasehold-server` process with `tls-port`, a CA, a
 //! server and a client certificate made by the test (rcgen), and clients
 //! over rustls: round trips, `tls-auth-clients` yes / optional / no, bad
-//! bytes on the TLS port, a large pipeline, bad files at start, TLS only.
+//! bytes on the TLS port, large pipelines (one written whole before any
+//! reply is read), bad files at start, TLS only.
 //! `redis-cli --tls` is driven too when it is installed; it is skipped with
 //! a notice when not, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI), which makes
 //! it fail.
@@ -190,6 +191,36 @@ fn a_large_pipeline_over_tls_comes_back_whole_and_in_order() {
     let back = text(&replies[2001]);
     assert_eq!(back.len(), big.len());
     assert!(back == big, "the 1 MB value comes back unchanged");
+}
+
+/// A client that writes its whole pipeline before it reads any reply: 20
+/// SETs of 1 MB, each followed by its GET (20 MB of replies owed before
+/// the client reads), over TLS. The server goes on reading and decrypting
+/// while the replies wait, under the output bound, so the writes finish
+/// and every GET answers its value.
+#[test]
+fn a_pipeline_written_whole_over_tls_before_any_read_is_answered() {
+    let n = node("yes", false);
+    let mut c = TlsConn::open(&n.pki.client(true), n.tls_port).unwrap();
+    let values: Vec<String> = (0..20u8)
+        .map(|i| char::from(b'a' + i).to_string().repeat(1 << 20))
+        .collect();
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let mut requests: Vec<Vec<&str>> = Vec::new();
+    for (k, v) in keys.iter().zip(&values) {
+        requests.push(vec!["SET", k, v]);
+        requests.push(vec!["GET", k]);
+    }
+    let refs: Vec<&[&str]> = requests.iter().map(Vec::as_slice).collect();
+    let start = std::time::Instant::now();
+    let replies = c
+        .pipeline(&refs)
+        .expect("the whole pipeline is read before any reply is");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    for (i, pair) in replies.chunks(2).enumerate() {
+        assert_eq!(pair[0], ok(), "SET k{i}");
+        assert!(text(&pair[1]) == values[i], "GET k{i} is its 1 MB value");
+    }
 }
 
 #[test]

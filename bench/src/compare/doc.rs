@@ -33,6 +33,8 @@ pub struct Page<'a> {
     pub persistence: Option<&'a super::persistence::Section>,
     /// The scripts and data types section (None with `--skip-scripts`).
     pub scripts: Option<&'a super::scripts::Section>,
+    /// The TLS section (None with `--skip-tls`).
+    pub tls: Option<&'a super::tls::Section>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
     /// The lease manager's measurements (empty with `--skip-lease`).
@@ -242,6 +244,9 @@ pub fn render(p: &Page<'_>) -> String {
     }
     if let Some(r) = p.scripts {
         s.push_str(&super::scripts::render::section(r));
+    }
+    if let Some(r) = p.tls {
+        s.push_str(&super::tls::section(r));
     }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \

@@ -39,6 +39,7 @@ pub mod replication;
 pub mod scripts;
 pub mod servers;
 pub mod table;
+pub mod tls;
 pub mod with_without;
 pub mod workloads;
 
@@ -170,6 +171,17 @@ pub struct CompareArgs {
     /// --quick).
     #[arg(long, default_value_t = 100_000)]
     pub collection_keys: u64,
+    /// Skip the TLS section (redis-benchmark --tls on both servers).
+    #[arg(long)]
+    pub skip_tls: bool,
+    /// Run only the TLS section and put it into the existing --out page in
+    /// place of its previous one, leaving the other sections as they are.
+    #[arg(long, conflicts_with_all = ["skip_tls", "first_only", "replication_only", "persistence_only", "scripts_only"])]
+    pub tls_only: bool,
+    /// Requests per redis-benchmark test at -P 1 in the TLS section; -P 16
+    /// runs 10 times as many (10 000 with --quick).
+    #[arg(long, default_value_t = 100_000)]
+    pub tls_requests: u64,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -195,6 +207,7 @@ impl CompareArgs {
             a.suite_requests = a.suite_requests.min(2_000);
             a.script_requests = a.script_requests.min(20_000);
             a.collection_keys = a.collection_keys.min(2_000);
+            a.tls_requests = a.tls_requests.min(10_000);
         }
         // An `--*-only` run skips every section but its own.
         let only = [
@@ -202,6 +215,7 @@ impl CompareArgs {
             (a.replication_only, "replication"),
             (a.persistence_only, "persistence"),
             (a.scripts_only, "scripts"),
+            (a.tls_only, "tls"),
         ]
         .into_iter()
         .find_map(|(on, name)| on.then_some(name));
@@ -215,6 +229,7 @@ impl CompareArgs {
                 ("replication", &mut a.skip_replication),
                 ("persistence", &mut a.skip_persistence),
                 ("scripts", &mut a.skip_scripts),
+                ("tls", &mut a.skip_tls),
             ] {
                 *skip |= name != keep;
             }
@@ -399,6 +414,14 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         lua_dir: args.lua_dir.clone(),
         quick: args.quick,
     };
+    let tls_settings = tls::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.rounds,
+        requests: args.tls_requests,
+        quick: args.quick,
+    };
     let only = if args.replication_only {
         let section = replication::run(&replication_settings, &runner);
         Some((
@@ -414,6 +437,8 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else if args.scripts_only {
         let section = scripts::run(&scripts_settings, &runner);
         Some((scripts::render::HEADING, scripts::render::section(&section)))
+    } else if args.tls_only {
+        Some((tls::HEADING, tls::section(&tls::run(&tls_settings))))
     } else {
         None
     };
@@ -541,6 +566,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     let persistence =
         (!args.skip_persistence).then(|| persistence::run(&persistence_settings, &runner));
     let scripts = (!args.skip_scripts).then(|| scripts::run(&scripts_settings, &runner));
+    let tls = (!args.skip_tls).then(|| tls::run(&tls_settings));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -558,6 +584,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         replication: replication.as_ref(),
         persistence: persistence.as_ref(),
         scripts: scripts.as_ref(),
+        tls: tls.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,

@@ -269,7 +269,28 @@ pub struct OutputLimit {
     pub soft_seconds: u64,
 }
 
+/// Pending output, bytes, above which a connection is not read while its
+/// class has no limit (Redis's default `normal 0 0 0`): a pipeline whose
+/// replies fit under it is read and answered whole before its client reads
+/// anything, and one client that never reads holds at most this much plus
+/// one step of replies (see `docs/ARCHITECTURE.md`, *Output backpressure*).
+pub const DEFAULT_OUTPUT_PAUSE: u64 = 64 << 20;
+
 impl OutputLimit {
+    /// Pending output, bytes, at or above which a connection of this class
+    /// is not read (backpressure): the smaller of the soft and hard limits
+    /// that are set, else [`DEFAULT_OUTPUT_PAUSE`]. A connection paused at
+    /// its hard limit is closed by [`OutputLimit::exceeded`], one paused at
+    /// its soft limit once it stays there for the soft seconds, as Redis
+    /// closes them.
+    pub fn pause_at(&self) -> u64 {
+        [self.hard, self.soft]
+            .into_iter()
+            .filter(|&l| l > 0)
+            .min()
+            .unwrap_or(DEFAULT_OUTPUT_PAUSE)
+    }
+
     /// Whether `pending` bytes of unwritten output break this limit at
     /// `now`: at or above the hard limit, or above the soft limit for its
     /// seconds without a break. `soft_since` is when the soft limit was
@@ -462,6 +483,18 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    #[test]
+    fn reading_pauses_at_the_smallest_limit_set() {
+        let pause = |v: &str| OutputLimits::parse(v).unwrap().0[0].unwrap().pause_at();
+        assert_eq!(pause("normal 0 0 0"), DEFAULT_OUTPUT_PAUSE);
+        assert_eq!(pause("normal 4mb 0 0"), 4 << 20);
+        assert_eq!(pause("normal 0 2mb 10"), 2 << 20);
+        assert_eq!(pause("normal 16mb 8mb 60"), 8 << 20);
+        assert_eq!(pause("normal 1gb 0 0"), 1 << 30);
+        let pubsub = OutputLimits::DEFAULT.0[OutputLimits::PUBSUB].unwrap();
+        assert_eq!(pubsub.pause_at(), 8 << 20);
     }
 
     #[test]

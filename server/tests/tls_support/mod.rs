@@ -113,7 +113,8 @@ impl Pki {
     }
 }
 
-/// A blocking RESP connection over TLS (5 s read timeout).
+/// A blocking RESP connection over TLS (5 s read timeout, 10 s write
+/// timeout).
 pub struct TlsConn {
     s: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
     buf: BytesMut,
@@ -123,6 +124,7 @@ impl TlsConn {
     pub fn open(config: &Arc<rustls::ClientConfig>, port: u16) -> std::io::Result<TlsConn> {
         let tcp = TcpStream::connect(("127.0.0.1", port))?;
         tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+        tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
         let name = ServerName::try_from("localhost").unwrap();
         let conn =
             rustls::ClientConnection::new(config.clone(), name).map_err(std::io::Error::other)?;
