@@ -65,8 +65,10 @@ pub struct State {
     /// so a policy change never moves the instant earlier).
     pub units_per_ms: u64,
     /// Monotonic ms (rounded up) from which the bucket is full under the
-    /// parameters of the call that stored it: the key's deadline, since a
-    /// missing key reads as a full bucket.
+    /// parameters of the call that stored it, or of an earlier writer with a
+    /// longer tolerance (a call keeps the deadline that far after the new
+    /// empty instant, within 1 ms): the key's deadline, since a missing key
+    /// reads as a full bucket, so no writer's bucket is read full early.
     pub full_ms: u64,
 }
 
@@ -77,9 +79,22 @@ impl State {
         let frac = if self.units_per_ms == p.units_per_ms {
             self.frac as i128
         } else {
-            (self.frac as i128 * scale + self.units_per_ms as i128 - 1) / self.units_per_ms as i128
+            // Below `scale` (< 2^64) once divided; the product needs u128.
+            (self.frac as u128 * p.units_per_ms as u128).div_ceil(self.units_per_ms as u128) as i128
         };
         self.empty_ms as i128 * scale + frac
+    }
+
+    /// The deadline a state emptied at `empty` (units of `p`) keeps from
+    /// this one: the same tolerance after `empty` as this state's deadline
+    /// after its own empty instant, less up to 1 ms of rounding (`full_ms`
+    /// is rounded up), so under one policy it is never later than that
+    /// policy's own deadline.
+    fn full_after(&self, empty: i128, p: &Policy) -> u64 {
+        let scale = p.units_per_ms as i128;
+        let tolerance = self.full_ms as i128 * scale - self.units(p) - (scale - 1);
+        let full = (empty + tolerance.max(0)).max(0) as u128;
+        u64::try_from(full.div_ceil(p.units_per_ms as u128)).unwrap_or(u64::MAX)
     }
 
     /// The state whose empty instant is `empty` units of `p`, full `dvt`
@@ -161,8 +176,13 @@ pub fn throttle(
     let full = now_u - dvt as i128;
     let stored = prev.map(|s| s.units(p));
     let empty = stored.map_or(full, |e| e.clamp(full, now_u));
+    // The key's deadline: full under this call's parameters, and never
+    // before full under those of an earlier writer ([`State::full_ms`]).
     let store = |empty: i128| {
-        let s = State::from_units(empty, p, dvt);
+        let mut s = State::from_units(empty, p, dvt);
+        if let Some(prev) = prev {
+            s.full_ms = s.full_ms.max(prev.full_after(empty, p));
+        }
         Some((s, s.full_ms))
     };
     let stepped_back = match stored {
@@ -470,7 +490,46 @@ mod tests {
         assert_eq!((r.to_array(), moved), ([1, 16, 0, 2, 32], None));
         let (r, moved) = throttle(Some(stored), &normal, dvt, 1, 3000);
         assert_eq!(r.to_array(), [0, 16, 0, -1, 32]);
-        assert_eq!(moved.unwrap().1, 3000 + 32_000);
+        // The key itself lives until the huge policy's bucket would be full
+        // again (its writer's tolerance after the new empty instant).
+        assert_eq!(moved.unwrap().1, 3000 + 4_000_000_000_000_000);
+    }
+
+    #[test]
+    fn a_smaller_burst_never_shortens_the_deadline_of_a_larger_ones_bucket() {
+        // Burst 9 spends its 10 cells (one a second); burst 0 then takes the
+        // one cell refilled. The key must outlive the burst-9 bucket's refill
+        // (10 s after the new empty instant), or burst 9 would read a
+        // missing key, a full bucket, 1.1 s later.
+        let (a, b) = (cell_policy(9, 1, 1), cell_policy(0, 1, 1));
+        let (da, db) = (a.dvt().unwrap(), b.dvt().unwrap());
+        let (_, first) = throttle(None, &a, da, 10, 10_000);
+        let (s, expire) = first.unwrap();
+        assert_eq!(expire, 20_000);
+        let (r, second) = throttle(Some(s), &b, db, 1, 11_050);
+        assert!(!r.limited);
+        let (s, expire) = second.unwrap();
+        assert_eq!(s.empty_ms, 11_050);
+        assert_eq!(expire, 21_050, "the burst-9 deadline after the new instant");
+        let (r, _) = throttle(Some(s), &a, da, 10, 12_150);
+        assert_eq!(r.to_array(), [1, 10, 1, 9, 9]);
+        // Burst 0 alone afterwards still keeps burst 9's 10 s.
+        let (r, again) = throttle(Some(s), &b, db, 1, 12_050);
+        assert!(!r.limited);
+        assert_eq!(again.unwrap().1, 22_050);
+    }
+
+    #[test]
+    fn another_unit_near_2_64_overflows_nothing() {
+        let stored = State {
+            empty_ms: 1000,
+            frac: u64::MAX - 1,
+            units_per_ms: u64::MAX,
+            full_ms: 61_000,
+        };
+        let p = gcra_policy(0, u64::MAX / 1000, 1).unwrap();
+        let (r, _) = throttle(Some(stored), &p, p.dvt().unwrap(), 1, 2000);
+        assert!(!r.limited);
     }
 
     #[test]
