@@ -38,9 +38,24 @@ fn init_logging(level: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A panic on any thread ends the process, as a failed assertion ends
+/// Redis: a shard thread that died would leave a server that accepts
+/// connections it can no longer serve and that SIGTERM cannot stop; a dead
+/// process is one that a supervisor restarts and Sentinel fails over. The
+/// panic's message and place are printed first (the default hook).
+fn die_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        tracing::error!("a thread panicked ({info}); the server stops");
+        std::process::abort();
+    }));
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Flags::parse().into_config()?;
     init_logging(&config.log.level)?;
+    die_on_panic();
     let addr = format!("{}:{}", config.net.bind, config.net.port);
     let handle = leasehold_server::start(config, Arc::new(SystemClock::new())).map_err(|e| {
         match e.kind() {
