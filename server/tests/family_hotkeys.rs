@@ -87,72 +87,71 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` on a split key (server `s`) and on the same key never split
 /// (server `u`), asserting the same replies for every call.
 fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
-    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
+    let ([mut s0, s1], [mut u0, u1], key) = split_and_unsplit(key_shard);
     prop_assert_eq!(u0.key_on(key_shard, "hot"), key.clone());
-    let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "20", "3", "1000"]);
+    let split = |h: &mut Harness, key: &str| h.run(&["LH.SPLIT", key, "20", "3", "1000"]);
     // A missing key is not split: one call stores it on both first.
     let first = format!("TOKENLEASE {key} {} 1", policy());
     prop_assert_eq!(s0.cmd(&first), u0.cmd(&first));
-    prop_assert_eq!(split(&mut s0), Reply::Int(1));
-    let (mut total_s, mut total_u) = (0, 0);
+    prop_assert_eq!(split(&mut s0, &key), Reply::Int(1));
     // A key's TTL follows the policy of its last write: LH.SPLIT (split
     // side only) stores under the test's policy, so after a call with
     // another policy the two TTLs may differ, not the balances.
     let mixed = ops.iter().any(|o| matches!(o, Op::OtherPolicy { .. }));
     let balance =
-        |r: &Reply, now: u64| balance(r, now).map(|(u, ttl)| (u, (!mixed).then_some(ttl)));
-    for (i, op) in ops.iter().enumerate() {
-        let words: Vec<String> = match op {
-            Op::Lease { req, min, .. } if *min > 0 => {
-                format!("TOKENLEASE {key} {} {req} MIN {min}", policy())
-            }
-            Op::Lease { req, .. } => format!("TOKENLEASE {key} {} {req}", policy()),
-            Op::Return { n, .. } => format!("TOKENRETURN {key} {} {n}", policy()),
-            Op::OtherPolicy { .. } => format!("TOKENLEASE {key} 25 3 1000 1"),
-            Op::State => {
-                let now = s0.clock().now().mono_ms;
-                let (rs, ru) = (s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
-                prop_assert_eq!(balance(&rs, now), balance(&ru, now), "op {}", i);
-                continue;
-            }
-            Op::Advance(ms) => {
-                s0.clock().advance_ms(*ms);
-                u0.clock().advance_ms(*ms);
-                continue;
-            }
-            Op::Resplit => {
-                split(&mut s0);
-                continue;
-            }
-        }
-        .split(' ')
-        .map(String::from)
-        .collect();
-        let thread = match op {
-            Op::Lease { thread, .. } | Op::Return { thread, .. } | Op::OtherPolicy { thread } => {
-                *thread
-            }
-            _ => 0,
-        };
-        let (rs, ru) = match thread {
-            0 => (s0.run(&words[..]), u0.run(&words[..])),
-            _ => (s1.run(&words[..]), u1.run(&words[..])),
-        };
-        if matches!(op, Op::Lease { .. }) {
-            total_s += granted(&rs);
-            total_u += granted(&ru);
-        }
-        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
-    }
+        move |r: &Reply, now: u64| balance(r, now).map(|(u, ttl)| (u, (!mixed).then_some(ttl)));
+    let words = |line: String| line.split(' ').map(String::from).collect::<Vec<_>>();
+    let steps = ops.iter().map(|op| match *op {
+        Op::Lease { thread, req, min } => Step::Call {
+            thread,
+            words: words(match min {
+                0 => format!("TOKENLEASE {key} {} {req}", policy()),
+                _ => format!("TOKENLEASE {key} {} {req} MIN {min}", policy()),
+            }),
+            counted: Some(Box::new(granted)),
+        },
+        Op::Return { thread, n } => Step::Call {
+            thread,
+            words: words(format!("TOKENRETURN {key} {} {n}", policy())),
+            counted: None,
+        },
+        Op::OtherPolicy { thread } => Step::Call {
+            thread,
+            words: words(format!("TOKENLEASE {key} 25 3 1000 1")),
+            counted: None,
+        },
+        Op::State => Step::State,
+        Op::Advance(ms) => Step::Advance(ms),
+        Op::Resplit => Step::Resplit,
+    });
+    let mut c = Compared {
+        s: [s0, s1],
+        u: [u0, u1],
+        key: key.clone(),
+    };
+    let totals = compare_steps(
+        &mut c,
+        steps.collect::<Vec<_>>(),
+        |h, key| drop(split(h, key)),
+        |c, i| {
+            let now = c.s[0].clock().now().mono_ms;
+            let (rs, ru) = (
+                c.s[0].run(&["RLSTATE", &c.key]),
+                c.u[0].run(&["RLSTATE", &c.key]),
+            );
+            prop_assert_eq!(balance(&rs, now), balance(&ru, now), "op {}", i);
+            Ok(())
+        },
+    )?;
     // Merged, the split key holds exactly what the unsplit one holds (the
     // same balance now; the stored instant may differ).
-    s0.run(&["LH.MERGE", &key]);
-    let now = s0.clock().now().mono_ms;
+    c.s[0].run(&["LH.MERGE", &key]);
+    let now = c.s[0].clock().now().mono_ms;
     prop_assert_eq!(
-        balance(&s0.run(&["RLSTATE", &key]), now),
-        balance(&u0.run(&["RLSTATE", &key]), now)
+        balance(&c.s[0].run(&["RLSTATE", &key]), now),
+        balance(&c.u[0].run(&["RLSTATE", &key]), now)
     );
-    Ok((total_s, total_u))
+    Ok(totals)
 }
 
 proptest! {
@@ -482,68 +481,70 @@ fn gop() -> impl Strategy<Value = GOp> {
 /// after the merge; returns the cells each allowed.
 fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64), TestCaseError> {
     let other = if form == CELL { GCRA } else { CELL };
-    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
+    let ([mut s0, s1], [mut u0, u1], key) = split_and_unsplit(key_shard);
     // A missing key is not split: one cell spent on both first.
     let first = throttle_line(form, &key, 1);
     prop_assert_eq!(s0.run(&first[..]), u0.run(&first[..]));
     prop_assert_eq!(split_as(&mut s0, form, &key), Reply::Int(1));
-    let (mut total_s, mut total_u) = (0, 0);
-    for (i, op) in ops.iter().enumerate() {
-        let (thread, words) = match op {
-            GOp::Throttle { thread, q } => (*thread, throttle_line(form, &key, *q)),
-            GOp::OtherForm { thread, q } => (*thread, throttle_line(other, &key, *q)),
-            GOp::OtherBurst { thread } => (
-                *thread,
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let steps = ops.iter().map(|op| {
+        let call = |thread: usize, words| Step::Call {
+            thread,
+            words,
+            counted: None,
+        };
+        match *op {
+            GOp::Throttle { thread, q } => Step::Call {
+                thread,
+                words: throttle_line(form, &key, q),
+                counted: Some(Box::new(move |r: &Reply| q * u64::from(allowed(r)))),
+            },
+            GOp::OtherForm { thread, q } => call(thread, throttle_line(other, &key, q)),
+            GOp::OtherBurst { thread } => call(
+                thread,
                 throttle_line(CELL, &key, 1)
-                    .iter()
-                    .map(|w| if w == "19" { "9".into() } else { w.clone() })
+                    .into_iter()
+                    .map(|w| if w == "19" { "9".into() } else { w })
                     .collect(),
             ),
-            GOp::Unsplittable { thread } => (
-                *thread,
-                ["CL.THROTTLE", &key, "0", "10000", "9223372036854775807"]
-                    .map(String::from)
-                    .to_vec(),
+            GOp::Unsplittable { thread } => call(
+                thread,
+                words(&["CL.THROTTLE", &key, "0", "10000", "9223372036854775807"]),
             ),
-            GOp::Mixed { thread } => (
-                *thread,
-                ["TOKENLEASE", &key, "20", "3", "1000", "1"]
-                    .map(String::from)
-                    .to_vec(),
-            ),
-            GOp::Advance(ms) => {
-                s0.clock().advance_ms(*ms);
-                u0.clock().advance_ms(*ms);
-                continue;
+            GOp::Mixed { thread } => {
+                call(thread, words(&["TOKENLEASE", &key, "20", "3", "1000", "1"]))
             }
-            GOp::Resplit => {
-                split_as(&mut s0, form, &key);
-                continue;
-            }
-            GOp::State => {
-                prop_assert_eq!(
-                    s0.run(&["RLSTATE", &key]),
-                    u0.run(&["RLSTATE", &key]),
-                    "op {}",
-                    i
-                );
-                prop_assert_eq!(s1.run(&["PTTL", &key]), u1.run(&["PTTL", &key]), "op {}", i);
-                continue;
-            }
-        };
-        let (rs, ru) = match thread {
-            0 => (s0.run(&words[..]), u0.run(&words[..])),
-            _ => (s1.run(&words[..]), u1.run(&words[..])),
-        };
-        if let GOp::Throttle { q, .. } = op {
-            total_s += q * u64::from(allowed(&rs));
-            total_u += q * u64::from(allowed(&ru));
+            GOp::Advance(ms) => Step::Advance(ms),
+            GOp::Resplit => Step::Resplit,
+            GOp::State => Step::State,
         }
-        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
-    }
-    s0.run(&["LH.MERGE", &key]);
-    prop_assert_eq!(s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
-    Ok((total_s, total_u))
+    });
+    let mut c = Compared {
+        s: [s0, s1],
+        u: [u0, u1],
+        key: key.clone(),
+    };
+    let totals = compare_steps(
+        &mut c,
+        steps.collect::<Vec<_>>(),
+        |h, key| drop(split_as(h, form, key)),
+        |c, i| {
+            let (rs, ru) = (
+                c.s[0].run(&["RLSTATE", &c.key]),
+                c.u[0].run(&["RLSTATE", &c.key]),
+            );
+            prop_assert_eq!(rs, ru, "op {}", i);
+            let (ps, pu) = (c.s[1].run(&["PTTL", &c.key]), c.u[1].run(&["PTTL", &c.key]));
+            prop_assert_eq!(ps, pu, "op {}", i);
+            Ok(())
+        },
+    )?;
+    c.s[0].run(&["LH.MERGE", &key]);
+    prop_assert_eq!(
+        c.s[0].run(&["RLSTATE", &key]),
+        c.u[0].run(&["RLSTATE", &key])
+    );
+    Ok(totals)
 }
 
 proptest! {

@@ -102,69 +102,68 @@ fn wop() -> impl Strategy<Value = WOp> {
 /// other, asserting the same replies for every call and the same pair
 /// after the merge; returns the hits each admitted.
 fn compare(key_shard: usize, ops: &[WOp]) -> Result<(u64, u64), TestCaseError> {
-    let ([mut s0, mut s1], [mut u0, mut u1], key) = split_and_unsplit(key_shard);
-    let split = |h: &mut Harness| h.run(&["LH.SPLIT", &key, "SLIDINGWINDOW", "20", "1000"]);
+    let ([mut s0, s1], [mut u0, u1], key) = split_and_unsplit(key_shard);
+    let split =
+        |h: &mut Harness, key: &str| h.run(&["LH.SPLIT", key, "SLIDINGWINDOW", "20", "1000"]);
     // A missing key is not split: one hit stored on both first.
     prop_assert_eq!(run(&mut s0, &hits(&key, 1)), run(&mut u0, &hits(&key, 1)));
-    prop_assert_eq!(split(&mut s0), Reply::Int(1));
-    let (mut total_s, mut total_u) = (1, 1);
-    for (i, op) in ops.iter().enumerate() {
-        let (thread, words) = match op {
-            WOp::Hits { thread, n } => (*thread, hits(&key, *n)),
-            WOp::OtherLimit { thread } => (
-                *thread,
-                hits(&key, 1)
-                    .into_iter()
-                    .map(|w| if w == "20" { "30".into() } else { w })
-                    .collect(),
-            ),
-            WOp::OtherWindow { thread } => (
-                *thread,
-                hits(&key, 1)
-                    .into_iter()
-                    .map(|w| if w == "1000" { "400".into() } else { w })
-                    .collect(),
-            ),
-            WOp::Mixed { thread } => (
-                *thread,
+    prop_assert_eq!(split(&mut s0, &key), Reply::Int(1));
+    let swap = |words: Vec<String>, from: &str, to: &str| {
+        words
+            .into_iter()
+            .map(|w| if w == from { to.into() } else { w })
+            .collect()
+    };
+    let steps = ops.iter().map(|op| {
+        let call = |thread: usize, words, counted| Step::Call {
+            thread,
+            words,
+            counted,
+        };
+        match *op {
+            WOp::Hits { thread, n } => call(thread, hits(&key, n), Some(Box::new(granted))),
+            WOp::OtherLimit { thread } => call(thread, swap(hits(&key, 1), "20", "30"), None),
+            WOp::OtherWindow { thread } => call(thread, swap(hits(&key, 1), "1000", "400"), None),
+            WOp::Mixed { thread } => call(
+                thread,
                 ["TOKENLEASE", &key, "20", "3", "1000", "1"]
                     .map(String::from)
                     .to_vec(),
+                None,
             ),
-            WOp::Advance(ms) => {
-                s0.clock().advance_ms(*ms);
-                u0.clock().advance_ms(*ms);
-                continue;
-            }
-            WOp::Resplit => {
-                split(&mut s0);
-                continue;
-            }
-            WOp::State => {
-                let now = s0.clock().now().mono_ms;
-                let (rs, ru) = (s0.run(&["RLSTATE", &key]), u0.run(&["RLSTATE", &key]));
-                prop_assert_eq!(pair_at(&rs, now), pair_at(&ru, now), "op {}", i);
-                prop_assert_eq!(s1.run(&["PTTL", &key]), u1.run(&["PTTL", &key]), "op {}", i);
-                continue;
-            }
-        };
-        let (rs, ru) = match thread {
-            0 => (run(&mut s0, &words), run(&mut u0, &words)),
-            _ => (run(&mut s1, &words), run(&mut u1, &words)),
-        };
-        if matches!(op, WOp::Hits { .. }) {
-            total_s += granted(&rs);
-            total_u += granted(&ru);
+            WOp::Advance(ms) => Step::Advance(ms),
+            WOp::Resplit => Step::Resplit,
+            WOp::State => Step::State,
         }
-        prop_assert_eq!(rs, ru, "op {} {:?}", i, op);
-    }
-    s0.run(&["LH.MERGE", &key]);
-    let now = s0.clock().now().mono_ms;
+    });
+    let mut c = Compared {
+        s: [s0, s1],
+        u: [u0, u1],
+        key: key.clone(),
+    };
+    let (total_s, total_u) = compare_steps(
+        &mut c,
+        steps.collect::<Vec<_>>(),
+        |h, key| drop(split(h, key)),
+        |c, i| {
+            let now = c.s[0].clock().now().mono_ms;
+            let (rs, ru) = (
+                c.s[0].run(&["RLSTATE", &c.key]),
+                c.u[0].run(&["RLSTATE", &c.key]),
+            );
+            prop_assert_eq!(pair_at(&rs, now), pair_at(&ru, now), "op {}", i);
+            let (ps, pu) = (c.s[1].run(&["PTTL", &c.key]), c.u[1].run(&["PTTL", &c.key]));
+            prop_assert_eq!(ps, pu, "op {}", i);
+            Ok(())
+        },
+    )?;
+    c.s[0].run(&["LH.MERGE", &key]);
+    let now = c.s[0].clock().now().mono_ms;
     prop_assert_eq!(
-        pair_at(&s0.run(&["RLSTATE", &key]), now),
-        pair_at(&u0.run(&["RLSTATE", &key]), now)
+        pair_at(&c.s[0].run(&["RLSTATE", &key]), now),
+        pair_at(&c.u[0].run(&["RLSTATE", &key]), now)
     );
-    Ok((total_s, total_u))
+    Ok((total_s + 1, total_u + 1))
 }
 
 proptest! {

@@ -5,6 +5,7 @@
 use leasehold_protocol::Reply;
 use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
+use proptest::prelude::{prop_assert_eq, TestCaseError};
 
 /// Two connections (one per thread) on a fresh 2-shard server.
 pub fn server(config: Config) -> (Harness, Harness) {
@@ -184,4 +185,68 @@ pub fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64)
         worth(&a.run(&["RLSTATE", &key])),
         worth(&ua.run(&["RLSTATE", &key]))
     );
+}
+
+/// One step of a split-against-unsplit comparison ([`compare_steps`]).
+pub enum Step {
+    /// A command on thread `thread`'s connection of both servers; its
+    /// replies must be equal, and `counted` (when set) adds what each
+    /// granted to that side's total.
+    Call {
+        thread: usize,
+        words: Vec<String>,
+        counted: Option<Box<dyn Fn(&Reply) -> u64>>,
+    },
+    /// Both clocks move on.
+    Advance(u64),
+    /// The split server splits the key again (LH.SPLIT).
+    Resplit,
+    /// The two states are compared now (the caller's check).
+    State,
+}
+
+/// A split server `s` and a never-split one `u` (connections of thread 0
+/// and 1), and their key.
+pub struct Compared {
+    pub s: [Harness; 2],
+    pub u: [Harness; 2],
+    pub key: String,
+}
+
+/// Runs `steps` on both servers of `c`: every call's replies equal (step
+/// `i` named on failure), `resplit` run on the split server's thread 0 for
+/// [`Step::Resplit`], `state` for [`Step::State`]. Returns the totals the
+/// counted calls granted on the split and the unsplit side.
+pub fn compare_steps(
+    c: &mut Compared,
+    steps: impl IntoIterator<Item = Step>,
+    mut resplit: impl FnMut(&mut Harness, &str),
+    mut state: impl FnMut(&mut Compared, usize) -> Result<(), TestCaseError>,
+) -> Result<(u64, u64), TestCaseError> {
+    let (mut total_s, mut total_u) = (0, 0);
+    for (i, step) in steps.into_iter().enumerate() {
+        match step {
+            Step::Call {
+                thread,
+                words,
+                counted,
+            } => {
+                let words: Vec<&str> = words.iter().map(String::as_str).collect();
+                let rs = c.s[thread].run(&words[..]);
+                let ru = c.u[thread].run(&words[..]);
+                if let Some(granted) = counted {
+                    total_s += granted(&rs);
+                    total_u += granted(&ru);
+                }
+                prop_assert_eq!(rs, ru, "step {} {:?}", i, words);
+            }
+            Step::Advance(ms) => {
+                c.s[0].clock().advance_ms(ms);
+                c.u[0].clock().advance_ms(ms);
+            }
+            Step::Resplit => resplit(&mut c.s[0], &c.key),
+            Step::State => state(c, i)?,
+        }
+    }
+    Ok((total_s, total_u))
 }
