@@ -5,7 +5,6 @@
 //! commands that merge a split key first.
 
 use leasehold_protocol::Reply;
-use leasehold_server::clock::Clock;
 use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
 use proptest::prelude::*;
@@ -124,33 +123,21 @@ fn compare(key_shard: usize, ops: &[Op]) -> Result<(u64, u64), TestCaseError> {
         Op::Advance(ms) => Step::Advance(ms),
         Op::Resplit => Step::Resplit,
     });
-    let mut c = Compared {
-        s: [s0, s1],
-        u: [u0, u1],
-        key: key.clone(),
-    };
+    let mut c = Compared::new(([s0, s1], [u0, u1], key.clone()));
     let totals = compare_steps(
         &mut c,
         steps.collect::<Vec<_>>(),
         |h, key| drop(split(h, key)),
         |c, i| {
-            let now = c.s[0].clock().now().mono_ms;
-            let (rs, ru) = (
-                c.s[0].run(&["RLSTATE", &c.key]),
-                c.u[0].run(&["RLSTATE", &c.key]),
-            );
+            let (rs, ru, now) = c.states();
             prop_assert_eq!(balance(&rs, now), balance(&ru, now), "op {}", i);
             Ok(())
         },
     )?;
     // Merged, the split key holds exactly what the unsplit one holds (the
     // same balance now; the stored instant may differ).
-    c.s[0].run(&["LH.MERGE", &key]);
-    let now = c.s[0].clock().now().mono_ms;
-    prop_assert_eq!(
-        balance(&c.s[0].run(&["RLSTATE", &key]), now),
-        balance(&c.u[0].run(&["RLSTATE", &key]), now)
-    );
+    let (rs, ru, now) = c.merged();
+    prop_assert_eq!(balance(&rs, now), balance(&ru, now));
     Ok(totals)
 }
 
@@ -519,31 +506,21 @@ fn compare_gcra(key_shard: usize, form: &str, ops: &[GOp]) -> Result<(u64, u64),
             GOp::State => Step::State,
         }
     });
-    let mut c = Compared {
-        s: [s0, s1],
-        u: [u0, u1],
-        key: key.clone(),
-    };
+    let mut c = Compared::new(([s0, s1], [u0, u1], key.clone()));
     let totals = compare_steps(
         &mut c,
         steps.collect::<Vec<_>>(),
         |h, key| drop(split_as(h, form, key)),
         |c, i| {
-            let (rs, ru) = (
-                c.s[0].run(&["RLSTATE", &c.key]),
-                c.u[0].run(&["RLSTATE", &c.key]),
-            );
+            let (rs, ru, _) = c.states();
             prop_assert_eq!(rs, ru, "op {}", i);
-            let (ps, pu) = (c.s[1].run(&["PTTL", &c.key]), c.u[1].run(&["PTTL", &c.key]));
+            let (ps, pu) = c.both(1, &["PTTL", "{key}"]);
             prop_assert_eq!(ps, pu, "op {}", i);
             Ok(())
         },
     )?;
-    c.s[0].run(&["LH.MERGE", &key]);
-    prop_assert_eq!(
-        c.s[0].run(&["RLSTATE", &key]),
-        c.u[0].run(&["RLSTATE", &key])
-    );
+    let (rs, ru, _) = c.merged();
+    prop_assert_eq!(rs, ru);
     Ok(totals)
 }
 

@@ -136,33 +136,21 @@ fn compare(key_shard: usize, ops: &[WOp]) -> Result<(u64, u64), TestCaseError> {
             WOp::State => Step::State,
         }
     });
-    let mut c = Compared {
-        s: [s0, s1],
-        u: [u0, u1],
-        key: key.clone(),
-    };
+    let mut c = Compared::new(([s0, s1], [u0, u1], key.clone()));
     let (total_s, total_u) = compare_steps(
         &mut c,
         steps.collect::<Vec<_>>(),
         |h, key| drop(split(h, key)),
         |c, i| {
-            let now = c.s[0].clock().now().mono_ms;
-            let (rs, ru) = (
-                c.s[0].run(&["RLSTATE", &c.key]),
-                c.u[0].run(&["RLSTATE", &c.key]),
-            );
+            let (rs, ru, now) = c.states();
             prop_assert_eq!(pair_at(&rs, now), pair_at(&ru, now), "op {}", i);
-            let (ps, pu) = (c.s[1].run(&["PTTL", &c.key]), c.u[1].run(&["PTTL", &c.key]));
+            let (ps, pu) = c.both(1, &["PTTL", "{key}"]);
             prop_assert_eq!(ps, pu, "op {}", i);
             Ok(())
         },
     )?;
-    c.s[0].run(&["LH.MERGE", &key]);
-    let now = c.s[0].clock().now().mono_ms;
-    prop_assert_eq!(
-        pair_at(&c.s[0].run(&["RLSTATE", &key]), now),
-        pair_at(&c.u[0].run(&["RLSTATE", &key]), now)
-    );
+    let (rs, ru, now) = c.merged();
+    prop_assert_eq!(pair_at(&rs, now), pair_at(&ru, now));
     Ok((total_s + 1, total_u + 1))
 }
 

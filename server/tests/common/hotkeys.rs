@@ -3,6 +3,7 @@
 //! the detector's split-then-merge run and the replica check.
 
 use leasehold_protocol::Reply;
+use leasehold_server::clock::Clock;
 use leasehold_server::config::Config;
 use leasehold_server::harness::Harness;
 use proptest::prelude::{prop_assert_eq, TestCaseError};
@@ -187,6 +188,9 @@ pub fn stream_sees_one_key(split: &[&str], call: &str, worth: fn(&Reply) -> i64)
     );
 }
 
+/// What a counted call granted, read from its reply.
+pub type Counted = Box<dyn Fn(&Reply) -> u64>;
+
 /// One step of a split-against-unsplit comparison ([`compare_steps`]).
 pub enum Step {
     /// A command on thread `thread`'s connection of both servers; its
@@ -195,7 +199,7 @@ pub enum Step {
     Call {
         thread: usize,
         words: Vec<String>,
-        counted: Option<Box<dyn Fn(&Reply) -> u64>>,
+        counted: Option<Counted>,
     },
     /// Both clocks move on.
     Advance(u64),
@@ -211,6 +215,35 @@ pub struct Compared {
     pub s: [Harness; 2],
     pub u: [Harness; 2],
     pub key: String,
+}
+
+impl Compared {
+    /// The pair of `split_and_unsplit`, as one value.
+    pub fn new((s, u, key): ([Harness; 2], [Harness; 2], String)) -> Compared {
+        Compared { s, u, key }
+    }
+
+    /// `args` (`{key}` standing for the key) on thread `thread` of both.
+    pub fn both(&mut self, thread: usize, args: &[&str]) -> (Reply, Reply) {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "{key}" { self.key.as_str() } else { a })
+            .collect();
+        (self.s[thread].run(&args[..]), self.u[thread].run(&args[..]))
+    }
+
+    /// Both RLSTATEs of the key (thread 0) and the split side's clock.
+    pub fn states(&mut self) -> (Reply, Reply, u64) {
+        let (rs, ru) = self.both(0, &["RLSTATE", "{key}"]);
+        (rs, ru, self.s[0].clock().now().mono_ms)
+    }
+
+    /// Merges the split key, then [`Compared::states`].
+    pub fn merged(&mut self) -> (Reply, Reply, u64) {
+        let key = self.key.clone();
+        self.s[0].run(&["LH.MERGE", &key]);
+        self.states()
+    }
 }
 
 /// Runs `steps` on both servers of `c`: every call's replies equal (step
