@@ -245,9 +245,13 @@ impl ShardStats {
         }
     }
 
-    /// Counts one rate-limit decision (owner thread only).
-    pub fn count_decision(&self, cmd: RateCommand, outcome: RateOutcome) {
-        self.rate_decisions[cmd as usize][outcome as usize].add(1);
+    /// Counts one rate-limit decision that asked for `asked` (tokens, hits,
+    /// cells); a peek (`asked` 0) decides nothing and is not counted (owner
+    /// thread only).
+    pub fn count_decision(&self, cmd: RateCommand, outcome: RateOutcome, asked: u64) {
+        if asked > 0 {
+            self.rate_decisions[cmd as usize][outcome as usize].add(1);
+        }
     }
 
     /// Counts a reply about to be sent if it is an error (owner thread only).

@@ -130,6 +130,15 @@ fn series_count_what_the_server_did() {
     };
     assert_eq!(throttle(&mut c), Reply::Int(0));
     assert_eq!(throttle(&mut c), Reply::Int(1));
+    // Peeks decide nothing and count nothing (one of each command).
+    assert_eq!(lease(&mut c, "0", &[]), Reply::Int(0));
+    for peek in [
+        &["CL.THROTTLE", "cell", "0", "1", "60", "0"][..],
+        &["SLIDINGWINDOW", "win", "5", "60000", "COUNT", "0"],
+        &["GCRA", "g", "0", "1", "60", "TOKENS", "0"],
+    ] {
+        assert!(matches!(c.call(peek), Some(Reply::Array(_))), "{peek:?}");
+    }
 
     let m = scrape(metrics);
     assert_eq!(get(&m, r#"leasehold_commands_total{command="set"}"#), 321.0);
@@ -157,6 +166,9 @@ fn series_count_what_the_server_did() {
     assert_eq!(decisions("cl.throttle", "granted"), 1.0);
     assert_eq!(decisions("cl.throttle", "denied"), 1.0);
     assert_eq!(decisions("gcra", "granted"), 0.0);
+    assert_eq!(decisions("gcra", "denied"), 0.0);
+    assert_eq!(decisions("slidingwindow", "denied"), 0.0);
+    assert_eq!(decisions("slidingwindow", "granted"), 0.0);
     // 320 k*, s, bucket, cell.
     assert_eq!(get(&m, "leasehold_keys"), 323.0);
     assert_eq!(get(&m, "leasehold_keys_expiring"), 2.0);

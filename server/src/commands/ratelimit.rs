@@ -188,7 +188,8 @@ fn tokenlease(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         |b| token_bucket::lease(b, &p, requested, min, now),
     )?;
     let outcome = RateOutcome::of(reply.granted, requested);
-    s.stats.count_decision(RateCommand::TokenLease, outcome);
+    s.stats
+        .count_decision(RateCommand::TokenLease, outcome, requested);
     Ok(int_array(reply.to_array()))
 }
 
@@ -253,7 +254,8 @@ fn slidingwindow(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
     };
     let outcome = RateOutcome::of(verdict.admitted, n);
-    s.stats.count_decision(RateCommand::SlidingWindow, outcome);
+    s.stats
+        .count_decision(RateCommand::SlidingWindow, outcome, n);
     Ok(int_array(verdict.to_array()))
 }
 
@@ -295,7 +297,8 @@ fn throttle(
             reply
         }
     };
-    s.stats.count_decision(cmd, throttle_outcome(&reply));
+    s.stats
+        .count_decision(cmd, throttle_outcome(&reply), quantity);
     Ok(int_array(reply.to_array()))
 }
 
@@ -379,11 +382,15 @@ pub fn split_local(s: &mut Shard, idx: usize, name: &str, args: &Args) -> Option
     let all = args.all();
     let key = all.get(1)?;
     let split = s.hot.splits.get(key.as_ref())?.clone();
-    let (reply, cmd) = match name {
+    let (reply, cmd, asked) = match name {
         "tokenlease" => {
             let (p, requested) = tokenlease_args(all)?;
             let lease = lease_here(s, key, &split, KeyPolicy::Bucket(p), requested)?;
-            (int_array(lease.to_array()), RateCommand::TokenLease)
+            (
+                int_array(lease.to_array()),
+                RateCommand::TokenLease,
+                requested,
+            )
         }
         "slidingwindow" => {
             let mut a = args.clone();
@@ -393,7 +400,8 @@ pub fn split_local(s: &mut Shard, idx: usize, name: &str, args: &Args) -> Option
             check_pin(s, key, pinned(kind)).ok()?;
             let v = counted(s, split.try_window(s.id, &kind, n, s.now.mono_ms))?;
             let outcome = RateOutcome::of(v.admitted, n);
-            s.stats.count_decision(RateCommand::SlidingWindow, outcome);
+            s.stats
+                .count_decision(RateCommand::SlidingWindow, outcome, n);
             return Some(s.stats.count_call(idx, Ok(int_array(v.to_array()))));
         }
         _ => {
@@ -409,10 +417,11 @@ pub fn split_local(s: &mut Shard, idx: usize, name: &str, args: &Args) -> Option
             (
                 int_array(gcra::reply_of(&p, quantity, &lease).to_array()),
                 cmd,
+                quantity,
             )
         }
     };
-    s.stats.count_decision(cmd, RateOutcome::Granted);
+    s.stats.count_decision(cmd, RateOutcome::Granted, asked);
     Some(s.stats.count_call(idx, Ok(reply)))
 }
 
