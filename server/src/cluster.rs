@@ -615,6 +615,39 @@ pub struct ClusterState {
     installing: parking_lot::Mutex<Given>,
     /// Times a primary learned from Sentinel changed the view in force.
     primary_changes: std::sync::atomic::AtomicU64,
+    /// Slots being resharded on this node (CLUSTER SETSLOT), read without
+    /// a lock; changed under `installing`.
+    moving: ArcSwap<Moving>,
+    /// Whether [`ClusterState::moving`] names any slot: the shards' one
+    /// test per command while nothing migrates.
+    moving_any: std::sync::atomic::AtomicBool,
+}
+
+/// Slots being resharded through this node, as `CLUSTER SETSLOT` set them
+/// (Redis Cluster's migrating and importing states), kept beside the
+/// topology: a newer topology clears the states it makes moot (a slot no
+/// longer this node's group's is no longer migrating from it; a slot now
+/// its group's is no longer importing).
+#[derive(Debug, Default, Clone)]
+pub struct Moving {
+    /// Slot -> the node it migrates to: keys this node lacks answer `-ASK`.
+    pub migrating: HashMap<u16, Node>,
+    /// Slot -> the node it is imported from: served here after ASKING.
+    pub importing: HashMap<u16, Node>,
+}
+
+/// One `CLUSTER SETSLOT <slot> <action>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetSlot {
+    /// `MIGRATING <node-id>`: this node owns the slot and sends it there.
+    Migrating(String),
+    /// `IMPORTING <node-id>`: the node owning the slot sends it here.
+    Importing(String),
+    /// `STABLE`: neither.
+    Stable,
+    /// `NODE <node-id>`: the move is over: the topology in force must give
+    /// the slot to that node's group; both states are cleared.
+    Node(String),
 }
 
 impl ClusterState {
@@ -630,7 +663,90 @@ impl ClusterState {
                 learned: HashMap::new(),
             }),
             primary_changes: Default::default(),
+            moving: ArcSwap::from_pointee(Moving::default()),
+            moving_any: Default::default(),
         }
+    }
+
+    /// The slots being resharded through this node, read without a lock.
+    #[inline]
+    pub fn moving(&self) -> Guard<Arc<Moving>> {
+        self.moving.load()
+    }
+
+    /// Whether any slot is migrating or importing here (one relaxed load).
+    #[inline]
+    pub fn moving_any(&self) -> bool {
+        self.moving_any.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn store_moving(&self, m: Moving) {
+        let any = !m.migrating.is_empty() || !m.importing.is_empty();
+        self.moving.store(Arc::new(m));
+        self.moving_any
+            .store(any, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Applies `CLUSTER SETSLOT <slot> <action>` (Redis's checks and texts).
+    ///
+    /// # Errors
+    /// The reply's text after `ERR `: `I'm not the owner of hash slot <n>`
+    /// (MIGRATING where this node is not its owner's primary), `I'm already
+    /// the owner of hash slot <n>` (IMPORTING there), `I don't know about
+    /// node <id>`, `Target node is not a master`, `Please use SETSLOT only
+    /// with masters.` (on a replica or a node the topology does not list),
+    /// and for NODE a slot the topology in force does not give to that
+    /// node's group.
+    pub fn set_slot(&self, slot: u16, action: SetSlot) -> Result<(), String> {
+        let _held = self.installing.lock();
+        let view = self.load();
+        let mine = match view.me {
+            Some((g, 0)) => g,
+            _ => return Err("Please use SETSLOT only with masters.".into()),
+        };
+        let owned = view.topo.owner(slot) == Some(mine);
+        let node = |id: &str| -> Result<Node, String> {
+            let Some((_, n)) = view.topo.nodes().find(|(_, n)| n.id == id) else {
+                return Err(format!("I don't know about node {id}"));
+            };
+            match n.role {
+                Role::Primary => Ok(n.clone()),
+                Role::Replica => Err("Target node is not a master".into()),
+            }
+        };
+        let mut m = Moving::clone(&self.moving.load());
+        match action {
+            SetSlot::Migrating(id) => {
+                if !owned {
+                    return Err(format!("I'm not the owner of hash slot {slot}"));
+                }
+                m.migrating.insert(slot, node(&id)?);
+            }
+            SetSlot::Importing(id) => {
+                if owned {
+                    return Err(format!("I'm already the owner of hash slot {slot}"));
+                }
+                m.importing.insert(slot, node(&id)?);
+            }
+            SetSlot::Stable => {
+                m.migrating.remove(&slot);
+                m.importing.remove(&slot);
+            }
+            SetSlot::Node(id) => {
+                node(&id)?;
+                let group = view.topo.nodes().find(|(_, n)| n.id == id).map(|(g, _)| g);
+                if view.topo.owner(slot) != group {
+                    return Err(format!(
+                        "the topology in force (version {}) does not give slot {slot} to node {id}'s group: publish the new topology first (LH.TOPOLOGY SET)",
+                        view.topo.version
+                    ));
+                }
+                m.migrating.remove(&slot);
+                m.importing.remove(&slot);
+            }
+        }
+        self.store_moving(m);
+        Ok(())
     }
 
     /// The same, asking `sentinels` too (`cluster-sentinels`).
@@ -674,6 +790,14 @@ impl ClusterState {
             );
         }
         given.base = topo;
+        let moving = self.moving.load();
+        if !moving.migrating.is_empty() || !moving.importing.is_empty() {
+            let mine = view.my_group();
+            let mut m = Moving::clone(&moving);
+            m.migrating.retain(|&s, _| view.topo.owner(s) == mine);
+            m.importing.retain(|&s, _| view.topo.owner(s) != mine);
+            self.store_moving(m);
+        }
         self.current.store(Arc::new(view));
         Ok(())
     }
@@ -874,22 +998,33 @@ fn pushed_message(reply: &leasehold_protocol::Reply) -> Option<(String, String)>
     }
 }
 
-/// A blocking RESP connection to one sentinel, with [`SENTINEL_TIMEOUT`].
-struct SentinelConn {
+/// A blocking RESP connection to one sentinel, with [`SENTINEL_TIMEOUT`]
+/// (MIGRATE uses one to its target, with its own timeout).
+pub(crate) struct SentinelConn {
     stream: std::net::TcpStream,
     buf: bytes::BytesMut,
 }
 
 impl SentinelConn {
     fn open(host: &str, port: u16) -> std::io::Result<SentinelConn> {
+        SentinelConn::open_with(host, port, SENTINEL_TIMEOUT)
+    }
+
+    /// A connection to `host:port` whose connect, reads and writes each
+    /// time out after `timeout`.
+    pub(crate) fn open_with(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> std::io::Result<SentinelConn> {
         use std::net::ToSocketAddrs;
         let addr = (host, port)
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| std::io::Error::other("no address"))?;
-        let stream = std::net::TcpStream::connect_timeout(&addr, SENTINEL_TIMEOUT)?;
-        stream.set_read_timeout(Some(SENTINEL_TIMEOUT))?;
-        stream.set_write_timeout(Some(SENTINEL_TIMEOUT))?;
+        let stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         let _ = stream.set_nodelay(true);
         Ok(SentinelConn {
             stream,
@@ -906,8 +1041,14 @@ impl SentinelConn {
         self.stream.write_all(&out)
     }
 
+    /// Writes requests already encoded.
+    pub(crate) fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        self.stream.write_all(bytes)
+    }
+
     /// The next reply; a read timeout comes back as `WouldBlock`/`TimedOut`.
-    fn next(&mut self) -> std::io::Result<leasehold_protocol::Reply> {
+    pub(crate) fn next(&mut self) -> std::io::Result<leasehold_protocol::Reply> {
         use std::io::Read;
         let mut chunk = [0u8; 4096];
         loop {

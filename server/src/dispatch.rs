@@ -547,8 +547,12 @@ pub fn plan(
 /// commands run here. Inside MULTI, each queued command is judged when
 /// queued (a redirection aborts the transaction, as in Redis) and the
 /// transaction's slot is noted: commands of several slots make EXEC answer
-/// `CROSSSLOT`. ASKING lasts one command; no slot migrates yet, so it
-/// changes nothing else. The replication link's records pass.
+/// `CROSSSLOT`. ASKING lasts one command: a slot this node imports
+/// (CLUSTER SETSLOT IMPORTING) is served after it, and only then (else
+/// MOVED to the owner, as Redis does). `-ASK` and `-TRYAGAIN` on a
+/// migrating slot depend on which keys the shard has, so the shard decides
+/// them when it runs the command (`Shard::run`, `commands::migrate`). The
+/// replication link's records pass.
 #[inline(never)]
 fn cluster_check(
     cluster: &ClusterState,
@@ -556,7 +560,7 @@ fn cluster_check(
     spec: &CommandSpec,
     items: &[Bytes],
 ) -> Result<(), OpError> {
-    let _asking = std::mem::take(&mut conn.cluster.asking);
+    let asking = std::mem::take(&mut conn.cluster.asking);
     if conn.is_link() {
         return Ok(());
     }
@@ -575,6 +579,11 @@ fn cluster_check(
     let read_ok = conn.cluster.readonly && !spec.has(flags::WRITE);
     match cluster.load().route(slot, read_ok) {
         SlotRoute::Here => {}
+        // A slot this node imports is served after ASKING (the shard then
+        // answers TRYAGAIN to a multi-key command it lacks keys of).
+        SlotRoute::Moved(_)
+            if asking && cluster.moving_any() && cluster.moving().importing.contains_key(&slot) => {
+        }
         SlotRoute::Moved(node) => {
             return Err(OpError::Moved {
                 slot,

@@ -86,6 +86,28 @@ pub enum OpError {
     },
     /// `CLUSTERDOWN Hash slot not served`: no group owns the key's slot.
     ClusterDown,
+    /// `ASK <slot> <host>:<port>`: the slot is migrating from this node and
+    /// the key is not here (any more): ask that node, after ASKING.
+    Ask {
+        /// The key's hash slot.
+        slot: u16,
+        /// The node it migrates to, `host:port`.
+        addr: String,
+    },
+    /// `TRYAGAIN Multiple keys request during rehashing of slot`: a
+    /// multi-key command on a migrating (or importing) slot whose keys are
+    /// not all on this node.
+    TryAgain,
+    /// `ERR <why>` (CLUSTER SETSLOT: Redis's texts, see
+    /// `ClusterState::set_slot`).
+    SetSlot(String),
+    /// `IOERR error or timeout <what> target instance` (MIGRATE, Redis's
+    /// text; `<what>` is `connecting to`, `writing to` or `reading from`).
+    MigrateIo(&'static str),
+    /// `ERR Target instance replied with error: <error>` (MIGRATE).
+    MigrateTarget(String),
+    /// `BUSYKEY Target key name already exists.` (MIGRATE without REPLACE).
+    BusyKey,
     /// `ERR This instance has cluster support disabled` (CLUSTER, READONLY,
     /// READWRITE, ASKING, LH.TOPOLOGY without cluster mode).
     ClusterDisabled,
@@ -406,6 +428,18 @@ impl OpError {
             }
             OpError::Moved { slot, addr } => Reply::err_owned(format!("MOVED {slot} {addr}")),
             OpError::ClusterDown => Reply::err("CLUSTERDOWN Hash slot not served"),
+            OpError::Ask { slot, addr } => Reply::err_owned(format!("ASK {slot} {addr}")),
+            OpError::TryAgain => {
+                Reply::err("TRYAGAIN Multiple keys request during rehashing of slot")
+            }
+            OpError::SetSlot(why) => err_echoing_input(format!("ERR {why}")),
+            OpError::MigrateIo(what) => {
+                Reply::err_owned(format!("IOERR error or timeout {what} target instance"))
+            }
+            OpError::MigrateTarget(e) => {
+                err_echoing_input(format!("ERR Target instance replied with error: {}", truncate(e, 256)))
+            }
+            OpError::BusyKey => Reply::err("BUSYKEY Target key name already exists."),
             OpError::ClusterDisabled => Reply::err("ERR This instance has cluster support disabled"),
             OpError::ClusterSubcommandUnsupported(sub) => err_echoing_input(format!(
                 "ERR CLUSTER {} is not supported: slots and nodes come from the topology (docs/cluster.md)",

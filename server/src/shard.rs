@@ -389,6 +389,15 @@ impl Shard {
         args: &mut Args,
     ) -> Reply {
         self.store.set_from_link(link);
+        // A slot in migration: -ASK / -TRYAGAIN by the keys this shard has
+        // (`commands/migrate.rs`); one relaxed load otherwise, in cluster
+        // mode only.
+        if !link && self.shared.cluster.as_ref().is_some_and(|c| c.moving_any()) {
+            if let Err(e) = crate::commands::migrate::check_moving(self, cmd, args) {
+                self.store.set_from_link(false);
+                return e.reply();
+            }
+        }
         if self.hot.owns_any() {
             self.hot_guard(args);
         }

@@ -33,6 +33,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("readonly", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(readonly), "Enables read-only queries for a connection to a Redis Cluster replica node."),
     cmd("readwrite", 1, FAST | LOADING | STALE, NO_KEYS, Exec::Conn(readwrite), "Enables read-write queries for a connection to a Redis Cluster replica node."),
     cmd("asking", 1, FAST, NO_KEYS, Exec::Conn(asking), "Signals that a cluster client is following an -ASK redirect."),
+    cmd("migrate", -6, WRITE | NO_SCRIPT, NO_KEYS, Exec::Cursor(super::migrate::migrate), "Atomically transfers keys from one Redis instance to another."),
     cmd("lh.topology", -2, ADMIN | NO_SCRIPT | STALE, NO_KEYS, Exec::Conn(topology), "Reads or pushes the cluster topology."),
 ];
 
@@ -53,6 +54,8 @@ const HELP: &[&str] = &[
     "    <id> <ip:port> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
     "REPLICAS <node-id>",
     "    Return <node-id> replicas.",
+    "SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE <node-id>)",
+    "    Set slot state (NODE: the topology in force must already give the slot to that node).",
     "SLOTS",
     "    Return information about slots range mappings. Each range is made of:",
     "    start, end, master and replicas IP addresses, ports and ids",
@@ -83,7 +86,6 @@ const BUS_ONLY: &[&str] = &[
     "RESET",
     "SAVECONFIG",
     "SET-CONFIG-EPOCH",
-    "SETSLOT",
 ];
 
 /// Checks a subcommand's argument count (name and subcommand included):
@@ -161,6 +163,7 @@ fn cluster(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             let id = a.next()?;
             replicas(&view, &String::from_utf8_lossy(&id), now_ms)
         }
+        "SETSLOT" => setslot(state, a),
         "LINKS" => {
             arity(a, &sub, 2)?;
             Ok(Reply::Array(Vec::new()))
@@ -179,6 +182,40 @@ fn cluster(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
             sub: String::from_utf8_lossy(&a.all()[1]).into_owned(),
         }),
     }
+}
+
+/// `CLUSTER SETSLOT <slot> MIGRATING|IMPORTING <node-id>`, `STABLE`,
+/// `NODE <node-id>`: see [`crate::cluster::ClusterState::set_slot`].
+fn setslot(state: &crate::cluster::ClusterState, a: &mut Args) -> Result<Reply, OpError> {
+    use crate::cluster::SetSlot;
+    let bad = || {
+        OpError::SetSlot(
+            "Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP".into(),
+        )
+    };
+    let slot = a.next()?;
+    let slot = leasehold_protocol::int::parse_u64(&slot)
+        .filter(|&s| s < SLOTS as u64)
+        .ok_or_else(|| OpError::SetSlot("Invalid or out of range slot".into()))?
+        as u16;
+    let action = a.word().map_err(|_| bad())?;
+    let mut id = || -> Result<String, OpError> {
+        let id = a.next().map_err(|_| bad())?;
+        a.finish().map_err(|_| bad())?;
+        Ok(String::from_utf8_lossy(&id).into_owned())
+    };
+    let action = match action.as_str() {
+        "MIGRATING" => SetSlot::Migrating(id()?),
+        "IMPORTING" => SetSlot::Importing(id()?),
+        "NODE" => SetSlot::Node(id()?),
+        "STABLE" => {
+            a.finish().map_err(|_| bad())?;
+            SetSlot::Stable
+        }
+        _ => return Err(bad()),
+    };
+    state.set_slot(slot, action).map_err(OpError::SetSlot)?;
+    Ok(Reply::ok())
 }
 
 /// CLUSTER INFO's text (Redis 7.0's fields; the message counters are 0:

@@ -71,8 +71,12 @@ pub fn split_by_shard(
 /// hash slot a SCAN cursor names (a cursor is a slot; one that does not
 /// parse starts at slot 0), or the slot of CLUSTER COUNTKEYSINSLOT and
 /// GETKEYSINSLOT (an argument that is not a slot: shard 0, whose handler
-/// refuses it); `own` for CLUSTER's other subcommands.
+/// refuses it); `own` for CLUSTER's other subcommands; for MIGRATE the
+/// shard of its first key (`commands::migrate::shard_of`).
 pub fn cursor_shard(all: &[Bytes], shards: usize, own: usize) -> usize {
+    if all[0].eq_ignore_ascii_case(b"migrate") {
+        return super::migrate::shard_of(all, shards, own);
+    }
     let at = match all[0].eq_ignore_ascii_case(b"scan") {
         true => 1,
         false => match all.get(1) {

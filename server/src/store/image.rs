@@ -189,3 +189,25 @@ impl Store {
         let _ = img.sink.tx.send(ImagePart::Done);
     }
 }
+
+impl Store {
+    /// The records that recreate `key` exactly as it is now (the same
+    /// records a full sync's image holds for it: `SET ... [PXAT ms]`,
+    /// `LH.RESTORE ... PXAT ms` with Unix-ms instants, a collection's
+    /// rebuild then `PEXPIREAT`), each encoded as a RESP request and passed
+    /// to `f` with its bytes; `false` when the key is absent (or past its
+    /// deadline). MIGRATE sends them to its target.
+    pub fn key_records(&mut self, key: &[u8], now_ms: u64, mut f: impl FnMut(&[u8])) -> bool {
+        let now = self.clock;
+        let Some(e) = self.get(key, now_ms) else {
+            return false;
+        };
+        let mut out = BytesMut::new();
+        Store::value_effect(e.key(), &e.value, e.expire_at(now), now, |eff| {
+            out.clear();
+            eff.encode(&mut out);
+            f(&out);
+        });
+        true
+    }
+}
