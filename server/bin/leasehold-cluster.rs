@@ -11,6 +11,11 @@
 //!   to its primary up. Exit code 0 when all hold, 1 otherwise.
 //! - `publish --topology FILE HOST:PORT...`: pushes a topology file to
 //!   every node with `LH.TOPOLOGY SET`.
+//! - `reshard --from G --to G --slots A-B HOST:PORT`: moves a slot range
+//!   with its keys (CLUSTER SETSLOT, MIGRATE in batches), then publishes
+//!   the topology's next version giving the range to the target to every
+//!   node and closes the states (SETSLOT NODE). Slots the topology already
+//!   gives to the target are skipped, so a re-run after a failure goes on.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -79,6 +84,23 @@ enum Cmd {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
+    /// Move a slot range, with its keys, from one group to another.
+    Reshard {
+        /// The group giving the slots.
+        #[arg(long)]
+        from: String,
+        /// The group taking them.
+        #[arg(long)]
+        to: String,
+        /// The range: A-B (or one slot).
+        #[arg(long)]
+        slots: String,
+        /// Keys per MIGRATE.
+        #[arg(long, default_value_t = 100)]
+        batch: u32,
+        /// A node to read the topology from: HOST:PORT.
+        node: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -107,6 +129,13 @@ fn main() -> ExitCode {
         }),
         Cmd::Check { node } => check(&node),
         Cmd::Publish { topology, nodes } => publish(&topology, &nodes),
+        Cmd::Reshard {
+            from,
+            to,
+            slots,
+            batch,
+            node,
+        } => reshard(&from, &to, &slots, batch, &node),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -611,5 +640,183 @@ fn publish(file: &Path, nodes: &[String]) -> Result<bool, String> {
             }
         }
     }
+    Ok(all)
+}
+
+// -------------------------------------------------------------- reshard
+
+/// Fails unless `r` is `OK` (or, for MIGRATE, `NOKEY`).
+fn expect_ok(what: &str, r: Reply) -> Result<(), String> {
+    match &r {
+        Reply::Simple(s) if s == "OK" || s == "NOKEY" => Ok(()),
+        _ => Err(format!("{what}: {}", text(&r))),
+    }
+}
+
+/// The topology text `text` with `version` and `first..=last` moved to
+/// group `to` (taken from every other group).
+fn moved_topology(
+    text_: &str,
+    version: u64,
+    to: &str,
+    first: u16,
+    last: u16,
+) -> Result<String, String> {
+    let mut doc: toml::Table = toml::from_str(text_).map_err(|e| e.to_string())?;
+    doc.insert("version".into(), toml::Value::Integer(version as i64));
+    let groups = doc
+        .get_mut("group")
+        .and_then(|g| g.as_array_mut())
+        .ok_or("the topology has no groups")?;
+    for g in groups {
+        let g = g.as_table_mut().ok_or("a group is not a table")?;
+        let name = g
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or("")
+            .to_string();
+        let mut owned: Vec<bool> = vec![false; 16384];
+        for r in g
+            .get("slots")
+            .and_then(|s| s.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let r = r.as_str().unwrap_or("");
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            let (a, b): (usize, usize) = (
+                a.trim().parse().map_err(|_| format!("slot range {r:?}"))?,
+                b.trim().parse().map_err(|_| format!("slot range {r:?}"))?,
+            );
+            owned[a..=b.min(16383)].iter_mut().for_each(|o| *o = true);
+        }
+        let mine = name == to;
+        owned[usize::from(first)..=usize::from(last)]
+            .iter_mut()
+            .for_each(|o| *o = mine);
+        let mut ranges = Vec::new();
+        let mut s = 0;
+        while s < 16384 {
+            if !owned[s] {
+                s += 1;
+                continue;
+            }
+            let mut e = s;
+            while e + 1 < 16384 && owned[e + 1] {
+                e += 1;
+            }
+            ranges.push(toml::Value::String(match s == e {
+                true => s.to_string(),
+                false => format!("{s}-{e}"),
+            }));
+            s = e + 1;
+        }
+        g.insert("slots".into(), toml::Value::Array(ranges));
+    }
+    toml::to_string(&doc).map_err(|e| e.to_string())
+}
+
+fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<bool, String> {
+    let (first, last) = match slots.split_once('-') {
+        Some((a, b)) => (a.parse::<u16>(), b.parse::<u16>()),
+        None => (slots.parse::<u16>(), slots.parse::<u16>()),
+    };
+    let (Ok(first), Ok(last)) = (first, last) else {
+        return Err(format!("--slots {slots:?} is not A-B"));
+    };
+    if first > last || last > 16383 {
+        return Err(format!("--slots {slots:?}: want 0 <= A <= B <= 16383"));
+    }
+    let text_ = text(&call(node, &["LH.TOPOLOGY", "GET"])?);
+    let topo = Topology::parse(&text_).map_err(|e| format!("{node}: {e}"))?;
+    let group = |name: &str| {
+        topo.groups
+            .iter()
+            .position(|g| g.name == name)
+            .ok_or(format!("no group {name:?} in the topology"))
+    };
+    let (gf, gt) = (group(from)?, group(to)?);
+    let (src, dst) = (
+        topo.groups[gf].primary().clone(),
+        topo.groups[gt].primary().clone(),
+    );
+    let (src_addr, dst_addr) = (src.addr(), dst.addr());
+    let dst_port = dst.port.to_string();
+    let mut moved = 0u64;
+    for slot in first..=last {
+        let owner = topo.owner(slot);
+        if owner == Some(gt) {
+            continue;
+        }
+        if owner != Some(gf) {
+            return Err(format!("slot {slot} is not group {from:?}'s"));
+        }
+        let s = slot.to_string();
+        expect_ok(
+            &format!("{dst_addr} SETSLOT {s} IMPORTING"),
+            call(&dst_addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src.id])?,
+        )?;
+        expect_ok(
+            &format!("{src_addr} SETSLOT {s} MIGRATING"),
+            call(&src_addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst.id])?,
+        )?;
+        let mut in_slot = 0;
+        loop {
+            let keys = match call(
+                &src_addr,
+                &["CLUSTER", "GETKEYSINSLOT", &s, &batch.to_string()],
+            )? {
+                Reply::Array(keys) => keys.iter().map(text).collect::<Vec<_>>(),
+                r => return Err(format!("{src_addr} GETKEYSINSLOT {s}: {}", text(&r))),
+            };
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE", &dst.host, &dst_port, "", "0", "5000", "REPLACE", "KEYS",
+            ];
+            args.extend(keys.iter().map(String::as_str));
+            expect_ok(
+                &format!("{src_addr} MIGRATE slot {s}"),
+                call(&src_addr, &args)?,
+            )?;
+            in_slot += keys.len();
+        }
+        moved += in_slot as u64;
+        println!("slot {slot}: {in_slot} keys moved to {to} ({dst_addr})");
+    }
+    let version = topo.version + 1;
+    let already = (first..=last).all(|s| topo.owner(s) == Some(gt));
+    let next = moved_topology(&text_, version, to, first, last)?;
+    Topology::parse(&next).map_err(|e| format!("the new topology: {e}"))?;
+    let v = version.to_string();
+    let mut all = true;
+    // A re-run after the publication: the topology says so already.
+    for (_, n) in topo.nodes().filter(|_| !already) {
+        let a = n.addr();
+        match call(&a, &["LH.TOPOLOGY", "SET", &v, &next]) {
+            Ok(Reply::Simple(s)) if s == "OK" => println!("{a}: version {version} in force"),
+            Ok(r) => {
+                all = false;
+                println!("{a}: {}", text(&r));
+            }
+            Err(e) => {
+                all = false;
+                println!("{a}: {e}");
+            }
+        }
+    }
+    for slot in first..=last {
+        let s = slot.to_string();
+        for a in [&src_addr, &dst_addr] {
+            expect_ok(
+                &format!("{a} SETSLOT {s} NODE"),
+                call(a, &["CLUSTER", "SETSLOT", &s, "NODE", &dst.id])?,
+            )?;
+        }
+    }
+    println!(
+        "slots {first}-{last}: {moved} keys moved from {from} to {to}; topology version {version}"
+    );
     Ok(all)
 }
