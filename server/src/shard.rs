@@ -27,6 +27,7 @@ use crate::state::{Doorbell, ShardStats, Shared};
 use crate::store::{ImageSink, ImageStep, Store};
 
 pub mod hot;
+pub mod moving;
 mod tx;
 pub use tx::{TxId, TxMsg};
 
@@ -390,10 +391,10 @@ impl Shard {
     ) -> Reply {
         self.store.set_from_link(link);
         // A slot in migration: -ASK / -TRYAGAIN by the keys this shard has
-        // (`commands/migrate.rs`); one relaxed load otherwise, in cluster
-        // mode only.
+        // (`shard/moving.rs`); one relaxed load otherwise, in cluster mode
+        // only.
         if !link && self.shared.cluster.as_ref().is_some_and(|c| c.moving_any()) {
-            if let Err(e) = crate::commands::migrate::check_moving(self, cmd, args) {
+            if let Err(e) = moving::check(self, cmd, args) {
                 self.store.set_from_link(false);
                 return e.reply();
             }

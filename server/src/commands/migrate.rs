@@ -1,6 +1,6 @@
 //! Resharding's node side: MIGRATE (Redis's shape), which moves keys to
 //! another node exactly, and the `-ASK` / `-TRYAGAIN` answers of a slot in
-//! migration ([`check_moving`], called by `Shard::run`). CLUSTER SETSLOT,
+//! migration (decided by `shard::moving`, with [`key_positions`]). CLUSTER SETSLOT,
 //! which opens and closes a migration, is in `commands/cluster.rs`; the
 //! states themselves in `crate::cluster::Moving`.
 //!
@@ -205,54 +205,12 @@ fn read(conn: &mut SentinelConn) -> Result<Reply, OpError> {
     }
 }
 
-/// What a command on a slot in migration gets instead of running, decided
-/// on the shard holding its keys (Redis's `getNodeByQuery`): on a slot
-/// migrating from here, `-ASK <slot> <host>:<port>` of the target when none
-/// of its keys is here, `-TRYAGAIN` when some are and some are not; on a
-/// slot imported here (reached after ASKING), `-TRYAGAIN` for a multi-key
-/// command missing some of its keys. Called only while some slot is in
-/// migration; MIGRATE itself always runs.
-///
-/// # Errors
-/// [`OpError::Ask`] or [`OpError::TryAgain`] as above.
-pub fn check_moving(s: &mut Shard, cmd: usize, args: &Args) -> Result<(), OpError> {
+/// The key positions of request `all` of command `cmd`, for the shard's
+/// migration check (`shard::moving`); none for MIGRATE, which always runs.
+pub fn key_positions(cmd: usize, all: &[Bytes]) -> Vec<usize> {
     let spec = &table().commands[cmd];
-    if spec.name == "migrate" {
-        return Ok(());
-    }
-    let all = args.all();
-    let mut positions = spec.keys_in(all).peekable();
-    let Some(&first) = positions.peek() else {
-        return Ok(());
-    };
-    let Some(cluster) = s.cluster().cloned() else {
-        return Ok(());
-    };
-    let slot = key_slot(&all[first]);
-    let moving = cluster.moving();
-    let (to, importing) = match (
-        moving.migrating.get(&slot),
-        moving.importing.contains_key(&slot),
-    ) {
-        (Some(to), _) => (Some(to), false),
-        (None, true) => (None, true),
-        (None, false) => return Ok(()),
-    };
-    let now_ms = s.now.unix_ms;
-    let (mut present, mut missing) = (0, 0);
-    for p in positions {
-        match s.store.get(&all[p], now_ms).is_some() {
-            true => present += 1,
-            false => missing += 1,
-        }
-    }
-    match (to, importing) {
-        (Some(_), _) if missing > 0 && present > 0 => Err(OpError::TryAgain),
-        (Some(to), _) if missing > 0 => Err(OpError::Ask {
-            slot,
-            addr: to.addr(),
-        }),
-        (None, true) if missing > 0 && present + missing > 1 => Err(OpError::TryAgain),
-        _ => Ok(()),
+    match spec.name {
+        "migrate" => Vec::new(),
+        _ => spec.keys_in(all).collect(),
     }
 }

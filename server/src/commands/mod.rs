@@ -374,7 +374,11 @@ impl Table {
 /// The command table (built once).
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(Table::build)
+    TABLE.get_or_init(|| {
+        // The shard's migration check reads key positions through this.
+        let _ = crate::shard::moving::KEY_POSITIONS.set(migrate::key_positions);
+        Table::build()
+    })
 }
 
 #[cfg(test)]
