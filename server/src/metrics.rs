@@ -38,7 +38,9 @@
 //!   `leasehold_pubsub_messages_delivered_total`;
 //! - cluster mode only: `leasehold_cluster_topology_version`,
 //!   `leasehold_cluster_redirects_total` by `kind` (`moved`, `crossslot`,
-//!   `clusterdown`), `leasehold_cluster_primary_changes_total`;
+//!   `clusterdown`, `ask`, `tryagain`), `leasehold_cluster_slots_migrating`,
+//!   `leasehold_cluster_slots_importing`,
+//!   `leasehold_cluster_primary_changes_total`;
 //! - persistence: `leasehold_persistence_last_save_success`,
 //!   `leasehold_persistence_saves_total`, `leasehold_persistence_aof_enabled`,
 //!   `leasehold_persistence_aof_last_write_success`,
@@ -575,12 +577,27 @@ fn cluster(shared: &Shared, out: &mut String) {
         out,
         "leasehold_cluster_redirects_total",
         "counter",
-        "Requests answered -MOVED, -CROSSSLOT or -CLUSTERDOWN, by kind.",
+        "Requests answered -MOVED, -CROSSSLOT, -CLUSTERDOWN, -ASK or -TRYAGAIN, by kind.",
     );
     for r in Redirect::ALL {
         let n = shared.sum(|s| s.cluster_redirects[r as usize].get());
         f.sample("", &[("kind", r.label())], n);
     }
+    let moving = cluster.moving();
+    single(
+        out,
+        "leasehold_cluster_slots_migrating",
+        "gauge",
+        "Slots migrating from this node (CLUSTER SETSLOT MIGRATING).",
+        moving.migrating.len(),
+    );
+    single(
+        out,
+        "leasehold_cluster_slots_importing",
+        "gauge",
+        "Slots imported into this node (CLUSTER SETSLOT IMPORTING).",
+        moving.importing.len(),
+    );
     single(
         out,
         "leasehold_cluster_primary_changes_total",

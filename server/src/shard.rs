@@ -395,6 +395,7 @@ impl Shard {
         // only.
         if !link && self.shared.cluster.as_ref().is_some_and(|c| c.moving_any()) {
             if let Err(e) = moving::check(self, cmd, args) {
+                self.stats.count_redirect(&e);
                 self.store.set_from_link(false);
                 return e.reply();
             }

@@ -108,8 +108,10 @@ pub struct ShardStats {
     pub pubsub_delivered: Counter,
 }
 
-/// The answers of cluster mode's one decision (`dispatch::cluster_check`)
-/// that send a request elsewhere or refuse it, as counted per thread.
+/// The answers of cluster mode that send a request elsewhere or refuse it,
+/// as counted per thread: those of its one decision before any shard runs
+/// (`dispatch::cluster_check`) and those of a slot in migration, decided on
+/// the shard holding the keys (`shard::moving`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Redirect {
     /// `-MOVED <slot> <host>:<port>`.
@@ -118,11 +120,23 @@ pub enum Redirect {
     CrossSlot,
     /// `-CLUSTERDOWN Hash slot not served`.
     ClusterDown,
+    /// `-ASK <slot> <host>:<port>`: a key of a slot migrating from here
+    /// that has already left (decided on the shard holding the keys).
+    Ask,
+    /// `-TRYAGAIN`: a multi-key request on a slot in migration with some
+    /// of its keys here and some not.
+    TryAgain,
 }
 
 impl Redirect {
     /// Every one, in index order.
-    pub const ALL: [Redirect; 3] = [Redirect::Moved, Redirect::CrossSlot, Redirect::ClusterDown];
+    pub const ALL: [Redirect; 5] = [
+        Redirect::Moved,
+        Redirect::CrossSlot,
+        Redirect::ClusterDown,
+        Redirect::Ask,
+        Redirect::TryAgain,
+    ];
 
     /// The kind's label: the error code, lower case.
     pub fn label(self) -> &'static str {
@@ -130,6 +144,8 @@ impl Redirect {
             Redirect::Moved => "moved",
             Redirect::CrossSlot => "crossslot",
             Redirect::ClusterDown => "clusterdown",
+            Redirect::Ask => "ask",
+            Redirect::TryAgain => "tryagain",
         }
     }
 
@@ -139,6 +155,8 @@ impl Redirect {
             OpError::Moved { .. } => Some(Redirect::Moved),
             OpError::ClusterCrossSlot => Some(Redirect::CrossSlot),
             OpError::ClusterDown => Some(Redirect::ClusterDown),
+            OpError::Ask { .. } => Some(Redirect::Ask),
+            OpError::TryAgain => Some(Redirect::TryAgain),
             _ => None,
         }
     }

@@ -18,7 +18,7 @@ use leasehold_testkit::{
 mod common;
 mod tls_support;
 
-use common::key_in;
+use common::{key_in, slot};
 use tls_support::{Pki, TlsConn};
 
 /// A node (two threads) with its metrics on another free port.
@@ -542,6 +542,41 @@ role = "replica"
     assert_eq!(redirects("moved"), 3.0);
     assert_eq!(redirects("crossslot"), 2.0);
     assert_eq!(redirects("clusterdown"), 1.0);
+    assert_eq!(redirects("ask"), 0.0);
+    assert_eq!(get(&m, "leasehold_cluster_slots_migrating"), 0.0);
+
+    // `a`'s slot put in migration to g1's primary: 2 ASK (a key not
+    // here), 1 TRYAGAIN (one key here, one not), the gauge at 1.
+    let nodes = text(&c.call(&["CLUSTER", "NODES"]).unwrap());
+    let to = nodes
+        .lines()
+        .find(|l| l.contains(&format!("127.0.0.1:{p1}@")))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("{nodes}"))
+        .to_string();
+    let s = slot(&a).to_string();
+    let migrating = c.call(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &to]);
+    assert_eq!(migrating, Some(Reply::Simple("OK".into())));
+    let gone = format!("{{{a}}}gone");
+    assert_eq!(slot(&gone), slot(&a));
+    for _ in 0..2 {
+        assert!(is_error(c.call(&["GET", &gone]), "ASK"));
+    }
+    // `a` was set above and is still here.
+    assert!(is_error(c.call(&["MGET", &a, &gone]), "TRYAGAIN"));
+    let m = scrape(metrics);
+    let redirects = |kind| labelled(&m, "leasehold_cluster_redirects_total", "kind", kind);
+    assert_eq!(redirects("ask"), 2.0);
+    assert_eq!(redirects("tryagain"), 1.0);
+    assert_eq!(redirects("moved"), 3.0);
+    assert_eq!(get(&m, "leasehold_cluster_slots_migrating"), 1.0);
+    assert_eq!(get(&m, "leasehold_cluster_slots_importing"), 0.0);
+    let stable = c.call(&["CLUSTER", "SETSLOT", &s, "STABLE"]);
+    assert_eq!(stable, Some(Reply::Simple("OK".into())));
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_cluster_slots_migrating"),
+        0.0
+    );
 
     // A newer topology pushed.
     let pushed = c.call(&["LH.TOPOLOGY", "SET", "4", &topology(4)]);

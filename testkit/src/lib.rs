@@ -165,14 +165,20 @@ pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Du
 }
 
 /// Starts `cmd` (its standard output discarded) and waits, at most 10 s,
-/// until 127.0.0.1:`port` answers PING.
+/// until 127.0.0.1:`port` answers PING with anything but `-LOADING`.
 ///
 /// # Panics
 /// When it cannot be started or does not answer.
 pub fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
     let proc = Proc(cmd.stdout(Stdio::null()).spawn().expect(what));
+    // A node with files to load (an append-only log, a snapshot) answers
+    // -LOADING until it has: started means serving.
     wait_for(what, Duration::from_secs(10), || {
-        call(port, &["PING"]).is_some()
+        match call(port, &["PING"]) {
+            None => false,
+            Some(Reply::Error(e)) => !e.starts_with("LOADING"),
+            Some(_) => true,
+        }
     });
     proc
 }
