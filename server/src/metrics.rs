@@ -32,7 +32,8 @@
 //! - access: `leasehold_acl_auth_failures_total`,
 //!   `leasehold_acl_denials_total` by `reason` (`command`, `key`,
 //!   `channel`), `leasehold_tls_connections_received_total`,
-//!   `leasehold_tls_handshake_failures_total`;
+//!   `leasehold_tls_handshake_failures_total`, `leasehold_tls_clients_connected`
+//!   (with a TLS port);
 //! - pub/sub: `leasehold_pubsub_channels`, `leasehold_pubsub_patterns`,
 //!   `leasehold_pubsub_clients`, `leasehold_pubsub_messages_published_total`,
 //!   `leasehold_pubsub_messages_delivered_total`;
@@ -519,6 +520,22 @@ fn access(shared: &Shared, out: &mut String) {
     ];
     for (name, help, v) in rows {
         single(out, name, "counter", help, v.load(Ordering::Relaxed));
+    }
+    let tls_port = shared.config.read().tls.port;
+    if tls_port != 0 {
+        let open = shared
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.laddr.port() == tls_port)
+            .count();
+        single(
+            out,
+            "leasehold_tls_clients_connected",
+            "gauge",
+            "Client connections open on the TLS port (also in leasehold_clients_connected).",
+            open,
+        );
     }
 }
 

@@ -405,7 +405,14 @@ fn tls_series_count_connections_and_failed_handshakes() {
     for c in &mut served {
         assert_eq!(c.call(&["PING"]).unwrap(), Reply::Simple("PONG".into()));
     }
+    assert_eq!(
+        get(&scrape(metrics), "leasehold_tls_clients_connected"),
+        2.0
+    );
     drop(served);
+    wait_for("the TLS clients gone", Duration::from_secs(5), || {
+        get(&scrape(metrics), "leasehold_tls_clients_connected") == 0.0
+    });
     assert_eq!(
         get(&scrape(metrics), "leasehold_tls_handshake_failures_total"),
         2.0
