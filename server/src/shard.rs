@@ -447,6 +447,12 @@ impl Shard {
         &self.shared.acl
     }
 
+    /// Server-wide state, for a handler that records in it (a script's
+    /// ACL denials go to ACL LOG and the INFO counters).
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// Why a write must be refused now (see [`Shared::write_refusal`]):
     /// a script's writes pass the checks a client's pass in the dispatcher.
     pub fn write_refusal(&self) -> Option<OpError> {

@@ -181,10 +181,18 @@ on_1_and_2_threads! {
             ("PUBLISH nope m", NOPERM_CHANNEL),
         ]);
         let call = |c: &mut Raw, script: &str| c.call_args(&[b"EVAL", script.as_bytes(), b"1", b"rl:{a}"]);
+        assert_eq!(admin.call("ACL LOG RESET"), "+OK\r\n");
         let denied_cmd = call(&mut c, "return redis.call('incr', 'rl:{a}')");
         assert!(denied_cmd.starts_with("-ERR The user executing the script can't run this command or subcommand script: "), "{denied_cmd}");
         let denied_key = call(&mut c, "return redis.call('get', 'x{a}')");
         assert!(denied_key.starts_with("-ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: "), "{denied_key}");
+        // Both in ACL LOG (context lua, as Redis 7 logs a script's denials), newest first.
+        let log = admin.call("ACL LOG");
+        assert!(log.starts_with("*2\r\n"), "{log}");
+        assert_eq!(log.matches("$7\r\ncontext\r\n$3\r\nlua\r\n").count(), 2, "{log}");
+        let (key, cmd) = (log.find("$6\r\nreason\r\n$3\r\nkey\r\n"), log.find("$6\r\nreason\r\n$7\r\ncommand\r\n"));
+        assert!(matches!((key, cmd), (Some(k), Some(c)) if k < c), "{log}");
+        assert!(log.contains("$8\r\nusername\r\n$1\r\ns\r\n"), "{log}");
         assert_eq!(call(&mut c, "return redis.call('set', 'rl:{a}', '1')"), "+OK\r\n");
         // The default user's scripts are not checked.
         assert_eq!(call(&mut admin, "return redis.call('incr', 'rl:{a}')"), ":2\r\n");

@@ -237,7 +237,7 @@ fn checked_call(
         return Err(OpError::ScriptArity);
     }
     if let Some(user) = caller {
-        super::acl::script_denial(user, idx, spec, &argv)?;
+        super::acl::script_denial(s.shared(), user, idx, spec, &argv)?;
     }
     if spec.has(NO_SCRIPT) {
         return Err(OpError::ScriptNotAllowed);
