@@ -2,9 +2,10 @@
 //! on 127.0.0.1 (three groups of one primary each, their topology pushed
 //! with `LH.TOPOLOGY SET`): keys over the three groups, a `MOVED` after a
 //! newer topology moves a slot range, a node that refuses connections,
-//! and the lease manager leasing on keys of every group. `ASK` comes from
-//! a fake node here: Leasehold answers it only while a slot migrates, and
-//! it has no migration yet.
+//! and the lease manager leasing on keys of every group. `ASK` and the
+//! redirect bound come from a fake node here, which can answer them on any
+//! request; a real migration's `-ASK` is followed in the server's reshard
+//! tests.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
