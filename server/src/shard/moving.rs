@@ -13,10 +13,13 @@ use super::Shard;
 use crate::error::OpError;
 use crate::slot::key_slot;
 
-/// The key positions of a request (command index, arguments with the
-/// name), as the command table reads them; none for a command that always
+/// Reads the key positions of a request (command index, arguments with
+/// the name), as the command table does; none for a command that always
 /// runs (MIGRATE).
-pub static KEY_POSITIONS: OnceLock<fn(usize, &[Bytes]) -> Vec<usize>> = OnceLock::new();
+pub type KeyPositions = fn(usize, &[Bytes]) -> Vec<usize>;
+
+/// The command table's [`KeyPositions`], set when the table is built.
+pub static KEY_POSITIONS: OnceLock<KeyPositions> = OnceLock::new();
 
 /// What a command on a slot in migration gets instead of running, decided
 /// on the shard holding its keys (Redis's `getNodeByQuery`): on a slot
