@@ -8,49 +8,42 @@ use std::time::{Duration, Instant};
 
 use leasehold_client::overrides::DEFAULT_CHANNEL;
 use leasehold_client::{
-    BypassReason, Client, ClientConfig, FailureMode, LeaseConfig, LeaseManager, Mode, Outcome,
-    Policy, PolicyId, PolicySet, SystemClock,
+    BypassReason, Client, ClientConfig, LeaseConfig, LeaseManager, OverrideFollower, Outcome,
+    PolicyId, PolicySet, SystemClock,
 };
-use leasehold_server::config::Config;
 use leasehold_server::ServerHandle;
 use leasehold_testkit::{call, wait_for, Reply};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use support::managers::api_policy;
+
+mod support;
 
 const P: PolicyId = PolicyId::FIRST;
 
-fn server() -> ServerHandle {
-    let mut c = Config::default();
-    c.net.bind = "127.0.0.1".into();
-    c.net.port = 0;
-    c.shards.threads = 2;
-    c.persistence.save = String::new();
-    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
-    leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new())).unwrap()
-}
-
-/// A manager of domain `gw` with one policy `api`: 5 an hour, burst 5, fail
-/// closed (so a ledger failure could never pass for an override), recording
-/// its metrics in `recorder`.
-fn manager(srv: &ServerHandle, recorder: &DebuggingRecorder) -> LeaseManager {
+/// A real server, and a manager of domain `gw` with one policy `api` (5 an
+/// hour, burst 5, fail closed, so a ledger failure could never pass for an
+/// override) following the override channel, its metrics in the returned
+/// snapshotter, and `key` spent down to the limit (exactly 5 admitted).
+async fn following(key: &[u8]) -> (ServerHandle, LeaseManager, OverrideFollower, Snapshotter) {
+    let srv = support::server::server(false);
     let mut config = ClientConfig::new(srv.addr);
     config.lease_deadline = Duration::from_millis(50); // debug build, shared 2-core machine
-    let p = Policy {
-        name: "api".into(),
-        requests_per_unit: 5,
-        unit: Duration::from_secs(3600),
-        burst: 5,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 10,
-    };
-    metrics::with_local_recorder(recorder, || {
+    let recorder = DebuggingRecorder::new();
+    let m = metrics::with_local_recorder(&recorder, || {
         LeaseManager::new(
             Client::new(config),
-            &PolicySet::from_policies("gw", vec![p]),
+            &PolicySet::from_policies("gw", vec![api_policy(5, Duration::from_secs(3600), 5)]),
             LeaseConfig::default(),
             Arc::new(SystemClock::new()),
         )
-    })
+    });
+    let follower = m.follow_overrides(DEFAULT_CHANNEL);
+    let port = srv.addr.port();
+    wait_for("the manager subscribes", Duration::from_secs(10), || {
+        subscribers(port) == 1
+    });
+    assert_eq!(admitted(&m, key, 100).await, 5, "the limit itself");
+    (srv, m, follower, recorder.snapshotter())
 }
 
 fn subscribers(port: u16) -> i64 {
@@ -123,17 +116,9 @@ fn count(all: &[(String, String, u64)], name: &str, label: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_disable_admits_everything_within_3_s_and_expires_by_itself() {
-    let srv = server();
+    let (srv, m, follower, snap) = following(b"alice").await;
     let port = srv.addr.port();
-    let recorder = DebuggingRecorder::new();
-    let snap = recorder.snapshotter();
-    let m = manager(&srv, &recorder);
-    let follower = m.follow_overrides(DEFAULT_CHANNEL);
-    wait_for("the manager subscribes", Duration::from_secs(10), || {
-        subscribers(port) == 1
-    });
     assert!(follower.is_running());
-    assert_eq!(admitted(&m, b"alice", 100).await, 5, "the limit itself");
 
     let published = Instant::now();
     assert_eq!(publish(port, "gw api disable 2000"), Some(Reply::Int(1)));
@@ -182,15 +167,8 @@ async fn a_published_disable_admits_everything_within_3_s_and_expires_by_itself(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_widen_grants_from_a_widened_bucket_until_cleared() {
-    let srv = server();
+    let (srv, m, _follower, _) = following(b"bob").await;
     let port = srv.addr.port();
-    let recorder = DebuggingRecorder::new();
-    let m = manager(&srv, &recorder);
-    m.follow_overrides(DEFAULT_CHANNEL);
-    wait_for("the manager subscribes", Duration::from_secs(10), || {
-        subscribers(port) == 1
-    });
-    assert_eq!(admitted(&m, b"bob", 100).await, 5);
 
     assert_eq!(publish(port, "gw api widen 10 60000"), Some(Reply::Int(1)));
     until(&m, b"bob", Duration::from_secs(3), |d| {
@@ -214,15 +192,8 @@ async fn a_published_widen_grants_from_a_widened_bucket_until_cleared() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_override_lasts_from_its_renewal() {
-    let srv = server();
+    let (srv, m, _follower, _) = following(b"carol").await;
     let port = srv.addr.port();
-    let recorder = DebuggingRecorder::new();
-    let m = manager(&srv, &recorder);
-    m.follow_overrides(DEFAULT_CHANNEL);
-    wait_for("the manager subscribes", Duration::from_secs(10), || {
-        subscribers(port) == 1
-    });
-    assert_eq!(admitted(&m, b"carol", 100).await, 5);
 
     let first = Instant::now();
     publish(port, "gw api disable 1000");
