@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_client::overrides::DEFAULT_CHANNEL;
 use leasehold_client::{
-    BypassReason, Client, ClientConfig, LeaseConfig, LeaseManager, OverrideFollower, Outcome,
+    BypassReason, Client, ClientConfig, LeaseConfig, LeaseManager, Outcome, OverrideFollower,
     PolicyId, PolicySet, SystemClock,
 };
 use leasehold_server::ServerHandle;
@@ -136,15 +136,24 @@ async fn a_published_disable_admits_everything_within_3_s_and_expires_by_itself(
     // Back by itself after its 2 s: alice's own bucket, still empty.
     until(&m, b"alice", Duration::from_secs(5), |d| !d.allowed).await;
     let ended = published.elapsed();
-    assert!(ended >= Duration::from_millis(1900), "ended early: {ended:?}");
+    assert!(
+        ended >= Duration::from_millis(1900),
+        "ended early: {ended:?}"
+    );
     assert_eq!(m.override_of(P), None);
     let d = m.decide(P, b"alice").await;
     assert_eq!((d.allowed, d.outcome), (false, Outcome::Limited));
     let all = counters(&snap);
     let bypassed = count(&all, "rate_limit_bypassed_total", "reason=override");
     assert!(bypassed >= 1001, "{bypassed}");
-    assert_eq!(count(&all, "rate_limit_overrides_total", "event=applied"), 1);
-    assert_eq!(count(&all, "rate_limit_overrides_total", "event=expired"), 1);
+    assert_eq!(
+        count(&all, "rate_limit_overrides_total", "event=applied"),
+        1
+    );
+    assert_eq!(
+        count(&all, "rate_limit_overrides_total", "event=expired"),
+        1
+    );
 
     // A malformed message is refused and counted; one for another domain or
     // policy changes nothing.
@@ -152,7 +161,11 @@ async fn a_published_disable_admits_everything_within_3_s_and_expires_by_itself(
     publish(port, "edge api disable 60000");
     publish(port, "gw other disable 60000");
     wait_for("the refusal is counted", Duration::from_secs(3), || {
-        count(&counters(&snap), "rate_limit_overrides_total", "event=refused") == 1
+        count(
+            &counters(&snap),
+            "rate_limit_overrides_total",
+            "event=refused",
+        ) == 1
     });
     assert_eq!(admitted(&m, b"alice", 100).await, 0);
     assert_eq!(m.override_of(P), None);
@@ -178,9 +191,15 @@ async fn a_published_widen_grants_from_a_widened_bucket_until_cleared() {
     // The first admitted one above, then the rest of the widened bucket:
     // 10 x 5 in all, from the ledger key of the widened policy.
     assert_eq!(1 + admitted(&m, b"bob", 1000).await, 50);
-    assert_eq!(call(port, &["EXISTS", "gw:api@x10:bob"]), Some(Reply::Int(1)));
+    assert_eq!(
+        call(port, &["EXISTS", "gw:api@x10:bob"]),
+        Some(Reply::Int(1))
+    );
     let d = m.decide(P, b"bob").await;
-    assert_eq!((d.allowed, d.limit, d.outcome), (false, 50, Outcome::Limited));
+    assert_eq!(
+        (d.allowed, d.limit, d.outcome),
+        (false, 50, Outcome::Limited)
+    );
 
     // Cleared: the policy's own (still empty) bucket again.
     publish(port, "gw api clear");

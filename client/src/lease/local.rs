@@ -139,7 +139,9 @@ impl LeaseManager {
     fn local_empty(
         &self,
         state: &Arc<PolicyState>,
-        bucket: Bucket<'_>, now: u64) -> Option<Decision> {
+        bucket: Bucket<'_>,
+        now: u64,
+    ) -> Option<Decision> {
         bucket.hot.hit();
         // A key deciding without tokens (blocked, breaker open, waiting) may
         // not lease for a long time, and the sweeper does not sample a busy

@@ -215,10 +215,8 @@ impl LeaseManager {
     /// being published again, and is not persisted: a manager started later
     /// does not know of one published before.
     ///
-    /// Opt-in: a manager that never calls this hears no overrides.
-    ///
-    /// # Panics
-    /// Never; the task runs on the manager's runtime.
+    /// Opt-in: a manager that never calls this hears no overrides. The
+    /// task runs on the runtime the manager was built on.
     pub fn follow_overrides(&self, channel: impl Into<String>) -> OverrideFollower {
         let weak = Arc::downgrade(&self.inner);
         let task = self.inner.runtime.spawn(overrides::subscribe(
@@ -377,7 +375,11 @@ mod tests {
             panic!("not widened")
         };
         assert_eq!(
-            (w.policy.name.as_str(), w.policy.burst, w.policy.requests_per_unit),
+            (
+                w.policy.name.as_str(),
+                w.policy.burst,
+                w.policy.requests_per_unit
+            ),
             ("p@x10", 200, 100)
         );
         assert_eq!(&w.prefix[..], b"d:p@x10:");
