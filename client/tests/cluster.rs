@@ -467,15 +467,7 @@ async fn an_override_published_on_any_primary_reaches_the_lease_manager() {
     let c = cluster();
     let client = c.client();
     client.connect().await.unwrap();
-    let policy = Policy {
-        name: "api".into(),
-        requests_per_unit: 1,
-        unit: Duration::from_secs(3600),
-        burst: 5,
-        failure_mode: FailureMode::FailClosed,
-        mode: Mode::Enforce,
-        fail_open_requests_per_unit: 2,
-    };
+    let policy = support::managers::api_policy(1, Duration::from_secs(3600), 5);
     let manager = LeaseManager::new(
         client,
         &PolicySet::from_policies("c", vec![policy]),
