@@ -12,6 +12,10 @@
 //! With `LEASEHOLD_CLUSTER=127.0.0.1:7000,127.0.0.1:7001` instead of
 //! `LEASEHOLD_ADDR`, the ledger is a cluster, and those are its seed nodes.
 //!
+//! With `OVERRIDE_CHANNEL=leasehold-rls:override` set, the lease manager
+//! follows that ledger channel for emergency overrides (`PUBLISH
+//! leasehold-rls:override "<domain> <policy> disable 60000"`; docs/rls.md).
+//!
 //! With `METRICS_ADDR` set, the lease manager's metrics (decisions,
 //! `rate_limit_bypassed_total`, ledger call latency, lease sizes, breaker
 //! state; `docs/operations.md`) are served in Prometheus's text format on
@@ -103,6 +107,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         LeaseConfig::default(),
         CoarseClock::start(),
     );
+    if let Ok(channel) = std::env::var("OVERRIDE_CHANNEL") {
+        manager.follow_overrides(channel);
+    }
     let app = Arc::new(App {
         manager: manager.clone(),
         policies,

@@ -18,6 +18,9 @@ pub enum BypassReason {
     CircuitOpen,
     /// The ledger failed otherwise (connection refused, error reply).
     LedgerError,
+    /// An operator's emergency override disabled the policy
+    /// ([`crate::overrides`]): every decision is admitted, none charged.
+    Override,
 }
 
 impl BypassReason {
@@ -27,14 +30,16 @@ impl BypassReason {
             BypassReason::LedgerTimeout => "ledger_timeout",
             BypassReason::CircuitOpen => "circuit_open",
             BypassReason::LedgerError => "ledger_error",
+            BypassReason::Override => "override",
         }
     }
 
     /// Every reason, in label order.
-    pub const ALL: [BypassReason; 3] = [
+    pub const ALL: [BypassReason; 4] = [
         BypassReason::LedgerTimeout,
         BypassReason::CircuitOpen,
         BypassReason::LedgerError,
+        BypassReason::Override,
     ];
 }
 
@@ -51,7 +56,9 @@ pub enum Outcome {
     ShadowLimited,
     /// Over quota in a soft-mode policy: admitted, marked over quota.
     SoftOverQuota,
-    /// The ledger was unavailable; admitted by the fail-open static bucket.
+    /// The ledger was unavailable and the fail-open static bucket admitted
+    /// it, or (reason [`BypassReason::Override`]) an emergency override
+    /// disabled the policy and it was admitted without the ledger.
     Bypassed(BypassReason),
     /// The ledger was unavailable and the fail-open static bucket is empty.
     FallbackLimited(BypassReason),

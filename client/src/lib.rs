@@ -16,6 +16,10 @@
 //! - [`policy`]: policies from Envoy-shaped YAML (serde_norway), validated.
 //! - [`lease`]: the lease manager (local buckets, background leases,
 //!   fail-open); its `# Layout` lists the files of `lease/` in reading order.
+//! - [`overrides`]: emergency overrides (disable or widen a policy for a
+//!   while) published on the ledger's pub/sub channel: the message, the
+//!   table, the widened policy, the subscription; a manager applies them
+//!   once told to follow the channel ([`LeaseManager::follow_overrides`]).
 //! - [`decision`]: decisions and their IETF RateLimit / Retry-After headers.
 //! - [`commands`]: typed TOKENLEASE, TOKENRETURN, SLIDINGWINDOW, CL.THROTTLE,
 //!   GET/SET/INCR/DEL/PING.
@@ -45,6 +49,7 @@ pub mod decision;
 pub mod error;
 pub mod identity;
 pub mod lease;
+pub mod overrides;
 pub mod policy;
 pub mod sentinel;
 pub mod slot;
@@ -56,6 +61,6 @@ pub use cluster::{ClusterConfig, SlotMap};
 pub use commands::{BucketParams, Lease, Throttle, Window};
 pub use decision::{BypassReason, Decision, Outcome};
 pub use error::{ConnectionError, Error, RetryAction, ServerError, ServerErrorKind};
-pub use lease::{Decide, LeaseConfig, LeaseManager};
+pub use lease::{Decide, LeaseConfig, LeaseManager, OverrideFollower};
 pub use policy::{CanaryBy, FailureMode, Mode, Policy, PolicyError, PolicyId, PolicySet};
 pub use sentinel::SentinelConfig;

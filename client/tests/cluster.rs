@@ -7,6 +7,8 @@
 //! request; a real migration's `-ASK` is followed in the server's reshard
 //! tests.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +20,6 @@ use leasehold_client::{
     Outcome, Policy, PolicyId, PolicySet, SystemClock,
 };
 use leasehold_protocol::{decode_request, Limits, Protocol, Reply};
-use leasehold_server::config::Config;
 use leasehold_server::ServerHandle;
 use leasehold_testkit::{call, cluster_topology as topology, publish_topology as publish};
 use parking_lot::Mutex;
@@ -29,15 +30,7 @@ use tokio::net::TcpListener;
 const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
 
 fn node() -> ServerHandle {
-    let mut c = Config::default();
-    c.net.bind = "127.0.0.1".into();
-    c.net.port = 0;
-    c.shards.threads = 2;
-    c.persistence.save = String::new();
-    c.persistence.dir = leasehold_testkit::scratch_dir().display().to_string();
-    c.cluster.enabled = true;
-    leasehold_server::start(c, Arc::new(leasehold_server::clock::SystemClock::new()))
-        .expect("a cluster node")
+    support::server::server(true)
 }
 
 struct Cluster {
@@ -463,4 +456,56 @@ async fn redirections_in_circles_end_in_a_clear_error() {
     assert!(err.to_string().contains("after 5 redirections"), "{err}");
     // Six sends: the first and five redirections.
     assert_eq!(first.commands().len() + b.commands().len(), 6);
+}
+
+/// An embedded manager following the override channel on a cluster hears
+/// a PUBLISH on any primary (Leasehold nodes do not forward PUBLISH, so it
+/// subscribes on every primary of the slot map), here the one it was not
+/// seeded with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_published_on_any_primary_reaches_the_lease_manager() {
+    const CHANNEL: &str = leasehold_client::overrides::DEFAULT_CHANNEL;
+    let c = cluster();
+    let client = c.client();
+    client.connect().await.unwrap();
+    let policy = support::managers::api_policy(1, Duration::from_secs(3600), 5);
+    let manager = LeaseManager::new(
+        client,
+        &PolicySet::from_policies("c", vec![policy]),
+        LeaseConfig::default(),
+        Arc::new(SystemClock::new()),
+    );
+    manager.follow_overrides(CHANNEL);
+    let subscribed = |port: u16| {
+        call(port, &["PUBSUB", "NUMSUB", CHANNEL])
+            == Some(Reply::Array(vec![
+                Reply::Bulk(Bytes::from_static(CHANNEL.as_bytes())),
+                Reply::Int(1),
+            ]))
+    };
+    leasehold_testkit::wait_for("every primary followed", Duration::from_secs(10), || {
+        c.ports.iter().all(|&p| subscribed(p))
+    });
+    let mut allowed = 0;
+    for _ in 0..20 {
+        allowed += u64::from(manager.decide(PolicyId::FIRST, b"k").await.allowed);
+    }
+    assert_eq!(allowed, 5);
+
+    let published = Instant::now();
+    let n = call(c.ports[2], &["PUBLISH", CHANNEL, "c api disable 60000"]);
+    assert_eq!(n, Some(Reply::Int(1)));
+    loop {
+        let d = manager.decide(PolicyId::FIRST, b"k").await;
+        if d.allowed {
+            assert_eq!(
+                d.outcome,
+                Outcome::Bypassed(leasehold_client::BypassReason::Override)
+            );
+            break;
+        }
+        assert!(published.elapsed() < Duration::from_secs(3), "not heard");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    manager.shutdown().await;
 }

@@ -25,7 +25,10 @@
 //!   atomic script per request.
 //! - [`limits`]: the limits in force (a manager per policy), their reload.
 //! - [`config`]: the YAML file (one document per domain), errors by line.
-//! - [`overrides`]: emergency overrides published on the ledger's pub/sub.
+//!
+//! Emergency overrides published on the ledger's pub/sub are parsed, kept
+//! and followed by `leasehold_client::overrides` (the implementation every
+//! lease manager shares); [`limits`] rebuilds the limits from them.
 //!
 //! `main.rs` is wiring: flags, logging, the ledger client, the gRPC server
 //! with the health service, the Prometheus listener, shutdown.
@@ -36,5 +39,4 @@ pub mod adhoc;
 pub mod config;
 pub mod direct;
 pub mod limits;
-pub mod overrides;
 pub mod service;

@@ -17,8 +17,9 @@ use std::time::Duration;
 use leasehold_client::{Client, Clock, LeaseConfig, LeaseManager, Policy, PolicyId, PolicySet};
 use metrics::counter;
 
+use leasehold_client::overrides::{self, Action, Overrides};
+
 use crate::config::{self, ConfigError};
-use crate::overrides::{self, Action, Overrides};
 
 /// One domain: its descriptor tree and a manager per policy.
 #[derive(Debug)]
@@ -311,16 +312,15 @@ pub fn on_override(shared: &Shared, ledger: &Ledger, text: &str) {
     let m = match overrides::parse(text) {
         Ok(m) => m,
         Err(e) => {
-            overrides::count("refused");
+            count("refused");
             tracing::warn!("override {text:?} refused: {e}");
             return;
         }
     };
     let known = |sets: &[PolicySet], m: &overrides::Message| {
-        let (overrides::Message::Set { domain, policy, .. }
-        | overrides::Message::Clear { domain, policy }) = m;
+        let (domain, policy) = m.target();
         sets.iter()
-            .any(|s| &s.domain == domain && s.id(policy).is_some())
+            .any(|s| s.domain == domain && s.id(policy).is_some())
     };
     let mut unknown = false;
     reconfigure(shared, ledger, |sets, over| {
@@ -331,12 +331,18 @@ pub fn on_override(shared: &Shared, ledger: &Ledger, text: &str) {
         over.apply(m, std::time::Instant::now())
     });
     if unknown {
-        overrides::count("refused");
+        count("refused");
         tracing::warn!("override {text:?} refused: no such domain and policy");
     } else {
-        overrides::count("applied");
+        count("applied");
         tracing::warn!("override applied: {text:?}");
     }
+}
+
+/// Counts an override event (`applied`, `refused`, `expired`) in
+/// `leasehold_rls_overrides_total{event}`.
+fn count(event: &'static str) {
+    counter!("leasehold_rls_overrides_total", "event" => event).increment(1);
 }
 
 /// Ends overrides whose time is up, checking every `every`. Runs until its
@@ -360,7 +366,7 @@ pub async fn expire_overrides(shared: Shared, ledger: Ledger, every: Duration) {
             !ended.is_empty()
         });
         for (domain, policy) in ended {
-            overrides::count("expired");
+            count("expired");
             tracing::warn!(domain, policy, "override expired");
         }
     }

@@ -172,7 +172,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
 
     let subscriber = tokio::spawn({
         let (shared, ledger) = (shared.clone(), ledger.clone());
-        leasehold_rls::overrides::subscribe(
+        leasehold_client::overrides::subscribe(
             ledger.client.clone(),
             flags.override_channel.clone(),
             move |m| limits::on_override(&shared, &ledger, m),

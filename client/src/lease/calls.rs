@@ -9,7 +9,6 @@ use std::time::Instant;
 use super::bucket::{KeyCold, LeaseResult, MAX_LEASE};
 use super::{Inner, LeaseManager, PolicyState, MIN_SAMPLE_US};
 use crate::clock::us;
-use crate::policy::PolicyId;
 
 /// One return in `Inner::returns`; ends it when dropped (also if its task
 /// is dropped with the runtime).
@@ -27,15 +26,20 @@ impl LeaseManager {
     /// Starts the key's one lease call unless one is in flight or the key is blocked.
     /// Returns false when it started none because the key is blocked (or
     /// evicted) or another call holds the slot.
-    pub(super) fn spawn_lease(&self, id: PolicyId, bucket: &Arc<KeyCold>, now: u64) -> bool {
+    pub(super) fn spawn_lease(
+        &self,
+        state: &Arc<PolicyState>,
+        bucket: &Arc<KeyCold>,
+        now: u64,
+    ) -> bool {
         if bucket.blocked(now).is_some() || !bucket.claim_lease() {
             return false;
         }
         let me = self.clone();
-        let bucket = bucket.clone();
+        let (state, bucket) = (state.clone(), bucket.clone());
         self.inner
             .runtime
-            .spawn(async move { me.lease(id, bucket).await });
+            .spawn(async move { me.lease(&state, bucket).await });
         true
     }
 
@@ -51,8 +55,7 @@ impl LeaseManager {
     /// The key's lease call (its slot claimed by `spawn_lease`): samples
     /// the key's rate, asks for `lease_size` tokens (at least 1) and lands
     /// the answer, or the failure, in the key's record.
-    async fn lease(&self, id: PolicyId, bucket: Arc<KeyCold>) {
-        let state = &self.inner.policies[id.0];
+    async fn lease(&self, state: &PolicyState, bucket: Arc<KeyCold>) {
         let c = &self.inner.config;
         let now = self.inner.clock.now_us();
         state
@@ -118,26 +121,26 @@ impl LeaseManager {
 
     /// Starts a TOKENRETURN of the key's tokens, counted in `returns` from
     /// now until it is done, so `shutdown` can wait for it.
-    pub(super) fn spawn_return(&self, id: PolicyId, bucket: Arc<KeyCold>) {
+    pub(super) fn spawn_return(&self, state: Arc<PolicyState>, bucket: Arc<KeyCold>) {
         self.inner.returns.fetch_add(1, Ordering::AcqRel);
         let in_flight = ReturnInFlight(self.inner.clone());
         let me = self.clone();
         self.inner.runtime.spawn(async move {
-            me.give_back(id, &bucket).await;
+            me.give_back(&state, &bucket).await;
             drop(in_flight);
         });
     }
 
     /// TOKENRETURN of all the key's local tokens (no call if it holds none).
-    pub(super) async fn give_back(&self, id: PolicyId, bucket: &Arc<KeyCold>) {
+    pub(super) async fn give_back(&self, state: &PolicyState, bucket: &Arc<KeyCold>) {
         // An evicted key held no tokens (and its slot may be another key's).
-        let map = &self.inner.policies[id.0].map;
+        let map = &state.map;
         let count = map.with(bucket, |b| b.hot.drain()).unwrap_or(0);
         if count == 0 {
             return;
         }
         self.inner.ledger.returns.increment(1);
-        let params = self.inner.policies[id.0].policy.bucket();
+        let params = state.policy.bucket();
         // If the return fails the tokens are simply not returned: the ledger
         // refills on its own, so the only cost is a little unused quota.
         let _ = self

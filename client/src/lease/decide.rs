@@ -9,7 +9,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::bucket::KeyCold;
-use super::LeaseManager;
+use super::overrides::Route;
+use super::{LeaseManager, PolicyState};
 use crate::decision::{BypassReason, Decision};
 use crate::policy::PolicyId;
 
@@ -49,8 +50,12 @@ impl Future for Decide<'_> {
             panic!("Decide polled after it returned its decision");
         };
         if self.waiting.is_none() {
-            let id = self.id;
-            let state = &m.inner.policies[id.0];
+            let route = m.route(self.id);
+            if let Route::Disabled(state) = route {
+                self.manager = None;
+                return Poll::Ready(m.disabled(state, 1));
+            }
+            let state = route.state();
             // Only a decision that has to wait takes a reference to the bucket.
             let found = m.with_bucket(state, self.key, |bucket| {
                 m.local(state, bucket).ok_or_else(|| bucket.cold().clone())
@@ -60,7 +65,10 @@ impl Future for Decide<'_> {
                     self.manager = None;
                     return Poll::Ready(d);
                 }
-                Err(bucket) => self.waiting = Some(Box::pin(m.wait_for_lease(id, bucket))),
+                Err(bucket) => {
+                    let state = state.clone();
+                    self.waiting = Some(Box::pin(m.wait_for_lease(state, bucket)));
+                }
             }
         }
         let waiting = self.waiting.as_mut().expect("set above");
@@ -76,7 +84,9 @@ impl LeaseManager {
     /// demand spike that outran the prefetch), and then at most the lease
     /// deadline plus 1 ms. A ledger failure yields a bypass outcome, never
     /// `Limited`. The local decision is made when the future is first
-    /// polled.
+    /// polled. Under an emergency override ([`Self::follow_overrides`]) a
+    /// disabled policy admits at once (`Bypassed(Override)`, no ledger
+    /// call) and a widened one decides from its widened bucket.
     pub fn decide<'a>(&'a self, id: PolicyId, key: &'a [u8]) -> Decide<'a> {
         Decide {
             manager: Some(self),
@@ -86,9 +96,10 @@ impl LeaseManager {
         }
     }
 
-    /// `decide` for a key with no local tokens: waits for its lease.
-    async fn wait_for_lease(&self, id: PolicyId, mut bucket: Arc<KeyCold>) -> Decision {
-        let state = &self.inner.policies[id.0];
+    /// `decide` for a key with no local tokens: waits for its lease (in
+    /// `state`, the policy's own or a widened override's).
+    async fn wait_for_lease(&self, state: Arc<PolicyState>, mut bucket: Arc<KeyCold>) -> Decision {
+        let state = &state;
         let deadline = tokio::time::Instant::now()
             + self.inner.client.config().lease_deadline
             + Duration::from_millis(1);
@@ -130,7 +141,7 @@ impl LeaseManager {
                     // Refused with none in flight: a block (or an eviction)
                     // came after the check above; look again rather than
                     // wait for a lease that is not coming.
-                    _ if !self.spawn_lease(id, &bucket, now) && !bucket.lease_in_flight() => {
+                    _ if !self.spawn_lease(state, &bucket, now) && !bucket.lease_in_flight() => {
                         continue
                     }
                     _ => {}

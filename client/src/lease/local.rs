@@ -2,9 +2,12 @@
 //! a local token, the renewal trigger at the low watermark, and a key with
 //! no local tokens (blocked, breaker open, or a lease to start).
 
+use std::sync::Arc;
+
 use bytes::{BufMut, BytesMut};
 
 use super::bucket::{Bucket, KeyCold, HIT};
+use super::overrides::Route;
 use super::{LeaseManager, PolicyState, MIN_SAMPLE_US};
 use crate::clock::us;
 use crate::decision::{BypassReason, Decision, Outcome};
@@ -16,8 +19,13 @@ impl LeaseManager {
     /// The steady-state path: a map lookup under the shard's read lock and
     /// one compare-and-swap of the word that holds the token count and the
     /// decision counter; no clock read.
+    /// A policy an override disabled admits (`Bypassed(Override)`).
     pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(state) = route {
+            return Some(self.disabled(state, 1));
+        }
+        let state = route.state();
         self.with_bucket(state, key, |bucket| self.local(state, bucket))
     }
 
@@ -25,9 +33,15 @@ impl LeaseManager {
     /// local bucket holds that many: one CAS takes them all, and the
     /// decision is the allowed one the last of them would get (renewal
     /// starts at the low watermark as usual). `None`, with nothing taken
-    /// or counted, when the key holds fewer: decide one at a time then.
+    /// or counted, when the key holds fewer: decide one at a time then. A
+    /// policy an override disabled admits them all, counted as `tokens`
+    /// decisions `Bypassed(Override)`.
     pub fn try_take(&self, id: PolicyId, key: &[u8], tokens: u64) -> Option<Decision> {
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(state) = route {
+            return Some(self.disabled(state, tokens));
+        }
+        let state = route.state();
         self.with_bucket(state, key, |bucket| {
             let left = bucket.hot.take_n(tokens)?;
             if bucket.hot.below_watermark(left) {
@@ -101,7 +115,7 @@ impl LeaseManager {
     ///
     /// The steady state reads no clock: an allowed decision's fields come
     /// from the record and the policy.
-    pub(super) fn local(&self, state: &PolicyState, bucket: Bucket<'_>) -> Option<Decision> {
+    pub(super) fn local(&self, state: &Arc<PolicyState>, bucket: Bucket<'_>) -> Option<Decision> {
         if let Some(left) = bucket.hot.take(HIT) {
             if bucket.hot.below_watermark(left) {
                 self.renew(state, bucket);
@@ -115,14 +129,19 @@ impl LeaseManager {
     /// `local` at the low watermark: starts the key's renewal.
     #[cold]
     #[inline(never)]
-    fn renew(&self, state: &PolicyState, bucket: Bucket<'_>) {
+    fn renew(&self, state: &Arc<PolicyState>, bucket: Bucket<'_>) {
         let now = self.inner.clock.now_us();
-        self.spawn_lease(state.id, bucket.cold(), now);
+        self.spawn_lease(state, bucket.cold(), now);
     }
 
     /// `local` for a key with no local tokens.
     #[cold]
-    fn local_empty(&self, state: &PolicyState, bucket: Bucket<'_>, now: u64) -> Option<Decision> {
+    fn local_empty(
+        &self,
+        state: &Arc<PolicyState>,
+        bucket: Bucket<'_>,
+        now: u64,
+    ) -> Option<Decision> {
         bucket.hot.hit();
         // A key deciding without tokens (blocked, breaker open, waiting) may
         // not lease for a long time, and the sweeper does not sample a busy
@@ -138,7 +157,7 @@ impl LeaseManager {
         }
         // Whatever the last lease's fate, try again: the breaker, not this
         // key, decides when the ledger is left alone.
-        self.spawn_lease(state.id, cold, now);
+        self.spawn_lease(state, cold, now);
         None
     }
 }

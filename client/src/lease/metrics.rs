@@ -4,7 +4,11 @@
 //! Names:
 //! - `rate_limit_decisions_total{policy, outcome}` (counter)
 //! - `rate_limit_bypassed_total{policy, reason}` (counter): decisions admitted
-//!   by the fail-open static bucket because the ledger could not answer
+//!   by the fail-open static bucket because the ledger could not answer, or
+//!   (`reason="override"`) because an emergency override disabled the policy
+//! - `rate_limit_overrides_total{event="applied"|"refused"|"expired"}`
+//!   (counter): override messages this manager applied or refused, and its
+//!   overrides that ended by themselves
 //! - `rate_limit_lease_rtt_seconds` (histogram): TOKENLEASE round trips
 //! - `rate_limit_lease_size_tokens` (histogram): tokens granted per lease
 //! - `rate_limit_ledger_calls_total{command}` (counter)
@@ -16,7 +20,7 @@ use crate::decision::{BypassReason, Outcome};
 
 pub(crate) struct PolicyMetrics {
     decisions: [Counter; Outcome::COUNT],
-    bypassed: [Counter; 3],
+    bypassed: [Counter; BypassReason::ALL.len()],
 }
 
 impl PolicyMetrics {
@@ -39,9 +43,15 @@ impl PolicyMetrics {
 
     #[inline]
     pub(crate) fn record(&self, outcome: Outcome) {
-        self.decisions[outcome.index()].increment(1);
+        self.record_n(outcome, 1);
+    }
+
+    /// Counts `n` decisions of `outcome` at once.
+    #[inline]
+    pub(crate) fn record_n(&self, outcome: Outcome, n: u64) {
+        self.decisions[outcome.index()].increment(n);
         if let Outcome::Bypassed(reason) = outcome {
-            self.bypassed[reason as usize].increment(1);
+            self.bypassed[reason as usize].increment(n);
         }
     }
 }
@@ -60,6 +70,24 @@ impl LedgerMetrics {
             lease_size: histogram!("rate_limit_lease_size_tokens"),
             leases: counter!("rate_limit_ledger_calls_total", "command" => "TOKENLEASE"),
             returns: counter!("rate_limit_ledger_calls_total", "command" => "TOKENRETURN"),
+        }
+    }
+}
+
+/// `rate_limit_overrides_total{event}`, one per manager.
+pub(crate) struct OverrideMetrics {
+    pub(crate) applied: Counter,
+    pub(crate) refused: Counter,
+    pub(crate) expired: Counter,
+}
+
+impl OverrideMetrics {
+    pub(crate) fn new() -> OverrideMetrics {
+        let c = |event: &'static str| counter!("rate_limit_overrides_total", "event" => event);
+        OverrideMetrics {
+            applied: c("applied"),
+            refused: c("refused"),
+            expired: c("expired"),
         }
     }
 }

@@ -72,6 +72,11 @@
 //!   [`LeaseManager::take_from_ledger`] (a TOKENLEASE with no local bucket).
 //! - `shutdown.rs`: [`LeaseManager::shutdown`]: every key's unspent tokens
 //!   returned.
+//! - `overrides.rs`: emergency overrides applied to this manager's policies
+//!   ([`LeaseManager::follow_overrides`], [`LeaseManager::apply_override`]):
+//!   a disabled policy admits without the ledger, a widened one decides
+//!   from a policy state of its own (`<name>@x<factor>`), and either ends
+//!   by itself.
 //! - `map.rs`: one policy's keys, in 64 shards.
 //! - `bucket/`: one key's hot record and cold part (its `mod.rs` lists its
 //!   files).
@@ -86,6 +91,7 @@ mod decide;
 mod local;
 mod map;
 mod metrics;
+mod overrides;
 mod refund;
 mod shard_lock;
 mod shutdown;
@@ -103,18 +109,28 @@ use self::bucket::Bucket;
 pub use self::config::LeaseConfig;
 pub use self::decide::Decide;
 use self::map::KeyMap;
-use self::metrics::{LedgerMetrics, PolicyMetrics};
+use self::metrics::{LedgerMetrics, OverrideMetrics, PolicyMetrics};
+pub use self::overrides::OverrideFollower;
+use self::overrides::{OverrideCell, Route};
 use crate::client::Client;
 use crate::clock::Clock;
+use crate::overrides::Overrides;
 use crate::policy::{Policy, PolicyId, PolicySet};
 
 /// Rate samples shorter than this are too noisy to use.
 const MIN_SAMPLE_US: u64 = 20_000;
 
 /// One policy: its settings, its ledger-key prefix, its keys and metrics.
+/// A widened override decides from a state of its own, built from the
+/// widened policy (`<name>@x<factor>`).
 struct PolicyState {
     id: PolicyId,
     policy: Policy,
+    /// The `policy` label of its metrics.
+    label: Box<str>,
+    /// The override in force for this policy (always none in a widened
+    /// override's own state).
+    over: OverrideCell,
     /// `{domain}:{name}:` prefix of this policy's ledger keys.
     prefix: Bytes,
     /// Fail-open static bucket: ns between tokens, and its burst.
@@ -126,20 +142,61 @@ struct PolicyState {
     metrics: PolicyMetrics,
 }
 
+impl PolicyState {
+    /// Policy `id` of `domain`, reporting its metrics under `label`.
+    fn new(domain: &str, id: PolicyId, p: &Policy, label: &str) -> PolicyState {
+        let mut prefix = BytesMut::new();
+        prefix.put_slice(domain.as_bytes());
+        prefix.put_u8(b':');
+        prefix.put_slice(p.name.as_bytes());
+        prefix.put_u8(b':');
+        let unit_ns = p.unit.as_nanos() as u64;
+        PolicyState {
+            id,
+            fallback_interval_ns: (unit_ns / p.fail_open_requests_per_unit).max(1),
+            fallback_burst: p.burst.saturating_mul(2),
+            refill_ns: unit_ns as f64 / p.requests_per_unit as f64,
+            prefix: prefix.freeze(),
+            map: KeyMap::new(),
+            metrics: PolicyMetrics::new(label),
+            label: label.into(),
+            over: OverrideCell::default(),
+            policy: p.clone(),
+        }
+    }
+}
+
 /// What every clone of a [`LeaseManager`] shares.
 struct Inner {
     client: Client,
     config: LeaseConfig,
     clock: Arc<dyn Clock>,
-    policies: Vec<PolicyState>,
+    /// The policy set's domain (overrides name it).
+    domain: String,
+    /// Indexed by [`PolicyId`]; each shared with the lease calls in flight.
+    policies: Vec<Arc<PolicyState>>,
     runtime: Handle,
     ledger: LedgerMetrics,
+    /// The overrides in force for this manager's policies (each also in
+    /// its policy's [`OverrideCell`], which decisions read).
+    overrides: parking_lot::Mutex<Overrides>,
+    override_metrics: OverrideMetrics,
+    /// The tasks following an override channel, stopped with the manager.
+    followers: parking_lot::Mutex<Vec<tokio::task::AbortHandle>>,
     /// Set by `shutdown`: the sweeper stops at its next tick.
     stopped: AtomicBool,
     /// Token returns in flight (the sweeper's and `shutdown`'s), and the
     /// notification `shutdown` waits on until there are none.
     returns: AtomicUsize,
     returns_done: Notify,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for f in self.followers.get_mut().drain(..) {
+            f.abort();
+        }
+    }
 }
 
 /// The lease manager; cheap to clone (all clones share state).
@@ -179,22 +236,13 @@ impl LeaseManager {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let mut prefix = BytesMut::new();
-                prefix.put_slice(policies.domain.as_bytes());
-                prefix.put_u8(b':');
-                prefix.put_slice(p.name.as_bytes());
-                prefix.put_u8(b':');
-                let unit_ns = p.unit.as_nanos() as u64;
-                PolicyState {
-                    id: PolicyId(i),
-                    fallback_interval_ns: (unit_ns / p.fail_open_requests_per_unit).max(1),
-                    fallback_burst: p.burst.saturating_mul(2),
-                    refill_ns: unit_ns as f64 / p.requests_per_unit as f64,
-                    prefix: prefix.freeze(),
-                    map: KeyMap::new(),
-                    metrics: PolicyMetrics::new(policies.metrics_label(PolicyId(i))),
-                    policy: p.clone(),
-                }
+                let id = PolicyId(i);
+                Arc::new(PolicyState::new(
+                    &policies.domain,
+                    id,
+                    p,
+                    policies.metrics_label(id),
+                ))
             })
             .collect();
         let manager = LeaseManager {
@@ -202,9 +250,13 @@ impl LeaseManager {
                 client,
                 config,
                 clock,
+                domain: policies.domain.clone(),
                 policies: states,
                 runtime: Handle::current(),
                 ledger: LedgerMetrics::new(),
+                overrides: parking_lot::Mutex::default(),
+                override_metrics: OverrideMetrics::new(),
+                followers: parking_lot::Mutex::default(),
                 stopped: AtomicBool::new(false),
                 returns: AtomicUsize::new(0),
                 returns_done: Notify::new(),
@@ -214,14 +266,17 @@ impl LeaseManager {
         manager
     }
 
-    /// The policy behind `id`.
+    /// The policy behind `id`, as configured (an override in force does not
+    /// change it: [`Self::override_of`] says whether one is).
     pub fn policy(&self, id: PolicyId) -> &Policy {
         &self.inner.policies[id.0].policy
     }
 
-    /// Runs `f` on `key`'s bucket if the key is known.
+    /// Runs `f` on `key`'s bucket if the key is known, in the state policy
+    /// `id` decides from now (a widened override's own).
     fn peek<R>(&self, id: PolicyId, key: &[u8], f: impl FnOnce(Bucket<'_>) -> R) -> Option<R> {
-        let map = &self.inner.policies[id.0].map;
+        let route = self.route(id);
+        let map = &route.state().map;
         map.get(map.hash(key), key, f)
     }
 
@@ -233,9 +288,15 @@ impl LeaseManager {
 
     /// Requests left for `key` as an allowed decision would report them
     /// (tokens: its local ones plus the ledger's balance at its last lease),
-    /// without deciding; the policy's burst for a key not tracked.
+    /// without deciding; the policy's burst for a key not tracked. Under a
+    /// widened override, the widened state's (as for the views below);
+    /// under a disabled one, the policy's burst.
     pub fn remaining(&self, id: PolicyId, key: &[u8]) -> u64 {
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(state) = route {
+            return state.policy.burst;
+        }
+        let state = route.state();
         self.peek(id, key, |b| {
             b.hot
                 .tokens()
@@ -255,8 +316,8 @@ impl LeaseManager {
             .unwrap_or(self.inner.config.min_lease)
     }
 
-    /// How many keys the manager tracks.
+    /// How many keys the manager tracks (a widened override's keys too).
     pub fn tracked_keys(&self) -> usize {
-        self.inner.policies.iter().map(|s| s.map.len()).sum()
+        self.states().iter().map(|s| s.map.len()).sum()
     }
 }

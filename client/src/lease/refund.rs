@@ -8,7 +8,10 @@
 //! local bucket (one call a decision: for comparisons with services that
 //! work that way).
 
-use super::LeaseManager;
+use std::time::Duration;
+
+use super::overrides::Route;
+use super::{LeaseManager, PolicyState};
 use crate::commands::Lease;
 use crate::error::Error;
 use crate::policy::PolicyId;
@@ -22,12 +25,18 @@ impl LeaseManager {
     /// A key the sweeper forgot meanwhile is created again and holds them.
     ///
     /// Putting back tokens that were never taken over-admits by that many
-    /// (the count saturates at 2^42 tokens).
+    /// (the count saturates at 2^42 tokens). Under a widened override the
+    /// tokens go to the widened bucket; under a disabled one (whose
+    /// decisions took none) nothing happens.
     pub fn put_back(&self, id: PolicyId, key: &[u8], tokens: u64) {
         if tokens == 0 {
             return;
         }
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(_) = route {
+            return;
+        }
+        let state = route.state();
         self.with_bucket(state, key, |b| b.hot.put_back(tokens));
     }
 
@@ -39,6 +48,10 @@ impl LeaseManager {
     /// ledger has tokens after the return, so they can be leased again.
     ///
     /// # Errors
+    /// Under a widened override, the widened bucket's; under a disabled
+    /// one, no call, and the answer is the policy's burst.
+    ///
+    /// # Errors
     /// As [`Client::token_return`](crate::Client::token_return): transport
     /// errors, the breaker open, a server error.
     pub async fn return_to_ledger(
@@ -47,12 +60,16 @@ impl LeaseManager {
         key: &[u8],
         tokens: u64,
     ) -> Result<u64, Error> {
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(state) = route {
+            return Ok(state.policy.burst);
+        }
+        let state = route.state();
         self.inner.ledger.returns.increment(1);
         let left = self
             .inner
             .client
-            .token_return(&self.ledger_key(id, key), state.policy.bucket(), tokens)
+            .token_return(&Self::ledger_key(state, key), state.policy.bucket(), tokens)
             .await?;
         if left > 0 {
             // A key this manager does not hold has no block to lift.
@@ -65,6 +82,8 @@ impl LeaseManager {
     /// `TOKENLEASE` of exactly `tokens` (all or nothing) from the ledger's
     /// bucket for `key` under policy `id`, leaving the local count alone:
     /// one ledger call under the lease deadline. `granted` is `tokens` or 0.
+    /// Under a widened override, from the widened bucket; under a disabled
+    /// one, no call: all `tokens` granted, `remaining` the policy's burst.
     ///
     /// # Errors
     /// As [`Client::token_lease`](crate::Client::token_lease).
@@ -74,12 +93,21 @@ impl LeaseManager {
         key: &[u8],
         tokens: u64,
     ) -> Result<Lease, Error> {
-        let state = &self.inner.policies[id.0];
+        let route = self.route(id);
+        if let Route::Disabled(state) = route {
+            return Ok(Lease {
+                granted: tokens,
+                remaining: state.policy.burst,
+                retry_after: Some(Duration::ZERO),
+                reset_after: Duration::ZERO,
+            });
+        }
+        let state = route.state();
         self.inner.ledger.leases.increment(1);
         self.inner
             .client
             .token_lease(
-                &self.ledger_key(id, key),
+                &Self::ledger_key(state, key),
                 state.policy.bucket(),
                 tokens,
                 tokens,
@@ -88,8 +116,8 @@ impl LeaseManager {
     }
 
     /// `{domain}:{policy name}:{key}`, the ledger's key for `key`.
-    fn ledger_key(&self, id: PolicyId, key: &[u8]) -> Vec<u8> {
-        let prefix = &self.inner.policies[id.0].prefix;
+    fn ledger_key(state: &PolicyState, key: &[u8]) -> Vec<u8> {
+        let prefix = &state.prefix;
         let mut ledger_key = Vec::with_capacity(prefix.len() + key.len());
         ledger_key.extend_from_slice(prefix);
         ledger_key.extend_from_slice(key);

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::{LeaseManager, MIN_SAMPLE_US};
 use crate::clock::us;
-use crate::policy::PolicyId;
 
 impl LeaseManager {
     /// Starts the sweeper on the manager's runtime. It holds only a weak
@@ -33,11 +32,14 @@ impl LeaseManager {
 
     /// One sweep: rate samples, TOKENRETURN for keys idle past `idle_after`,
     /// eviction past `evict_after`. The background sweeper calls this every
-    /// `sweep_interval`; tests with a manual clock call it directly.
+    /// `sweep_interval`; tests with a manual clock call it directly. It
+    /// also ends the emergency overrides whose time is up, and sweeps a
+    /// widened override's keys like the policies' own.
     pub fn maintain(&self) {
+        self.expire_overrides();
         let c = &self.inner.config;
         let now = self.inner.clock.now_us();
-        for (i, state) in self.inner.policies.iter().enumerate() {
+        for state in self.states() {
             let mut evict = Vec::new();
             // Keys that decided since the last sweep are only marked busy:
             // their rate is sampled when they lease (`lease`), so the sweep
@@ -51,7 +53,7 @@ impl LeaseManager {
                     return;
                 }
                 if bucket.hot.tokens() > 0 {
-                    self.spawn_return(PolicyId(i), cold.clone());
+                    self.spawn_return(state.clone(), cold.clone());
                 } else if idle >= us(c.evict_after) && cold.blocked(now).is_none() {
                     evict.push(cold.clone());
                 }

@@ -6,6 +6,7 @@
 
 pub mod conservation;
 pub mod managers;
+pub mod server;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,6 +1,7 @@
 //! Emergency overrides: an operator disables or widens one limit on every
-//! `leasehold-rls` instance at once, without a deploy, by publishing on the
-//! ledger's pub/sub channel (default `leasehold-rls:override`):
+//! lease manager and every `leasehold-rls` leasing from one ledger at once,
+//! without a deploy, by publishing on the ledger's pub/sub channel
+//! ([`DEFAULT_CHANNEL`], `leasehold-rls:override`):
 //!
 //! ```text
 //! PUBLISH leasehold-rls:override "edge user disable 60000"    # unlimited for 60 s
@@ -8,26 +9,42 @@
 //! PUBLISH leasehold-rls:override "edge user clear"            # back now
 //! ```
 //!
-//! A message is `<domain> <policy name> <action> [<factor>] <ttl ms>`. An
-//! override expires by itself after its ttl unless published again (which
-//! renews it); every one applied, refused or expired is logged and counted
-//! in `leasehold_rls_overrides_total{event="applied"|"refused"|"expired"}`.
+//! A message is `<domain> <policy name> <action> [<factor>] <ttl ms>`
+//! ([`parse`]). An override expires by itself after its ttl unless
+//! published again (which renews it).
+//!
+//! This module is the one implementation both users share: the message
+//! ([`parse`]), the table of overrides in force ([`Overrides`]), the
+//! widened policy ([`Overrides::widened`]) and the subscription that
+//! follows the channel on one node, the primary Sentinel names, or every
+//! primary of a cluster ([`subscribe`]). A [`LeaseManager`] applies them to
+//! its own policies once told to follow the channel
+//! ([`LeaseManager::follow_overrides`]); `leasehold-rls` rebuilds its
+//! limits from them.
 //!
 //! A widened policy decides from a fresh ledger bucket named
 //! `<policy>@x<factor>` (so its headers and metrics say so), full at the
 //! widened burst: relief starts at once rather than after the emptied
 //! bucket refills at the new rate. When the override ends, the policy goes
 //! back to its own bucket, which the ledger kept (and refilled) meanwhile.
+//!
+//! [`LeaseManager`]: crate::LeaseManager
+//! [`LeaseManager::follow_overrides`]: crate::LeaseManager::follow_overrides
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use leasehold_client::{Client, Policy};
 use leasehold_protocol::{decode_reply, encode_request, Reply};
-use metrics::counter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::client::Client;
+use crate::policy::Policy;
+
+/// The channel overrides are published on unless configured otherwise
+/// (`leasehold-rls --override-channel`).
+pub const DEFAULT_CHANNEL: &str = "leasehold-rls:override";
 
 /// What an override does to its policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +87,14 @@ pub enum Message {
         /// The policy's name.
         policy: String,
     },
+}
+
+impl Message {
+    /// The domain and policy name the message is about.
+    pub fn target(&self) -> (&str, &str) {
+        let (Message::Set { domain, policy, .. } | Message::Clear { domain, policy }) = self;
+        (domain, policy)
+    }
 }
 
 /// The longest an override lasts without being renewed.
@@ -309,11 +334,6 @@ async fn follow(
             return Ok(());
         }
     }
-}
-
-/// Counts an override event (`applied`, `refused`, `expired`).
-pub(crate) fn count(event: &'static str) {
-    counter!("leasehold_rls_overrides_total", "event" => event).increment(1);
 }
 
 #[cfg(test)]
