@@ -1,11 +1,17 @@
 //! The hot-key section's tables, targets and cost model.
 
 use super::{Counts, Row, Section, Setup, HEADING, HOT_THROTTLE, HOT_TOKENLEASE, SETUPS, UNIFORM};
-use crate::compare::table::{noisy_note, thousands, SideResult};
+use crate::compare::table::{noisy_note, thousands, SideResult, NOISY_SPREAD};
 use crate::compare::with_without::render::{commands_block, ms, opening, targets, verdict, x, Verdict};
 
 /// Thread counts the model is evaluated at.
 pub const MODEL_THREADS: [usize; 3] = [4, 16, 64];
+
+/// `m`: ns to read one cache line another core has just written, the
+/// price of each other slot a local grant's reply sums. Not measured here
+/// (this machine's two cores cannot show it); a usual figure for two cores
+/// of one socket.
+pub const LINE_NS: f64 = 80.0;
 
 /// The median ops/s of cell `a` over that of cell `b`.
 pub fn ratio(row: &Row, a: Setup, b: Setup) -> Option<f64> {
@@ -84,13 +90,14 @@ impl Costs {
         (1e9 / owner).min(n * 1e9 / all)
     }
 
-    /// Split, `n` threads: every call is served where it is read, so
-    /// `n 1e9 / s` (an upper bound: a local grant's reply also reads the
-    /// `n` slots, one cache line each, which grows with `n` and was
-    /// measured here at `n` = [`Costs::shards`] only, and the owner's
-    /// gathers are left out).
+    /// Split, `n` threads: every call is served where it is read, and a
+    /// local grant's reply sums every slot, one cache line each, which
+    /// another thread keeps writing: `n 1e9 / (s + (n - N) m)`, `s`
+    /// measured at `N` = [`Costs::shards`] and `m` = [`LINE_NS`] for each
+    /// slot more. The owner's gathers are left out (none in these runs).
     pub fn split_rps(&self, n: usize) -> f64 {
-        n as f64 * 1e9 / self.local
+        let more = n.saturating_sub(self.shards) as f64;
+        n as f64 * 1e9 / (self.local + more * LINE_NS)
     }
 }
 
@@ -127,15 +134,41 @@ fn find<'a>(rows: &'a [Row], name: &str, pipeline: usize) -> Option<&'a Row> {
         .find(|r| r.workload.name == name && r.workload.pipeline == pipeline)
 }
 
+/// The target "split on / split off >= `min`" on `row`; its measure also
+/// gives both cells' spread ((max - min) / median of the runs) when either
+/// is over [`NOISY_SPREAD`], so a target met or missed inside the noise
+/// says so.
+fn on_over_off(goal: String, row: Option<&Row>, min: f64) -> Verdict {
+    let mut v = verdict(
+        goal,
+        row.and_then(|r| ratio(r, Setup::SplitOn, Setup::SplitOff)),
+        |v| v >= min,
+    );
+    let spreads = row.map(|r| {
+        [Setup::SplitOn, Setup::SplitOff].map(|s| r.cells[s.index()].result.spread())
+    });
+    if let Some([Some(a), Some(b)]) = spreads {
+        if a.max(b) > NOISY_SPREAD {
+            v.measured = format!(
+                "{} (noisy: runs spread {:.0}% on, {:.0}% off)",
+                v.measured,
+                a * 100.0,
+                b * 100.0
+            );
+        }
+    }
+    v
+}
+
 /// The section's targets.
 pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for name in [HOT_TOKENLEASE, HOT_THROTTLE] {
         for (p, min) in [(1, 1.15), (16, 1.0)] {
-            out.push(verdict(
+            out.push(on_over_off(
                 format!("{name} -P {p}: split on / split off >= {min:.2}x"),
-                find(rows, name, p).and_then(|r| ratio(r, Setup::SplitOn, Setup::SplitOff)),
-                |v| v >= min,
+                find(rows, name, p),
+                min,
             ));
         }
     }
@@ -150,10 +183,10 @@ pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
             });
         }
     }
-    out.push(verdict(
+    out.push(on_over_off(
         format!("{UNIFORM} -P 16: split on / split off >= 0.98x"),
-        find(rows, UNIFORM, 16).and_then(|r| ratio(r, Setup::SplitOn, Setup::SplitOff)),
-        |v| v >= 0.98,
+        find(rows, UNIFORM, 16),
+        0.98,
     ));
     out
 }
@@ -281,7 +314,10 @@ pub fn section(s: &Section) -> String {
         ));
     }
     out.push_str(&model(&s.rows));
-    out.push('\n');
+    out.push_str(
+        "\nA target is judged on the medians; where a cell's runs spread more than 20% \
+         its measure says so, and a result inside that spread is not a firm one.\n\n",
+    );
     out.push_str(&targets(&verdicts(&s.rows)));
     out.push_str(&format!(
         "\nServers:\n\n{}",
@@ -293,7 +329,7 @@ pub fn section(s: &Section) -> String {
 
 /// The cost model of the one-hot-key TOKENLEASE rows.
 pub fn model(rows: &[Row]) -> String {
-    let mut out = String::from(
+    let mut out = format!(
         "\n### The model\n\n\
          From the one-hot-key TOKENLEASE rows (ns of CPU per request; N = shards here): \
          `s` = split on, all shard threads; `o` = split off, the owner thread; `u` = \
@@ -301,9 +337,11 @@ pub fn model(rows: &[Row]) -> String {
          a call read on another thread; `y = N u / (N - 1)` = the reading thread's work \
          for it; `h = x + y - s` = what a hop adds; `r` = Redis. With n threads each on \
          a core: Redis `1e9 / r`; unsplit `min(1e9 / (s/n + (n-1) x/n), n 1e9 / (s/n + \
-         (n-1)(x+y)/n))` (the owner runs every call of the key); split `n 1e9 / s` (an \
-         upper bound: each local grant's reply reads all n slots, and gathers are left \
-         out).\n\n",
+         (n-1)(x+y)/n))` (the owner runs every call of the key); split `n 1e9 / (s + (n - N) m)`: \
+         every call is served where it is read, and each local grant's reply sums all n \
+         slots, one cache line each that another thread keeps writing, `m` = {LINE_NS:.0} \
+         ns a line (assumed, not measured: two cores cannot show it); no gathers (none \
+         happened in these runs).\n\n",
     );
     for p in [16, 1] {
         let Some(c) = find(rows, HOT_TOKENLEASE, p).and_then(costs) else {
@@ -401,7 +439,8 @@ mod tests {
         // n = 4: owner 1200/4 + 3*800/4 = 900 ns; all 300 + 3*1600/4 = 1500,
         // 4e9/1500 = 2.67M: the owner bounds it at 1.11M.
         assert!((c.unsplit_rps(4) - 1e9 / 900.0).abs() < 1e-6);
-        assert_eq!(c.split_rps(4), 4e9 / 1200.0);
+        assert_eq!(c.split_rps(2), 2e9 / 1200.0);
+        assert_eq!(c.split_rps(4), 4e9 / (1200.0 + 2.0 * LINE_NS));
         let v = verdicts(&[r]);
         let tl16 = v.iter().find(|v| v.goal.contains("TOKENLEASE -P 16: split on")).unwrap();
         assert_eq!((tl16.measured.as_str(), tl16.met), ("1.00x", Some(true)));
