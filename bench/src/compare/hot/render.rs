@@ -191,9 +191,10 @@ pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
     out
 }
 
-/// A share as `53%`, or `-`.
+/// A share as `53.4%`, or `-` (one decimal, so a share just over a
+/// threshold does not print as the threshold).
 fn pct(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0))
+    v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
 /// Cell `s`'s median ops/s, `failed` or `-`.
@@ -445,7 +446,7 @@ mod tests {
         let tl16 = v.iter().find(|v| v.goal.contains("TOKENLEASE -P 16: split on")).unwrap();
         assert_eq!((tl16.measured.as_str(), tl16.met), ("1.00x", Some(true)));
         let share = v.iter().find(|v| v.goal.contains("TOKENLEASE -P 16: the hottest")).unwrap();
-        assert_eq!((share.measured.as_str(), share.met), ("50%", Some(true)));
+        assert_eq!((share.measured.as_str(), share.met), ("50.0%", Some(true)));
         assert_eq!(v.iter().filter(|v| v.met.is_none()).count(), v.len() - 2);
     }
 }
