@@ -672,7 +672,10 @@ fn shard_commands_count_a_split_keys_calls_where_they_ran() {
         d
     };
     let unsplit = run(&mut conns);
-    assert!(unsplit.iter().any(|&n| n >= 800), "one owner ran all: {unsplit:?}");
+    assert!(
+        unsplit.iter().any(|&n| n >= 800),
+        "one owner ran all: {unsplit:?}"
+    );
     assert_eq!(admin.call("LH.SPLIT hot 1000000 1 3600000"), ":1\r\n");
     let split = run(&mut conns);
     assert!(split.iter().all(|&n| (300..=500).contains(&n)), "{split:?}");

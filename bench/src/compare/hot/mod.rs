@@ -182,7 +182,11 @@ fn read_counts(server: &Server) -> Counts {
     };
     c.shard_commands = shard_commands(&info("leasehold"));
     let hot = info("hotkeys");
-    let n = |f: &str| info_field(&hot, f).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let n = |f: &str| {
+        info_field(&hot, f)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     c.splits = n("hotkey_splits");
     c.local_grants = n("hotkey_local_grants");
     c.borrows = n("hotkey_borrows");
@@ -314,10 +318,30 @@ pub fn rows() -> Vec<Workload> {
         row(HOT_TOKENLEASE, HOT_BUCKET, 16, "uniform"),
         row(HOT_THROTTLE, HOT_GCRA, 1, "uniform"),
         row(HOT_THROTTLE, HOT_GCRA, 16, "uniform"),
-        row("Zipf(0.99) over 100 000 keys, TOKENLEASE", MANY_BUCKETS, 1, "zipf:0.99"),
-        row("Zipf(0.99) over 100 000 keys, TOKENLEASE", MANY_BUCKETS, 16, "zipf:0.99"),
-        row("Zipf(1.2) over 100 000 keys, TOKENLEASE", MANY_BUCKETS, 1, "zipf:1.2"),
-        row("Zipf(1.2) over 100 000 keys, TOKENLEASE", MANY_BUCKETS, 16, "zipf:1.2"),
+        row(
+            "Zipf(0.99) over 100 000 keys, TOKENLEASE",
+            MANY_BUCKETS,
+            1,
+            "zipf:0.99",
+        ),
+        row(
+            "Zipf(0.99) over 100 000 keys, TOKENLEASE",
+            MANY_BUCKETS,
+            16,
+            "zipf:0.99",
+        ),
+        row(
+            "Zipf(1.2) over 100 000 keys, TOKENLEASE",
+            MANY_BUCKETS,
+            1,
+            "zipf:1.2",
+        ),
+        row(
+            "Zipf(1.2) over 100 000 keys, TOKENLEASE",
+            MANY_BUCKETS,
+            16,
+            "zipf:1.2",
+        ),
         row(UNIFORM, MANY_BUCKETS, 16, "uniform"),
     ]
 }

@@ -2,7 +2,9 @@
 
 use super::{Counts, Row, Section, Setup, HEADING, HOT_THROTTLE, HOT_TOKENLEASE, SETUPS, UNIFORM};
 use crate::compare::table::{noisy_note, thousands, SideResult, NOISY_SPREAD};
-use crate::compare::with_without::render::{commands_block, ms, opening, targets, verdict, x, Verdict};
+use crate::compare::with_without::render::{
+    commands_block, ms, opening, targets, verdict, x, Verdict,
+};
 
 /// Thread counts the model is evaluated at.
 pub const MODEL_THREADS: [usize; 3] = [4, 16, 64];
@@ -144,9 +146,8 @@ fn on_over_off(goal: String, row: Option<&Row>, min: f64) -> Verdict {
         row.and_then(|r| ratio(r, Setup::SplitOn, Setup::SplitOff)),
         |v| v >= min,
     );
-    let spreads = row.map(|r| {
-        [Setup::SplitOn, Setup::SplitOff].map(|s| r.cells[s.index()].result.spread())
-    });
+    let spreads =
+        row.map(|r| [Setup::SplitOn, Setup::SplitOff].map(|s| r.cells[s.index()].result.spread()));
     if let Some([Some(a), Some(b)]) = spreads {
         if a.max(b) > NOISY_SPREAD {
             v.measured = format!(
@@ -177,7 +178,9 @@ pub fn verdicts(rows: &[Row]) -> Vec<Verdict> {
             let share = find(rows, name, p)
                 .and_then(|r| r.cells[Setup::SplitOn.index()].counts.hottest_share());
             out.push(Verdict {
-                goal: format!("{name} -P {p}: the hottest shard runs <= 60% of the commands (split on)"),
+                goal: format!(
+                    "{name} -P {p}: the hottest shard runs <= 60% of the commands (split on)"
+                ),
                 measured: pct(share),
                 met: share.map(|v| v <= 0.60),
             });
@@ -294,7 +297,10 @@ pub fn section(s: &Section) -> String {
         let cpu = |st: Setup| cpu_ns(r, st);
         let per_shard = |st: Setup| {
             cpu(st).map_or("-".into(), |(_, v)| {
-                v.iter().map(|n| format!("{n:.0}")).collect::<Vec<_>>().join(" + ")
+                v.iter()
+                    .map(|n| format!("{n:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
             })
         };
         out.push_str(&format!(
@@ -409,7 +415,8 @@ mod tests {
 
     #[test]
     fn shard_commands_read_every_shard_line_in_order() {
-        let info = "# Leasehold\r\nshard1:keys=3,expires=0,commands=700,batches_in=2,effect_offset=9\r\n\
+        let info =
+            "# Leasehold\r\nshard1:keys=3,expires=0,commands=700,batches_in=2,effect_offset=9\r\n\
                     shard0:keys=1,expires=0,commands=300,batches_in=0,effect_offset=0\r\n";
         assert_eq!(super::super::shard_commands(info), vec![300, 700]);
         let c = shards(vec![300, 700], vec![], 0.0);
@@ -433,7 +440,10 @@ mod tests {
             ],
         );
         let c = costs(&r).unwrap();
-        assert_eq!((c.redis, c.local, c.owner, c.others), (2000.0, 1200.0, 1000.0, 400.0));
+        assert_eq!(
+            (c.redis, c.local, c.owner, c.others),
+            (2000.0, 1200.0, 1000.0, 400.0)
+        );
         // x = (2*1000 - 1200) / 1 = 800; y = 2*400 = 800; h = 400.
         assert_eq!((c.at_owner, c.at_reader, c.hop()), (800.0, 800.0, 400.0));
         assert_eq!(c.redis_rps(), 500_000.0);
@@ -443,9 +453,15 @@ mod tests {
         assert_eq!(c.split_rps(2), 2e9 / 1200.0);
         assert_eq!(c.split_rps(4), 4e9 / (1200.0 + 2.0 * LINE_NS));
         let v = verdicts(&[r]);
-        let tl16 = v.iter().find(|v| v.goal.contains("TOKENLEASE -P 16: split on")).unwrap();
+        let tl16 = v
+            .iter()
+            .find(|v| v.goal.contains("TOKENLEASE -P 16: split on"))
+            .unwrap();
         assert_eq!((tl16.measured.as_str(), tl16.met), ("1.00x", Some(true)));
-        let share = v.iter().find(|v| v.goal.contains("TOKENLEASE -P 16: the hottest")).unwrap();
+        let share = v
+            .iter()
+            .find(|v| v.goal.contains("TOKENLEASE -P 16: the hottest"))
+            .unwrap();
         assert_eq!((share.measured.as_str(), share.met), ("50.0%", Some(true)));
         assert_eq!(v.iter().filter(|v| v.met.is_none()).count(), v.len() - 2);
     }
