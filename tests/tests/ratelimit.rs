@@ -650,7 +650,7 @@ fn shard_commands_count_a_split_keys_calls_where_they_ran() {
     assert_eq!(granted_of(&admin.call(line)), 1);
     // 8 connections: accepted connections are spread over both threads.
     let mut conns: Vec<Raw> = (0..8).map(|_| server.raw()).collect();
-    let mut run = |conns: &mut Vec<Raw>| {
+    let run = |conns: &mut Vec<Raw>| {
         let before = shard_commands(&server);
         for c in conns.iter_mut() {
             for _ in 0..100 {
