@@ -14,6 +14,7 @@
 #                               # only the persistence section, likewise (about 3 minutes)
 #   bench/compare.sh --scripts-only
 #                               # only "scripts and data types", likewise
+#   bench/compare.sh --hot-only # only "hot keys" (split on / off / Redis), likewise
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

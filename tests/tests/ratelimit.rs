@@ -622,3 +622,61 @@ fn fifty_connections_race_a_split_window_key_for_exactly_its_limit() {
     );
     assert_eq!(total, 10_000);
 }
+
+/// The `commands=` of each `shardN:` line of `INFO leasehold`, by shard.
+fn shard_commands(server: &TestServer) -> Vec<u64> {
+    let info = server.raw().call("INFO leasehold");
+    info.lines()
+        .filter(|l| l.starts_with("shard"))
+        .map(|l| {
+            l.split(',')
+                .find_map(|f| f.split("commands=").nth(1))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no commands= in {l:?}"))
+        })
+        .collect()
+}
+
+/// `INFO leasehold`'s per-shard `commands` (what the hot-key benchmark
+/// reads to say which shard ran a hot key's calls) counts a call on the
+/// shard that ran it: unsplit, every call of a key on the key's owner,
+/// whichever thread read it; split, a local grant on the thread that read
+/// it, so both shards run about half.
+#[test]
+fn shard_commands_count_a_split_keys_calls_where_they_ran() {
+    let server = TestServer::start(2);
+    let mut admin = server.raw();
+    let line = "TOKENLEASE hot 1000000 1 3600000 1";
+    assert_eq!(granted_of(&admin.call(line)), 1);
+    // 8 connections: accepted connections are spread over both threads.
+    let mut conns: Vec<Raw> = (0..8).map(|_| server.raw()).collect();
+    let run = |conns: &mut Vec<Raw>| {
+        let before = shard_commands(&server);
+        for c in conns.iter_mut() {
+            for _ in 0..100 {
+                c.send_cmd(line);
+            }
+            for _ in 0..100 {
+                assert_eq!(granted_of(&c.read_text()), 1);
+            }
+        }
+        let after = shard_commands(&server);
+        // Each INFO runs once on a shard of its own: the second one is in
+        // `after`, on one shard.
+        let d: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(d.len(), 2);
+        assert!(
+            d.iter().sum::<u64>() >= 800 && d.iter().sum::<u64>() <= 802,
+            "{d:?}"
+        );
+        d
+    };
+    let unsplit = run(&mut conns);
+    assert!(
+        unsplit.iter().any(|&n| n >= 800),
+        "one owner ran all: {unsplit:?}"
+    );
+    assert_eq!(admin.call("LH.SPLIT hot 1000000 1 3600000"), ":1\r\n");
+    let split = run(&mut conns);
+    assert!(split.iter().all(|&n| (300..=500).contains(&n)), "{split:?}");
+}

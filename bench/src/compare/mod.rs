@@ -24,6 +24,9 @@
 //! - [`scripts`]: "scripts and data types": redis-benchmark's whole default
 //!   suite, EVALSHA of the token-bucket script on both servers against
 //!   TOKENLEASE, and memory per key of a sorted set and a hash.
+//! - [`hot`]: hot keys: Leasehold with the hot-key split on and off
+//!   against the Lua script on Redis, on one hot key, Zipf and uniform
+//!   loads, where the commands ran, and the cost model.
 //! - [`doc`]: the whole markdown page.
 
 pub mod chart;
@@ -31,6 +34,7 @@ pub mod charts;
 pub mod crosscheck;
 pub mod doc;
 pub mod first;
+pub mod hot;
 pub mod lease;
 pub mod memory;
 pub mod persistence;
@@ -182,6 +186,17 @@ pub struct CompareArgs {
     /// runs 10 times as many (10 000 with --quick).
     #[arg(long, default_value_t = 100_000)]
     pub tls_requests: u64,
+    /// Skip the hot-key section (split on and off against the Lua script).
+    #[arg(long)]
+    pub skip_hot: bool,
+    /// Run only the hot-key section and put it into the existing --out page
+    /// in place of its previous one, leaving the other sections as they are.
+    #[arg(long, conflicts_with_all = ["skip_hot", "first_only", "replication_only", "persistence_only", "scripts_only", "tls_only"])]
+    pub hot_only: bool,
+    /// Rounds of the hot-key section (each runs its 9 rows on 3 servers:
+    /// about 90 s a round at the default --duration; 1 with --quick).
+    #[arg(long, default_value_t = 5)]
+    pub hot_rounds: usize,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -208,6 +223,7 @@ impl CompareArgs {
             a.script_requests = a.script_requests.min(20_000);
             a.collection_keys = a.collection_keys.min(2_000);
             a.tls_requests = a.tls_requests.min(10_000);
+            a.hot_rounds = a.hot_rounds.min(1);
         }
         // An `--*-only` run skips every section but its own.
         let only = [
@@ -216,6 +232,7 @@ impl CompareArgs {
             (a.persistence_only, "persistence"),
             (a.scripts_only, "scripts"),
             (a.tls_only, "tls"),
+            (a.hot_only, "hot"),
         ]
         .into_iter()
         .find_map(|(on, name)| on.then_some(name));
@@ -230,6 +247,7 @@ impl CompareArgs {
                 ("persistence", &mut a.skip_persistence),
                 ("scripts", &mut a.skip_scripts),
                 ("tls", &mut a.skip_tls),
+                ("hot", &mut a.skip_hot),
             ] {
                 *skip |= name != keep;
             }
@@ -422,7 +440,17 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         requests: args.tls_requests,
         quick: args.quick,
     };
-    let only = if args.replication_only {
+    let hot_settings = hot::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.threads,
+        rounds: args.hot_rounds,
+        quick: args.quick,
+    };
+    let only = if args.hot_only {
+        let section = hot::run(&hot_settings, &runner);
+        Some((hot::HEADING, hot::render::section(&section)))
+    } else if args.replication_only {
         let section = replication::run(&replication_settings, &runner);
         Some((
             replication::render::HEADING,
@@ -567,6 +595,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         (!args.skip_persistence).then(|| persistence::run(&persistence_settings, &runner));
     let scripts = (!args.skip_scripts).then(|| scripts::run(&scripts_settings, &runner));
     let tls = (!args.skip_tls).then(|| tls::run(&tls_settings));
+    let hot = (!args.skip_hot).then(|| hot::run(&hot_settings, &runner));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -591,6 +620,10 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         commands: &commands,
         elapsed: started.elapsed(),
     });
+    let page = match &hot {
+        Some(h) => doc::splice(&page, hot::HEADING, &hot::render::section(h)),
+        None => page,
+    };
     write_page(&args.out, &page)?;
     eprintln!(
         "wrote {} in {:.0} s",

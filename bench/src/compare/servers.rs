@@ -205,14 +205,31 @@ impl Server {
     /// CPU time (user + system, all threads) the process has used so far, in
     /// seconds, from `/proc/<pid>/stat`; `None` where that cannot be read.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        // Fields after the command name, which ends at the last ')': state is
-        // the first, utime and stime the 12th and 13th, in clock ticks of
-        // USER_HZ (100 on Linux).
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        Some(ticks as f64 / 100.0)
+        cpu_of_stat(&std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?)
+    }
+
+    /// CPU seconds (user + system) of each of the process's threads whose
+    /// name starts with `prefix`, in the order they were made (by thread
+    /// id), from `/proc/<pid>/task`; empty where that cannot be read.
+    /// Leasehold's shard threads are `leasehold-shard-N` (the kernel keeps
+    /// 15 bytes of a name, so they read `leasehold-shard`), made in shard
+    /// order.
+    pub fn thread_cpu_seconds(&self, prefix: &str) -> Vec<f64> {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let mut tids: Vec<u64> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        tids.sort_unstable();
+        tids.into_iter()
+            .filter(|t| {
+                std::fs::read_to_string(format!("{dir}/{t}/comm"))
+                    .is_ok_and(|c| c.starts_with(prefix))
+            })
+            .filter_map(|t| cpu_of_stat(&std::fs::read_to_string(format!("{dir}/{t}/stat")).ok()?))
+            .collect()
     }
 
     /// `127.0.0.1:port`.
@@ -262,6 +279,17 @@ impl Drop for Server {
     }
 }
 
+/// User + system CPU seconds of a `/proc/.../stat` line.
+fn cpu_of_stat(stat: &str) -> Option<f64> {
+    // Fields after the command name, which ends at the last ')': state is
+    // the first, utime and stime the 12th and 13th, in clock ticks of
+    // USER_HZ (100 on Linux).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// Whether `args` holds `flag` as one of its words.
 pub fn has_flag(args: &[String], flag: &str) -> bool {
     args.iter().any(|a| a == flag)
@@ -295,12 +323,55 @@ pub fn scratch_dir(kind: Kind) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A port that was free on 127.0.0.1 a moment ago.
+/// The environment variable that keeps every port this program picks in a
+/// range, `FIRST-LAST` (`7700-7760`), for a machine whose other users own
+/// the rest; unset, the system picks any free port.
+pub const PORTS_VAR: &str = "LEASEHOLD_BENCH_PORTS";
+
+/// A port that was free on 127.0.0.1 a moment ago: in the range of
+/// [`PORTS_VAR`] when it is set (each call tries the range's next port
+/// first, so two servers started one after the other get different ones),
+/// else any the system gives.
 ///
 /// # Errors
-/// The bind error.
+/// The bind error; with [`PORTS_VAR`], a malformed range or no free port
+/// in it.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    match std::env::var(PORTS_VAR) {
+        Ok(range) => {
+            let (first, last) = parse_ports(&range).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{PORTS_VAR}={range:?}: expected FIRST-LAST"),
+                )
+            })?;
+            port_in(first, last)
+        }
+        Err(_) => Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()),
+    }
+}
+
+/// `FIRST-LAST` as two ports, `FIRST <= LAST`.
+fn parse_ports(range: &str) -> Option<(u16, u16)> {
+    let (a, b) = range.trim().split_once('-')?;
+    let (a, b): (u16, u16) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a > 0 && a <= b).then_some((a, b))
+}
+
+/// The first port from the range's next one on (wrapping) that binds.
+fn port_in(first: u16, last: u16) -> std::io::Result<u16> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = u64::from(last - first) + 1;
+    for _ in 0..n {
+        let port = first + (NEXT.fetch_add(1, Ordering::Relaxed) % n) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no free port in {first}-{last}"),
+    ))
 }
 
 /// A path relative to the working directory when it is under it.
@@ -360,6 +431,18 @@ mod tests {
         let _ = std::fs::remove_dir_all(a);
         let _ = std::fs::remove_dir_all(b);
         remove_scratch_root();
+    }
+
+    #[test]
+    fn a_port_range_gives_ports_inside_it() {
+        assert_eq!(parse_ports("7700-7760"), Some((7700, 7760)));
+        assert_eq!(parse_ports(" 7700 - 7700 "), Some((7700, 7700)));
+        assert_eq!(parse_ports("7760-7700"), None);
+        assert_eq!(parse_ports("7700"), None);
+        let a = port_in(7740, 7760).unwrap();
+        let b = port_in(7740, 7760).unwrap();
+        assert!((7740..=7760).contains(&a) && (7740..=7760).contains(&b));
+        assert_ne!(a, b);
     }
 
     #[test]
