@@ -45,7 +45,7 @@ pub struct MovedCost {
 pub fn moved_cost(c: &Cluster, samples: u64) -> std::io::Result<MovedCost> {
     let key = (0..)
         .map(|n| format!("moved:{n}"))
-        .find(|k| (5461..=10922).contains(&key_slot(k.as_bytes())))
+        .find(|k| (5461..=10921).contains(&key_slot(k.as_bytes())))
         .expect("a key of group 1");
     let mut owner = Conn::connect(&c.addr(1))?;
     let mut other = Conn::connect(&c.addr(0))?;
