@@ -553,13 +553,19 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
         assert!(!matches!(r, Some(Reply::Error(_)) | None), "{k}: {r:?}");
     }
     for (i, (p, k)) in untouched.iter().enumerate() {
-        let r = call(*p, &["TOKENLEASE", k, &cap, "1", &day, &(i + 3).to_string()]);
+        let r = call(
+            *p,
+            &["TOKENLEASE", k, &cap, "1", &day, &(i + 3).to_string()],
+        );
         assert!(matches!(r, Some(Reply::Array(_))), "{k}: {r:?}");
     }
     let count_before = total_keys(&c.ports);
     assert_eq!(count_before, (keys.len() + untouched.len()) as i64);
     let tokens_before: Vec<i64> = keys.iter().step_by(2).map(|k| tokens(a, k)).collect();
-    let still_before: Vec<_> = untouched.iter().map(|(p, k)| rlstate(*p, k, false)).collect();
+    let still_before: Vec<_> = untouched
+        .iter()
+        .map(|(p, k)| rlstate(*p, k, false))
+        .collect();
 
     // The load: 4 client threads, seeded with g2's node (every key of the
     // range is redirected at least once to reach its owner).
@@ -591,7 +597,10 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(
-        stdout.contains(&format!("{} keys moved from g0 to g1; topology version 2", keys.len())),
+        stdout.contains(&format!(
+            "{} keys moved from g0 to g1; topology version 2",
+            keys.len()
+        )),
         "{stdout}"
     );
     let errors: Vec<&String> = done.iter().flat_map(|d| &d.errors).collect();
@@ -602,7 +611,10 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
         errors.len()
     );
     assert!(errors.is_empty(), "{} errors: {errors:?}", errors.len());
-    assert!(ops_during >= 100, "only {ops_during} operations during the reshard");
+    assert!(
+        ops_during >= 100,
+        "only {ops_during} operations during the reshard"
+    );
 
     // Nothing lost, nothing doubled: the range's keys all on g1 only.
     let left: Vec<(u16, String)> = c
@@ -612,10 +624,9 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
         .flat_map(|&p| {
             (first..=last).flat_map(move |s| {
                 match call(p, &["CLUSTER", "GETKEYSINSLOT", &s.to_string(), "1000"]) {
-                    Some(Reply::Array(keys)) => keys
-                        .iter()
-                        .map(|k| (p, text(k)))
-                        .collect::<Vec<_>>(),
+                    Some(Reply::Array(keys)) => {
+                        keys.iter().map(|k| (p, text(k))).collect::<Vec<_>>()
+                    }
                     other => panic!("GETKEYSINSLOT {s} on {p}: {other:?}"),
                 }
             })
@@ -628,7 +639,10 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
             format!("{k} on {p}: slot {}, index {i:?}", slot(k))
         })
         .collect();
-    assert!(left.is_empty(), "keys of the range outside g1 ({b}, g0 {a}): {where_:?}");
+    assert!(
+        left.is_empty(),
+        "keys of the range outside g1 ({b}, g0 {a}): {where_:?}"
+    );
     assert_eq!(total_keys(&c.ports), count_before);
     let per_key = |i: usize| done.iter().map(|d| d.per_key[i]).sum::<u64>();
     for (i, k) in keys.iter().enumerate() {
@@ -642,11 +656,19 @@ fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
             );
         } else {
             let want = 1000 + i as u64 + per_key(i);
-            assert_eq!(call(b, &["GET", k]), Some(Reply::bulk(want.to_string())), "{k}");
+            assert_eq!(
+                call(b, &["GET", k]),
+                Some(Reply::bulk(want.to_string())),
+                "{k}"
+            );
         }
     }
     for ((p, k), before) in untouched.iter().zip(&still_before) {
         same_state(&rlstate(*p, k, false), before);
     }
-    assert!(start.elapsed() < Duration::from_secs(30), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
 }

@@ -114,7 +114,13 @@ pub fn builtin_args(port: u16, requests: u64, pipeline: usize) -> Vec<String> {
 /// `template` (a [`SCRIPT_BUCKET`] command) with its key under
 /// redis-benchmark's `{tag}` (replaced, per connection, by a hash tag of
 /// a slot of the node it is connected to) and `__rand_int__`.
-pub fn script_args(port: u16, requests: u64, pipeline: usize, template: &str, sha: &str) -> Vec<String> {
+pub fn script_args(
+    port: u16,
+    requests: u64,
+    pipeline: usize,
+    template: &str,
+    sha: &str,
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "-p",
         &port.to_string(),
@@ -205,7 +211,8 @@ pub fn run(s: &Settings) -> Section {
         sec.moved.push((c.kind, m));
     }
     for c in &clusters {
-        let r = probe::reshard(c, &tool, s.reshard_slots, s.reshard_keys).map_err(|e| e.to_string());
+        let r =
+            probe::reshard(c, &tool, s.reshard_slots, s.reshard_keys).map_err(|e| e.to_string());
         eprintln!("cluster: reshard on {}: {r:?}", c.kind.label());
         sec.reshard.push((c.kind, r));
     }

@@ -61,7 +61,8 @@ impl Cluster {
 fn answers(port: u16, limit: Duration) -> std::io::Result<()> {
     let start = Instant::now();
     loop {
-        let pong = Conn::connect(&format!("127.0.0.1:{port}")).and_then(|mut c| c.call_text(&["PING"]));
+        let pong =
+            Conn::connect(&format!("127.0.0.1:{port}")).and_then(|mut c| c.call_text(&["PING"]));
         if matches!(pong.as_deref(), Ok("PONG")) {
             return Ok(());
         }
@@ -96,7 +97,12 @@ fn cluster_ok(ports: &[u16]) -> bool {
 ///
 /// # Errors
 /// The process does not start or a node does not answer within 20 s.
-pub fn leasehold(tool: &Path, server: &Path, base: u16, threads: usize) -> std::io::Result<Cluster> {
+pub fn leasehold(
+    tool: &Path,
+    server: &Path,
+    base: u16,
+    threads: usize,
+) -> std::io::Result<Cluster> {
     let dir = scratch_dir(Kind::Leasehold)?;
     let args: Vec<String> = [
         "local",
@@ -159,7 +165,11 @@ pub fn redis(bin: &Path, base: u16) -> std::io::Result<Cluster> {
     }
     let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
     create.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
-    create.extend(["--cluster-replicas".into(), "0".into(), "--cluster-yes".into()]);
+    create.extend([
+        "--cluster-replicas".into(),
+        "0".into(),
+        "--cluster-yes".into(),
+    ]);
     commands.push(format!("redis-cli {}", shell_join(&create)));
     let out = Command::new("redis-cli").args(&create).output()?;
     if !out.status.success() {
@@ -171,7 +181,9 @@ pub fn redis(bin: &Path, base: u16) -> std::io::Result<Cluster> {
     let start = Instant::now();
     while !cluster_ok(&ports) {
         if start.elapsed() > Duration::from_secs(20) {
-            return Err(std::io::Error::other("the Redis cluster is not ok after 20 s"));
+            return Err(std::io::Error::other(
+                "the Redis cluster is not ok after 20 s",
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,9 @@ pub fn moved_cost(c: &Cluster, samples: u64) -> std::io::Result<MovedCost> {
             let r = owner.call(&get)?;
             redirected.record(t.elapsed().as_nanos() as u64).ok();
             if !matches!(&moved, Reply::Error(e) if e.starts_with("MOVED ")) {
-                return Err(crate::resp::invalid(format!("expected MOVED, got {moved:?}")));
+                return Err(crate::resp::invalid(format!(
+                    "expected MOVED, got {moved:?}"
+                )));
             }
             check(&r, &want)?;
         }
@@ -79,7 +81,9 @@ pub fn moved_cost(c: &Cluster, samples: u64) -> std::io::Result<MovedCost> {
 fn check(got: &Reply, want: &Reply) -> std::io::Result<()> {
     match got == want {
         true => Ok(()),
-        false => Err(crate::resp::invalid(format!("expected {want:?}, got {got:?}"))),
+        false => Err(crate::resp::invalid(format!(
+            "expected {want:?}, got {got:?}"
+        ))),
     }
 }
 
@@ -116,7 +120,9 @@ impl Router {
                 _ => return Ok(r),
             }
         }
-        Err(crate::resp::invalid(format!("{args:?}: more than 5 redirections")))
+        Err(crate::resp::invalid(format!(
+            "{args:?}: more than 5 redirections"
+        )))
     }
 }
 
@@ -229,7 +235,9 @@ pub fn reshard(c: &Cluster, tool: &Path, slots: u16, keys: u64) -> std::io::Resu
     let fill_s = fill(c, &names)?;
     let have = dbsize(&c.addr(0))?;
     if have != keys as i64 {
-        return Err(crate::resp::invalid(format!("{have} keys after the fill of {keys}")));
+        return Err(crate::resp::invalid(format!(
+            "{have} keys after the fill of {keys}"
+        )));
     }
     // Phase 0: before; 1: during; 2: stop.
     let phase = Arc::new(AtomicU8::new(0));
@@ -237,41 +245,43 @@ pub fn reshard(c: &Cluster, tool: &Path, slots: u16, keys: u64) -> std::io::Resu
     let seed = c.addr(0);
     let probe = {
         let (names, phase, counts) = (names.clone(), phase.clone(), counts.clone());
-        std::thread::spawn(move || -> (Histogram<u64>, Histogram<u64>, u64, Option<String>) {
-            let mut router = Router {
-                conns: HashMap::new(),
-            };
-            let (mut before, mut during) = (histogram(), histogram());
-            let (mut errors, mut first) = (0, None);
-            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-            loop {
-                let p = phase.load(Ordering::Relaxed);
-                if p >= 2 {
-                    break;
-                }
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let k = &names[(x % names.len() as u64) as usize];
-                let t = Instant::now();
-                let r = router.call(&seed, &["GET", k]);
-                let ns = t.elapsed().as_nanos() as u64;
-                let h = if p == 0 { &mut before } else { &mut during };
-                h.record(ns).ok();
-                counts[p as usize].fetch_add(1, Ordering::Relaxed);
-                match r {
-                    Ok(Reply::Bulk(b)) if b.as_ref() == k.as_bytes() => {}
-                    other => {
-                        errors += u64::from(p == 1);
-                        first.get_or_insert_with(|| format!("{k}: {other:?}"));
-                        if other.is_err() {
-                            router.conns.clear();
+        std::thread::spawn(
+            move || -> (Histogram<u64>, Histogram<u64>, u64, Option<String>) {
+                let mut router = Router {
+                    conns: HashMap::new(),
+                };
+                let (mut before, mut during) = (histogram(), histogram());
+                let (mut errors, mut first) = (0, None);
+                let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+                loop {
+                    let p = phase.load(Ordering::Relaxed);
+                    if p >= 2 {
+                        break;
+                    }
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = &names[(x % names.len() as u64) as usize];
+                    let t = Instant::now();
+                    let r = router.call(&seed, &["GET", k]);
+                    let ns = t.elapsed().as_nanos() as u64;
+                    let h = if p == 0 { &mut before } else { &mut during };
+                    h.record(ns).ok();
+                    counts[p as usize].fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        Ok(Reply::Bulk(b)) if b.as_ref() == k.as_bytes() => {}
+                        other => {
+                            errors += u64::from(p == 1);
+                            first.get_or_insert_with(|| format!("{k}: {other:?}"));
+                            if other.is_err() {
+                                router.conns.clear();
+                            }
                         }
                     }
                 }
-            }
-            (before, during, errors, first)
-        })
+                (before, during, errors, first)
+            },
+        )
     };
     std::thread::sleep(BEFORE);
     let words = reshard_command(c, tool, slots)?;
@@ -280,8 +290,9 @@ pub fn reshard(c: &Cluster, tool: &Path, slots: u16, keys: u64) -> std::io::Resu
     let out = Command::new(&words[0]).args(&words[1..]).output()?;
     let seconds = start.elapsed().as_secs_f64();
     phase.store(2, Ordering::Relaxed);
-    let (before, during, probe_errors, first_error) =
-        probe.join().map_err(|_| crate::resp::invalid("the probe panicked".into()))?;
+    let (before, during, probe_errors, first_error) = probe
+        .join()
+        .map_err(|_| crate::resp::invalid("the probe panicked".into()))?;
     if !out.status.success() {
         return Err(crate::resp::invalid(format!(
             "{} failed: {}",

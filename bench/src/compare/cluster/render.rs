@@ -43,7 +43,7 @@ pub fn section(sec: &Section) -> String {
          {} GETs of one key of group 1 on two open connections, alternating: sent to the owner \
          (*direct*), and sent to a primary of group 0, answered `-MOVED`, then sent to the owner \
          (*redirected*: both round trips, as a client that follows the redirection pays it). \
-         One request at a time, no other load.\n\n",
+         One request at a time, no other load from this benchmark (the machine's other work shows in the load average above).\n\n",
         sec.moved_samples
     ));
     s.push_str(&moved_table(&sec.moved));
