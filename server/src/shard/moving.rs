@@ -17,7 +17,11 @@ use crate::slot::key_slot;
 /// The key positions of a request (command index, arguments with the
 /// name), as the command table reads them; none for a command that always
 /// runs (MIGRATE).
-pub static KEY_POSITIONS: OnceLock<fn(usize, &[Bytes]) -> Vec<usize>> = OnceLock::new();
+pub static KEY_POSITIONS: OnceLock<KeyPositions> = OnceLock::new();
+
+/// The command table's reader of key positions: (command index, arguments
+/// with the name) to the indexes of the keys in those arguments.
+pub type KeyPositions = fn(usize, &[Bytes]) -> Vec<usize>;
 
 /// What a command on a slot in migration gets instead of running, decided
 /// on the shard holding its keys (Redis's `getNodeByQuery`): on a slot
