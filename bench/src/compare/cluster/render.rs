@@ -194,3 +194,63 @@ fn reshard_table(rows: &[(Kind, Result<Reshard, String>)]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Latency;
+
+    fn lat(p50: f64, p99: f64) -> Latency {
+        Latency {
+            p50,
+            p99,
+            p999: p99,
+            max: 2.0 * p99,
+            mean: p50,
+        }
+    }
+
+    #[test]
+    fn the_moved_and_reshard_tables_give_differences_and_rates() {
+        let moved = vec![
+            (
+                Kind::Leasehold,
+                Ok(MovedCost {
+                    samples: 10,
+                    direct: lat(0.050, 0.100),
+                    redirected: lat(0.125, 0.300),
+                }),
+            ),
+            (Kind::Redis, Err("no node".to_string())),
+        ];
+        let t = moved_table(&moved);
+        assert!(
+            t.contains(
+                "| Leasehold | 50.0 | 125.0 | +75.0 µs (2.50x) | 100.0 | 300.0 | 50.0 | 125.0 |"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("| Redis | failed: no node |"), "{t}");
+        let reshard = vec![(
+            Kind::Leasehold,
+            Ok(Reshard {
+                kind: Kind::Leasehold,
+                keys: 1_000_000,
+                slots: 1000,
+                fill_s: 1.0,
+                seconds: 20.0,
+                before: lat(0.035, 0.080),
+                during: lat(0.100, 1.500),
+                probe_rps: (25_000.0, 3_500.0),
+                probe_errors: 0,
+                first_error: None,
+                command: String::new(),
+            }),
+        )];
+        let t = reshard_table(&reshard);
+        assert!(
+            t.contains("| Leasehold | 1 000 000 | 20.0 | 50 000 | 0.035 / 0.100 | 0.080 / 1.500 | 3.000 | 25 000 / 3 500 | 0 |"),
+            "{t}"
+        );
+    }
+}
