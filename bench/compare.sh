@@ -15,6 +15,11 @@
 #   bench/compare.sh --scripts-only
 #                               # only "scripts and data types", likewise
 #   bench/compare.sh --hot-only # only "hot keys" (split on / off / Redis), likewise
+#   bench/compare.sh --cluster-only
+#                               # only the cluster section (3-primary Leasehold and Redis
+#                               # clusters: redis-benchmark --cluster, one MOVED, a reshard
+#                               # of 1 000 slots holding 1M keys), likewise; ports 7840-7852
+#                               # and 17850-17852 (--cluster-port moves them)
 #
 # Installs Debian's redis-server when it is missing, builds the release
 # binaries, then runs `leasehold-bench compare` (any flags are passed on;

@@ -1,5 +1,5 @@
 //! A tiny blocking RESP connection for set-up calls (SCRIPT LOAD, INFO,
-//! DBSIZE, probes), never for load.
+//! DBSIZE, probes, a pipelined fill), never for measured load.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -40,6 +40,20 @@ impl Conn {
         encode_request(args, &mut out);
         self.stream.write_all(&out)?;
         self.read_reply()
+    }
+
+    /// Sends every request of `requests` in one write and reads their
+    /// replies, in order (error replies are `Ok`).
+    ///
+    /// # Errors
+    /// As [`Conn::call`].
+    pub fn pipeline<A: AsRef<[u8]>>(&mut self, requests: &[Vec<A>]) -> std::io::Result<Vec<Reply>> {
+        let mut out = BytesMut::new();
+        for r in requests {
+            encode_request(r, &mut out);
+        }
+        self.stream.write_all(&out)?;
+        (0..requests.len()).map(|_| self.read_reply()).collect()
     }
 
     /// Sends `args` and returns the reply as text (bulk or simple string).

@@ -791,8 +791,19 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
     Topology::parse(&next).map_err(|e| format!("the new topology: {e}"))?;
     let v = version.to_string();
     let mut all = true;
+    // The target's group first, then the source's, then the rest: a
+    // source on the new topology answers MOVED to the target, and a target
+    // still on the old one would answer MOVED back (it serves an imported
+    // slot only after ASKING), so a client would bounce between the two;
+    // the other way round the source, still migrating, answers ASK.
+    let mut order: Vec<_> = topo.nodes().collect();
+    order.sort_by_key(|&(g, _)| match g {
+        g if g == gt => 0,
+        g if g == gf => 1,
+        _ => 2,
+    });
     // A re-run after the publication: the topology says so already.
-    for (_, n) in topo.nodes().filter(|_| !already) {
+    for (_, n) in order.into_iter().filter(|_| !already) {
         let a = n.addr();
         match call(&a, &["LH.TOPOLOGY", "SET", &v, &next]) {
             Ok(Reply::Simple(s)) if s == "OK" => println!("{a}: version {version} in force"),

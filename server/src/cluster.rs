@@ -625,9 +625,10 @@ pub struct ClusterState {
 
 /// Slots being resharded through this node, as `CLUSTER SETSLOT` set them
 /// (Redis Cluster's migrating and importing states), kept beside the
-/// topology: a newer topology clears the states it makes moot (a slot no
-/// longer this node's group's is no longer migrating from it; a slot now
-/// its group's is no longer importing).
+/// topology: a newer topology that gives a slot imported here to this
+/// node's group ends its importing state; a slot that migrated away stays
+/// migrating until SETSLOT NODE or STABLE (its shards answer MOVED then,
+/// see `shard::moving::check`).
 #[derive(Debug, Default, Clone)]
 pub struct Moving {
     /// Slot -> the node it migrates to: keys this node lacks answer `-ASK`.
@@ -790,15 +791,32 @@ impl ClusterState {
             );
         }
         given.base = topo;
-        let moving = self.moving.load();
-        if !moving.migrating.is_empty() || !moving.importing.is_empty() {
-            let mine = view.my_group();
-            let mut m = Moving::clone(&moving);
-            m.migrating.retain(|&s, _| view.topo.owner(s) == mine);
-            m.importing.retain(|&s, _| view.topo.owner(s) != mine);
+        // The view first: a shard that finds a slot still migrating reads
+        // the view after it (`shard::moving::check`), so once the states
+        // below change, every shard sees the topology that made them moot.
+        let mine = view.my_group();
+        let now_mine: Vec<u16> = self
+            .moving
+            .load()
+            .importing
+            .keys()
+            .copied()
+            .filter(|&s| view.topo.owner(s) == mine)
+            .collect();
+        self.current.store(Arc::new(view));
+        // A slot imported here and now this group's is no longer importing.
+        // A slot that migrated away stays migrating until SETSLOT NODE or
+        // STABLE: a command the dispatcher judged under the old topology
+        // (slot here) may reach its shard after this swap, and the state
+        // makes the shard answer MOVED (or ASK) instead of serving, and so
+        // recreating, a key that has already moved.
+        if !now_mine.is_empty() {
+            let mut m = Moving::clone(&self.moving.load());
+            for s in now_mine {
+                m.importing.remove(&s);
+            }
             self.store_moving(m);
         }
-        self.current.store(Arc::new(view));
         Ok(())
     }
 

@@ -3,39 +3,45 @@
 //! migration with CLUSTER SETSLOT, the replies of a node on each side
 //! (ASK, ASKING, MOVED, TRYAGAIN) compared byte for byte, and MIGRATE of
 //! every kind of value, rate-limit states included, compared field by
-//! field on both sides.
+//! field on both sides. `leasehold-cluster reshard` moving a range while
+//! cluster clients (`leasehold-client`) lease tokens and INCR counters on
+//! its keys: every token and every INCR accounted for.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use leasehold_testkit::{call, free_port, node_command, started, text, Proc, Reply};
+use leasehold_client::{BucketParams, Client, ClientConfig, Error, ServerErrorKind};
+use leasehold_testkit::{
+    call, cluster_topology, free_port, node_command, started, text, Proc, Reply,
+};
 
 mod common;
 
 use common::slot;
 
-/// Two groups of one primary each.
-fn topology(version: u64, ports: &[u16], g0: &str, g1: &str) -> String {
-    format!(
-        "version = {version}\n[[group]]\nname = \"g0\"\nslots = [{g0}]\n[[group.node]]\naddr = \"127.0.0.1:{}\"\nrole = \"primary\"\n[[group]]\nname = \"g1\"\nslots = [{g1}]\n[[group.node]]\naddr = \"127.0.0.1:{}\"\nrole = \"primary\"\n",
-        ports[0], ports[1]
-    )
-}
-
-struct Pair {
+/// `n` groups of one primary each on real processes: group `gI` owns an
+/// even share of the slots (two groups: 0-8191 and 8192-16383), topology
+/// version 1.
+struct Nodes {
     ports: Vec<u16>,
     ids: Vec<String>,
     _nodes: Vec<Proc>,
 }
 
-fn pair() -> Pair {
+fn groups(n: usize) -> Nodes {
     let dir = leasehold_testkit::scratch_dir();
-    let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let ranges: Vec<String> = (0..n)
+        .map(|g| format!("\"{}-{}\"", 16384 * g / n, 16384 * (g + 1) / n - 1))
+        .collect();
+    let ranges: Vec<&str> = ranges.iter().map(String::as_str).collect();
     let file = dir.join("topology.toml");
-    std::fs::write(&file, topology(1, &ports, "\"0-8191\"", "\"8192-16383\"")).unwrap();
+    std::fs::write(&file, cluster_topology(1, &ports, &ranges)).unwrap();
     let nodes = ports
         .iter()
         .map(|&port| {
@@ -51,11 +57,16 @@ fn pair() -> Pair {
         .iter()
         .map(|&p| text(&call(p, &["CLUSTER", "MYID"]).unwrap()))
         .collect();
-    Pair {
+    Nodes {
         ports,
         ids,
         _nodes: nodes,
     }
+}
+
+/// Two groups: g0 owns 0-8191, g1 8192-16383.
+fn pair() -> Nodes {
+    groups(2)
 }
 
 /// A raw connection: requests written whole, replies read as bytes.
@@ -404,4 +415,260 @@ fn leasehold_cluster_reshard_moves_a_range_with_its_keys_and_reruns() {
         "{again:?}"
     );
     assert_eq!(call(a, &["LH.TOPOLOGY", "VERSION"]), Some(Reply::Int(2)));
+}
+
+/// The bucket policy of the load test: a refill of 1 token a day, so no
+/// balance grows while the test runs.
+const CAPACITY: u64 = 1_000_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// The whole tokens of bucket `key` on `port` (RLSTATE's `tokens`).
+fn tokens(port: u16, key: &str) -> i64 {
+    let state = rlstate(port, key, false);
+    let (_, t) = state
+        .iter()
+        .find(|(k, _)| k == "tokens")
+        .unwrap_or_else(|| panic!("no tokens in {key}'s {state:?}"));
+    t.parse().unwrap()
+}
+
+/// The keys of every node: DBSIZE summed.
+fn total_keys(ports: &[u16]) -> i64 {
+    ports
+        .iter()
+        .map(|&p| match call(p, &["DBSIZE"]) {
+            Some(Reply::Int(n)) => n,
+            other => panic!("DBSIZE on {p}: {other:?}"),
+        })
+        .sum()
+}
+
+/// What one load thread did to each key of the moved range: tokens granted
+/// (buckets) or INCRs acknowledged (counters), index for index; the errors
+/// that escaped the client's redirections; the TRYAGAINs it retried.
+#[derive(Default)]
+struct Done {
+    per_key: Vec<u64>,
+    errors: Vec<String>,
+    tryagain: u64,
+    ops: u64,
+}
+
+/// One load thread: its own cluster client (seeded with `seed`, following
+/// MOVED and ASK), TOKENLEASE of 1 token on the even keys and INCR on the
+/// odd ones, the keys `me, me + threads, ...` in turn, until `stop` or
+/// `max_ops` operations. A TRYAGAIN is retried after 1 ms; any other error
+/// is recorded (the operation's outcome is then unknown).
+fn load(
+    seed: u16,
+    keys: Arc<Vec<String>>,
+    me: usize,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    max_ops: u64,
+) -> Done {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = ClientConfig::cluster(vec![SocketAddr::from(([127, 0, 0, 1], seed))]);
+    // Debug builds on a shared 2-core machine; MIGRATE blocks a shard for
+    // its round trip to the target.
+    config.lease_deadline = Duration::from_secs(3);
+    config.call_deadline = Duration::from_secs(3);
+    let client = Client::new(config);
+    let policy = BucketParams {
+        capacity: CAPACITY,
+        rate: 1,
+        period_ms: DAY_MS,
+    };
+    let mut done = Done {
+        per_key: vec![0; keys.len()],
+        ..Done::default()
+    };
+    let mut i = me;
+    rt.block_on(async {
+        while !stop.load(Ordering::Relaxed) && done.ops < max_ops {
+            let key = keys[i].as_bytes();
+            let outcome = match i % 2 {
+                0 => client
+                    .token_lease(key, policy, 1, 1)
+                    .await
+                    .map(|l| l.granted),
+                _ => client.incr(key).await.map(|_| 1),
+            };
+            match outcome {
+                Ok(n) => {
+                    done.per_key[i] += n;
+                    done.ops += 1;
+                    ops.fetch_add(1, Ordering::Relaxed);
+                    i = (i + threads) % keys.len();
+                }
+                Err(Error::Server(e)) if e.kind == ServerErrorKind::TryAgain => {
+                    done.tryagain += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(e) => {
+                    done.errors.push(format!("{}: {e}", keys[i]));
+                    i = (i + threads) % keys.len();
+                }
+            }
+        }
+    });
+    done
+}
+
+#[test]
+fn a_reshard_under_load_loses_mints_and_duplicates_nothing() {
+    let start = Instant::now();
+    let c = groups(3);
+    let (a, b, z) = (c.ports[0], c.ports[1], c.ports[2]);
+    // 64 slots of g0 move to g1, with 300 keys: buckets (even) and
+    // counters (odd).
+    let (first, last) = (200u16, 263u16);
+    let keys: Vec<String> = (0..)
+        .map(|n| format!("load:{n}"))
+        .filter(|k| (first..=last).contains(&slot(k)))
+        .take(300)
+        .collect();
+    // Buckets nobody touches: on g0 outside the range, and on g2.
+    let untouched: Vec<(u16, String)> = (0..)
+        .map(|n| format!("still:{n}"))
+        .filter_map(|k| match slot(&k) {
+            1000..=5460 => Some((a, k)),
+            10923..=16383 => Some((z, k)),
+            _ => None,
+        })
+        .take(20)
+        .collect();
+    let cap = CAPACITY.to_string();
+    let day = DAY_MS.to_string();
+    let mut conn = leasehold_testkit::Conn::open(a).unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let r = match i % 2 {
+            0 => conn.call(&["TOKENLEASE", k, &cap, "1", &day, &(i + 1).to_string()]),
+            _ => conn.call(&["SET", k, &(1000 + i).to_string()]),
+        };
+        assert!(!matches!(r, Some(Reply::Error(_)) | None), "{k}: {r:?}");
+    }
+    for (i, (p, k)) in untouched.iter().enumerate() {
+        let r = call(
+            *p,
+            &["TOKENLEASE", k, &cap, "1", &day, &(i + 3).to_string()],
+        );
+        assert!(matches!(r, Some(Reply::Array(_))), "{k}: {r:?}");
+    }
+    let count_before = total_keys(&c.ports);
+    assert_eq!(count_before, (keys.len() + untouched.len()) as i64);
+    let tokens_before: Vec<i64> = keys.iter().step_by(2).map(|k| tokens(a, k)).collect();
+    let still_before: Vec<_> = untouched
+        .iter()
+        .map(|(p, k)| rlstate(*p, k, false))
+        .collect();
+
+    // The load: 4 client threads, seeded with g2's node (every key of the
+    // range is redirected at least once to reach its owner).
+    let keys = Arc::new(keys);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = Arc::new(AtomicU64::new(0));
+    let threads = 4;
+    let loaders: Vec<_> = (0..threads)
+        .map(|me| {
+            let (keys, stop, ops) = (keys.clone(), stop.clone(), ops.clone());
+            std::thread::spawn(move || load(z, keys, me, threads, stop, ops, 200_000))
+        })
+        .collect();
+    leasehold_testkit::wait_for("the load starts", Duration::from_secs(10), || {
+        ops.load(Ordering::Relaxed) >= 1000
+    });
+    let ops_at_start = ops.load(Ordering::Relaxed);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
+        .args(["reshard", "--from", "g0", "--to", "g1", "--batch", "7"])
+        .args(["--slots", &format!("{first}-{last}")])
+        .arg(format!("127.0.0.1:{a}"))
+        .output()
+        .unwrap();
+    let ops_during = ops.load(Ordering::Relaxed) - ops_at_start;
+    // A moment on the new topology before the load stops.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let done: Vec<Done> = loaders.into_iter().map(|t| t.join().unwrap()).collect();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains(&format!(
+            "{} keys moved from g0 to g1; topology version 2",
+            keys.len()
+        )),
+        "{stdout}"
+    );
+    let errors: Vec<&String> = done.iter().flat_map(|d| &d.errors).collect();
+    let tryagain: u64 = done.iter().map(|d| d.tryagain).sum();
+    let total_ops: u64 = done.iter().map(|d| d.ops).sum();
+    eprintln!(
+        "{total_ops} operations, {ops_during} during the reshard, {tryagain} TRYAGAIN retried, {} errors",
+        errors.len()
+    );
+    assert!(errors.is_empty(), "{} errors: {errors:?}", errors.len());
+    assert!(
+        ops_during >= 100,
+        "only {ops_during} operations during the reshard"
+    );
+
+    // Nothing lost, nothing doubled: the range's keys all on g1 only.
+    let left: Vec<(u16, String)> = c
+        .ports
+        .iter()
+        .filter(|&&p| p != b)
+        .flat_map(|&p| {
+            (first..=last).flat_map(move |s| {
+                match call(p, &["CLUSTER", "GETKEYSINSLOT", &s.to_string(), "1000"]) {
+                    Some(Reply::Array(keys)) => {
+                        keys.iter().map(|k| (p, text(k))).collect::<Vec<_>>()
+                    }
+                    other => panic!("GETKEYSINSLOT {s} on {p}: {other:?}"),
+                }
+            })
+        })
+        .collect();
+    let where_: Vec<String> = left
+        .iter()
+        .map(|(p, k)| {
+            let i = keys.iter().position(|x| x == k);
+            format!("{k} on {p}: slot {}, index {i:?}", slot(k))
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "keys of the range outside g1 ({b}, g0 {a}): {where_:?}"
+    );
+    assert_eq!(total_keys(&c.ports), count_before);
+    let per_key = |i: usize| done.iter().map(|d| d.per_key[i]).sum::<u64>();
+    for (i, k) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            // Nothing minted, nothing lost: granted + left == held before.
+            let granted = per_key(i) as i64;
+            assert_eq!(
+                granted + tokens(b, k),
+                tokens_before[i / 2],
+                "{k}: {granted} granted"
+            );
+        } else {
+            let want = 1000 + i as u64 + per_key(i);
+            assert_eq!(
+                call(b, &["GET", k]),
+                Some(Reply::bulk(want.to_string())),
+                "{k}"
+            );
+        }
+    }
+    for ((p, k), before) in untouched.iter().zip(&still_before) {
+        same_state(&rlstate(*p, k, false), before);
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
 }

@@ -35,6 +35,8 @@ pub struct Page<'a> {
     pub scripts: Option<&'a super::scripts::Section>,
     /// The TLS section (None with `--skip-tls`).
     pub tls: Option<&'a super::tls::Section>,
+    /// The cluster section (None with `--skip-cluster`).
+    pub cluster: Option<&'a super::cluster::Section>,
     /// The redis-benchmark cross-check (empty when skipped or missing).
     pub checks: &'a [super::crosscheck::Check],
     /// The lease manager's measurements (empty with `--skip-lease`).
@@ -247,6 +249,9 @@ pub fn render(p: &Page<'_>) -> String {
     }
     if let Some(r) = p.tls {
         s.push_str(&super::tls::section(r));
+    }
+    if let Some(r) = p.cluster {
+        s.push_str(&super::cluster::render::section(r));
     }
     s.push_str(
         "## Lease manager\n\nThe lease manager runs inside the gateway, not against Redis: these runs \

@@ -27,10 +27,13 @@
 //! - [`hot`]: hot keys: Leasehold with the hot-key split on and off
 //!   against the Lua script on Redis, on one hot key, Zipf and uniform
 //!   loads, where the commands ran, and the cost model.
+//! - [`cluster`]: a 3-primary Leasehold cluster against a 3-primary Redis
+//!   Cluster: redis-benchmark --cluster, the cost of a MOVED, a reshard.
 //! - [`doc`]: the whole markdown page.
 
 pub mod chart;
 pub mod charts;
+pub mod cluster;
 pub mod crosscheck;
 pub mod doc;
 pub mod first;
@@ -197,6 +200,38 @@ pub struct CompareArgs {
     /// about 90 s a round at the default --duration; 1 with --quick).
     #[arg(long, default_value_t = 5)]
     pub hot_rounds: usize,
+    /// Skip the cluster section (a 3-primary Leasehold cluster against a
+    /// 3-primary Redis Cluster: redis-benchmark --cluster, the cost of a
+    /// MOVED, a reshard under a probing client).
+    #[arg(long)]
+    pub skip_cluster: bool,
+    /// Run only the cluster section and put it into the existing --out page
+    /// in place of its previous one, leaving the other sections as they are.
+    #[arg(long, conflicts_with_all = ["skip_cluster", "first_only", "replication_only", "persistence_only", "scripts_only", "tls_only", "hot_only"])]
+    pub cluster_only: bool,
+    /// Requests per redis-benchmark test at -P 1 in the cluster section;
+    /// -P 16 runs 10 times as many (10 000 with --quick).
+    #[arg(long, default_value_t = 100_000)]
+    pub cluster_requests: u64,
+    /// GETs of each kind (direct, redirected) in the MOVED measurement
+    /// (2 000 with --quick).
+    #[arg(long, default_value_t = 50_000)]
+    pub moved_samples: u64,
+    /// Slots the cluster section's reshard moves (0..N, group 0 to group 1).
+    #[arg(long, default_value_t = 1000)]
+    pub reshard_slots: u16,
+    /// Keys in those slots (20 000 with --quick).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub reshard_keys: u64,
+    /// The cluster section's first port: Leasehold's three nodes on it and
+    /// the two after, Redis's on port + 10.. (their cluster bus on
+    /// port + 10010..); all must be free.
+    #[arg(long, default_value_t = 7840)]
+    pub cluster_port: u16,
+    /// `--threads` of each Leasehold node in the cluster section (Redis is
+    /// one thread per node).
+    #[arg(long, default_value_t = 1)]
+    pub cluster_threads: usize,
     /// Directory of the Lua scripts.
     #[arg(long, default_value = "bench/lua")]
     pub lua_dir: PathBuf,
@@ -224,6 +259,9 @@ impl CompareArgs {
             a.collection_keys = a.collection_keys.min(2_000);
             a.tls_requests = a.tls_requests.min(10_000);
             a.hot_rounds = a.hot_rounds.min(1);
+            a.cluster_requests = a.cluster_requests.min(10_000);
+            a.moved_samples = a.moved_samples.min(2_000);
+            a.reshard_keys = a.reshard_keys.min(20_000);
         }
         // An `--*-only` run skips every section but its own.
         let only = [
@@ -233,6 +271,7 @@ impl CompareArgs {
             (a.scripts_only, "scripts"),
             (a.tls_only, "tls"),
             (a.hot_only, "hot"),
+            (a.cluster_only, "cluster"),
         ]
         .into_iter()
         .find_map(|(on, name)| on.then_some(name));
@@ -248,6 +287,7 @@ impl CompareArgs {
                 ("scripts", &mut a.skip_scripts),
                 ("tls", &mut a.skip_tls),
                 ("hot", &mut a.skip_hot),
+                ("cluster", &mut a.skip_cluster),
             ] {
                 *skip |= name != keep;
             }
@@ -447,6 +487,19 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         rounds: args.hot_rounds,
         quick: args.quick,
     };
+    let cluster_settings = cluster::Settings {
+        redis_bin: args.redis_bin.clone(),
+        leasehold_bin: leasehold_bin.clone(),
+        threads: args.cluster_threads,
+        rounds: args.rounds,
+        requests: args.cluster_requests,
+        moved_samples: args.moved_samples,
+        reshard_slots: args.reshard_slots,
+        reshard_keys: args.reshard_keys,
+        base_port: args.cluster_port,
+        lua_dir: args.lua_dir.clone(),
+        quick: args.quick,
+    };
     let only = if args.hot_only {
         let section = hot::run(&hot_settings, &runner);
         Some((hot::HEADING, hot::render::section(&section)))
@@ -467,6 +520,9 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some((scripts::render::HEADING, scripts::render::section(&section)))
     } else if args.tls_only {
         Some((tls::HEADING, tls::section(&tls::run(&tls_settings))))
+    } else if args.cluster_only {
+        let section = cluster::run(&cluster_settings);
+        Some((cluster::HEADING, cluster::render::section(&section)))
     } else {
         None
     };
@@ -596,6 +652,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     let scripts = (!args.skip_scripts).then(|| scripts::run(&scripts_settings, &runner));
     let tls = (!args.skip_tls).then(|| tls::run(&tls_settings));
     let hot = (!args.skip_hot).then(|| hot::run(&hot_settings, &runner));
+    let cluster = (!args.skip_cluster).then(|| cluster::run(&cluster_settings));
     let lease_runs = if args.skip_lease {
         Vec::new()
     } else {
@@ -614,6 +671,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         persistence: persistence.as_ref(),
         scripts: scripts.as_ref(),
         tls: tls.as_ref(),
+        cluster: cluster.as_ref(),
         checks: &checks,
         lease: &lease_runs,
         load_at_start: &load_at_start,

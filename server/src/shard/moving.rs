@@ -10,6 +10,7 @@ use bytes::Bytes;
 use leasehold_protocol::Args;
 
 use super::Shard;
+use crate::cluster::Route;
 use crate::error::OpError;
 use crate::slot::key_slot;
 
@@ -23,13 +24,16 @@ pub static KEY_POSITIONS: OnceLock<KeyPositions> = OnceLock::new();
 
 /// What a command on a slot in migration gets instead of running, decided
 /// on the shard holding its keys (Redis's `getNodeByQuery`): on a slot
-/// migrating from here, `-ASK <slot> <host>:<port>` of the target when none
-/// of its keys is here, `-TRYAGAIN` when some are and some are not; on a
+/// migrating from here, `-MOVED` to the owner when the topology in force
+/// (read after the states) no longer gives the slot to this node's group,
+/// else `-ASK <slot> <host>:<port>` of the target when none of its keys is
+/// here, `-TRYAGAIN` when some are and some are not; on a
 /// slot imported here (reached after ASKING), `-TRYAGAIN` for a multi-key
 /// command missing some of its keys. Called only while some slot is in
 /// migration; MIGRATE itself always runs.
 ///
 /// # Errors
+/// [`OpError::Moved`], [`OpError::ClusterDown`] (no group owns the slot),
 /// [`OpError::Ask`] or [`OpError::TryAgain`] as above.
 pub fn check(s: &mut Shard, cmd: usize, args: &Args) -> Result<(), OpError> {
     let Some(keys) = KEY_POSITIONS.get() else {
@@ -53,6 +57,21 @@ pub fn check(s: &mut Shard, cmd: usize, args: &Args) -> Result<(), OpError> {
         (None, true) => (None, true),
         (None, false) => return Ok(()),
     };
+    // The topology may have moved the slot away since the dispatcher
+    // judged the request (it is read after the states, which a new
+    // topology changes only after it is in force): MOVED to the owner.
+    if to.is_some() {
+        match cluster.load().route(slot, false) {
+            Route::Here => {}
+            Route::Moved(node) => {
+                return Err(OpError::Moved {
+                    slot,
+                    addr: node.addr(),
+                })
+            }
+            Route::Unassigned => return Err(OpError::ClusterDown),
+        }
+    }
     let now_ms = s.now.unix_ms;
     let (mut present, mut missing) = (0, 0);
     for p in positions {
