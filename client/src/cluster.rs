@@ -10,10 +10,12 @@
 //!      │                   there; the whole map is reloaded in the
 //!      │                   background, from addr first
 //!      │ -ASK slot addr:   ASKING + the command to addr, once; map unchanged
+//!      │ -TRYAGAIN:        sent again after n x 20 ms (n-th time; the
+//!      │                   command did not run)
 //!      │ refused connect:  the map is reloaded from the other nodes now; the
 //!      │                   call goes to the new owner if there is one
 //!      v
-//!  the reply (after at most `max_redirects` redirections)
+//!  the reply (after at most `max_redirects` redirections and resends)
 //! ```
 //!
 //! The map is loaded with `CLUSTER SLOTS` (with `CLUSTER INFO` in the same
@@ -357,6 +359,17 @@ fn redirect_of(reply: &Reply) -> Option<(bool, u16, String)> {
     }
 }
 
+/// Whether `reply` is `-TRYAGAIN`: a multi-key command whose keys a slot
+/// migration has split between two nodes, refused without running.
+fn is_try_again(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(text) if matches!(ServerError::parse(text).kind, ServerErrorKind::TryAgain))
+}
+
+/// The pause before the n-th resend of a `-TRYAGAIN` command: n x 20 ms
+/// (a migration moves a batch of keys in milliseconds; redis-py's cluster
+/// client pauses 50 ms once).
+const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(20);
+
 /// `ASKING`, sent before the command an `ASK` redirects.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
@@ -666,6 +679,14 @@ impl Client {
             } else {
                 recv(conn.send(frame.clone(), 1)?).await?
             };
+            if replies.first().is_some_and(is_try_again) && redirects < cluster.config.max_redirects
+            {
+                // The command did not run (its keys are split by a slot
+                // migration): sent again, as it was, after a short pause.
+                redirects += 1;
+                tokio::time::sleep(TRY_AGAIN_PAUSE * redirects).await;
+                continue;
+            }
             let Some((moved, slot, to)) = replies.first().and_then(redirect_of) else {
                 return Ok(replies);
             };

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use leasehold_client::slot::key_slot;
 use leasehold_client::{
     BucketParams, Client, ClientConfig, Error, FailureMode, LeaseConfig, LeaseManager, Mode,
-    Outcome, Policy, PolicyId, PolicySet, SystemClock,
+    Outcome, Policy, PolicyId, PolicySet, ServerErrorKind, SystemClock,
 };
 use leasehold_protocol::{decode_request, Limits, Protocol, Reply};
 use leasehold_server::ServerHandle;
@@ -431,6 +431,45 @@ async fn ask_is_followed_once_with_asking_and_leaves_the_map_alone() {
     );
     assert_eq!(owner.commands(), ["GET FOO", "GET FOO"]);
     assert_eq!(other.commands().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tryagain_is_sent_again_to_the_same_node_and_then_returned_as_is() {
+    // Two -TRYAGAIN, then the answer: the caller sees the answer.
+    let tries = Arc::new(Mutex::new(0));
+    let counted = tries.clone();
+    let node = FakeNode::start(move |_| {
+        let mut n = counted.lock();
+        *n += 1;
+        match *n {
+            1 | 2 => Reply::err("TRYAGAIN Multiple keys request during rehashing of slot"),
+            _ => Reply::bulk("after the migration"),
+        }
+    })
+    .await;
+    let client = fake_client(node.addr);
+    let started = Instant::now();
+    assert_eq!(
+        client.get(b"foo").await.unwrap().as_deref(),
+        Some(&b"after the migration"[..])
+    );
+    // Paused 20 ms, then 40 ms.
+    assert!(
+        started.elapsed() >= Duration::from_millis(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(node.commands(), ["GET FOO", "GET FOO", "GET FOO"]);
+    // A node that keeps answering -TRYAGAIN: five resends, then its error.
+    let stuck =
+        FakeNode::start(|_| Reply::err("TRYAGAIN Multiple keys request during rehashing of slot"))
+            .await;
+    let client = fake_client(stuck.addr);
+    match client.get(b"foo").await {
+        Err(Error::Server(e)) => assert_eq!(e.kind, ServerErrorKind::TryAgain, "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stuck.commands().len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
