@@ -473,3 +473,81 @@ fn hello_and_info_say_cluster_mode() {
         Some("cluster".into())
     );
 }
+
+#[test]
+fn migrate_answers_nokey_its_errors_and_keeps_a_key_it_could_not_send() {
+    let mut h = node(6379);
+    let mine = key_in("m", 0, 5460);
+    let other_shard = key_in("m", 8192, 9000);
+    // A port nothing listens on, and a target that accepts and never answers.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused_port = refused.local_addr().unwrap().port().to_string();
+    drop(refused);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port().to_string();
+    fn m<'a>(args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = vec!["MIGRATE"];
+        all.extend_from_slice(args);
+        all
+    }
+    // Nothing here to move: NOKEY, without connecting.
+    assert_eq!(
+        h.run(&m(&["127.0.0.1", &refused_port, &mine, "0", "100"])),
+        Reply::simple("NOKEY")
+    );
+    assert_eq!(
+        h.run(&m(&[
+            "127.0.0.1",
+            &refused_port,
+            "",
+            "0",
+            "100",
+            "KEYS",
+            &mine
+        ])),
+        Reply::simple("NOKEY")
+    );
+    // Wrong arguments.
+    let cases: [(Vec<&str>, Reply); 5] = [
+        (m(&["127.0.0.1", "1", &mine, "1", "100"]), err("ERR MIGRATE moves keys to database 0 only (Leasehold has one)")),
+        (m(&["127.0.0.1", "0", &mine, "0", "100"]), err("ERR syntax error")),
+        (m(&["127.0.0.1", "1", &mine, "0", "100", "SIDEWAYS"]), err("ERR syntax error")),
+        (
+            m(&["127.0.0.1", "1", &mine, "0", "100", "KEYS", &mine]),
+            err("ERR When using MIGRATE KEYS option, the key argument must be set to the empty string"),
+        ),
+        (m(&["127.0.0.1", "1", &mine, "0"]), arity("migrate")),
+    ];
+    for (args, want) in cases {
+        assert_eq!(h.run(&args), want, "{args:?}");
+    }
+    assert_eq!(h.run(&["SET", &mine, "v"]), Reply::ok());
+    assert_eq!(h.run(&["SET", &other_shard, "w"]), Reply::ok());
+    let r = h.run(&m(&[
+        "127.0.0.1",
+        &refused_port,
+        "",
+        "0",
+        "100",
+        "KEYS",
+        &mine,
+        &other_shard,
+    ]));
+    assert!(
+        matches!(&r, Reply::Error(e) if e.starts_with(CROSSSLOT)),
+        "{r:?}"
+    );
+    // A target that cannot be reached or does not answer: an IOERR, and
+    // the key stays here.
+    assert_eq!(
+        h.run(&m(&["127.0.0.1", &refused_port, &mine, "0", "200"])),
+        err("IOERR error or timeout connecting to target instance")
+    );
+    let r = h.run(&m(&["127.0.0.1", &silent_port, &mine, "0", "200"]));
+    assert!(
+        matches!(&r, Reply::Error(e) if e.starts_with("IOERR error or timeout") && e.ends_with("target instance")),
+        "{r:?}"
+    );
+    assert_eq!(h.run(&["GET", &mine]), Reply::bulk("v"));
+    assert_eq!(h.run(&["GET", &other_shard]), Reply::bulk("w"));
+}
