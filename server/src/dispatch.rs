@@ -547,10 +547,9 @@ pub fn plan(
 /// commands run here. Inside MULTI, each queued command is judged when
 /// queued (a redirection aborts the transaction, as in Redis) and the
 /// transaction's slot is noted: commands of several slots make EXEC answer
-/// `CROSSSLOT`. ASKING lasts one command (sent before MULTI, until EXEC
-/// or DISCARD, as in Redis): a slot this node imports (CLUSTER SETSLOT
-/// IMPORTING) is served after it, and only then (else MOVED to the owner,
-/// as Redis does). `-ASK` and `-TRYAGAIN` on a
+/// `CROSSSLOT`. ASKING lasts one command: a slot this node imports
+/// (CLUSTER SETSLOT IMPORTING) is served after it, and only then (else
+/// MOVED to the owner, as Redis does). `-ASK` and `-TRYAGAIN` on a
 /// migrating slot depend on which keys the shard has, so the shard decides
 /// them when it runs the command (`Shard::run`, `commands::migrate`). The
 /// replication link's records pass.
@@ -561,15 +560,7 @@ fn cluster_check(
     spec: &CommandSpec,
     items: &[Bytes],
 ) -> Result<(), OpError> {
-    // ASKING lasts one command, or, sent before MULTI, the whole
-    // transaction up to its EXEC or DISCARD (Redis keeps the flag while
-    // the client is in MULTI), so a transaction that followed -ASK can be
-    // queued on the importing node.
-    let in_multi = conn.tx.multi.is_some() && !matches!(spec.name, "exec" | "discard");
-    let asking = match in_multi || spec.name == "multi" {
-        true => conn.cluster.asking,
-        false => std::mem::take(&mut conn.cluster.asking),
-    };
+    let asking = std::mem::take(&mut conn.cluster.asking);
     if conn.is_link() {
         return Ok(());
     }

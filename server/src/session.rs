@@ -76,8 +76,8 @@ pub struct ClusterConn {
     /// READONLY was sent (until READWRITE): on a replica node, reads of
     /// its group's slots are served instead of redirected to the primary.
     pub readonly: bool,
-    /// ASKING was sent: holds for the next command only, or, sent before
-    /// MULTI, until the transaction's EXEC or DISCARD (`dispatch::cluster_check`).
+    /// ASKING was sent: holds for the next command only. No slot migrates
+    /// yet, so it changes nothing else.
     pub asking: bool,
 }
 
