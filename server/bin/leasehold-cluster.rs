@@ -95,8 +95,8 @@ enum Cmd {
         /// The range: A-B (or one slot).
         #[arg(long)]
         slots: String,
-        /// Keys per MIGRATE.
-        #[arg(long, default_value_t = 100)]
+        /// Keys per MIGRATE (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         batch: u32,
         /// A node to read the topology from: HOST:PORT.
         node: String,
@@ -740,6 +740,17 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
         topo.groups[gf].primary().clone(),
         topo.groups[gt].primary().clone(),
     );
+    if gf == gt {
+        return Err(format!("--from and --to are the same group, {from:?}"));
+    }
+    // Every slot checked before any moves: a range only partly the
+    // source's would otherwise leave the first slots moved and migrating,
+    // the topology unchanged.
+    if let Some(slot) =
+        (first..=last).find(|&s| !matches!(topo.owner(s), Some(g) if g == gf || g == gt))
+    {
+        return Err(format!("slot {slot} is not group {from:?}'s"));
+    }
     let (src_addr, dst_addr) = (src.addr(), dst.addr());
     let dst_port = dst.port.to_string();
     let mut moved = 0u64;
