@@ -728,7 +728,7 @@ fn reshard_refuses_a_range_not_all_the_sources_before_moving_anything() {
 }
 
 #[test]
-#[ignore = "ASKING lasts one command even before MULTI (Redis keeps it until EXEC), so a transaction following -ASK gets -MOVED for its queued commands on the importing node and EXECABORT; keeping the flag at queue time is not enough: EXEC plans the queue again through dispatch::cluster_check, where the flag is gone"]
+#[ignore = "ASKING lasts one command even before MULTI (Redis keeps it until EXEC), so a transaction following -ASK gets -MOVED for its queued commands on the importing node and EXECABORT (nothing runs; the client retries once the slot has moved, and EXEC on a slot in migration answers -TRYAGAIN anyway); serving it needs the flag kept at queue time and at EXEC, where dispatch::cluster_check plans the queue again"]
 fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
     let c = pair();
     let (a, b) = (c.ports[0], c.ports[1]);
@@ -759,7 +759,6 @@ fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
 }
 
 #[test]
-#[ignore = "EXEC on a migrating slot runs each queued command's own -ASK/-TRYAGAIN check on the shard, so the commands whose keys are here run and the rest answer -ASK inside EXEC's array (Redis discards the whole transaction with one -ASK or -TRYAGAIN); the fix needs a check of the whole queue before the shard runs any of it, in all three EXEC modes of turn/tx.rs"]
 fn a_transaction_on_a_migrating_slot_runs_all_or_nothing() {
     let c = pair();
     let (a, b) = (c.ports[0], c.ports[1]);
@@ -784,4 +783,19 @@ fn a_transaction_on_a_migrating_slot_runs_all_or_nothing() {
         "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
     );
     assert_eq!(call(a, &["GET", &here]), Some(Reply::bulk("10")));
+    // Every key here: refused all the same while the slot migrates (Redis
+    // would run it), and run once the slot is stable again.
+    ra.expect(&["MULTI"], "+OK\r\n");
+    ra.expect(&["INCR", &here], "+QUEUED\r\n");
+    ra.expect(
+        &["EXEC"],
+        "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+    );
+    assert_eq!(
+        call(a, &["CLUSTER", "SETSLOT", &s, "STABLE"]),
+        Some(Reply::ok())
+    );
+    ra.expect(&["MULTI"], "+OK\r\n");
+    ra.expect(&["INCR", &here], "+QUEUED\r\n");
+    ra.expect(&["EXEC"], "*1\r\n:11\r\n");
 }

@@ -64,6 +64,23 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
         return Err(e);
     }
+    // A slot in migration: the queue's keys may be on both nodes, and each
+    // queued command is judged alone where it runs, so part of the
+    // transaction could run and the rest answer -ASK. Rather than that,
+    // the whole transaction is refused with -TRYAGAIN and nothing runs;
+    // the client sends it again once the slot has moved (Redis runs it
+    // when all of its keys are on one side).
+    if let (Some(slot), Some(cluster)) = (multi.slot, ctx.shared.cluster.as_ref()) {
+        if cluster.moving_any() {
+            let moving = cluster.moving();
+            if moving.migrating.contains_key(&slot) || moving.importing.contains_key(&slot) {
+                tx.pending = Some(TxWork::Unwatch(watched));
+                let e = OpError::TryAgain;
+                ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
+                return Err(e);
+            }
+        }
+    }
     tx.pending = Some(TxWork::Exec(multi, watched));
     // The thread replaces this with the transaction's replies.
     Ok(Reply::NilArray)
