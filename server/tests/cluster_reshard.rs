@@ -291,7 +291,19 @@ fn migrate_moves_every_kind_of_value_exactly() {
     let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "2000", "KEYS"];
     let names: Vec<String> = values.iter().chain(&rates).map(|n| k(n)).collect();
     args.extend(names.iter().map(String::as_str));
+    let offset = |p: u16| {
+        let info = text(&call(p, &["INFO", "replication"]).unwrap());
+        let line = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"));
+        line.and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{info}"))
+    };
+    let source_offset = offset(a);
     assert_eq!(call(a, &args), Some(Reply::ok()));
+    // The deletions went into the source's stream (its replicas and log
+    // drop the keys too).
+    assert!(offset(a) > source_offset, "MIGRATE appended no effect");
     // Nothing left on the source (which now ASKs for each key);
     // everything equal on the target.
     let ask = Reply::err_owned(format!("ASK {s} 127.0.0.1:{b}"));
