@@ -121,22 +121,7 @@ pub fn script_args(
     template: &str,
     sha: &str,
 ) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "-p",
-        &port.to_string(),
-        "-c",
-        "50",
-        "-P",
-        &pipeline.to_string(),
-        "-n",
-        &requests.to_string(),
-        "-r",
-        "100000",
-        "--csv",
-        "--cluster",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = super::crosscheck::args(port, pipeline, requests, &["--cluster".to_string()]);
     args.extend(template.split_whitespace().map(|w| {
         w.replace("__key__", "{tag}:__rand_int__")
             .replace("__sha__", sha)
