@@ -739,6 +739,20 @@ fn reshard_refuses_a_range_not_all_the_sources_before_moving_anything() {
     assert_eq!(call(a, &["GET", &key]), Some(Reply::bulk("v")));
 }
 
+/// Puts slot `s` in migration from the pair's first node to its second
+/// (IMPORTING on the target first, as the operator tool does).
+fn open_migration(c: &Nodes, s: &str) {
+    let (a, b) = (c.ports[0], c.ports[1]);
+    assert_eq!(
+        call(b, &["CLUSTER", "SETSLOT", s, "IMPORTING", &c.ids[0]]),
+        Some(Reply::ok())
+    );
+    assert_eq!(
+        call(a, &["CLUSTER", "SETSLOT", s, "MIGRATING", &c.ids[1]]),
+        Some(Reply::ok())
+    );
+}
+
 #[test]
 #[ignore = "ASKING lasts one command even before MULTI (Redis keeps it until EXEC), so a transaction following -ASK gets -MOVED for its queued commands on the importing node and EXECABORT (nothing runs; the client retries once the slot has moved, and EXEC on a slot in migration answers -TRYAGAIN anyway); serving it needs the flag kept at queue time and at EXEC, where dispatch::cluster_check plans the queue again"]
 fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
@@ -747,14 +761,7 @@ fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
     let tag = tag_in(0, 8191);
     let s = slot(&tag).to_string();
     let key = format!("{tag}tx");
-    assert_eq!(
-        call(b, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &c.ids[0]]),
-        Some(Reply::ok())
-    );
-    assert_eq!(
-        call(a, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &c.ids[1]]),
-        Some(Reply::ok())
-    );
+    open_migration(&c, &s);
     let mut rb = Raw::open(b);
     rb.expect(&["ASKING"], "+OK\r\n");
     rb.expect(&["MULTI"], "+OK\r\n");
@@ -773,19 +780,12 @@ fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
 #[test]
 fn a_transaction_on_a_migrating_slot_runs_all_or_nothing() {
     let c = pair();
-    let (a, b) = (c.ports[0], c.ports[1]);
+    let a = c.ports[0];
     let tag = tag_in(0, 8191);
     let s = slot(&tag).to_string();
     let (here, gone) = (format!("{tag}here"), format!("{tag}gone"));
     assert_eq!(call(a, &["SET", &here, "10"]), Some(Reply::ok()));
-    assert_eq!(
-        call(b, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &c.ids[0]]),
-        Some(Reply::ok())
-    );
-    assert_eq!(
-        call(a, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &c.ids[1]]),
-        Some(Reply::ok())
-    );
+    open_migration(&c, &s);
     let mut ra = Raw::open(a);
     ra.expect(&["MULTI"], "+OK\r\n");
     ra.expect(&["INCR", &here], "+QUEUED\r\n");
