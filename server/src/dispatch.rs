@@ -551,7 +551,7 @@ pub fn plan(
 /// (CLUSTER SETSLOT IMPORTING) is served after it, and only then (else
 /// MOVED to the owner, as Redis does). `-ASK` and `-TRYAGAIN` on a
 /// migrating slot depend on which keys the shard has, so the shard decides
-/// them when it runs the command (`Shard::run`, `commands::migrate`). The
+/// them when it runs the command (`Shard::run`, `shard::moving`). The
 /// replication link's records pass.
 #[inline(never)]
 fn cluster_check(

@@ -255,8 +255,10 @@ pub fn section(sec: &Section) -> String {
     s
 }
 
-/// The rows as a markdown table.
-fn table(rows: &[Row<2>]) -> String {
+/// Rows of Redis against Leasehold (cells [`REDIS`], [`LH`]) as a
+/// markdown table: rps, ratio, p99, and notes of noisy cells and failures
+/// (the cluster section's redis-benchmark rows too).
+pub(crate) fn table(rows: &[Row<2>]) -> String {
     let mut s = String::from(
         "| test | -P | Redis rps | Leasehold rps | Leasehold / Redis | Redis p99 ms | Leasehold p99 ms | notes |\n\
          |---|---:|---:|---:|---:|---:|---:|---|\n",

@@ -1,7 +1,7 @@
 //! The cluster section's markdown.
 
 use super::probe::{MovedCost, Reshard, BEFORE};
-use super::{Section, HEADING, LEGS, LH, REDIS, SELECTION};
+use super::{Section, HEADING, LEGS, SELECTION};
 use crate::compare::first::Row;
 use crate::compare::servers::Kind;
 use crate::compare::table::{noisy_note, spread, thousands};
@@ -28,7 +28,7 @@ pub fn section(sec: &Section) -> String {
         sec.facts
     ));
     s.push_str(&format!("### redis-benchmark --cluster -t {SELECTION}\n\n"));
-    s.push_str(&builtin_table(&sec.rows));
+    s.push_str(&crate::compare::tls::table(&sec.rows));
     s.push_str(
         "\n### Token bucket: TOKENLEASE against the Lua script\n\n\
          `EVALSHA` of [`bench/lua/token_bucket.lua`](../bench/lua/token_bucket.lua) (loaded on every \
@@ -84,28 +84,6 @@ fn notes<const N: usize>(labels: &[&str; N], row: &Row<N>) -> String {
         notes.extend(c.failures.first().map(|f| format!("{l}: {f}")));
     }
     notes.join("; ")
-}
-
-fn builtin_table(rows: &[Row<2>]) -> String {
-    let mut s = String::from(
-        "| test | -P | Redis rps | Leasehold rps | Leasehold / Redis | Redis p99 ms | Leasehold p99 ms | notes |\n\
-         |---|---:|---:|---:|---:|---:|---:|---|\n",
-    );
-    for r in rows {
-        let [redis, lh] = &r.cells;
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.test,
-            r.pipeline,
-            redis.rps_cell(),
-            lh.rps_cell(),
-            x(r.ratio(LH, REDIS)),
-            ms(redis.median_p99()),
-            ms(lh.median_p99()),
-            notes(&["Redis", "Leasehold"], r)
-        ));
-    }
-    s
 }
 
 fn script_table(rows: &[Row<3>]) -> String {
