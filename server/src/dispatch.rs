@@ -547,9 +547,10 @@ pub fn plan(
 /// commands run here. Inside MULTI, each queued command is judged when
 /// queued (a redirection aborts the transaction, as in Redis) and the
 /// transaction's slot is noted: commands of several slots make EXEC answer
-/// `CROSSSLOT`. ASKING lasts one command: a slot this node imports
-/// (CLUSTER SETSLOT IMPORTING) is served after it, and only then (else
-/// MOVED to the owner, as Redis does). `-ASK` and `-TRYAGAIN` on a
+/// `CROSSSLOT`. ASKING lasts one command, or a whole transaction when
+/// MULTI follows it: a slot this node imports (CLUSTER SETSLOT IMPORTING)
+/// is served after it, and only then (else MOVED to the owner, as Redis
+/// does). `-ASK` and `-TRYAGAIN` on a
 /// migrating slot depend on which keys the shard has, so the shard decides
 /// them when it runs the command (`Shard::run`, `shard::moving`). The
 /// replication link's records pass.
@@ -560,7 +561,12 @@ fn cluster_check(
     spec: &CommandSpec,
     items: &[Bytes],
 ) -> Result<(), OpError> {
-    let asking = std::mem::take(&mut conn.cluster.asking);
+    // ASKING holds for one command, or through MULTI until EXEC or
+    // DISCARD (which take it: `commands/transaction.rs`).
+    let asking = conn.cluster.asking;
+    if conn.tx.multi.is_none() && spec.name != "multi" {
+        conn.cluster.asking = false;
+    }
     if conn.is_link() {
         return Ok(());
     }
@@ -598,6 +604,13 @@ fn cluster_check(
                 None => multi.slot = Some(slot),
                 Some(s) if s != slot => multi.cross_slot = true,
                 _ => {}
+            }
+            for p in spec.keys_in(items) {
+                match &multi.key {
+                    None => multi.key = Some(items[p].clone()),
+                    Some(k) if *k != items[p] => multi.several_keys = true,
+                    _ => {}
+                }
             }
         }
     }

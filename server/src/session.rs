@@ -76,8 +76,10 @@ pub struct ClusterConn {
     /// READONLY was sent (until READWRITE): on a replica node, reads of
     /// its group's slots are served instead of redirected to the primary.
     pub readonly: bool,
-    /// ASKING was sent: holds for the next command only. No slot migrates
-    /// yet, so it changes nothing else.
+    /// ASKING was sent: a slot this node imports is served for the next
+    /// command only, or, when that command is MULTI, for every command of
+    /// the transaction until EXEC or DISCARD (as Redis keeps the flag while
+    /// the client is in MULTI).
     pub asking: bool,
 }
 
@@ -149,6 +151,15 @@ pub struct Multi {
     /// In cluster mode, a queued command's keys are in another slot than
     /// an earlier one's: EXEC answers `CROSSSLOT` and runs nothing.
     pub cross_slot: bool,
+    /// In cluster mode, the first key a queued command names.
+    pub key: Option<Bytes>,
+    /// In cluster mode, queued commands name more than one distinct key
+    /// (Redis's "multiple keys" test of a transaction on a slot in
+    /// migration).
+    pub several_keys: bool,
+    /// EXEC came after ASKING (sent before MULTI): the queued commands are
+    /// planned again at EXEC with the flag (see [`ClusterConn::asking`]).
+    pub asking: bool,
 }
 
 impl Multi {
@@ -162,6 +173,9 @@ impl Multi {
             bytes: 0,
             slot: None,
             cross_slot: false,
+            key: None,
+            several_keys: false,
+            asking: false,
         }
     }
 }

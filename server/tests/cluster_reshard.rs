@@ -753,8 +753,38 @@ fn open_migration(c: &Nodes, s: &str) {
     );
 }
 
+/// This node's own CLUSTER NODES line (flags `myself`).
+fn my_nodes_line(port: u16) -> String {
+    let all = call(port, &["CLUSTER", "NODES"]).map(|r| text(&r));
+    let all = all.expect("CLUSTER NODES");
+    let line = all.lines().find(|l| l.contains("myself"));
+    line.expect("a myself line").to_string()
+}
+
 #[test]
-#[ignore = "ASKING lasts one command even before MULTI (Redis keeps it until EXEC), so a transaction following -ASK gets -MOVED for its queued commands on the importing node and EXECABORT (nothing runs; the client retries once the slot has moved, and EXEC on a slot in migration answers -TRYAGAIN anyway); serving it needs the flag kept at queue time and at EXEC, where dispatch::cluster_check plans the queue again"]
+fn cluster_nodes_marks_the_slots_in_migration_on_each_side() {
+    let c = pair();
+    let (a, b) = (c.ports[0], c.ports[1]);
+    let tag = tag_in(0, 8191);
+    let s = slot(&tag).to_string();
+    assert!(!my_nodes_line(a).contains('['), "{}", my_nodes_line(a));
+    open_migration(&c, &s);
+    let (la, lb) = (my_nodes_line(a), my_nodes_line(b));
+    assert!(la.ends_with(&format!(" [{s}->-{}]", c.ids[1])), "{la}");
+    assert!(lb.ends_with(&format!(" [{s}-<-{}]", c.ids[0])), "{lb}");
+    // The other nodes' lines carry no marks.
+    let all = text(&call(a, &["CLUSTER", "NODES"]).unwrap());
+    assert_eq!(all.matches('[').count(), 1, "{all}");
+    for p in [a, b] {
+        assert_eq!(
+            call(p, &["CLUSTER", "SETSLOT", &s, "STABLE"]),
+            Some(Reply::ok())
+        );
+        assert!(!my_nodes_line(p).contains('['), "{}", my_nodes_line(p));
+    }
+}
+
+#[test]
 fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
     let c = pair();
     let (a, b) = (c.ports[0], c.ports[1]);
@@ -775,6 +805,26 @@ fn asking_before_multi_serves_the_whole_transaction_on_the_importing_node() {
     rb.expect(&["MULTI"], "+OK\r\n");
     rb.expect(&["DISCARD"], "+OK\r\n");
     rb.expect(&["GET", &key], &format!("-MOVED {s} 127.0.0.1:{a}\r\n"));
+    // Two keys of the slot: some may still be on the source, so EXEC
+    // answers -TRYAGAIN and runs nothing.
+    let other = format!("{tag}other");
+    rb.expect(&["ASKING"], "+OK\r\n");
+    rb.expect(&["MULTI"], "+OK\r\n");
+    rb.expect(&["SET", &key, "w"], "+QUEUED\r\n");
+    rb.expect(&["SET", &other, "w"], "+QUEUED\r\n");
+    rb.expect(
+        &["EXEC"],
+        "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+    );
+    rb.expect(&["ASKING"], "+OK\r\n");
+    rb.expect(&["GET", &key], "$1\r\nv\r\n");
+    // Without ASKING the transaction is refused when queued.
+    rb.expect(&["MULTI"], "+OK\r\n");
+    rb.expect(&["GET", &key], &format!("-MOVED {s} 127.0.0.1:{a}\r\n"));
+    rb.expect(
+        &["EXEC"],
+        "-EXECABORT Transaction discarded because of previous errors.\r\n",
+    );
 }
 
 #[test]

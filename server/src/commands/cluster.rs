@@ -20,7 +20,7 @@ use leasehold_protocol::{Args, Reply};
 
 use super::flags::*;
 use super::{cmd, CommandSpec, Exec, NO_KEYS};
-use crate::cluster::{Role, Topology, View};
+use crate::cluster::{Moving, Role, Topology, View};
 use crate::error::OpError;
 use crate::session::ConnCtx;
 use crate::shard::Shard;
@@ -118,7 +118,7 @@ fn cluster(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
         "NODES" => {
             arity(a, &sub, 2)?;
-            let text: String = node_lines(&view, now_ms).concat();
+            let text: String = node_lines(&view, &state.moving(), now_ms).concat();
             Ok(Reply::Verbatim("txt", Bytes::from(text)))
         }
         "SLOTS" => {
@@ -236,16 +236,43 @@ fn info(view: &View) -> String {
 
 /// One CLUSTER NODES line per node, each ending in `\n` (not `\r\n`):
 /// `<id> <host>:<port>@<bus port> <flags> <primary id or -> 0 <pong ms>
-/// <epoch> connected <slot ranges>`, the ranges on primaries only.
-fn node_lines(view: &View, now_ms: u64) -> Vec<String> {
+/// <epoch> connected <slot ranges>`, the ranges on primaries only. This
+/// node's own line ends, as in Redis, with its slots in migration in slot
+/// order: `[<slot>->-<target id>]` for one migrating from here and
+/// `[<slot>-<-<source id>]` for one imported here (`redis-cli --cluster
+/// check` and `fix` read them).
+fn node_lines(view: &View, moving: &Moving, now_ms: u64) -> Vec<String> {
     let t = &view.topo;
     let mut lines = Vec::new();
     for (gi, g) in t.groups.iter().enumerate() {
         for (ni, n) in g.nodes.iter().enumerate() {
-            lines.push(node_line(view, gi, ni, n, now_ms));
+            let mut line = node_line(view, gi, ni, n, now_ms);
+            if view.me == Some((gi, ni)) {
+                line.pop();
+                line.push_str(&migration_marks(moving));
+                line.push('\n');
+            }
+            lines.push(line);
         }
     }
     lines
+}
+
+/// This node's `[slot->-id]` / `[slot-<-id]` marks, each after a space.
+fn migration_marks(moving: &Moving) -> String {
+    let mut marks: Vec<(u16, String)> = moving
+        .migrating
+        .iter()
+        .map(|(&slot, to)| (slot, format!(" [{slot}->-{}]", to.id)))
+        .chain(
+            moving
+                .importing
+                .iter()
+                .map(|(&slot, from)| (slot, format!(" [{slot}-<-{}]", from.id))),
+        )
+        .collect();
+    marks.sort_unstable();
+    marks.into_iter().map(|(_, m)| m).collect()
 }
 
 fn node_line(view: &View, gi: usize, ni: usize, n: &crate::cluster::Node, now_ms: u64) -> String {

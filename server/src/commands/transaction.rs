@@ -50,8 +50,10 @@ fn multi(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
 
 fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     a.finish()?;
+    let asking = std::mem::take(&mut ctx.conn.cluster.asking);
     let tx = &mut ctx.conn.tx;
-    let multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
+    let mut multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
+    multi.asking = asking;
     let watched = std::mem::take(&mut tx.watched);
     if multi.aborted {
         tx.pending = Some(TxWork::Unwatch(watched));
@@ -69,11 +71,16 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     // transaction could run and the rest answer -ASK. Rather than that,
     // the whole transaction is refused with -TRYAGAIN and nothing runs;
     // the client sends it again once the slot has moved (Redis runs it
-    // when all of its keys are on one side).
+    // when all of its keys are on one side). One exception, as in Redis:
+    // on the importing node, after ASKING, a transaction naming one key
+    // runs (that key is served here, moved already or new).
     if let (Some(slot), Some(cluster)) = (multi.slot, ctx.shared.cluster.as_ref()) {
         if cluster.moving_any() {
             let moving = cluster.moving();
-            if moving.migrating.contains_key(&slot) || moving.importing.contains_key(&slot) {
+            let served_here = multi.asking && !multi.several_keys;
+            if moving.migrating.contains_key(&slot)
+                || (moving.importing.contains_key(&slot) && !served_here)
+            {
                 tx.pending = Some(TxWork::Unwatch(watched));
                 let e = OpError::TryAgain;
                 ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
@@ -88,6 +95,7 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
 
 fn discard(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     a.finish()?;
+    ctx.conn.cluster.asking = false;
     let tx = &mut ctx.conn.tx;
     tx.multi.take().ok_or(OpError::DiscardWithoutMulti)?;
     tx.pending = Some(TxWork::Unwatch(std::mem::take(&mut tx.watched)));

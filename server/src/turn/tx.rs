@@ -129,6 +129,8 @@ pub(super) struct Running {
     /// A script whose KEYS live on several shards, run once they are all
     /// locked (table index, arguments).
     script: Option<(usize, Args)>,
+    /// EXEC followed ASKING: each queued command is planned with the flag.
+    asking: bool,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -276,6 +278,7 @@ impl Running {
             span: None,
             single: false,
             script: None,
+            asking: false,
             addr: c.state.handle.addr,
         }
     }
@@ -303,6 +306,7 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
     };
     let mut run = Running::new(at, c, mode, multi.queued.into());
     run.watched = watched;
+    run.asking = multi.asking;
     let tx = run.tx;
     match &run.mode {
         Mode::Inline => {
@@ -417,6 +421,7 @@ impl Running {
                 outbox: &mut self.outbox,
                 conn: self.tx.conn,
             };
+            state.cluster.asking = self.asking;
             match plan(&mut at, state, &mut self.pipe, items) {
                 Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
                 // Inside MULTI a script keeps to one shard: the
@@ -441,6 +446,9 @@ impl Running {
                 Planned::Queued => {}
             }
         }
+        // The flag lasts the queue's commands only (one refused before the
+        // cluster check would leave it set).
+        state.cluster.asking = false;
         let last = self.queue.is_empty() && self.conn_cmd.is_none() && self.span.is_none();
         let tx = self.tx;
         match &self.mode {
