@@ -404,7 +404,9 @@ pub fn plan(
         return Planned::Queued;
     };
     conn.note_command(idx);
-    if !spec.arity_ok(items.len()) {
+    // EXEC with arguments is answered by its handler (EXECABORT, ending a
+    // transaction if one is open), as Redis does.
+    if !spec.arity_ok(items.len()) && spec.name != "exec" {
         count_rejected(worker, idx);
         multi::refuse(conn, pipe, wrong_arity(spec.name));
         return Planned::Queued;

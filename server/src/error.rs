@@ -259,6 +259,10 @@ pub enum OpError {
     /// `EXECABORT Transaction discarded because of previous errors.`: a
     /// command was refused while MULTI queued it.
     ExecAbort,
+    /// `EXECABORT Transaction discarded because of: wrong number of
+    /// arguments for 'exec' command`: EXEC with arguments, in MULTI (which
+    /// it ends) or not, as in Redis.
+    ExecAbortArity,
     /// `ERR Command not allowed inside a transaction` (PSYNC in MULTI).
     NotInMulti,
     /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
@@ -519,6 +523,9 @@ impl OpError {
             OpError::ExecAbort => {
                 Reply::err("EXECABORT Transaction discarded because of previous errors.")
             }
+            OpError::ExecAbortArity => Reply::err(
+                "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
+            ),
             OpError::NotInMulti => Reply::err("ERR Command not allowed inside a transaction"),
             OpError::ReadOnly => Reply::err("READONLY You can't write against a read only replica."),
             OpError::Loading => Reply::err("LOADING Redis is loading the dataset in memory"),

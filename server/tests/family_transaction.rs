@@ -91,6 +91,16 @@ fn nesting_and_misplaced_commands_answer_errors() {
     assert_eq!(h.cmd("MULTI"), Reply::ok());
     assert_eq!(h.cmd("RESET"), Reply::simple("RESET"));
     assert_eq!(h.cmd("EXEC"), err("ERR EXEC without MULTI"));
+    // EXEC with an argument: EXECABORT (Redis 7.0's reply), in MULTI or
+    // not; inside, the transaction ends with nothing run.
+    const EXEC_ARITY: &str =
+        "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
+    assert_eq!(h.cmd("EXEC x"), err(EXEC_ARITY));
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("SET a 3"), QUEUED);
+    assert_eq!(h.cmd("EXEC x"), err(EXEC_ARITY));
+    assert_eq!(h.cmd("EXEC"), err("ERR EXEC without MULTI"));
+    assert_eq!(h.cmd("GET a"), Reply::bulk("1"));
 }
 
 #[test]

@@ -194,6 +194,7 @@ on_1_and_2_threads! {
             "MULTI", "FOO", "SET a 2", "EXEC", "GET a",
             "MULTI", "MSET a 1 b", "EXEC",
             "MULTI", "EXEC",
+            "EXEC x", "WATCH a", "MULTI", "SET a 9", "EXEC x", "EXEC", "GET a",
             "MULTI", "PING", "ECHO hi", "UNWATCH", "DISCARD", "DISCARD",
             "WATCH a", "SET a 3", "MULTI", "GET a", "EXEC",
             "WATCH a", "MULTI", "GET a", "EXEC",

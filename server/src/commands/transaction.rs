@@ -49,9 +49,16 @@ fn multi(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
 }
 
 fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
-    a.finish()?;
     let asking = std::mem::take(&mut ctx.conn.cluster.asking);
     let tx = &mut ctx.conn.tx;
+    // Arguments (the dispatcher lets them through to here): EXECABORT, in
+    // MULTI or not, and an open transaction ends with nothing run.
+    if a.remaining() > 0 {
+        if tx.multi.take().is_some() {
+            tx.pending = Some(TxWork::Unwatch(std::mem::take(&mut tx.watched)));
+        }
+        return Err(OpError::ExecAbortArity);
+    }
     let mut multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
     multi.asking = asking;
     let watched = std::mem::take(&mut tx.watched);
