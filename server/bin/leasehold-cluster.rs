@@ -837,8 +837,10 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
             )?;
         }
     }
+    // A re-run published nothing: the version in force is the one read.
+    let in_force = if already { topo.version } else { version };
     println!(
-        "slots {first}-{last}: {moved} keys moved from {from} to {to}; topology version {version}"
+        "slots {first}-{last}: {moved} keys moved from {from} to {to}; topology version {in_force}"
     );
     Ok(all)
 }

@@ -423,7 +423,8 @@ fn leasehold_cluster_reshard_moves_a_range_with_its_keys_and_reruns() {
     let again = run();
     assert!(again.status.success(), "{again:?}");
     assert!(
-        String::from_utf8_lossy(&again.stdout).contains("0 keys moved"),
+        String::from_utf8_lossy(&again.stdout)
+            .contains("0 keys moved from g0 to g1; topology version 2"),
         "{again:?}"
     );
     assert_eq!(call(a, &["LH.TOPOLOGY", "VERSION"]), Some(Reply::Int(2)));
