@@ -375,16 +375,20 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
     if shared.repl.is_loading() && !spec.has(flags::LOADING) {
         return Err(OpError::Loading);
     }
+    // Inside EXEC these were judged for the whole transaction.
     if spec.has(flags::DENYOOM)
         && shared
             .over_maxmemory
             .load(std::sync::atomic::Ordering::Relaxed)
+        && !conn.tx.executing
     {
         return Err(OpError::OutOfMemory);
     }
     if spec.has(flags::WRITE) {
         if let Some(e) = shared.write_refusal() {
-            return Err(e);
+            if !conn.tx.executing {
+                return Err(e);
+            }
         }
     }
     Ok(())

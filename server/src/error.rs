@@ -259,10 +259,12 @@ pub enum OpError {
     /// `EXECABORT Transaction discarded because of previous errors.`: a
     /// command was refused while MULTI queued it.
     ExecAbort,
-    /// `EXECABORT Transaction discarded because of: wrong number of
-    /// arguments for 'exec' command`: EXEC with arguments, in MULTI (which
-    /// it ends) or not, as in Redis.
-    ExecAbortArity,
+    /// `EXECABORT Transaction discarded because of: <why>`, `why` being
+    /// the error's text less a leading `ERR ` (Redis's `execCommandAbort`):
+    /// EXEC refused as a whole (with arguments; or, on a transaction that
+    /// writes, on a read-only replica, while persistence fails or past
+    /// maxmemory). An open transaction ends with nothing run.
+    ExecAbortBecause(Box<OpError>),
     /// `ERR Command not allowed inside a transaction` (PSYNC in MULTI).
     NotInMulti,
     /// `ERR Can't execute '<command>': only (P|S)SUBSCRIBE /
@@ -523,9 +525,16 @@ impl OpError {
             OpError::ExecAbort => {
                 Reply::err("EXECABORT Transaction discarded because of previous errors.")
             }
-            OpError::ExecAbortArity => Reply::err(
-                "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
-            ),
+            OpError::ExecAbortBecause(why) => {
+                let why = match why.reply() {
+                    Reply::Error(text) => text,
+                    _ => "ERR".into(),
+                };
+                let why = why.strip_prefix("ERR ").unwrap_or(&why);
+                Reply::err_owned(format!(
+                    "EXECABORT Transaction discarded because of: {why}"
+                ))
+            }
             OpError::NotInMulti => Reply::err("ERR Command not allowed inside a transaction"),
             OpError::ReadOnly => Reply::err("READONLY You can't write against a read only replica."),
             OpError::Loading => Reply::err("LOADING Redis is loading the dataset in memory"),

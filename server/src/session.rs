@@ -128,6 +128,9 @@ pub struct TxState {
     pub watched: Vec<Bytes>,
     /// What the last transaction command left for the thread to do.
     pub pending: Option<TxWork>,
+    /// EXEC is planning its queue: the write checks were made for the
+    /// whole transaction when EXEC started, so they are not made again.
+    pub executing: bool,
 }
 
 /// The commands queued since MULTI.
@@ -160,6 +163,12 @@ pub struct Multi {
     /// EXEC came after ASKING (sent before MULTI): the queued commands are
     /// planned again at EXEC with the flag (see [`ClusterConn::asking`]).
     pub asking: bool,
+    /// A queued command writes: EXEC is refused whole on a read-only
+    /// replica or while persistence fails.
+    pub writes: bool,
+    /// A queued command may grow memory (`DENYOOM`): EXEC is refused whole
+    /// past maxmemory.
+    pub denyoom: bool,
 }
 
 impl Multi {
@@ -176,6 +185,8 @@ impl Multi {
             key: None,
             several_keys: false,
             asking: false,
+            writes: false,
+            denyoom: false,
         }
     }
 }

@@ -338,3 +338,38 @@ fn a_queue_past_the_query_buffer_limit_closes_the_connection() {
     assert!(h.is_closed());
     assert_eq!(other.cmd("GET k"), Reply::Nil);
 }
+
+#[test]
+fn writes_are_judged_for_the_whole_transaction_at_exec() {
+    let mut h = Harness::new();
+    let mut other = h.connection_on(0);
+    const READONLY: &str = "EXECABORT Transaction discarded because of: READONLY You can't write against a read only replica.";
+    // Made a replica after its writes were queued: refused whole.
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("SET k 1"), QUEUED);
+    assert_eq!(h.cmd("GET k"), QUEUED);
+    assert_eq!(other.cmd("REPLICAOF 127.0.0.1 1"), Reply::ok());
+    assert_eq!(h.cmd("EXEC"), err(READONLY));
+    assert_eq!(h.cmd("EXEC"), err("ERR EXEC without MULTI"));
+    // A transaction that only reads runs on the replica.
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("GET k"), QUEUED);
+    assert_eq!(h.cmd("EXEC"), Reply::Array(vec![Reply::Nil]));
+    assert_eq!(other.cmd("REPLICAOF NO ONE"), Reply::ok());
+    // A queued REPLICAOF does not refuse the writes queued after it: they
+    // were judged when queued, as in Redis.
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("SET k 1"), QUEUED);
+    assert_eq!(h.cmd("REPLICAOF 127.0.0.1 1"), QUEUED);
+    assert_eq!(h.cmd("SET k2 2"), QUEUED);
+    assert_eq!(
+        h.cmd("EXEC"),
+        Reply::Array(vec![Reply::ok(), Reply::ok(), Reply::ok()])
+    );
+    assert_eq!(h.cmd("GET k2"), Reply::bulk("2"));
+    assert_eq!(
+        h.cmd("SET k3 3"),
+        err("READONLY You can't write against a read only replica.")
+    );
+    assert_eq!(h.cmd("REPLICAOF NO ONE"), Reply::ok());
+}

@@ -11,6 +11,8 @@
 //!
 //! [`TxState::pending`]: crate::session::TxState::pending
 
+use std::sync::atomic::Ordering;
+
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{FAST, LOADING, STALE};
@@ -57,7 +59,7 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
         if tx.multi.take().is_some() {
             tx.pending = Some(TxWork::Unwatch(std::mem::take(&mut tx.watched)));
         }
-        return Err(OpError::ExecAbortArity);
+        return Err(OpError::ExecAbortBecause(Box::new(OpError::Arity("exec"))));
     }
     let mut multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
     multi.asking = asking;
@@ -65,6 +67,20 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     if multi.aborted {
         tx.pending = Some(TxWork::Unwatch(watched));
         return Err(OpError::ExecAbort);
+    }
+    // Writes are judged for the whole transaction now, as Redis does: the
+    // queued commands were checked when queued, and run at EXEC without
+    // the write checks (so a queued REPLICAOF does not refuse the writes
+    // queued after it).
+    let over_memory = || ctx.shared.over_maxmemory.load(Ordering::Relaxed);
+    let refusal = match multi.writes {
+        true => ctx.shared.write_refusal(),
+        false => None,
+    }
+    .or_else(|| (multi.denyoom && over_memory()).then_some(OpError::OutOfMemory));
+    if let Some(why) = refusal {
+        tx.pending = Some(TxWork::Unwatch(watched));
+        return Err(OpError::ExecAbortBecause(Box::new(why)));
     }
     // Cluster mode: a transaction runs in one hash slot, as in Redis.
     if multi.cross_slot {

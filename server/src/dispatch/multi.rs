@@ -62,6 +62,8 @@ pub(super) fn queue(
                 return;
             };
             multi.bytes += args.all().iter().map(|a| a.len() + 16).sum::<usize>();
+            multi.writes |= spec.has(flags::WRITE);
+            multi.denyoom |= spec.has(flags::DENYOOM);
             if multi.bytes > limit {
                 let h = &conn.handle;
                 tracing::warn!(

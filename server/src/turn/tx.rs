@@ -422,6 +422,7 @@ impl Running {
                 conn: self.tx.conn,
             };
             state.cluster.asking = self.asking;
+            state.tx.executing = !self.single;
             match plan(&mut at, state, &mut self.pipe, items) {
                 Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
                 // Inside MULTI a script keeps to one shard: the
@@ -449,6 +450,7 @@ impl Running {
         // The flag lasts the queue's commands only (one refused before the
         // cluster check would leave it set).
         state.cluster.asking = false;
+        state.tx.executing = false;
         let last = self.queue.is_empty() && self.conn_cmd.is_none() && self.span.is_none();
         let tx = self.tx;
         match &self.mode {
