@@ -46,6 +46,8 @@ const LEASE_DEADLINE: Duration = Duration::from_millis(50);
 const SLACK: Duration = Duration::from_millis(100);
 const TICK: Duration = Duration::from_millis(2);
 const COOL_DOWN: Duration = Duration::from_secs(10);
+/// The widest gap allowed between two decisions in a row (see its use).
+const STALL: Duration = Duration::from_secs(1);
 
 /// A Leasehold node, when run as a child of the test below.
 #[test]
@@ -291,7 +293,10 @@ fn the_lease_manager_rides_through_a_sentinel_failover() {
             .map(|w| w[1].at.saturating_sub(w[0].at))
             .max()
             .unwrap();
-        assert!(widest <= deadline, "no decision for {widest:?}");
+        // A gap also holds the deciding task's own wait for a core, which
+        // on a loaded 2-core machine (every test binary at once) has reached
+        // a few hundred ms; the outage it guards against lasts seconds.
+        assert!(widest <= STALL, "no decision for {widest:?}");
 
         // The outage: from the kill to the first lease from the new primary,
         // which is the fail-open key's first allowed decision after its
