@@ -16,6 +16,12 @@
 //!   the topology's next version giving the range to the target to every
 //!   node and closes the states (SETSLOT NODE). Slots the topology already
 //!   gives to the target are skipped, so a re-run after a failure goes on.
+//! - `create --topology FILE`: makes running nodes the cluster a topology
+//!   file describes: the topology in force, replicas following their
+//!   primaries, the file's sentinels monitoring every group (`create.rs`).
+//! - `follow HOST:PORT...`: re-publishes the topology when Sentinel
+//!   switches a group's primary, so the declared primary stays the real one
+//!   (`follow.rs`).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -28,6 +34,11 @@ use bytes::BytesMut;
 use clap::{Parser, Subcommand};
 use leasehold_protocol::{decode_reply, encode_request, Reply};
 use leasehold_server::cluster::{host_port, Topology};
+
+#[path = "leasehold-cluster/create.rs"]
+mod create;
+#[path = "leasehold-cluster/follow.rs"]
+mod follow;
 
 /// Cluster mode's operator command.
 #[derive(Parser, Debug)]
@@ -84,6 +95,42 @@ enum Cmd {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
+    /// Make running nodes the cluster a topology file describes: the
+    /// topology in force on each, replicas following their primaries, the
+    /// file's sentinels monitoring every group.
+    Create {
+        /// The topology file (TOML, docs/cluster.md).
+        #[arg(long)]
+        topology: PathBuf,
+        /// Sentinels that must agree a primary is down (default: a majority).
+        #[arg(long)]
+        quorum: Option<u32>,
+        /// Sentinel's `down-after-milliseconds`.
+        #[arg(long, default_value_t = 5000)]
+        down_after_ms: u64,
+        /// Sentinel's `failover-timeout`, in ms.
+        #[arg(long, default_value_t = 60000)]
+        failover_timeout_ms: u64,
+        /// Seconds to wait for the replication links before the check.
+        #[arg(long, default_value_t = 10)]
+        wait: u64,
+    },
+    /// Re-publish the topology whenever Sentinel switches a group's
+    /// primary (runs until Ctrl-C or SIGTERM).
+    Follow {
+        /// Write each published topology to this file too.
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        /// Time between two looks at the sentinels, in ms.
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+        /// Look once, publish if needed, and exit.
+        #[arg(long)]
+        once: bool,
+        /// Nodes to read the topology in force from: HOST:PORT...
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
     /// Move a slot range, with its keys, from one group to another.
     Reshard {
         /// The group giving the slots.
@@ -129,6 +176,30 @@ fn main() -> ExitCode {
         }),
         Cmd::Check { node } => check(&node),
         Cmd::Publish { topology, nodes } => publish(&topology, &nodes),
+        Cmd::Create {
+            topology,
+            quorum,
+            down_after_ms,
+            failover_timeout_ms,
+            wait,
+        } => create::create(&create::Create {
+            topology,
+            quorum,
+            down_after_ms,
+            failover_timeout_ms,
+            wait_s: wait,
+        }),
+        Cmd::Follow {
+            topology,
+            interval_ms,
+            once,
+            nodes,
+        } => follow::follow(&follow::Follow {
+            nodes,
+            topology,
+            interval_ms,
+            once,
+        }),
         Cmd::Reshard {
             from,
             to,
@@ -223,6 +294,16 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+}
+
+/// Sets [`STOP`] on SIGINT and SIGTERM.
+fn on_stop_signals() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let handler: extern "C" fn(libc::c_int) = on_signal;
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+    }
 }
 
 /// The Sentinel master name of group `g`.
@@ -375,12 +456,7 @@ fn local(o: Local) -> Result<bool, String> {
     Topology::parse(&topo).map_err(|e| format!("the topology written: {e}"))?;
     std::fs::write(&topo_path, &topo).map_err(|e| format!("{}: {e}", topo_path.display()))?;
 
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let handler: extern "C" fn(libc::c_int) = on_signal;
-        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
-    }
+    on_stop_signals();
     let server = server_binary(o.server);
     let mut children: Vec<(String, Child)> = Vec::new();
     let started = (|| -> Result<(), String> {
