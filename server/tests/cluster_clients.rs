@@ -250,9 +250,21 @@ fn names_primary(sentinel: u16, master: &str, port: u16) -> bool {
     matches!(&name, Some(Reply::Array(a)) if a.len() == 2 && text(&a[1]) == port.to_string())
 }
 
-/// One lease call of the failover test: when it finished (since the
-/// test's start) and the remaining tokens, or the error.
-type Sample = (Duration, Result<u64, String>);
+/// One lease call of the failover test: when it was sent and when it
+/// finished (since the test's start), and the remaining tokens, or the error.
+#[derive(Debug, Clone)]
+struct Sample {
+    started: Duration,
+    finished: Duration,
+    result: Result<u64, String>,
+}
+
+impl Sample {
+    /// A grant asked for after `instant`.
+    fn ok_after(&self, instant: Duration) -> bool {
+        self.started > instant && self.result.is_ok()
+    }
+}
 
 /// Leases 1 token of `key` every 5 ms until `stop`, recording each call.
 async fn lease_loop(
@@ -264,13 +276,18 @@ async fn lease_loop(
     samples: Arc<Mutex<Vec<Sample>>>,
 ) {
     while !stop.load(Ordering::Relaxed) {
+        let started = t0.elapsed();
         let r = client.token_lease(key.as_bytes(), params, 1, 1).await;
-        let r = match r {
+        let result = match r {
             Ok(l) if l.granted == 1 => Ok(l.remaining),
             Ok(l) => Err(format!("denied: {l:?}")),
             Err(e) => Err(e.to_string()),
         };
-        samples.lock().push((t0.elapsed(), r));
+        samples.lock().push(Sample {
+            started,
+            finished: t0.elapsed(),
+            result,
+        });
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -360,8 +377,7 @@ fn a_group_failover_under_a_leasing_cluster_client_fails_only_that_groups_keys_b
         });
         // Until g0's key is leased again (the same client), at most 20 s.
         let limit = Instant::now() + Duration::from_secs(20);
-        let back =
-            |s: &Mutex<Vec<Sample>>| s.lock().iter().any(|(at, r)| *at > killed && r.is_ok());
+        let back = |s: &Mutex<Vec<Sample>>| s.lock().iter().any(|x| x.ok_after(killed));
         while !back(&samples[0]) && Instant::now() < limit {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -391,21 +407,23 @@ fn a_group_failover_under_a_leasing_cluster_client_fails_only_that_groups_keys_b
     });
 
     let summary = |s: &[Sample]| {
-        let errors: Vec<&Sample> = s.iter().filter(|(_, r)| r.is_err()).collect();
-        (s.len() - errors.len(), errors.len())
+        let errors = s.iter().filter(|x| x.result.is_err()).count();
+        (s.len() - errors, errors)
     };
     let g0_samples = samples[0].lock().clone();
+    // Recovered: the first grant asked for after the kill (one asked for
+    // before it may still be answered, by the primary, after it).
     let back = g0_samples
         .iter()
-        .find(|(at, r)| *at > killed && r.is_ok())
-        .map(|(at, _)| *at)
+        .find(|x| x.ok_after(killed))
+        .map(|x| x.finished)
         .unwrap_or_else(|| panic!("g0's key never leased again after the kill"));
     let unavailable = back - killed;
     let (g0_ok, g0_err) = summary(&g0_samples);
     // Each kind of error (its text up to the first digit) and its count.
     let mut kinds: Vec<(String, usize)> = Vec::new();
-    for (_, r) in &g0_samples {
-        if let Err(e) = r {
+    for x in &g0_samples {
+        if let Err(e) = &x.result {
             let kind: String = e.chars().take_while(|c| !c.is_ascii_digit()).collect();
             match kinds.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, n)) => *n += 1,
@@ -423,22 +441,20 @@ fn a_group_failover_under_a_leasing_cluster_client_fails_only_that_groups_keys_b
     // g1 and g2 never failed, and leased all along.
     for (g, s) in samples.iter().enumerate().skip(1) {
         let s = s.lock();
-        let failed: Vec<&Sample> = s.iter().filter(|(_, r)| r.is_err()).collect();
+        let failed: Vec<&Sample> = s.iter().filter(|x| x.result.is_err()).collect();
         assert!(failed.is_empty(), "g{g} failed: {failed:?}");
         assert!(s.len() > 100, "g{g}: only {} leases", s.len());
     }
     // g0 failed only between the kill and its recovery, and recovered by
     // itself within 15 s.
     assert!(g0_err > 0, "no g0 error after its primary was killed");
-    for (at, r) in &g0_samples {
-        if let Err(e) = r {
-            assert!(*at >= killed && *at <= back, "g0 error at {at:?}: {e}");
-        }
+    for x in g0_samples.iter().filter(|x| x.result.is_err()) {
+        assert!(x.finished >= killed && x.finished <= back, "g0: {x:?}");
     }
     assert!(unavailable < Duration::from_secs(15), "{unavailable:?}");
     let before = g0_samples
         .iter()
-        .filter(|(at, r)| *at < killed && r.is_ok())
+        .filter(|x| x.finished < killed && x.result.is_ok())
         .count();
     assert!(before > 50, "only {before} g0 leases before the kill");
     // No refill: the quiet bucket has the 600 its primary had, and the
