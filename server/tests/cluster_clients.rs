@@ -333,6 +333,12 @@ fn a_group_failover_under_a_leasing_cluster_client_fails_only_that_groups_keys_b
     // A debug build of six nodes on a shared 2-core machine.
     config.lease_deadline = Duration::from_millis(500);
     config.call_deadline = Duration::from_secs(1);
+    // The client has one circuit breaker for all nodes (docs/client.md):
+    // failures of g0's calls count against it, and only successes of
+    // other groups' calls in between keep it closed. This test checks the
+    // addressing, so the breaker never opens here; docs/cluster.md ("Not
+    // yet") tells what it does when one group's calls dominate.
+    config.breaker.failure_threshold = u32::MAX;
     let client = Client::new(config);
     let stop = Arc::new(AtomicBool::new(false));
     let samples: Vec<Arc<Mutex<Vec<Sample>>>> = (0..3).map(|_| Arc::default()).collect();
