@@ -152,16 +152,6 @@ print("get", rc.get(key_a).decode(), rc.get(key_b).decode(), flush=True)
 print("incr", rc.incr(key_a + ":n"), flush=True)
 "#;
 
-fn redis_py_installed() -> bool {
-    leasehold_testkit::probe_runs(
-        "python3",
-        &["-c", "import redis.cluster"],
-        "LEASEHOLD_REQUIRE_REDIS_PY",
-        "redis-py is not installed for python3",
-        "the redis-py part of the cluster failover test",
-    )
-}
-
 #[test]
 fn after_a_sentinel_failover_every_node_names_the_new_primary() {
     if !sentinel_installed("the cluster Sentinel failover test") {
@@ -190,20 +180,21 @@ fn after_a_sentinel_failover_every_node_names_the_new_primary() {
 
     let key_a = key_in("acct:", 0, 8191);
     let key_b = key_in("acct:", 8192, 16383);
-    let mut py = redis_py_installed().then(|| {
-        let mut child = Command::new("python3")
-            .args(["-c", REDIS_PY, &b.to_string(), &key_a, &key_b])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run python3");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).expect("redis-py says ready");
-        assert_eq!(line.trim(), "ready");
-        (Proc(child), out)
-    });
+    let mut py = common::redis_py::installed("the redis-py part of the cluster failover test")
+        .then(|| {
+            let mut child = Command::new("python3")
+                .args(["-c", REDIS_PY, &b.to_string(), &key_a, &key_b])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("run python3");
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).expect("redis-py says ready");
+            assert_eq!(line.trim(), "ready");
+            (Proc(child), out)
+        });
 
     let killed = Instant::now();
     drop(primary); // SIGKILL

@@ -255,10 +255,16 @@ pub fn primary_of(sentinel: u16) -> Option<u16> {
     }
 }
 
-/// How many replicas the sentinel on `sentinel` knows and holds up
-/// (flags exactly `slave`).
+/// How many replicas of [`MASTER`] the sentinel on `sentinel` knows and
+/// holds up (flags exactly `slave`).
 pub fn replicas_seen(sentinel: u16) -> usize {
-    let Some(Reply::Array(rs)) = call(sentinel, &["SENTINEL", "REPLICAS", MASTER]) else {
+    replicas_seen_of(sentinel, MASTER)
+}
+
+/// How many replicas of the master named `master` the sentinel on
+/// `sentinel` knows and holds up (flags exactly `slave`).
+pub fn replicas_seen_of(sentinel: u16, master: &str) -> usize {
+    let Some(Reply::Array(rs)) = call(sentinel, &["SENTINEL", "REPLICAS", master]) else {
         return 0;
     };
     rs.iter()

@@ -1,6 +1,7 @@
 //! Reply builders and readers shared by the in-process family tests
 //! (`server/tests/family_*.rs`, `table_effects.rs`), and the cluster
-//! tests' key and slot helpers.
+//! tests' key and slot helpers and `leasehold-cluster local` as a child
+//! process ([`local`]).
 
 #![allow(dead_code)] // each test file uses a part
 
@@ -8,6 +9,8 @@ use leasehold_protocol::Reply;
 use leasehold_server::harness::Harness;
 
 pub mod hotkeys;
+pub mod local;
+pub mod redis_py;
 
 /// An array of integers: `[granted, remaining, retry_after_ms, ...]`.
 pub fn ints(v: &[i64]) -> Reply {
