@@ -121,9 +121,27 @@ pub struct Permit<'a> {
 }
 
 impl Breaker {
-    /// A closed breaker.
+    /// A closed breaker; its state is the `rate_limit_circuit_state` gauge.
     pub fn new(config: BreakerConfig, clock: std::sync::Arc<dyn Clock>) -> Breaker {
-        let gauge = metrics::gauge!("rate_limit_circuit_state");
+        Breaker::with_gauge(config, clock, metrics::gauge!("rate_limit_circuit_state"))
+    }
+
+    /// A closed breaker for one node of a cluster; its state is the
+    /// `rate_limit_circuit_state{node="<addr>"}` gauge.
+    pub fn for_node(
+        config: BreakerConfig,
+        clock: std::sync::Arc<dyn Clock>,
+        node: std::net::SocketAddr,
+    ) -> Breaker {
+        let gauge = metrics::gauge!("rate_limit_circuit_state", "node" => node.to_string());
+        Breaker::with_gauge(config, clock, gauge)
+    }
+
+    fn with_gauge(
+        config: BreakerConfig,
+        clock: std::sync::Arc<dyn Clock>,
+        gauge: Gauge,
+    ) -> Breaker {
         gauge.set(0.0);
         Breaker {
             config: BreakerConfig {

@@ -13,8 +13,9 @@
 //! moves the connection to each primary Sentinel announces.
 //!
 //! In cluster mode ([`Address::Cluster`], `cluster.rs`) the client keeps
-//! one such connection per node (`Link`) and routes each command by the
-//! hash slot of its key; the breaker and the deadline stay one per call.
+//! one such connection per node (`Link`) and one breaker per node, and
+//! routes each command by the hash slot of its key; the deadline stays one
+//! per call.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
@@ -208,7 +209,11 @@ impl Client {
             Address::Direct(_) | Address::Cluster(_) => None,
         };
         let cluster = match &config.address {
-            Address::Cluster(c) => Some(Cluster::new(c.clone())),
+            Address::Cluster(c) => Some(Cluster::new(
+                c.clone(),
+                config.breaker.clone(),
+                clock.clone(),
+            )),
             Address::Direct(_) | Address::Sentinel(_) => None,
         };
         Client {
@@ -250,14 +255,35 @@ impl Client {
         &self.inner.config
     }
 
-    /// The breaker's state.
+    /// The breaker's state; in cluster mode the worst of the nodes'
+    /// breakers (open, then half-open, then closed).
     pub fn breaker_state(&self) -> BreakerState {
-        self.inner.breaker.state()
+        match &self.inner.cluster {
+            Some(c) => c.breaker_state(),
+            None => self.inner.breaker.state(),
+        }
     }
 
-    /// Whether a call now would be refused by the breaker without I/O.
+    /// Whether a call now would be refused by the breaker without I/O (in
+    /// cluster mode: a keyless call's, by the breaker of the node it would
+    /// go to; see [`Client::breaker_would_refuse_for`]).
     pub fn breaker_would_refuse(&self) -> bool {
-        self.inner.breaker.would_refuse()
+        self.breaker_would_refuse_on(|| crate::cluster::Route::Any)
+    }
+
+    /// Whether a call on `key` now would be refused by the breaker without
+    /// I/O: in cluster mode the breaker of the node owning `key`'s slot,
+    /// so one group that is down never holds back the others' keys.
+    pub fn breaker_would_refuse_for(&self, key: &[u8]) -> bool {
+        self.breaker_would_refuse_on(|| crate::cluster::Route::Slot(crate::slot::key_slot(key)))
+    }
+
+    /// `route` is asked for in cluster mode only.
+    fn breaker_would_refuse_on(&self, route: impl FnOnce() -> crate::cluster::Route) -> bool {
+        match &self.inner.cluster {
+            Some(c) => c.breaker(route()).is_some_and(|b| b.would_refuse()),
+            None => self.inner.breaker.would_refuse(),
+        }
     }
 
     /// Opens the connection now, under the call deadline, so that the first
@@ -361,7 +387,25 @@ impl Client {
         n: usize,
         deadline: Duration,
     ) -> Result<Vec<Reply>, Error> {
-        let permit = self.inner.breaker.admit()?;
+        // In cluster mode, the breaker of the node the (first) command goes
+        // to: a pipeline over several nodes is judged by its first.
+        let node_breaker = match (&self.inner.cluster, routes.first()) {
+            (Some(c), Some(r)) => c.breaker(r.route),
+            _ => None,
+        };
+        let breaker = node_breaker.as_deref().unwrap_or(&self.inner.breaker);
+        let permit = match breaker.admit() {
+            Ok(p) => p,
+            Err(e) => {
+                // A node's open breaker: its slots may have moved (a
+                // promoted replica, with a breaker of its own), which the
+                // map shows once reloaded (at most ten times a second).
+                if node_breaker.is_some() {
+                    self.reload_in_background(None);
+                }
+                return Err(e);
+            }
+        };
         let probe = permit.is_probe();
         let deadline = if probe {
             self.inner.config.breaker.probe_deadline

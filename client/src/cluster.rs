@@ -35,8 +35,9 @@ use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{encode_request, Reply};
 use parking_lot::{Mutex, RwLock};
 
+use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::client::{recv, Client, Link, Used};
-use crate::clock::us;
+use crate::clock::{us, Clock};
 use crate::error::{ConnectionError, Error, ServerError, ServerErrorKind};
 use crate::slot::{key_slot, SLOTS};
 
@@ -378,6 +379,12 @@ pub(crate) struct Cluster {
     config: ClusterConfig,
     map: RwLock<Arc<SlotMap>>,
     links: Mutex<HashMap<SocketAddr, Arc<Link>>>,
+    /// A circuit breaker per node: a group that is down (a primary killed,
+    /// not yet replaced) opens only its own node's, so calls for the other
+    /// groups' keys go on, and a promoted replica starts with a closed one.
+    breakers: Mutex<HashMap<SocketAddr, Arc<Breaker>>>,
+    breaker_config: BreakerConfig,
+    clock: Arc<dyn Clock>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
     /// Maps installed by reloads so far: a caller that saw `n` and then
@@ -391,11 +398,18 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    pub(crate) fn new(config: ClusterConfig) -> Cluster {
+    pub(crate) fn new(
+        config: ClusterConfig,
+        breaker_config: BreakerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Cluster {
         Cluster {
             config,
             map: RwLock::new(Arc::new(SlotMap::empty())),
             links: Mutex::new(HashMap::new()),
+            breakers: Mutex::new(HashMap::new()),
+            breaker_config,
+            clock,
             reloading: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
             background: AtomicBool::new(false),
@@ -410,6 +424,30 @@ impl Cluster {
     /// `addr`'s link (made on first use).
     pub(crate) fn link(&self, addr: SocketAddr) -> Arc<Link> {
         self.links.lock().entry(addr).or_default().clone()
+    }
+
+    /// The breaker of the node a command on `route` goes to first (made
+    /// on first use); `None` before there is any node to go to.
+    pub(crate) fn breaker(&self, route: Route) -> Option<Arc<Breaker>> {
+        let addr = self.target(route)?;
+        let mut breakers = self.breakers.lock();
+        let b = breakers.entry(addr).or_insert_with(|| {
+            let (config, clock) = (self.breaker_config.clone(), self.clock.clone());
+            Arc::new(Breaker::for_node(config, clock, addr))
+        });
+        Some(b.clone())
+    }
+
+    /// The worst state of the nodes' breakers (open, then half-open).
+    pub(crate) fn breaker_state(&self) -> BreakerState {
+        let rank = |s: &BreakerState| match s {
+            BreakerState::Closed => 0,
+            BreakerState::HalfOpen => 1,
+            BreakerState::Open => 2,
+        };
+        let breakers = self.breakers.lock();
+        let states = breakers.values().map(|b| b.state());
+        states.max_by_key(rank).unwrap_or(BreakerState::Closed)
     }
 
     /// The node a command on `route` goes to: the slot's owner, else any
@@ -433,9 +471,10 @@ impl Cluster {
         if map.epoch < cur.epoch {
             return;
         }
-        self.links
-            .lock()
-            .retain(|addr, _| map.nodes.contains(addr) || self.config.seeds.contains(addr));
+        let named =
+            |addr: &SocketAddr| map.nodes.contains(addr) || self.config.seeds.contains(addr);
+        self.links.lock().retain(|addr, _| named(addr));
+        self.breakers.lock().retain(|addr, _| named(addr));
         *cur = Arc::new(map);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }

@@ -253,6 +253,41 @@ async fn a_node_that_refuses_connections_makes_the_client_reload() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_is_down_opens_only_its_own_nodes_breaker() {
+    let mut c = cluster();
+    let client = c.client();
+    let keys: Vec<String> = RANGES.iter().map(|&r| key_in("brk:", r)).collect();
+    for k in &keys {
+        client.set(k.as_bytes(), b"v").await.unwrap();
+    }
+    // Node 2 stops and no topology replaces it: its keys have nowhere to go.
+    c.nodes.pop().unwrap().shutdown();
+    let threshold = client.config().breaker.failure_threshold;
+    for _ in 0..threshold {
+        let e = client.get(keys[2].as_bytes()).await.unwrap_err();
+        assert!(e.is_connection() || e.is_timeout(), "{e:?}");
+    }
+    // Its breaker is open: its keys fail fast, without a connect...
+    let e = client.get(keys[2].as_bytes()).await.unwrap_err();
+    assert!(e.is_circuit_open(), "{e:?}");
+    assert!(client.breaker_would_refuse_for(keys[2].as_bytes()));
+    assert_eq!(client.breaker_state(), leasehold_client::BreakerState::Open);
+    // ...while the other groups' keys are served, many times over.
+    for _ in 0..20 {
+        for k in &keys[..2] {
+            assert!(!client.breaker_would_refuse_for(k.as_bytes()));
+            let got = client.get(k.as_bytes()).await.unwrap();
+            assert_eq!(got.as_deref(), Some(&b"v"[..]), "{k}");
+        }
+        assert!(client
+            .get(keys[2].as_bytes())
+            .await
+            .unwrap_err()
+            .is_circuit_open());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_manager_leases_exactly_the_capacity_on_every_group() {
     const BURST: u64 = 40;
     let c = cluster();

@@ -152,7 +152,7 @@ impl LeaseManager {
         if cold.blocked(now).is_some() {
             return Some(self.finish(state, cold.key(), self.limited(state, bucket, now)));
         }
-        if self.inner.client.breaker_would_refuse() {
+        if self.inner.client.breaker_would_refuse_for(&cold.ledger_key) {
             return Some(self.bypass(state, cold, Some(BypassReason::CircuitOpen), now));
         }
         // Whatever the last lease's fate, try again: the breaker, not this
