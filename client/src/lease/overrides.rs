@@ -147,16 +147,19 @@ impl LeaseManager {
     }
 
     /// Every state decisions may use now: the policies' own, then the
-    /// widened ones in force.
+    /// widened ones in force (for a spread policy, its sub-keys' states).
     pub(super) fn states(&self) -> Vec<Arc<PolicyState>> {
-        let mut all: Vec<Arc<PolicyState>> = self.inner.policies.clone();
+        let mut all: Vec<Arc<PolicyState>> = Vec::with_capacity(self.inner.policies.len());
+        for s in &self.inner.policies {
+            all.extend_from_slice(s.deciding());
+        }
         for s in &self.inner.policies {
             if s.over.kind.load(Ordering::Acquire) != NONE {
                 if let Some(Active {
                     widened: Some(w), ..
                 }) = &*s.over.active.read()
                 {
-                    all.push(w.clone());
+                    all.extend_from_slice(w.deciding());
                 }
             }
         }
@@ -305,16 +308,18 @@ impl LeaseManager {
             let me = self.clone();
             self.inner
                 .runtime
-                .spawn(async move { me.return_all(std::slice::from_ref(&w)).await });
+                .spawn(async move { me.return_all(w.deciding()).await });
         }
     }
 
     /// The state of `state`'s policy widened by `factor`
-    /// ([`Overrides::widened`]), its metrics labelled `<label>@x<factor>`.
+    /// ([`Overrides::widened`]), its metrics labelled `<label>@x<factor>`,
+    /// spread over as many sub-keys as the policy (each its share of the
+    /// widened limit).
     fn widened_state(&self, state: &PolicyState, factor: u64) -> PolicyState {
         let p = Overrides::widened(&state.policy, factor);
         let label = format!("{}@x{factor}", state.label);
-        PolicyState::new(&self.inner.domain, state.id, &p, &label)
+        PolicyState::new(&self.inner.domain, state.id, &p, &label, state.sub_keys())
     }
 }
 
