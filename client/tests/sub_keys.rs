@@ -13,11 +13,14 @@ use std::sync::Arc;
 use leasehold_client::slot::key_slot;
 use leasehold_client::subkey::{self, caller_index, part, share};
 use leasehold_client::{
-    BucketParams, LeaseConfig, LeaseManager, Outcome, PolicyId, PolicySet, SystemClock,
+    BucketParams, Client, ClientConfig, LeaseConfig, LeaseManager, Outcome, PolicyId, PolicySet,
+    SystemClock,
 };
 use leasehold_protocol::Reply;
 use leasehold_testkit::{call, text};
 use support::cluster::{cluster, Cluster};
+use support::managers::api_policy;
+use support::FakeLedger;
 
 const P: PolicyId = PolicyId::FIRST;
 
@@ -59,6 +62,77 @@ fn callers(n: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
         .collect()
+}
+
+/// Against the fake ledger: a burst of 8 over 4 sub-keys (2 each). A
+/// denial blocks the caller's sub-key only (no more ledger calls for it,
+/// while another caller's sub-key admits), unspent tokens go back to the
+/// sub-key that leased them, and with one sub-key `decide_for` is
+/// `decide`: the one key `t:api:k`.
+#[tokio::test]
+async fn a_denial_blocks_its_sub_key_only_and_tokens_go_back_to_it() {
+    let fake = FakeLedger::start().await;
+    let hour = std::time::Duration::from_secs(3600);
+    let set = PolicySet::from_policies("t", vec![api_policy(8, hour, 8)]);
+    let spread = set.clone().with_sub_keys(P, 4).unwrap();
+    let m = LeaseManager::new(
+        Client::new(ClientConfig::new(fake.addr)),
+        &spread,
+        LeaseConfig::default(),
+        Arc::new(SystemClock::new()),
+    );
+    let (a, b) = ("caller-a", "caller-b");
+    let (ia, ib) = (caller_index(a.as_bytes(), 4), caller_index(b.as_bytes(), 4));
+    assert_ne!(ia, ib, "two sub-keys");
+    let key_of = |i| {
+        let prefix = subkey::sub_prefix("t", "api", 4, i);
+        String::from_utf8(subkey::ledger_key(prefix.as_bytes(), b"k", 4, i)).unwrap()
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            m.decide_for(P, b"k", a.as_bytes()).await.outcome,
+            Outcome::Allowed
+        );
+    }
+    let d = m.decide_for(P, b"k", a.as_bytes()).await;
+    assert_eq!((d.outcome, d.limit), (Outcome::Limited, 2));
+    let leases = fake.calls("TOKENLEASE");
+    assert_eq!(
+        m.decide_for(P, b"k", a.as_bytes()).await.outcome,
+        Outcome::Limited
+    );
+    assert_eq!(fake.calls("TOKENLEASE"), leases, "blocked: no ledger call");
+    // Another sub-key admits; it leased its whole share, 2.
+    assert_eq!(
+        m.decide_for(P, b"k", b.as_bytes()).await.outcome,
+        Outcome::Allowed
+    );
+    assert_eq!(fake.tokens(&key_of(ia)), Some(0));
+    assert_eq!(fake.tokens(&key_of(ib)), Some(0));
+    assert_eq!(m.local_tokens(P, b"k"), 1, "b's one unspent token");
+    assert_eq!(fake.tokens("t:api:k"), None, "the one key is never used");
+    m.shutdown().await;
+    assert_eq!(fake.tokens(&key_of(ib)), Some(1), "returned to b's sub-key");
+    let returned: Vec<String> = fake
+        .log()
+        .iter()
+        .filter(|c| c[0].eq_ignore_ascii_case(b"TOKENRETURN"))
+        .map(|c| String::from_utf8_lossy(&c[1]).into_owned())
+        .collect();
+    assert_eq!(returned, [key_of(ib)]);
+    // One sub-key: the one key, the caller unread.
+    let one = LeaseManager::new(
+        Client::new(ClientConfig::new(fake.addr)),
+        &set,
+        LeaseConfig::default(),
+        Arc::new(SystemClock::new()),
+    );
+    let d = one.decide_for(P, b"one", a.as_bytes()).await;
+    assert_eq!((d.outcome, d.limit), (Outcome::Allowed, 8));
+    let d = one.decide_for(P, b"one", b.as_bytes()).await;
+    assert_eq!((d.outcome, d.remaining), (Outcome::Allowed, 6));
+    assert_eq!(fake.tokens("t:api:one"), Some(3), "one lease of 5");
+    one.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

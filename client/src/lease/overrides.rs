@@ -351,6 +351,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_widened_spread_policy_is_spread_over_as_many_sub_keys() {
+        let addr = "127.0.0.1:9".parse().unwrap(); // never dialled here
+        let set = PolicySet::from_policies("d", vec![manager().policy(PolicyId::FIRST).clone()])
+            .with_sub_keys(PolicyId::FIRST, 4)
+            .unwrap();
+        let m = LeaseManager::new(
+            Client::new(ClientConfig::new(addr)),
+            &set,
+            LeaseConfig::default(),
+            Arc::new(ManualClock::new()),
+        );
+        let own = m.route(PolicyId::FIRST).state().clone();
+        let shares = |s: &PolicyState| {
+            s.subs
+                .iter()
+                .map(|x| (x.policy.burst, x.policy.requests_per_unit))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shares(&own), [(5, 3), (5, 3), (5, 2), (5, 2)]);
+        assert_eq!(&own.subs[1].prefix[..], b"d:p#1/4:");
+        m.apply_override("d p widen 10 60000").unwrap();
+        let Route::Widened(w) = m.route(PolicyId::FIRST) else {
+            panic!("not widened")
+        };
+        assert_eq!(shares(&w), [(50, 25); 4]);
+        assert_eq!(&w.subs[3].prefix[..], b"d:p@x10#3/4:");
+        // The sweeper and shutdown see the sub-keys' states, not the
+        // spread policies' own.
+        assert_eq!(m.states().len(), 8);
+        assert!(m.states().iter().all(|s| s.sub.is_some()));
+        assert_eq!(m.remaining(PolicyId::FIRST, b"new"), 200);
+    }
+
+    #[tokio::test]
     async fn a_disabled_policy_admits_without_the_ledger_until_it_expires() {
         let m = manager();
         let id = PolicyId::FIRST;
