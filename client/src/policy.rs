@@ -656,6 +656,11 @@ impl PolicySet {
         Ok(self)
     }
 
+    /// Every policy's id, in order.
+    pub fn ids(&self) -> impl Iterator<Item = PolicyId> {
+        (0..self.policies.len()).map(PolicyId)
+    }
+
     /// The policy named `name`.
     pub fn id(&self, name: &str) -> Option<PolicyId> {
         self.policies

@@ -52,11 +52,14 @@
 //!
 //! # Layout
 //! In reading order:
-//! - `mod.rs` (this file): [`LeaseManager`], the per-policy state it holds,
+//! - `mod.rs` (this file): [`LeaseManager`], the per-policy state it holds
+//!   (for a policy spread over sub-keys, one state a sub-key, each its
+//!   share of the policy: [`crate::subkey`]; `PolicyState::pick` chooses),
 //!   `new`, and the read-only views (`local_tokens`, `observed_qps`,
 //!   `next_lease_size`, `tracked_keys`).
 //! - `config.rs`: [`LeaseConfig`], its defaults and `validate`.
-//! - `decide.rs`: [`LeaseManager::decide`] and its future [`Decide`]: the
+//! - `decide.rs`: [`LeaseManager::decide`] (and `decide_for`, in a caller's
+//!   sub-key) and its future [`Decide`]: the
 //!   local decision on the first poll, else the wait for the key's lease.
 //! - `local.rs`: the decision that never waits ([`LeaseManager::try_decide`]):
 //!   the map lookup (inserting a new key), a local token, the renewal
@@ -359,6 +362,12 @@ impl LeaseManager {
     /// change it: [`Self::override_of`] says whether one is).
     pub fn policy(&self, id: PolicyId) -> &Policy {
         &self.inner.policies[id.0].policy
+    }
+
+    /// How many sub-keys policy `id`'s limit is spread over (1: the one
+    /// key; `sub_keys` in the policy file, [`crate::subkey`]).
+    pub fn sub_keys(&self, id: PolicyId) -> u32 {
+        self.inner.policies[id.0].sub_keys()
     }
 
     /// `f` of `key`'s bucket (`None` when the key is not known there) in
