@@ -370,33 +370,35 @@ impl LeaseManager {
         self.inner.policies[id.0].sub_keys()
     }
 
-    /// `f` of `key`'s bucket (`None` when the key is not known there) in
-    /// each state policy `id` decides from now: a widened override's own,
-    /// and for a spread policy each of its sub-keys'.
-    fn peek<R>(
+    /// `value` of `key`'s bucket (`None` when the key is not known there)
+    /// in each state policy `id` decides from now (a widened override's
+    /// own; for a spread policy each of its sub-keys'), folded from `init`
+    /// with `fold`.
+    fn peek<T, A>(
         &self,
         id: PolicyId,
         key: &[u8],
-        mut f: impl FnMut(&PolicyState, Option<Bucket<'_>>) -> R,
-    ) -> Vec<R> {
+        init: A,
+        value: impl Fn(&PolicyState, Option<Bucket<'_>>) -> T,
+        fold: impl Fn(A, T) -> A,
+    ) -> A {
         let route = self.route(id);
-        let mut out = Vec::with_capacity(1);
+        let mut acc = init;
         for s in route.state().deciding() {
-            let found = s.map.get(s.map.hash(key), key, |b| f(s, Some(b)));
-            out.push(match found {
-                Some(r) => r,
-                None => f(s, None),
-            });
+            let v = s
+                .map
+                .get(s.map.hash(key), key, |b| value(s, Some(b)))
+                .unwrap_or_else(|| value(s, None));
+            acc = fold(acc, v);
         }
-        out
+        acc
     }
 
     /// Local tokens held for `key`, 0 if unknown (for tests and
     /// introspection); for a spread policy, its sub-keys' together.
     pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
-        self.peek(id, key, |_, b| b.map_or(0, |b| b.hot.tokens()))
-            .into_iter()
-            .sum()
+        let tokens = |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(0, |b| b.hot.tokens());
+        self.peek(id, key, 0, tokens, u64::saturating_add)
     }
 
     /// Requests left for `key` as an allowed decision would report them
@@ -409,31 +411,28 @@ impl LeaseManager {
         if let Route::Disabled(state) = self.route(id) {
             return state.policy.burst;
         }
-        self.peek(id, key, |s, b| {
+        let left = |s: &PolicyState, b: Option<Bucket<'_>>| {
             b.map_or(s.policy.burst, |b| {
                 b.hot.tokens().saturating_add(Self::ledger_balance(s, b))
             })
-        })
-        .into_iter()
-        .sum()
+        };
+        self.peek(id, key, 0, left, u64::saturating_add)
     }
 
     /// The observed decisions per second for `key` (0 if unknown); for a
     /// spread policy, its sub-keys' together.
     pub fn observed_qps(&self, id: PolicyId, key: &[u8]) -> f64 {
-        self.peek(id, key, |_, b| b.map_or(0.0, |b| b.cold().qps()))
-            .into_iter()
-            .sum()
+        let qps = |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(0.0, |b| b.cold().qps());
+        self.peek(id, key, 0.0, qps, |a, q| a + q)
     }
 
     /// The lease size (tokens) the next renewal for `key` would ask for;
     /// for a spread policy, the largest of its sub-keys'.
     pub fn next_lease_size(&self, id: PolicyId, key: &[u8]) -> u64 {
         let min = self.inner.config.min_lease;
-        self.peek(id, key, |_, b| b.map_or(min, |b| self.lease_size(b.cold())))
-            .into_iter()
-            .max()
-            .unwrap_or(min)
+        let size =
+            |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(min, |b| self.lease_size(b.cold()));
+        self.peek(id, key, 0, size, u64::max)
     }
 
     /// How many keys the manager tracks (a widened override's keys too).
