@@ -14,6 +14,9 @@
 //! `src/<name>.rs`, except `lease/`, a directory):
 //! - [`identity`]: API key, else /24 or /64 subnet.
 //! - [`policy`]: policies from Envoy-shaped YAML (serde_norway), validated.
+//! - [`subkey`]: one hot key's limit spread over sub-keys in different
+//!   hash slots (`sub_keys` in a policy): the shares, the caller's
+//!   sub-key, the sub-keys' hash tags.
 //! - [`lease`]: the lease manager (local buckets, background leases,
 //!   fail-open); its `# Layout` lists the files of `lease/` in reading order.
 //! - [`overrides`]: emergency overrides (disable or widen a policy for a
@@ -53,6 +56,7 @@ pub mod overrides;
 pub mod policy;
 pub mod sentinel;
 pub mod slot;
+pub mod subkey;
 
 pub use breaker::{BreakerConfig, BreakerState};
 pub use client::{Address, Client, ClientConfig};

@@ -6,7 +6,9 @@
 //! `shadow_mode`), extended with
 //! `burst`, `failure_mode`, `mode` (with `canary_percent` and `canary_by` for
 //! `mode: canary`),
-//! `fail_open_requests_per_unit` and `algorithm`.
+//! `fail_open_requests_per_unit`, `algorithm` and `sub_keys` (a hot key's
+//! limit spread over that many ledger keys in different hash slots:
+//! [`crate::subkey`]).
 //!
 //! ```yaml
 //! domain: edge
@@ -34,6 +36,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::commands::BucketParams;
+use crate::subkey::share;
+pub use crate::subkey::MAX_SUB_KEYS;
 
 /// Index of a policy in its [`PolicySet`]; cheap to copy and to look up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,6 +196,22 @@ impl Policy {
         }
     }
 
+    /// Sub-key `i`'s policy when this one is spread over `n` sub-keys
+    /// ([`crate::subkey`]): the same policy, its burst, rate and fail-open
+    /// rate each sub-key `i`'s [`share`] (at least 1 for the fail-open
+    /// rate), so the `n` sub-keys' limits add up to this one's exactly.
+    ///
+    /// # Panics
+    /// If `n` is 0 or `i >= n`.
+    pub fn sub_key(&self, n: u32, i: u32) -> Policy {
+        Policy {
+            requests_per_unit: share(self.requests_per_unit, n, i),
+            burst: share(self.burst, n, i),
+            fail_open_requests_per_unit: share(self.fail_open_requests_per_unit, n, i).max(1),
+            ..self.clone()
+        }
+    }
+
     /// The ledger bucket's parameters.
     pub fn bucket(&self) -> BucketParams {
         BucketParams {
@@ -212,6 +232,8 @@ pub struct PolicySet {
     replaces: Vec<Vec<String>>,
     /// Per policy, how its limit is counted (`algorithm`).
     algorithms: Vec<Algorithm>,
+    /// Per policy, how many sub-keys its limit is spread over (`sub_keys`).
+    sub_keys: Vec<u32>,
     /// The `policy` label every policy of the set reports its metrics
     /// under (None: each its own name).
     metrics_label: Option<String>,
@@ -271,6 +293,7 @@ struct RawDescriptor {
     canary_by: Option<String>,
     fail_open_requests_per_unit: Option<u64>,
     algorithm: Option<String>,
+    sub_keys: Option<u32>,
     #[serde(default)]
     descriptors: Vec<RawDescriptor>,
 }
@@ -315,6 +338,27 @@ fn unit(path: &str, text: &str) -> Result<Duration, PolicyError> {
     Ok(Duration::from_secs(secs))
 }
 
+/// Checks a `sub_keys` setting: 1 to [`MAX_SUB_KEYS`], a token bucket's,
+/// and no more than the burst or the rate, so every sub-key's share of
+/// both is at least one token.
+fn check_sub_keys(n: u32, algorithm: Algorithm, burst: u64, rate: u64) -> Result<(), String> {
+    if !(1..=MAX_SUB_KEYS).contains(&n) {
+        return Err(format!("must be 1 to {MAX_SUB_KEYS}"));
+    }
+    if n > 1 && algorithm != Algorithm::TokenBucket {
+        let name = algorithm.name();
+        return Err(format!(
+            "applies to token_bucket only ({name} is decided by the ledger at one key)"
+        ));
+    }
+    if u64::from(n) > burst.min(rate) {
+        return Err(format!(
+            "{n} is above the burst ({burst}) or requests_per_unit ({rate}): every sub-key needs at least one token of each"
+        ));
+    }
+    Ok(())
+}
+
 impl PolicySet {
     /// Parses and validates a policy file.
     ///
@@ -322,7 +366,9 @@ impl PolicySet {
     /// [`PolicyError`] naming the first bad place: YAML syntax and unknown
     /// fields (as the YAML crate reports them, with line and column), unknown
     /// units, modes or failure modes, zero rates, a burst of 0, `shadow_mode`
-    /// contradicting `mode`, duplicate descriptors.
+    /// contradicting `mode`, duplicate descriptors, `sub_keys` out of range
+    /// (0, above [`MAX_SUB_KEYS`], above the burst or the rate, or on a
+    /// sliding window or a GCRA).
     pub fn from_yaml(text: &str) -> Result<PolicySet, PolicyError> {
         let raw: RawFile = serde_norway::from_str(text).map_err(|e| err("", e.to_string()))?;
         if raw.domain.is_empty() {
@@ -333,6 +379,7 @@ impl PolicySet {
             policies: Vec::new(),
             replaces: Vec::new(),
             algorithms: Vec::new(),
+            sub_keys: Vec::new(),
             metrics_label: None,
             tree: Vec::new(),
         };
@@ -388,11 +435,12 @@ impl PolicySet {
                         || d.mode.is_some()
                         || d.canary_percent.is_some()
                         || d.canary_by.is_some()
-                        || d.algorithm.is_some();
+                        || d.algorithm.is_some()
+                        || d.sub_keys.is_some();
                     if stray {
                         return Err(err(
                             &here,
-                            "burst, failure_mode, mode, canary_percent, canary_by and algorithm need a rate_limit",
+                            "burst, failure_mode, mode, canary_percent, canary_by, algorithm and sub_keys need a rate_limit",
                         ));
                     }
                     None
@@ -519,6 +567,9 @@ impl PolicySet {
             let msg = "does not apply to sliding_window (its limit is requests_per_unit)";
             return Err(err(&format!("{here}.burst"), msg));
         }
+        let sub_keys = d.sub_keys.unwrap_or(1);
+        check_sub_keys(sub_keys, algorithm, burst, requests_per_unit)
+            .map_err(|m| err(&format!("{here}.sub_keys"), m))?;
         let mut replaces = Vec::with_capacity(rl.replaces.len());
         for (j, r) in rl.replaces.iter().enumerate() {
             let at = format!("{here}.rate_limit.replaces[{j}].name");
@@ -532,6 +583,7 @@ impl PolicySet {
         }
         self.replaces.push(replaces);
         self.algorithms.push(algorithm);
+        self.sub_keys.push(sub_keys);
         self.policies.push(Policy {
             name,
             requests_per_unit,
@@ -576,6 +628,39 @@ impl PolicySet {
         self.algorithms[id.0]
     }
 
+    /// How many sub-keys policy `id`'s limit is spread over (`sub_keys`;
+    /// 1, the one key, unless the file says otherwise): see
+    /// [`crate::subkey`].
+    ///
+    /// # Panics
+    /// If `id` comes from another set.
+    pub fn sub_keys(&self, id: PolicyId) -> u32 {
+        self.sub_keys[id.0]
+    }
+
+    /// The set with policy `id`'s limit spread over `n` sub-keys (as
+    /// `sub_keys: n` in YAML), for sets built in code.
+    ///
+    /// # Errors
+    /// As the YAML setting: `n` of 0 or above [`MAX_SUB_KEYS`], above the
+    /// policy's burst or its `requests_per_unit`, or a policy that is not a
+    /// token bucket.
+    ///
+    /// # Panics
+    /// If `id` comes from another set.
+    pub fn with_sub_keys(mut self, id: PolicyId, n: u32) -> Result<PolicySet, PolicyError> {
+        let p = &self.policies[id.0];
+        check_sub_keys(n, self.algorithms[id.0], p.burst, p.requests_per_unit)
+            .map_err(|m| err(&format!("{}.sub_keys", p.name), m))?;
+        self.sub_keys[id.0] = n;
+        Ok(self)
+    }
+
+    /// Every policy's id, in order.
+    pub fn ids(&self) -> impl Iterator<Item = PolicyId> {
+        (0..self.policies.len()).map(PolicyId)
+    }
+
     /// The policy named `name`.
     pub fn id(&self, name: &str) -> Option<PolicyId> {
         self.policies
@@ -618,6 +703,7 @@ impl PolicySet {
             domain: domain.to_owned(),
             replaces: vec![Vec::new(); policies.len()],
             algorithms: vec![Algorithm::TokenBucket; policies.len()],
+            sub_keys: vec![1; policies.len()],
             metrics_label: None,
             policies,
             tree,
@@ -876,7 +962,74 @@ descriptors:
         );
         assert_eq!(
             load_err("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n"),
-            "descriptors[0]: burst, failure_mode, mode, canary_percent, canary_by and algorithm need a rate_limit"
+            "descriptors[0]: burst, failure_mode, mode, canary_percent, canary_by, algorithm and sub_keys need a rate_limit"
+        );
+    }
+
+    #[test]
+    fn sub_keys_spread_a_limit_and_are_checked() {
+        let rl = "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n    burst: 1000\n";
+        let set = PolicySet::from_yaml(rl).unwrap();
+        assert_eq!(set.sub_keys(PolicyId(0)), 1, "the one key by default");
+        let set = PolicySet::from_yaml(&format!("{rl}    sub_keys: 16\n")).unwrap();
+        assert_eq!(set.sub_keys(PolicyId(0)), 16);
+        let p = set.get(PolicyId(0));
+        let (first, last) = (p.sub_key(16, 0), p.sub_key(16, 15));
+        assert_eq!(
+            (
+                first.burst,
+                first.requests_per_unit,
+                first.fail_open_requests_per_unit
+            ),
+            (63, 7, 13)
+        );
+        assert_eq!((last.burst, last.requests_per_unit), (62, 6));
+        assert_eq!((first.name.as_str(), first.unit), ("tenant", p.unit));
+        let sum = |f: fn(&Policy) -> u64| (0..16).map(|i| f(&p.sub_key(16, i))).sum::<u64>();
+        assert_eq!(
+            (sum(|q| q.burst), sum(|q| q.requests_per_unit)),
+            (1000, 100)
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    sub_keys: 0\n")),
+            "descriptors[0].sub_keys: must be 1 to 256"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    sub_keys: 257\n")),
+            "descriptors[0].sub_keys: must be 1 to 256"
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    sub_keys: 101\n")),
+            "descriptors[0].sub_keys: 101 is above the burst (1000) or requests_per_unit (100): every sub-key needs at least one token of each"
+        );
+        let small_burst = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 100}\n    burst: 4\n    sub_keys: 5\n";
+        assert!(
+            load_err(small_burst).starts_with("descriptors[0].sub_keys: 5 is above the burst (4)")
+        );
+        assert_eq!(
+            load_err(&format!("{rl}    sub_keys: 4\n    algorithm: gcra\n")),
+            "descriptors[0].sub_keys: applies to token_bucket only (gcra is decided by the ledger at one key)"
+        );
+        assert!(
+            PolicySet::from_yaml(&format!("{rl}    sub_keys: 1\n    algorithm: gcra\n")).is_ok()
+        );
+        assert_eq!(
+            load_err("domain: d\ndescriptors:\n  - key: a\n    sub_keys: 2\n"),
+            "descriptors[0]: burst, failure_mode, mode, canary_percent, canary_by, algorithm and sub_keys need a rate_limit"
+        );
+        // Sets built in code are checked alike.
+        let code = PolicySet::from_policies("d", vec![p.clone()]);
+        assert_eq!(code.sub_keys(PolicyId(0)), 1);
+        assert_eq!(
+            code.clone()
+                .with_sub_keys(PolicyId(0), 8)
+                .unwrap()
+                .sub_keys(PolicyId(0)),
+            8
+        );
+        assert_eq!(
+            code.with_sub_keys(PolicyId(0), 0).unwrap_err().to_string(),
+            "tenant.sub_keys: must be 1 to 256"
         );
     }
 

@@ -20,61 +20,11 @@ use leasehold_client::{
     Outcome, Policy, PolicyId, PolicySet, ServerErrorKind, SystemClock,
 };
 use leasehold_protocol::{decode_request, Limits, Protocol, Reply};
-use leasehold_server::ServerHandle;
 use leasehold_testkit::{call, cluster_topology as topology, publish_topology as publish};
 use parking_lot::Mutex;
+use support::cluster::{cluster, key_in, Cluster, RANGES};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-
-/// The three groups' slot ranges at version 1.
-const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
-
-fn node() -> ServerHandle {
-    support::server::server(true)
-}
-
-struct Cluster {
-    nodes: Vec<ServerHandle>,
-    ports: Vec<u16>,
-}
-
-fn cluster() -> Cluster {
-    let nodes: Vec<ServerHandle> = (0..3).map(|_| node()).collect();
-    let ports: Vec<u16> = nodes.iter().map(|n| n.addr.port()).collect();
-    publish(
-        &ports,
-        1,
-        &topology(
-            1,
-            &ports,
-            &["\"0-5460\"", "\"5461-10922\"", "\"10923-16383\""],
-        ),
-    );
-    Cluster { nodes, ports }
-}
-
-impl Cluster {
-    fn addr(&self, group: usize) -> SocketAddr {
-        self.nodes[group].addr
-    }
-
-    /// A client seeded with node 0 only.
-    fn client(&self) -> Client {
-        let mut config = ClientConfig::cluster(vec![self.addr(0)]);
-        // A debug build on a shared 2-core machine.
-        config.lease_deadline = Duration::from_millis(100);
-        config.call_deadline = Duration::from_millis(500);
-        Client::new(config)
-    }
-}
-
-/// A key (`<prefix><n>`) whose hash slot is in `first..=last`.
-fn key_in(prefix: &str, (first, last): (u16, u16)) -> String {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .find(|k| (first..=last).contains(&key_slot(k.as_bytes())))
-        .unwrap()
-}
 
 #[test]
 fn the_client_routes_every_command_by_the_servers_first_key() {
@@ -113,10 +63,7 @@ async fn keys_over_three_groups_are_written_and_read_back() {
             .set(key.as_bytes(), format!("v{n}").as_bytes())
             .await
             .unwrap();
-        let group = RANGES
-            .iter()
-            .position(|&(a, b)| (a..=b).contains(&key_slot(key.as_bytes())))
-            .unwrap();
+        let group = Cluster::group_of(key_slot(key.as_bytes()));
         per_group[group] += 1;
         assert_eq!(client.slot_owner(key.as_bytes()), Some(c.addr(group)));
         // Only its own group's node holds it.

@@ -176,13 +176,15 @@ pub fn build(
             })
             .collect();
         let disabled = over.iter().map(|o| *o == Some(Action::Disable)).collect();
-        let managers: Vec<LeaseManager> = effective
-            .iter()
-            .map(|p| {
+        let managers: Vec<LeaseManager> = set
+            .ids()
+            .zip(&effective)
+            .map(|(pid, p)| {
                 let id = (set.domain.clone(), p.name.clone());
+                let sub_keys = set.sub_keys(pid);
                 let same = reusable
                     .get(&id)
-                    .filter(|(old_p, _)| *old_p == p)
+                    .filter(|(old_p, m)| *old_p == p && m.sub_keys(PolicyId::FIRST) == sub_keys)
                     .map(|(_, m)| (*m).clone());
                 match same {
                     Some(m) => {
@@ -192,7 +194,11 @@ pub fn build(
                     }
                     None => LeaseManager::new(
                         ledger.client.clone(),
-                        &PolicySet::from_policies(&set.domain, vec![p.clone()]),
+                        // A widened limit only grows, so `sub_keys` checked
+                        // at load still fits it.
+                        &PolicySet::from_policies(&set.domain, vec![p.clone()])
+                            .with_sub_keys(PolicyId::FIRST, sub_keys)
+                            .expect("sub_keys was checked against a smaller limit"),
                         ledger.lease.clone(),
                         ledger.clock.clone(),
                     ),
@@ -429,5 +435,45 @@ pub async fn watch(
             }
         }
         last = text;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_client::{ClientConfig, SystemClock};
+
+    fn ledger() -> Ledger {
+        // Never called: making managers does not touch the ledger.
+        Ledger {
+            client: Client::new(ClientConfig::new("127.0.0.1:9".parse().unwrap())),
+            lease: LeaseConfig::default(),
+            clock: Arc::new(SystemClock::new()),
+            instance: "test".into(),
+        }
+    }
+
+    fn set(sub_keys: u32) -> Vec<PolicySet> {
+        vec![PolicySet::from_yaml(&format!(
+            "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: second, requests_per_unit: 100}}\n    sub_keys: {sub_keys}\n"
+        ))
+        .unwrap()]
+    }
+
+    /// A policy's `sub_keys` reaches its manager, and a reload that changes
+    /// it makes a new manager.
+    #[tokio::test]
+    async fn sub_keys_reach_the_manager_and_a_change_rebuilds_it() {
+        let l = ledger();
+        let (four, _, r) = build(set(4), Overrides::default(), &Limits::default(), &l);
+        assert_eq!((r.kept, r.retired), (0, 0));
+        let m = four.domain("d").unwrap().manager(PolicyId::FIRST);
+        assert_eq!(m.sub_keys(PolicyId::FIRST), 4);
+        let (same, _, r) = build(set(4), Overrides::default(), &four, &l);
+        assert_eq!((r.kept, r.retired), (1, 0));
+        let (eight, retired, r) = build(set(8), Overrides::default(), &same, &l);
+        assert_eq!((r.kept, r.retired, retired.len()), (0, 1, 1));
+        let m = eight.domain("d").unwrap().manager(PolicyId::FIRST);
+        assert_eq!(m.sub_keys(PolicyId::FIRST), 8);
     }
 }

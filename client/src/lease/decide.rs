@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::bucket::KeyCold;
 use super::overrides::Route;
-use super::{LeaseManager, PolicyState};
+use super::{LeaseManager, PolicyState, ANY_SUB};
 use crate::decision::{BypassReason, Decision};
 use crate::policy::PolicyId;
 
@@ -27,7 +27,11 @@ pub struct Decide<'a> {
     /// `None` once the decision is out (a poll after that panics, rather
     /// than take another token).
     manager: Option<&'a LeaseManager>,
-    id: PolicyId,
+    /// The policy's index (a `u32` with `sub` keeps the future at 48 bytes).
+    id: u32,
+    /// The sub-key of a spread policy's decision ([`ANY_SUB`]: a random
+    /// one); ignored by a policy with no sub-keys.
+    sub: u32,
     key: &'a [u8],
     waiting: Option<Pin<Box<dyn Future<Output = Decision> + Send + 'a>>>,
 }
@@ -36,6 +40,7 @@ impl std::fmt::Debug for Decide<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decide")
             .field("id", &self.id)
+            .field("sub", &self.sub)
             .field("waiting", &self.waiting.is_some())
             .finish()
     }
@@ -50,12 +55,12 @@ impl Future for Decide<'_> {
             panic!("Decide polled after it returned its decision");
         };
         if self.waiting.is_none() {
-            let route = m.route(self.id);
+            let route = m.route(PolicyId(self.id as usize));
             if let Route::Disabled(state) = route {
                 self.manager = None;
                 return Poll::Ready(m.disabled(state, 1));
             }
-            let state = route.state();
+            let state = route.state().pick(self.sub);
             // Only a decision that has to wait takes a reference to the bucket.
             let found = m.with_bucket(state, self.key, |bucket| {
                 m.local(state, bucket).ok_or_else(|| bucket.cold().clone())
@@ -87,10 +92,32 @@ impl LeaseManager {
     /// polled. Under an emergency override ([`Self::follow_overrides`]) a
     /// disabled policy admits at once (`Bypassed(Override)`, no ledger
     /// call) and a widened one decides from its widened bucket.
+    ///
+    /// For a policy spread over sub-keys (`sub_keys`, [`crate::subkey`]),
+    /// a random sub-key decides (spread as evenly as many callers would
+    /// be); [`Self::decide_for`] picks the caller's sub-key instead.
     pub fn decide<'a>(&'a self, id: PolicyId, key: &'a [u8]) -> Decide<'a> {
+        self.decide_in(id, key, ANY_SUB)
+    }
+
+    /// [`Self::decide`] for a request of `caller` (a client address, a user
+    /// id: any identity other than `key`). For a policy spread over N
+    /// sub-keys ([`crate::subkey`]) the request decides in the caller's
+    /// sub-key ([`crate::subkey::caller_index`]: the same in every
+    /// process), which holds its share of the policy's burst and rate; the
+    /// decision's `limit`, `remaining` and `reset` are that sub-key's, and
+    /// a denial blocks that sub-key only. For any other policy, exactly
+    /// `decide` (`caller` is not read).
+    pub fn decide_for<'a>(&'a self, id: PolicyId, key: &'a [u8], caller: &[u8]) -> Decide<'a> {
+        self.decide_in(id, key, self.caller_sub(id, caller))
+    }
+
+    #[inline]
+    fn decide_in<'a>(&'a self, id: PolicyId, key: &'a [u8], sub: u32) -> Decide<'a> {
         Decide {
             manager: Some(self),
-            id,
+            id: id.0 as u32,
+            sub,
             key,
             waiting: None,
         }

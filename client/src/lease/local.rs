@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use bytes::{BufMut, BytesMut};
+use bytes::Bytes;
 
 use super::bucket::{Bucket, KeyCold, HIT};
 use super::overrides::Route;
-use super::{LeaseManager, PolicyState, MIN_SAMPLE_US};
+use super::{LeaseManager, PolicyState, ANY_SUB, MIN_SAMPLE_US};
 use crate::clock::us;
 use crate::decision::{BypassReason, Decision, Outcome};
 use crate::policy::PolicyId;
+use crate::subkey;
 
 impl LeaseManager {
     /// Decides without waiting: `None` when the key has no local tokens and a
@@ -20,13 +21,38 @@ impl LeaseManager {
     /// one compare-and-swap of the word that holds the token count and the
     /// decision counter; no clock read.
     /// A policy an override disabled admits (`Bypassed(Override)`).
+    ///
+    /// For a policy spread over sub-keys (`sub_keys`), a random sub-key
+    /// decides (as [`Self::decide`]); [`Self::try_decide_for`] picks the
+    /// caller's.
     pub fn try_decide(&self, id: PolicyId, key: &[u8]) -> Option<Decision> {
+        self.try_decide_in(id, key, ANY_SUB)
+    }
+
+    /// [`Self::try_decide`] in the sub-key of `caller` (any identity other
+    /// than `key`: a client address, a user id) when policy `id` is spread
+    /// over sub-keys ([`crate::subkey`]); as `try_decide` otherwise.
+    pub fn try_decide_for(&self, id: PolicyId, key: &[u8], caller: &[u8]) -> Option<Decision> {
+        self.try_decide_in(id, key, self.caller_sub(id, caller))
+    }
+
+    fn try_decide_in(&self, id: PolicyId, key: &[u8], sub: u32) -> Option<Decision> {
         let route = self.route(id);
         if let Route::Disabled(state) = route {
             return Some(self.disabled(state, 1));
         }
-        let state = route.state();
+        let state = route.state().pick(sub);
         self.with_bucket(state, key, |bucket| self.local(state, bucket))
+    }
+
+    /// The sub-key `caller` decides in under policy `id`
+    /// ([`subkey::caller_index`]); [`ANY_SUB`] for a policy with no
+    /// sub-keys (which ignores it).
+    pub(super) fn caller_sub(&self, id: PolicyId, caller: &[u8]) -> u32 {
+        match self.inner.policies[id.0].sub_keys() {
+            1 => ANY_SUB,
+            n => subkey::caller_index(caller, n),
+        }
     }
 
     /// Decides `tokens` requests (at least 1) for `key` at once, when its
@@ -36,12 +62,13 @@ impl LeaseManager {
     /// or counted, when the key holds fewer: decide one at a time then. A
     /// policy an override disabled admits them all, counted as `tokens`
     /// decisions `Bypassed(Override)`.
+    /// For a policy spread over sub-keys, from a random sub-key.
     pub fn try_take(&self, id: PolicyId, key: &[u8], tokens: u64) -> Option<Decision> {
         let route = self.route(id);
         if let Route::Disabled(state) = route {
             return Some(self.disabled(state, tokens));
         }
-        let state = route.state();
+        let state = route.state().pick(ANY_SUB);
         self.with_bucket(state, key, |bucket| {
             let left = bucket.hot.take_n(tokens)?;
             if bucket.hot.below_watermark(left) {
@@ -79,17 +106,17 @@ impl LeaseManager {
         key: &[u8],
         mut f: impl FnOnce(Bucket<'_>) -> R,
     ) -> R {
+        // Made outside the shard's write lock (a sub-key's looks for its
+        // hash tag).
+        let ledger_key = Bytes::from(state.ledger_key(key));
         loop {
             let now = self.inner.clock.now_us();
             state.map.get_or_insert(hash, key, now, |index| {
-                let mut ledger_key = BytesMut::with_capacity(state.prefix.len() + key.len());
-                ledger_key.put_slice(&state.prefix);
-                ledger_key.put_slice(key);
                 KeyCold::new(
                     key,
                     hash,
                     index,
-                    ledger_key.freeze(),
+                    ledger_key.clone(),
                     now,
                     self.inner.config.low_watermark,
                 )

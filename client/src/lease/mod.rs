@@ -52,11 +52,14 @@
 //!
 //! # Layout
 //! In reading order:
-//! - `mod.rs` (this file): [`LeaseManager`], the per-policy state it holds,
+//! - `mod.rs` (this file): [`LeaseManager`], the per-policy state it holds
+//!   (for a policy spread over sub-keys, one state a sub-key, each its
+//!   share of the policy: [`crate::subkey`]; `PolicyState::pick` chooses),
 //!   `new`, and the read-only views (`local_tokens`, `observed_qps`,
 //!   `next_lease_size`, `tracked_keys`).
 //! - `config.rs`: [`LeaseConfig`], its defaults and `validate`.
-//! - `decide.rs`: [`LeaseManager::decide`] and its future [`Decide`]: the
+//! - `decide.rs`: [`LeaseManager::decide`] (and `decide_for`, in a caller's
+//!   sub-key) and its future [`Decide`]: the
 //!   local decision on the first poll, else the wait for the key's lease.
 //! - `local.rs`: the decision that never waits ([`LeaseManager::try_decide`]):
 //!   the map lookup (inserting a new key), a local token, the renewal
@@ -101,7 +104,7 @@ mod verdict;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
@@ -116,13 +119,16 @@ use crate::client::Client;
 use crate::clock::Clock;
 use crate::overrides::Overrides;
 use crate::policy::{Policy, PolicyId, PolicySet};
+use crate::subkey;
 
 /// Rate samples shorter than this are too noisy to use.
 const MIN_SAMPLE_US: u64 = 20_000;
 
 /// One policy: its settings, its ledger-key prefix, its keys and metrics.
 /// A widened override decides from a state of its own, built from the
-/// widened policy (`<name>@x<factor>`).
+/// widened policy (`<name>@x<factor>`). A policy spread over sub-keys
+/// (`sub_keys: N`, [`crate::subkey`]) decides from the states of its
+/// sub-keys, one for each, each with its share of the policy.
 struct PolicyState {
     id: PolicyId,
     policy: Policy,
@@ -131,8 +137,14 @@ struct PolicyState {
     /// The override in force for this policy (always none in a widened
     /// override's own state).
     over: OverrideCell,
-    /// `{domain}:{name}:` prefix of this policy's ledger keys.
+    /// `{domain}:{name}:` prefix of this policy's ledger keys; a sub-key's
+    /// `{domain}:{name}#{i}/{n}:`, which its keys' hash tag precedes.
     prefix: Bytes,
+    /// `Some((n, i))` in the state of sub-key `i` of `n`.
+    sub: Option<(u32, u32)>,
+    /// A spread policy's sub-keys' states, in order (empty: decisions use
+    /// this state).
+    subs: Box<[Arc<PolicyState>]>,
     /// Fail-open static bucket: ns between tokens, and its burst.
     fallback_interval_ns: u64,
     fallback_burst: u64,
@@ -142,27 +154,106 @@ struct PolicyState {
     metrics: PolicyMetrics,
 }
 
+/// A decision's sub-key when no caller chose one: a random one.
+pub(super) const ANY_SUB: u32 = u32::MAX;
+
 impl PolicyState {
-    /// Policy `id` of `domain`, reporting its metrics under `label`.
-    fn new(domain: &str, id: PolicyId, p: &Policy, label: &str) -> PolicyState {
-        let mut prefix = BytesMut::new();
-        prefix.put_slice(domain.as_bytes());
-        prefix.put_u8(b':');
-        prefix.put_slice(p.name.as_bytes());
-        prefix.put_u8(b':');
+    /// Policy `id` of `domain`, reporting its metrics under `label`,
+    /// spread over `sub_keys` sub-keys (1: the one key).
+    fn new(domain: &str, id: PolicyId, p: &Policy, label: &str, sub_keys: u32) -> PolicyState {
+        let mut state = PolicyState::one(domain, id, p, label, None);
+        if sub_keys > 1 {
+            state.subs = (0..sub_keys)
+                .map(|i| {
+                    let share = p.sub_key(sub_keys, i);
+                    Arc::new(PolicyState::one(
+                        domain,
+                        id,
+                        &share,
+                        label,
+                        Some((sub_keys, i)),
+                    ))
+                })
+                .collect();
+        }
+        state
+    }
+
+    /// One state with no sub-keys of its own: the policy's, or (`sub`)
+    /// sub-key `i` of `n`'s, whose `p` is its share.
+    fn one(
+        domain: &str,
+        id: PolicyId,
+        p: &Policy,
+        label: &str,
+        sub: Option<(u32, u32)>,
+    ) -> PolicyState {
+        let prefix = match sub {
+            None => format!("{domain}:{}:", p.name),
+            Some((n, i)) => subkey::sub_prefix(domain, &p.name, n, i),
+        };
         let unit_ns = p.unit.as_nanos() as u64;
         PolicyState {
             id,
             fallback_interval_ns: (unit_ns / p.fail_open_requests_per_unit).max(1),
             fallback_burst: p.burst.saturating_mul(2),
             refill_ns: unit_ns as f64 / p.requests_per_unit as f64,
-            prefix: prefix.freeze(),
+            prefix: Bytes::from(prefix),
+            sub,
+            subs: Box::default(),
             map: KeyMap::new(),
             metrics: PolicyMetrics::new(label),
             label: label.into(),
             over: OverrideCell::default(),
             policy: p.clone(),
         }
+    }
+
+    /// The ledger's key for `key` in this state: `{domain}:{name}:{key}`,
+    /// or a sub-key's ([`subkey::ledger_key`]).
+    fn ledger_key(&self, key: &[u8]) -> Vec<u8> {
+        match self.sub {
+            None => [&self.prefix[..], key].concat(),
+            Some((n, i)) => subkey::ledger_key(&self.prefix, key, n, i),
+        }
+    }
+
+    /// The state a decision takes: this one, or for a spread policy the
+    /// sub-key `sub` (a caller's, [`subkey::caller_index`]), or a random
+    /// one for [`ANY_SUB`]. One predictable branch for a policy with no
+    /// sub-keys.
+    #[inline]
+    fn pick(self: &Arc<Self>, sub: u32) -> &Arc<PolicyState> {
+        if self.subs.is_empty() {
+            self
+        } else {
+            self.pick_sub(sub)
+        }
+    }
+
+    #[inline(never)]
+    fn pick_sub(&self, sub: u32) -> &Arc<PolicyState> {
+        let n = self.subs.len();
+        let i = if sub == ANY_SUB {
+            fastrand::usize(..n)
+        } else {
+            sub as usize % n
+        };
+        &self.subs[i]
+    }
+
+    /// The states this policy's decisions use: its sub-keys', or itself.
+    fn deciding(self: &Arc<Self>) -> &[Arc<PolicyState>] {
+        if self.subs.is_empty() {
+            std::slice::from_ref(self)
+        } else {
+            &self.subs
+        }
+    }
+
+    /// How many sub-keys the policy is spread over (1: the one key).
+    fn sub_keys(&self) -> u32 {
+        self.subs.len().max(1) as u32
     }
 }
 
@@ -242,6 +333,7 @@ impl LeaseManager {
                     id,
                     p,
                     policies.metrics_label(id),
+                    policies.sub_keys(id),
                 ))
             })
             .collect();
@@ -272,48 +364,75 @@ impl LeaseManager {
         &self.inner.policies[id.0].policy
     }
 
-    /// Runs `f` on `key`'s bucket if the key is known, in the state policy
-    /// `id` decides from now (a widened override's own).
-    fn peek<R>(&self, id: PolicyId, key: &[u8], f: impl FnOnce(Bucket<'_>) -> R) -> Option<R> {
+    /// How many sub-keys policy `id`'s limit is spread over (1: the one
+    /// key; `sub_keys` in the policy file, [`crate::subkey`]).
+    pub fn sub_keys(&self, id: PolicyId) -> u32 {
+        self.inner.policies[id.0].sub_keys()
+    }
+
+    /// `value` of `key`'s bucket (`None` when the key is not known there)
+    /// in each state policy `id` decides from now (a widened override's
+    /// own; for a spread policy each of its sub-keys'), folded from `init`
+    /// with `fold`.
+    fn peek<T, A>(
+        &self,
+        id: PolicyId,
+        key: &[u8],
+        init: A,
+        value: impl Fn(&PolicyState, Option<Bucket<'_>>) -> T,
+        fold: impl Fn(A, T) -> A,
+    ) -> A {
         let route = self.route(id);
-        let map = &route.state().map;
-        map.get(map.hash(key), key, f)
+        let mut acc = init;
+        for s in route.state().deciding() {
+            let v = s
+                .map
+                .get(s.map.hash(key), key, |b| value(s, Some(b)))
+                .unwrap_or_else(|| value(s, None));
+            acc = fold(acc, v);
+        }
+        acc
     }
 
     /// Local tokens held for `key`, 0 if unknown (for tests and
-    /// introspection).
+    /// introspection); for a spread policy, its sub-keys' together.
     pub fn local_tokens(&self, id: PolicyId, key: &[u8]) -> u64 {
-        self.peek(id, key, |b| b.hot.tokens()).unwrap_or(0)
+        let tokens = |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(0, |b| b.hot.tokens());
+        self.peek(id, key, 0, tokens, u64::saturating_add)
     }
 
     /// Requests left for `key` as an allowed decision would report them
     /// (tokens: its local ones plus the ledger's balance at its last lease),
     /// without deciding; the policy's burst for a key not tracked. Under a
     /// widened override, the widened state's (as for the views below);
-    /// under a disabled one, the policy's burst.
+    /// under a disabled one, the policy's burst. For a spread policy, its
+    /// sub-keys' together (a decision reports its own sub-key's).
     pub fn remaining(&self, id: PolicyId, key: &[u8]) -> u64 {
-        let route = self.route(id);
-        if let Route::Disabled(state) = route {
+        if let Route::Disabled(state) = self.route(id) {
             return state.policy.burst;
         }
-        let state = route.state();
-        self.peek(id, key, |b| {
-            b.hot
-                .tokens()
-                .saturating_add(Self::ledger_balance(state, b))
-        })
-        .unwrap_or(state.policy.burst)
+        let left = |s: &PolicyState, b: Option<Bucket<'_>>| {
+            b.map_or(s.policy.burst, |b| {
+                b.hot.tokens().saturating_add(Self::ledger_balance(s, b))
+            })
+        };
+        self.peek(id, key, 0, left, u64::saturating_add)
     }
 
-    /// The observed decisions per second for `key` (0 if unknown).
+    /// The observed decisions per second for `key` (0 if unknown); for a
+    /// spread policy, its sub-keys' together.
     pub fn observed_qps(&self, id: PolicyId, key: &[u8]) -> f64 {
-        self.peek(id, key, |b| b.cold().qps()).unwrap_or(0.0)
+        let qps = |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(0.0, |b| b.cold().qps());
+        self.peek(id, key, 0.0, qps, |a, q| a + q)
     }
 
-    /// The lease size (tokens) the next renewal for `key` would ask for.
+    /// The lease size (tokens) the next renewal for `key` would ask for;
+    /// for a spread policy, the largest of its sub-keys'.
     pub fn next_lease_size(&self, id: PolicyId, key: &[u8]) -> u64 {
-        self.peek(id, key, |b| self.lease_size(b.cold()))
-            .unwrap_or(self.inner.config.min_lease)
+        let min = self.inner.config.min_lease;
+        let size =
+            |_: &PolicyState, b: Option<Bucket<'_>>| b.map_or(min, |b| self.lease_size(b.cold()));
+        self.peek(id, key, 0, size, u64::max)
     }
 
     /// How many keys the manager tracks (a widened override's keys too).

@@ -147,16 +147,19 @@ impl LeaseManager {
     }
 
     /// Every state decisions may use now: the policies' own, then the
-    /// widened ones in force.
+    /// widened ones in force (for a spread policy, its sub-keys' states).
     pub(super) fn states(&self) -> Vec<Arc<PolicyState>> {
-        let mut all: Vec<Arc<PolicyState>> = self.inner.policies.clone();
+        let mut all: Vec<Arc<PolicyState>> = Vec::with_capacity(self.inner.policies.len());
+        for s in &self.inner.policies {
+            all.extend_from_slice(s.deciding());
+        }
         for s in &self.inner.policies {
             if s.over.kind.load(Ordering::Acquire) != NONE {
                 if let Some(Active {
                     widened: Some(w), ..
                 }) = &*s.over.active.read()
                 {
-                    all.push(w.clone());
+                    all.extend_from_slice(w.deciding());
                 }
             }
         }
@@ -305,16 +308,18 @@ impl LeaseManager {
             let me = self.clone();
             self.inner
                 .runtime
-                .spawn(async move { me.return_all(std::slice::from_ref(&w)).await });
+                .spawn(async move { me.return_all(w.deciding()).await });
         }
     }
 
     /// The state of `state`'s policy widened by `factor`
-    /// ([`Overrides::widened`]), its metrics labelled `<label>@x<factor>`.
+    /// ([`Overrides::widened`]), its metrics labelled `<label>@x<factor>`,
+    /// spread over as many sub-keys as the policy (each its share of the
+    /// widened limit).
     fn widened_state(&self, state: &PolicyState, factor: u64) -> PolicyState {
         let p = Overrides::widened(&state.policy, factor);
         let label = format!("{}@x{factor}", state.label);
-        PolicyState::new(&self.inner.domain, state.id, &p, &label)
+        PolicyState::new(&self.inner.domain, state.id, &p, &label, state.sub_keys())
     }
 }
 
@@ -343,6 +348,40 @@ mod tests {
             LeaseConfig::default(),
             Arc::new(ManualClock::new()),
         )
+    }
+
+    #[tokio::test]
+    async fn a_widened_spread_policy_is_spread_over_as_many_sub_keys() {
+        let addr = "127.0.0.1:9".parse().unwrap(); // never dialled here
+        let set = PolicySet::from_policies("d", vec![manager().policy(PolicyId::FIRST).clone()])
+            .with_sub_keys(PolicyId::FIRST, 4)
+            .unwrap();
+        let m = LeaseManager::new(
+            Client::new(ClientConfig::new(addr)),
+            &set,
+            LeaseConfig::default(),
+            Arc::new(ManualClock::new()),
+        );
+        let own = m.route(PolicyId::FIRST).state().clone();
+        let shares = |s: &PolicyState| {
+            s.subs
+                .iter()
+                .map(|x| (x.policy.burst, x.policy.requests_per_unit))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shares(&own), [(5, 3), (5, 3), (5, 2), (5, 2)]);
+        assert_eq!(&own.subs[1].prefix[..], b"d:p#1/4:");
+        m.apply_override("d p widen 10 60000").unwrap();
+        let Route::Widened(w) = m.route(PolicyId::FIRST) else {
+            panic!("not widened")
+        };
+        assert_eq!(shares(&w), [(50, 25); 4]);
+        assert_eq!(&w.subs[3].prefix[..], b"d:p@x10#3/4:");
+        // The sweeper and shutdown see the sub-keys' states, not the
+        // spread policies' own.
+        assert_eq!(m.states().len(), 8);
+        assert!(m.states().iter().all(|s| s.sub.is_some()));
+        assert_eq!(m.remaining(PolicyId::FIRST, b"new"), 200);
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::overrides::Route;
-use super::{LeaseManager, PolicyState};
+use super::{LeaseManager, ANY_SUB};
 use crate::commands::Lease;
 use crate::error::Error;
 use crate::policy::PolicyId;
@@ -27,7 +27,9 @@ impl LeaseManager {
     /// Putting back tokens that were never taken over-admits by that many
     /// (the count saturates at 2^42 tokens). Under a widened override the
     /// tokens go to the widened bucket; under a disabled one (whose
-    /// decisions took none) nothing happens.
+    /// decisions took none) nothing happens. For a policy spread over
+    /// sub-keys, to a random sub-key: its tokens were leased all the same,
+    /// and its ledger bucket caps what comes back at its share.
     pub fn put_back(&self, id: PolicyId, key: &[u8], tokens: u64) {
         if tokens == 0 {
             return;
@@ -36,7 +38,7 @@ impl LeaseManager {
         if let Route::Disabled(_) = route {
             return;
         }
-        let state = route.state();
+        let state = route.state().pick(ANY_SUB);
         self.with_bucket(state, key, |b| b.hot.put_back(tokens));
     }
 
@@ -47,9 +49,10 @@ impl LeaseManager {
     /// block of the key (set when the ledger had none) is lifted when the
     /// ledger has tokens after the return, so they can be leased again.
     ///
-    /// # Errors
     /// Under a widened override, the widened bucket's; under a disabled
-    /// one, no call, and the answer is the policy's burst.
+    /// one, no call, and the answer is the policy's burst. For a policy
+    /// spread over sub-keys, a random sub-key's bucket (which caps the
+    /// balance at its share).
     ///
     /// # Errors
     /// As [`Client::token_return`](crate::Client::token_return): transport
@@ -64,12 +67,12 @@ impl LeaseManager {
         if let Route::Disabled(state) = route {
             return Ok(state.policy.burst);
         }
-        let state = route.state();
+        let state = route.state().pick(ANY_SUB);
         self.inner.ledger.returns.increment(1);
         let left = self
             .inner
             .client
-            .token_return(&Self::ledger_key(state, key), state.policy.bucket(), tokens)
+            .token_return(&state.ledger_key(key), state.policy.bucket(), tokens)
             .await?;
         if left > 0 {
             // A key this manager does not hold has no block to lift.
@@ -84,6 +87,8 @@ impl LeaseManager {
     /// one ledger call under the lease deadline. `granted` is `tokens` or 0.
     /// Under a widened override, from the widened bucket; under a disabled
     /// one, no call: all `tokens` granted, `remaining` the policy's burst.
+    /// For a policy spread over sub-keys, from a random sub-key's bucket
+    /// (as for `return_to_ledger`).
     ///
     /// # Errors
     /// As [`Client::token_lease`](crate::Client::token_lease).
@@ -102,25 +107,16 @@ impl LeaseManager {
                 reset_after: Duration::ZERO,
             });
         }
-        let state = route.state();
+        let state = route.state().pick(ANY_SUB);
         self.inner.ledger.leases.increment(1);
         self.inner
             .client
             .token_lease(
-                &Self::ledger_key(state, key),
+                &state.ledger_key(key),
                 state.policy.bucket(),
                 tokens,
                 tokens,
             )
             .await
-    }
-
-    /// `{domain}:{policy name}:{key}`, the ledger's key for `key`.
-    fn ledger_key(state: &PolicyState, key: &[u8]) -> Vec<u8> {
-        let prefix = &state.prefix;
-        let mut ledger_key = Vec::with_capacity(prefix.len() + key.len());
-        ledger_key.extend_from_slice(prefix);
-        ledger_key.extend_from_slice(key);
-        ledger_key
     }
 }

@@ -4,6 +4,7 @@
 //! receives, so tests can assert what reached "the ledger".
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod conservation;
 pub mod managers;
 pub mod server;
