@@ -678,8 +678,7 @@ fn redis_exporter_exports_the_standard_redis_series() {
             }
             // HTTP/1.0: the exporter (Go's server) may answer an HTTP/1.1
             // request in chunks, whose size lines can cut a sample's line.
-            body = http(web, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .1;
+            body = http(web, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").1;
             body.lines().any(|l| l == "redis_up 1")
         },
     );
