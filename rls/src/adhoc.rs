@@ -158,17 +158,8 @@ impl AdHoc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_client::{Client, ClientConfig, LeaseConfig, SystemClock};
 
-    fn ledger() -> Ledger {
-        // Never called: making managers does not touch the ledger.
-        Ledger {
-            client: Client::new(ClientConfig::new("127.0.0.1:9".parse().unwrap())),
-            lease: LeaseConfig::default(),
-            clock: Arc::new(SystemClock::new()),
-            instance: "test".into(),
-        }
-    }
+    use crate::limits::tests::ledger;
 
     #[tokio::test]
     async fn one_manager_per_limit_and_the_least_recently_used_goes_first() {

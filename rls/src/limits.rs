@@ -439,12 +439,13 @@ pub async fn watch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use leasehold_client::{ClientConfig, SystemClock};
 
-    fn ledger() -> Ledger {
-        // Never called: making managers does not touch the ledger.
+    /// A ledger for tests that make managers without calling it (making
+    /// managers does not touch the ledger).
+    pub(crate) fn ledger() -> Ledger {
         Ledger {
             client: Client::new(ClientConfig::new("127.0.0.1:9".parse().unwrap())),
             lease: LeaseConfig::default(),
