@@ -245,3 +245,79 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A sentinel of the file that already monitors a group's master name at
+/// an address that is not the group's primary (a stale or foreign
+/// monitor) would make every node take that address as the group's
+/// primary: `create` refuses it before changing anything, as it refuses a
+/// sentinel that does not answer; once the monitor is removed it runs.
+#[test]
+fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
+    if !sentinel_installed("the leasehold-cluster create sentinel refusal test") {
+        return;
+    }
+    let dir = leasehold_testkit::scratch_dir();
+    let port = free_port();
+    let data = dir.join(port.to_string());
+    std::fs::create_dir_all(&data).expect("a data dir");
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    let _node = started(cmd.stderr(Stdio::inherit()), port, "leasehold-server");
+    let sentinels: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let _procs: Vec<Proc> = sentinels.iter().map(|&s| bare_sentinel(&dir, s)).collect();
+    let elsewhere = free_port();
+    let name = master(0);
+    let topology = |sentinels: &[u16]| {
+        let list: Vec<String> = sentinels
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect();
+        format!(
+            "version = 1\nsentinels = [{}]\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\nsentinel = \"{name}\"\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n",
+            list.join(", ")
+        )
+    };
+    let file = dir.join("topology.toml");
+    let create = ["create", "--wait", "1"];
+    let refused = |why: &str| {
+        let out = cli(&create, &file);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(said.contains(why), "{said}");
+        assert_eq!(version(port), Some(Reply::Int(0)), "nothing changed");
+        assert_eq!(named_primary(sentinels[0], &name), None, "nothing changed");
+    };
+
+    // A sentinel that does not answer: refused first.
+    let gone = free_port();
+    std::fs::write(&file, topology(&[sentinels[0], gone])).expect("write the topology");
+    refused(&format!("sentinel 127.0.0.1:{gone} does not answer"));
+
+    // The second sentinel monitors the name at another address.
+    std::fs::write(&file, topology(&sentinels)).expect("write the topology");
+    let at = elsewhere.to_string();
+    assert_eq!(
+        call(
+            sentinels[1],
+            &["SENTINEL", "MONITOR", &name, "127.0.0.1", &at, "1"]
+        ),
+        Some(Reply::ok())
+    );
+    refused(&format!(
+        "sentinel 127.0.0.1:{} monitors {name} at 127.0.0.1:{elsewhere}, not group g0's primary 127.0.0.1:{port}",
+        sentinels[1]
+    ));
+
+    // Removed there: create runs and both sentinels name the primary.
+    assert_eq!(
+        call(sentinels[1], &["SENTINEL", "REMOVE", &name]),
+        Some(Reply::ok())
+    );
+    let made = cli(&create, &file);
+    assert!(made.status.success(), "{made:?}");
+    assert_eq!(version(port), Some(Reply::Int(1)));
+    for &s in &sentinels {
+        assert_eq!(named_primary(s, &name), Some(port), "sentinel {s}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
