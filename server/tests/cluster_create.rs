@@ -6,7 +6,8 @@
 //! refused first, with nothing changed; a second run changes nothing); then
 //! `follow` runs while group g0's primary is killed (SIGKILL): once
 //! Sentinel promotes its replica, every live node has the next topology
-//! version naming it primary, and so has the file.
+//! version naming it primary, and so has the file; the killed node,
+//! restarted without a topology, is given that version.
 //!
 //! `redis-server` (for the sentinels) is looked up on PATH; without it the
 //! test prints a notice and passes, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI),
@@ -219,6 +220,23 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
     let written = Topology::parse(&written).expect("the file parses");
     assert_eq!(written.version, 2);
     assert_eq!(written.groups[0].primary().port, new);
+    // The former primary was down when version 2 was published: restarted
+    // (bare, as a machine whose file was not rewritten may bring it back
+    // with an older one), follow gives it the version in force.
+    let data = dir.join(old.to_string());
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), old, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    nodes[0] = Some(started(
+        cmd.stderr(Stdio::inherit()),
+        old,
+        "leasehold-server",
+    ));
+    let caught_up = wait_for(
+        "the restarted former primary has version 2",
+        Duration::from_secs(5),
+        || version(old) == Some(Reply::Int(2)),
+    );
+    eprintln!("follow: the restarted former primary had version 2 {caught_up:?} after it answered");
     // SIGTERM: it stops, having said what it published.
     // SAFETY: kill(2) on the pid of a child this test started.
     unsafe {
@@ -235,6 +253,12 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
     assert!(
         log.contains(&format!(
             "group g0: Sentinel names 127.0.0.1:{new} primary; publishing topology version 2"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "127.0.0.1:{old}: version 2 in force (it had version 0)"
         )),
         "{log}"
     );
