@@ -275,6 +275,9 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
 /// monitor) would make every node take that address as the group's
 /// primary: `create` refuses it before changing anything, as it refuses a
 /// sentinel that does not answer; once the monitor is removed it runs.
+/// The node is named `localhost:<port>` in the file, which a sentinel
+/// does not take (`Invalid IP address or hostname specified`): it is
+/// monitored at 127.0.0.1, the address the node answers for too.
 #[test]
 fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
     if !sentinel_installed("the leasehold-cluster create sentinel refusal test") {
@@ -297,7 +300,7 @@ fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
             .map(|p| format!("\"127.0.0.1:{p}\""))
             .collect();
         format!(
-            "version = 1\nsentinels = [{}]\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\nsentinel = \"{name}\"\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n",
+            "version = 1\nsentinels = [{}]\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\nsentinel = \"{name}\"\n[[group.node]]\naddr = \"localhost:{port}\"\nrole = \"primary\"\n",
             list.join(", ")
         )
     };
@@ -328,7 +331,7 @@ fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
         Some(Reply::ok())
     );
     refused(&format!(
-        "sentinel 127.0.0.1:{} monitors {name} at 127.0.0.1:{elsewhere}, not group g0's primary 127.0.0.1:{port}",
+        "sentinel 127.0.0.1:{} monitors {name} at 127.0.0.1:{elsewhere}, not group g0's primary localhost:{port}",
         sentinels[1]
     ));
 

@@ -171,7 +171,17 @@ pub fn create(o: &Create) -> Result<bool, String> {
             let port = p.port.to_string();
             expect_ok(
                 &format!("{s} SENTINEL MONITOR {name}"),
-                call(&s, &["SENTINEL", "MONITOR", name, &p.host, &port, &quorum])?,
+                call(
+                    &s,
+                    &[
+                        "SENTINEL",
+                        "MONITOR",
+                        name,
+                        monitored_host(&p.host),
+                        &port,
+                        &quorum,
+                    ],
+                )?,
             )?;
             let (down, failover) = (
                 o.down_after_ms.to_string(),
@@ -214,6 +224,17 @@ pub fn create(o: &Create) -> Result<bool, String> {
     }
     println!();
     check(&nodes[0].addr())
+}
+
+/// The host a sentinel is told to monitor: `localhost` as 127.0.0.1 (a
+/// sentinel takes IP addresses only, unless it runs with
+/// `resolve-hostnames yes`, and a node bound to loopback answers for both
+/// names), any other as the file writes it.
+fn monitored_host(host: &str) -> &str {
+    match host {
+        "localhost" => "127.0.0.1",
+        h => h,
+    }
 }
 
 /// `LH.TOPOLOGY VERSION` of `addr` (0 before any).
