@@ -348,3 +348,34 @@ fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `follow` started with a dead node alone (the failed primary, say)
+/// finds the cluster through the nodes of its `--topology` file.
+#[test]
+fn follow_finds_the_nodes_of_its_file_when_the_named_node_is_dead() {
+    let dir = leasehold_testkit::scratch_dir();
+    let port = free_port();
+    let data = dir.join(port.to_string());
+    std::fs::create_dir_all(&data).expect("a data dir");
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    let _node = started(cmd.stderr(Stdio::inherit()), port, "leasehold-server");
+    let text_ = format!(
+        "version = 3\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n"
+    );
+    assert_eq!(
+        call(port, &["LH.TOPOLOGY", "SET", "3", &text_]),
+        Some(Reply::ok())
+    );
+    let file = dir.join("topology.toml");
+    std::fs::write(&file, &text_).expect("write the topology");
+    let dead = format!("127.0.0.1:{}", free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
+        .args(["follow", "--once", "--topology"])
+        .arg(&file)
+        .arg(&dead)
+        .output()
+        .expect("run leasehold-cluster follow");
+    assert!(out.status.success(), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

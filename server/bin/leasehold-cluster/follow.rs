@@ -24,7 +24,8 @@ use crate::{call, publish_to, same_node, set_topology, text, STOP};
 
 /// `follow`'s options.
 pub struct Follow {
-    /// Nodes to read the topology from at first: HOST:PORT.
+    /// Nodes to read the topology from at first: HOST:PORT (with those
+    /// of the `topology` file).
     pub nodes: Vec<String>,
     /// A file to write each published topology to.
     pub topology: Option<PathBuf>,
@@ -41,6 +42,14 @@ pub struct Follow {
 pub fn follow(o: &Follow) -> Result<bool, String> {
     crate::on_stop_signals();
     let mut known: Vec<String> = o.nodes.clone();
+    // The file's nodes too: the node named may be the one that failed.
+    let in_file = o
+        .topology
+        .as_deref()
+        .and_then(|f| std::fs::read_to_string(f).ok());
+    if let Some(t) = in_file.as_deref().and_then(|t| Topology::parse(t).ok()) {
+        known.extend(t.nodes().map(|(_, n)| n.addr()));
+    }
     loop {
         match round(&mut known, o.topology.as_deref()) {
             Ok(all) if o.once => return Ok(all),
