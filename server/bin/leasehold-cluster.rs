@@ -701,22 +701,46 @@ fn same_node(a: &str, b: &str) -> bool {
 fn publish(file: &Path, nodes: &[String]) -> Result<bool, String> {
     let text_ = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let topo = Topology::parse(&text_).map_err(|e| format!("{}: {e}", file.display()))?;
-    let version = topo.version.to_string();
+    Ok(publish_to(
+        nodes.iter().map(String::as_str),
+        topo.version,
+        &text_,
+    ))
+}
+
+/// Puts topology `text_` of `version` in force on `addr` (`LH.TOPOLOGY
+/// SET`): `Ok(true)` when it is now, `Ok(false)` when the node had that
+/// very text in force already (a re-run, or another publisher got there
+/// first: `follow` and `reshard` may run together).
+///
+/// # Errors
+/// The node's refusal, or why it did not answer.
+fn set_topology(addr: &str, version: u64, text_: &str) -> Result<bool, String> {
+    match call(addr, &["LH.TOPOLOGY", "SET", &version.to_string(), text_])? {
+        Reply::Simple(s) if s == "OK" => Ok(true),
+        r => match call(addr, &["LH.TOPOLOGY", "GET"]) {
+            Ok(Reply::Bulk(t)) if t == text_.as_bytes() => Ok(false),
+            _ => Err(text(&r)),
+        },
+    }
+}
+
+/// [`set_topology`] on every node of `nodes`, in order, with a line for
+/// each (`<addr>: version N in force`, `... already in force`, or why
+/// not): `true` when it is in force on every one.
+fn publish_to<'a>(nodes: impl IntoIterator<Item = &'a str>, version: u64, text_: &str) -> bool {
     let mut all = true;
-    for n in nodes {
-        match call(n, &["LH.TOPOLOGY", "SET", &version, &text_]) {
-            Ok(Reply::Simple(s)) if s == "OK" => println!("{n}: version {version} in force"),
-            Ok(r) => {
-                all = false;
-                println!("{n}: {}", text(&r));
-            }
+    for a in nodes {
+        match set_topology(a, version, text_) {
+            Ok(true) => println!("{a}: version {version} in force"),
+            Ok(false) => println!("{a}: version {version} already in force"),
             Err(e) => {
                 all = false;
-                println!("{n}: {e}");
+                println!("{a}: {e}");
             }
         }
     }
-    Ok(all)
+    all
 }
 
 // -------------------------------------------------------------- reshard
@@ -876,8 +900,6 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
     let already = (first..=last).all(|s| topo.owner(s) == Some(gt));
     let next = moved_topology(&text_, version, to, first, last)?;
     Topology::parse(&next).map_err(|e| format!("the new topology: {e}"))?;
-    let v = version.to_string();
-    let mut all = true;
     // The target's group first, then the source's, then the rest: a
     // source on the new topology answers MOVED to the target, and a target
     // still on the old one would answer MOVED back (it serves an imported
@@ -890,20 +912,8 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
         _ => 2,
     });
     // A re-run after the publication: the topology says so already.
-    for (_, n) in order.into_iter().filter(|_| !already) {
-        let a = n.addr();
-        match call(&a, &["LH.TOPOLOGY", "SET", &v, &next]) {
-            Ok(Reply::Simple(s)) if s == "OK" => println!("{a}: version {version} in force"),
-            Ok(r) => {
-                all = false;
-                println!("{a}: {}", text(&r));
-            }
-            Err(e) => {
-                all = false;
-                println!("{a}: {e}");
-            }
-        }
-    }
+    let order: Vec<String> = order.into_iter().map(|(_, n)| n.addr()).collect();
+    let all = already || publish_to(order.iter().map(String::as_str), version, &next);
     for slot in first..=last {
         let s = slot.to_string();
         for a in [&src_addr, &dst_addr] {

@@ -6,7 +6,8 @@
 //! refused first, with nothing changed; a second run changes nothing); then
 //! `follow` runs while group g0's primary is killed (SIGKILL): once
 //! Sentinel promotes its replica, every live node has the next topology
-//! version naming it primary, and so has the file.
+//! version naming it primary, and so has the file; the killed node,
+//! restarted without a topology, is given that version.
 //!
 //! `redis-server` (for the sentinels) is looked up on PATH; without it the
 //! test prints a notice and passes, unless `LEASEHOLD_REQUIRE_REDIS=1` (CI),
@@ -219,6 +220,23 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
     let written = Topology::parse(&written).expect("the file parses");
     assert_eq!(written.version, 2);
     assert_eq!(written.groups[0].primary().port, new);
+    // The former primary was down when version 2 was published: restarted
+    // (bare, as a machine whose file was not rewritten may bring it back
+    // with an older one), follow gives it the version in force.
+    let data = dir.join(old.to_string());
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), old, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    nodes[0] = Some(started(
+        cmd.stderr(Stdio::inherit()),
+        old,
+        "leasehold-server",
+    ));
+    let caught_up = wait_for(
+        "the restarted former primary has version 2",
+        Duration::from_secs(5),
+        || version(old) == Some(Reply::Int(2)),
+    );
+    eprintln!("follow: the restarted former primary had version 2 {caught_up:?} after it answered");
     // SIGTERM: it stops, having said what it published.
     // SAFETY: kill(2) on the pid of a child this test started.
     unsafe {
@@ -239,9 +257,125 @@ fn create_makes_bare_nodes_a_cluster_and_follow_republishes_after_a_failover() {
         "{log}"
     );
     assert!(
+        log.contains(&format!(
+            "127.0.0.1:{old}: version 2 in force (it had version 0)"
+        )),
+        "{log}"
+    );
+    assert!(
         start.elapsed() < Duration::from_secs(60),
         "the test took {:?}",
         start.elapsed()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sentinel of the file that already monitors a group's master name at
+/// an address that is not the group's primary (a stale or foreign
+/// monitor) would make every node take that address as the group's
+/// primary: `create` refuses it before changing anything, as it refuses a
+/// sentinel that does not answer; once the monitor is removed it runs.
+/// The node is named `localhost:<port>` in the file, which a sentinel
+/// does not take (`Invalid IP address or hostname specified`): it is
+/// monitored at 127.0.0.1, the address the node answers for too.
+#[test]
+fn create_refuses_a_sentinel_monitoring_the_master_name_elsewhere() {
+    if !sentinel_installed("the leasehold-cluster create sentinel refusal test") {
+        return;
+    }
+    let dir = leasehold_testkit::scratch_dir();
+    let port = free_port();
+    let data = dir.join(port.to_string());
+    std::fs::create_dir_all(&data).expect("a data dir");
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    let _node = started(cmd.stderr(Stdio::inherit()), port, "leasehold-server");
+    let sentinels: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let _procs: Vec<Proc> = sentinels.iter().map(|&s| bare_sentinel(&dir, s)).collect();
+    let elsewhere = free_port();
+    let name = master(0);
+    let topology = |sentinels: &[u16]| {
+        let list: Vec<String> = sentinels
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect();
+        format!(
+            "version = 1\nsentinels = [{}]\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\nsentinel = \"{name}\"\n[[group.node]]\naddr = \"localhost:{port}\"\nrole = \"primary\"\n",
+            list.join(", ")
+        )
+    };
+    let file = dir.join("topology.toml");
+    let create = ["create", "--wait", "1"];
+    let refused = |why: &str| {
+        let out = cli(&create, &file);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(said.contains(why), "{said}");
+        assert_eq!(version(port), Some(Reply::Int(0)), "nothing changed");
+        assert_eq!(named_primary(sentinels[0], &name), None, "nothing changed");
+    };
+
+    // A sentinel that does not answer: refused first.
+    let gone = free_port();
+    std::fs::write(&file, topology(&[sentinels[0], gone])).expect("write the topology");
+    refused(&format!("sentinel 127.0.0.1:{gone} does not answer"));
+
+    // The second sentinel monitors the name at another address.
+    std::fs::write(&file, topology(&sentinels)).expect("write the topology");
+    let at = elsewhere.to_string();
+    assert_eq!(
+        call(
+            sentinels[1],
+            &["SENTINEL", "MONITOR", &name, "127.0.0.1", &at, "1"]
+        ),
+        Some(Reply::ok())
+    );
+    refused(&format!(
+        "sentinel 127.0.0.1:{} monitors {name} at 127.0.0.1:{elsewhere}, not group g0's primary localhost:{port}",
+        sentinels[1]
+    ));
+
+    // Removed there: create runs and both sentinels name the primary.
+    assert_eq!(
+        call(sentinels[1], &["SENTINEL", "REMOVE", &name]),
+        Some(Reply::ok())
+    );
+    let made = cli(&create, &file);
+    assert!(made.status.success(), "{made:?}");
+    assert_eq!(version(port), Some(Reply::Int(1)));
+    for &s in &sentinels {
+        assert_eq!(named_primary(s, &name), Some(port), "sentinel {s}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `follow` started with a dead node alone (the failed primary, say)
+/// finds the cluster through the nodes of its `--topology` file.
+#[test]
+fn follow_finds_the_nodes_of_its_file_when_the_named_node_is_dead() {
+    let dir = leasehold_testkit::scratch_dir();
+    let port = free_port();
+    let data = dir.join(port.to_string());
+    std::fs::create_dir_all(&data).expect("a data dir");
+    let mut cmd = node_command(env!("CARGO_BIN_EXE_leasehold-server"), port, &data);
+    cmd.args(["--cluster-enabled", "yes"]);
+    let _node = started(cmd.stderr(Stdio::inherit()), port, "leasehold-server");
+    let text_ = format!(
+        "version = 3\n[[group]]\nname = \"g0\"\nslots = [\"0-16383\"]\n[[group.node]]\naddr = \"127.0.0.1:{port}\"\nrole = \"primary\"\n"
+    );
+    assert_eq!(
+        call(port, &["LH.TOPOLOGY", "SET", "3", &text_]),
+        Some(Reply::ok())
+    );
+    let file = dir.join("topology.toml");
+    std::fs::write(&file, &text_).expect("write the topology");
+    let dead = format!("127.0.0.1:{}", free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
+        .args(["follow", "--once", "--topology"])
+        .arg(&file)
+        .arg(&dead)
+        .output()
+        .expect("run leasehold-cluster follow");
+    assert!(out.status.success(), "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,7 @@
 //! `redis-cli` is looked up on PATH; without it the test prints a notice and
 //! passes, unless `LEASEHOLD_REQUIRE_REDIS=1` is set, which makes it fail.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -99,15 +100,28 @@ fn local_starts_a_cluster_that_stock_tools_accept_and_sigterm_stops_it() {
     for &p in &ports {
         assert_eq!(call(p, &["LH.TOPOLOGY", "VERSION"]), Some(Reply::Int(5)));
     }
-    // Publishing it again is refused (not newer): exit code 1.
-    let again = Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
-        .args(["publish", "--topology"])
-        .arg(&newer)
-        .arg(&addrs[0])
-        .output()
-        .expect("run leasehold-cluster publish");
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stdout).contains("not newer"));
+    // Publishing it again changes nothing and says so; an older version
+    // is refused (not newer): exit code 1.
+    let publish = |file: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
+            .args(["publish", "--topology"])
+            .arg(file)
+            .arg(&addrs[0])
+            .output()
+            .expect("run leasehold-cluster publish")
+    };
+    let again = publish(&newer);
+    assert!(again.status.success(), "{again:?}");
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        said.contains(&format!("{}: version 5 already in force", addrs[0])),
+        "{said}"
+    );
+    let older = dir.join("older.toml");
+    std::fs::write(&older, text.replace("version = 1", "version = 4")).unwrap();
+    let refused = publish(&older);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("not newer"));
 
     // SIGTERM: everything it started stops, then it exits.
     let status = local.stop();

@@ -204,6 +204,92 @@ fn transactions_are_judged_command_by_command_and_as_one_slot() {
     );
 }
 
+/// As Redis 7 (checked against `redis-server` 7.0): EXEC judges its
+/// transaction's slot against the topology in force when it runs, so a
+/// slot given away after the commands were queued answers `-MOVED` for
+/// the whole EXEC and nothing of it runs (not one `-MOVED` per command
+/// with the keyless ones run); a slot no group serves any more answers
+/// `-CLUSTERDOWN`. The cluster checks come first, as in Redis: a
+/// transaction that is also aborted answers `CROSSSLOT` or `MOVED`.
+#[test]
+fn exec_judges_the_transaction_slot_against_the_topology_in_force() {
+    let mut h = node(6379);
+    let mine = key_in("k", 0, 5460);
+    let slot = key_slot(mine.as_bytes());
+    assert!(slot > 0 && slot < 5460, "{slot}");
+    // Version `v` with the key's slot given to group b (`to` = its slot
+    // first in b's list) or to no group (`to` empty).
+    let without = |v: u64, to: &str| {
+        topology(v)
+            .replace(
+                "\"0-5460\"",
+                &format!("\"0-{}\", \"{}-5460\"", slot - 1, slot + 1),
+            )
+            .replace(
+                "slots = [\"5461-7999\"",
+                &format!("slots = [{to}\"5461-7999\""),
+            )
+    };
+    let to_b = format!("\"{slot}\", ");
+    let push = |h: &Harness, t: String, v: u64| {
+        let v = v.to_string();
+        assert_eq!(
+            h.new_connection().run(&["LH.TOPOLOGY", "SET", &v, &t]),
+            Reply::ok()
+        );
+    };
+    let name = || Reply::bulk("tx");
+
+    // Queued while the slot is here, EXEC after it left: MOVED, nothing
+    // run, the transaction over.
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", &mine, "1"]), Reply::simple("QUEUED"));
+    assert_eq!(h.cmd("CLIENT SETNAME tx"), Reply::simple("QUEUED"));
+    push(&h, without(2, &to_b), 2);
+    assert_eq!(h.cmd("EXEC"), moved(&mine, 7001));
+    assert_eq!(
+        h.cmd("CLIENT GETNAME"),
+        Reply::Nil,
+        "the queued SETNAME ran"
+    );
+    assert_eq!(h.cmd("EXEC"), err("ERR EXEC without MULTI"));
+
+    // Aborted as well: MOVED still.
+    push(&h, topology(3), 3);
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", &mine, "2"]), Reply::simple("QUEUED"));
+    assert!(matches!(h.cmd("NOSUCH"), Reply::Error(_)));
+    push(&h, without(4, &to_b), 4);
+    assert_eq!(h.cmd("EXEC"), moved(&mine, 7001));
+
+    // A slot no group serves any more: CLUSTERDOWN, nothing run.
+    push(&h, topology(5), 5);
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", &mine, "3"]), Reply::simple("QUEUED"));
+    assert_eq!(h.cmd("CLIENT SETNAME tx"), Reply::simple("QUEUED"));
+    push(&h, without(6, ""), 6);
+    assert_eq!(h.cmd("EXEC"), err("CLUSTERDOWN Hash slot not served"));
+    push(&h, topology(7), 7);
+    assert_eq!(h.run(&["EXISTS", &mine]), Reply::Int(0));
+    assert_eq!(h.cmd("CLIENT GETNAME"), Reply::Nil);
+
+    // Two slots and a refused command: CROSSSLOT, not EXECABORT.
+    let again = key_in("j", 0, 5460);
+    assert_ne!(key_slot(again.as_bytes()), slot);
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", &mine, "1"]), Reply::simple("QUEUED"));
+    assert_eq!(h.run(&["SET", &again, "1"]), Reply::simple("QUEUED"));
+    assert!(matches!(h.cmd("NOSUCH"), Reply::Error(_)));
+    assert_eq!(h.cmd("EXEC"), err(CROSSSLOT));
+
+    // Still here at EXEC: it runs.
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", &mine, "4"]), Reply::simple("QUEUED"));
+    assert_eq!(h.cmd("CLIENT SETNAME tx"), Reply::simple("QUEUED"));
+    assert_eq!(h.cmd("EXEC"), Reply::Array(vec![Reply::ok(), Reply::ok()]));
+    assert_eq!(h.cmd("CLIENT GETNAME"), name());
+}
+
 #[test]
 fn a_replica_serves_reads_of_its_group_after_readonly() {
     let mut h = node(7011);

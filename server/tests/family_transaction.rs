@@ -351,6 +351,14 @@ fn writes_are_judged_for_the_whole_transaction_at_exec() {
     assert_eq!(other.cmd("REPLICAOF 127.0.0.1 1"), Reply::ok());
     assert_eq!(h.cmd("EXEC"), err(READONLY));
     assert_eq!(h.cmd("EXEC"), err("ERR EXEC without MULTI"));
+    // Refused while queued as well: the write check comes first, as in
+    // Redis 7.
+    assert_eq!(other.cmd("REPLICAOF NO ONE"), Reply::ok());
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.cmd("SET k 1"), QUEUED);
+    assert!(matches!(h.cmd("NOSUCH"), Reply::Error(_)));
+    assert_eq!(other.cmd("REPLICAOF 127.0.0.1 1"), Reply::ok());
+    assert_eq!(h.cmd("EXEC"), err(READONLY));
     // A transaction that only reads runs on the replica.
     assert_eq!(h.cmd("MULTI"), Reply::ok());
     assert_eq!(h.cmd("GET k"), QUEUED);

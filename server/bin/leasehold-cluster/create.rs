@@ -9,8 +9,11 @@
 //! holds, so running it again changes nothing. It refuses, before changing
 //! anything: a node that does not answer or is not in cluster mode, a node
 //! with a newer topology (or another text of the same version), a primary
-//! that replicates another node, and a replica to be that is a primary
-//! holding keys (they would be replaced by its primary's).
+//! that replicates another node, a replica to be that is a primary
+//! holding keys (they would be replaced by its primary's), a sentinel of
+//! the file that does not answer, and one that monitors a group's master
+//! name at another address than the group's primary (every node would
+//! take that address as the group's primary).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -90,6 +93,29 @@ pub fn create(o: &Create) -> Result<bool, String> {
         }
     }
 
+    // Every sentinel of the file answers, and monitors each group's master
+    // name nowhere or at that group's primary: a monitor elsewhere (stale,
+    // or another cluster's) would make every node take that address as
+    // the group's primary.
+    for (host, port) in &topo.sentinels {
+        let s = format!("{host}:{port}");
+        for g in &topo.groups {
+            let Some(name) = &g.sentinel else { continue };
+            let known = call(&s, &["SENTINEL", "get-master-addr-by-name", name])
+                .map_err(|e| format!("sentinel {s} does not answer: {e}"))?;
+            let pa = g.primary().addr();
+            if let Some((h, p)) = parse_master_addr(&known) {
+                let at = format!("{h}:{p}");
+                if !same_node(&at, &pa) {
+                    return Err(format!(
+                        "sentinel {s} monitors {name} at {at}, not group {}'s primary {pa}: remove it there first (SENTINEL REMOVE {name})",
+                        g.name
+                    ));
+                }
+            }
+        }
+    }
+
     // The topology in force everywhere.
     let v = topo.version.to_string();
     for n in &nodes {
@@ -145,7 +171,17 @@ pub fn create(o: &Create) -> Result<bool, String> {
             let port = p.port.to_string();
             expect_ok(
                 &format!("{s} SENTINEL MONITOR {name}"),
-                call(&s, &["SENTINEL", "MONITOR", name, &p.host, &port, &quorum])?,
+                call(
+                    &s,
+                    &[
+                        "SENTINEL",
+                        "MONITOR",
+                        name,
+                        monitored_host(&p.host),
+                        &port,
+                        &quorum,
+                    ],
+                )?,
             )?;
             let (down, failover) = (
                 o.down_after_ms.to_string(),
@@ -188,6 +224,17 @@ pub fn create(o: &Create) -> Result<bool, String> {
     }
     println!();
     check(&nodes[0].addr())
+}
+
+/// The host a sentinel is told to monitor: `localhost` as 127.0.0.1 (a
+/// sentinel takes IP addresses only, unless it runs with
+/// `resolve-hostnames yes`, and a node bound to loopback answers for both
+/// names), any other as the file writes it.
+fn monitored_host(host: &str) -> &str {
+    match host {
+        "localhost" => "127.0.0.1",
+        h => h,
+    }
 }
 
 /// `LH.TOPOLOGY VERSION` of `addr` (0 before any).

@@ -9,7 +9,9 @@
 //! version, with that node as the group's primary and the former one a
 //! replica, to every node (and writes it to `--topology FILE`, whole, when
 //! given). It reads the topology in force each round from the nodes (the
-//! newest version any of them has), so a reshard in between is kept.
+//! newest version any of them has), so a reshard in between is kept, and
+//! gives it to a node that has an older one (or none): one that was down
+//! when a version was published, as the failed primary always is.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -18,11 +20,12 @@ use std::time::Duration;
 use leasehold_protocol::Reply;
 use leasehold_server::cluster::{parse_config_epoch, Topology};
 
-use crate::{call, same_node, text, STOP};
+use crate::{call, publish_to, same_node, set_topology, text, STOP};
 
 /// `follow`'s options.
 pub struct Follow {
-    /// Nodes to read the topology from at first: HOST:PORT.
+    /// Nodes to read the topology from at first: HOST:PORT (with those
+    /// of the `topology` file).
     pub nodes: Vec<String>,
     /// A file to write each published topology to.
     pub topology: Option<PathBuf>,
@@ -39,6 +42,14 @@ pub struct Follow {
 pub fn follow(o: &Follow) -> Result<bool, String> {
     crate::on_stop_signals();
     let mut known: Vec<String> = o.nodes.clone();
+    // The file's nodes too: the node named may be the one that failed.
+    let in_file = o
+        .topology
+        .as_deref()
+        .and_then(|f| std::fs::read_to_string(f).ok());
+    if let Some(t) = in_file.as_deref().and_then(|t| Topology::parse(t).ok()) {
+        known.extend(t.nodes().map(|(_, n)| n.addr()));
+    }
     loop {
         match round(&mut known, o.topology.as_deref()) {
             Ok(all) if o.once => return Ok(all),
@@ -59,7 +70,7 @@ pub fn follow(o: &Follow) -> Result<bool, String> {
 
 /// One round: `Ok(false)` when a node refused the new version.
 fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
-    let topo = newest_topology(known)?;
+    let (topo, versions) = newest_topology(known)?;
     *known = topo.nodes().map(|(_, n)| n.addr()).collect();
     let mut switched = Vec::new();
     for g in &topo.groups {
@@ -80,7 +91,7 @@ fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
         }
     }
     if switched.is_empty() {
-        return Ok(true);
+        return Ok(catch_up(&topo, known, &versions));
     }
     let version = topo.version + 1;
     let next = switched_topology(&topo.text, version, &switched)?;
@@ -88,21 +99,7 @@ fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
     for (g, addr) in &switched {
         println!("group {g}: Sentinel names {addr} primary; publishing topology version {version}");
     }
-    let v = version.to_string();
-    let mut all = true;
-    for a in known.iter() {
-        match call(a, &["LH.TOPOLOGY", "SET", &v, &next]) {
-            Ok(Reply::Simple(s)) if s == "OK" => println!("{a}: version {version} in force"),
-            Ok(r) => {
-                all = false;
-                println!("{a}: {}", text(&r));
-            }
-            Err(e) => {
-                all = false;
-                println!("{a}: {e}");
-            }
-        }
-    }
+    let all = publish_to(known.iter().map(String::as_str), version, &next);
     if let Some(path) = file {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, &next)
@@ -113,29 +110,63 @@ fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
     Ok(all)
 }
 
+/// Gives the topology in force, `topo`, to the nodes of `known` that
+/// answered with an older version (`versions`): a node that was down when
+/// a version was published (the failed primary always is) and came back
+/// with an older file, or none. `false` when one refused it.
+fn catch_up(topo: &Topology, known: &[String], versions: &[(String, u64)]) -> bool {
+    let mut all = true;
+    for (a, had) in versions {
+        if *had >= topo.version || !known.contains(a) {
+            continue;
+        }
+        match set_topology(a, topo.version, &topo.text) {
+            Ok(_) => println!(
+                "{a}: version {} in force (it had version {had})",
+                topo.version
+            ),
+            Err(e) => {
+                all = false;
+                println!("{a}: {e}");
+            }
+        }
+    }
+    all
+}
+
 /// The topology of the highest version among the nodes of `known` that
-/// answer, and the nodes it names.
-fn newest_topology(known: &[String]) -> Result<Topology, String> {
+/// answer, and the nodes it names; with the version each node that
+/// answered has in force (0: none).
+fn newest_topology(known: &[String]) -> Result<(Topology, Vec<(String, u64)>), String> {
     let mut best: Option<Topology> = None;
     let mut seen: Vec<String> = Vec::new();
+    let mut versions: Vec<(String, u64)> = Vec::new();
     let mut queue: Vec<String> = known.to_vec();
     while let Some(a) = queue.pop() {
         if seen.iter().any(|s| s == &a) {
             continue;
         }
         seen.push(a.clone());
-        let Ok(Reply::Bulk(t)) = call(&a, &["LH.TOPOLOGY", "GET"]) else {
-            continue;
+        let t = match call(&a, &["LH.TOPOLOGY", "GET"]) {
+            Ok(Reply::Bulk(t)) => t,
+            Ok(Reply::Nil) => {
+                versions.push((a, 0));
+                continue;
+            }
+            _ => continue,
         };
         let Ok(t) = Topology::parse(&String::from_utf8_lossy(&t)) else {
             continue;
         };
+        versions.push((a, t.version));
         queue.extend(t.nodes().map(|(_, n)| n.addr()));
         if best.as_ref().is_none_or(|b| t.version > b.version) {
             best = Some(t);
         }
     }
-    best.ok_or_else(|| format!("no node of {known:?} answered LH.TOPOLOGY GET with a topology"))
+    let best = best
+        .ok_or_else(|| format!("no node of {known:?} answered LH.TOPOLOGY GET with a topology"))?;
+    Ok((best, versions))
 }
 
 /// The primary of master `name` as the sentinels of `topo` name it: the

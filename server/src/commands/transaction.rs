@@ -64,56 +64,74 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let mut multi = tx.multi.take().ok_or(OpError::ExecWithoutMulti)?;
     multi.asking = asking;
     let watched = std::mem::take(&mut tx.watched);
-    if multi.aborted {
-        tx.pending = Some(TxWork::Unwatch(watched));
-        return Err(OpError::ExecAbort);
-    }
-    // Writes are judged for the whole transaction now, as Redis does: the
-    // queued commands were checked when queued, and run at EXEC without
-    // the write checks (so a queued REPLICAOF does not refuse the writes
-    // queued after it).
-    let over_memory = || ctx.shared.over_maxmemory.load(Ordering::Relaxed);
-    let refusal = match multi.writes {
-        true => ctx.shared.write_refusal(),
-        false => None,
-    }
-    .or_else(|| (multi.denyoom && over_memory()).then_some(OpError::OutOfMemory));
+    // In Redis's order: the cluster's judgement of the whole transaction,
+    // then the write checks, then the commands refused while queued.
+    let refusal = cluster_refusal(ctx, &multi)
+        .or_else(|| write_refusal(ctx, &multi))
+        .or_else(|| multi.aborted.then_some(OpError::ExecAbort));
     if let Some(why) = refusal {
-        tx.pending = Some(TxWork::Unwatch(watched));
-        return Err(OpError::ExecAbortBecause(Box::new(why)));
+        ctx.conn.tx.pending = Some(TxWork::Unwatch(watched));
+        return Err(why);
     }
-    // Cluster mode: a transaction runs in one hash slot, as in Redis.
-    if multi.cross_slot {
-        tx.pending = Some(TxWork::Unwatch(watched));
-        let e = OpError::ClusterCrossSlot;
-        ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
-        return Err(e);
-    }
-    // A slot in migration: the queue's keys may be on both nodes, and each
-    // queued command is judged alone where it runs, so part of the
-    // transaction could run and the rest answer -ASK. Rather than that,
-    // the whole transaction is refused with -TRYAGAIN and nothing runs;
-    // the client sends it again once the slot has moved (Redis runs it
-    // when all of its keys are on one side). One exception, as in Redis:
-    // on the importing node, after ASKING, a transaction naming one key
-    // runs (that key is served here, moved already or new).
-    if let (Some(slot), Some(cluster)) = (multi.slot, ctx.shared.cluster.as_ref()) {
-        if cluster.moving_any() {
-            let moving = cluster.moving();
-            let served_here = multi.asking && !multi.several_keys;
-            if moving.migrating.contains_key(&slot)
-                || (moving.importing.contains_key(&slot) && !served_here)
-            {
-                tx.pending = Some(TxWork::Unwatch(watched));
-                let e = OpError::TryAgain;
-                ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
-                return Err(e);
-            }
-        }
-    }
+    let tx = &mut ctx.conn.tx;
     tx.pending = Some(TxWork::Exec(multi, watched));
     // The thread replaces this with the transaction's replies.
     Ok(Reply::NilArray)
+}
+
+/// Cluster mode's judgement of a transaction at EXEC, as Redis's: its
+/// commands must share one hash slot (`CROSSSLOT`), and that slot must be
+/// served here by the topology in force now (`-MOVED` to its owner,
+/// `-CLUSTERDOWN`; it may have moved since the commands were queued), the
+/// whole EXEC answered and nothing of it run. A slot in migration (either
+/// side) answers `-TRYAGAIN`: the queue's keys may be on both nodes, and
+/// each queued command is judged alone where it runs, so part of the
+/// transaction could run and the rest answer `-ASK`; the client sends it
+/// again once the slot has moved (Redis runs it when all of its keys are
+/// on one side). One exception, as in Redis: on the importing node, after
+/// ASKING, a transaction naming one key runs (that key is served here,
+/// moved already or new).
+fn cluster_refusal(ctx: &ConnCtx<'_>, multi: &Multi) -> Option<OpError> {
+    let cluster = ctx.shared.cluster.as_ref()?;
+    let e = if multi.cross_slot {
+        OpError::ClusterCrossSlot
+    } else {
+        let slot = multi.slot?;
+        let read_ok = ctx.conn.cluster.readonly && !multi.writes;
+        match crate::dispatch::slot_served(cluster, slot, read_ok, multi.asking) {
+            Err(e) => e,
+            Ok(()) if cluster.moving_any() => {
+                let moving = cluster.moving();
+                let served_here = multi.asking && !multi.several_keys;
+                if moving.migrating.contains_key(&slot)
+                    || (moving.importing.contains_key(&slot) && !served_here)
+                {
+                    OpError::TryAgain
+                } else {
+                    return None;
+                }
+            }
+            Ok(()) => return None,
+        }
+    };
+    ctx.shared.shard_stats[ctx.worker.id].count_redirect(&e);
+    Some(e)
+}
+
+/// Writes judged for the whole transaction at EXEC, as Redis does: a
+/// transaction with writes on a read-only replica or while persistence
+/// fails, or with `DENYOOM` commands past maxmemory, answers `EXECABORT
+/// ... because of: <the refusal>`. The queued commands were checked when
+/// queued and run at EXEC without these checks (so a queued REPLICAOF
+/// does not refuse the writes queued after it).
+fn write_refusal(ctx: &ConnCtx<'_>, multi: &Multi) -> Option<OpError> {
+    let over_memory = || ctx.shared.over_maxmemory.load(Ordering::Relaxed);
+    match multi.writes {
+        true => ctx.shared.write_refusal(),
+        false => None,
+    }
+    .or_else(|| (multi.denyoom && over_memory()).then_some(OpError::OutOfMemory))
+    .map(|why| OpError::ExecAbortBecause(Box::new(why)))
 }
 
 fn discard(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
