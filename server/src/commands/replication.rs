@@ -194,12 +194,14 @@ fn role(ctx: &mut ConnCtx<'_>, _a: &mut Args) -> Result<Reply, OpError> {
     let repl = &ctx.shared.repl;
     let offset = repl.backlog.offset() as i64;
     if let Some(t) = repl.target() {
+        // As Redis: the offset only while the link is up, else -1.
+        let state = link_state(ctx.shared);
         return Ok(Reply::Array(vec![
             Reply::bulk("slave"),
             Reply::bulk(t.host),
             Reply::Int(i64::from(t.port)),
-            Reply::bulk(link_state(ctx.shared)),
-            Reply::Int(offset),
+            Reply::bulk(state),
+            Reply::Int(if state == "connected" { offset } else { -1 }),
         ]));
     }
     let replicas = repl
