@@ -50,12 +50,25 @@ pub fn follow(o: &Follow) -> Result<bool, String> {
     if let Some(t) = in_file.as_deref().and_then(|t| Topology::parse(t).ok()) {
         known.extend(t.nodes().map(|(_, n)| n.addr()));
     }
+    // Warnings are printed when they first appear, not every round.
+    let mut warned: Vec<String> = Vec::new();
     loop {
-        match round(&mut known, o.topology.as_deref()) {
+        let mut warnings = Vec::new();
+        let result = round(&mut known, o.topology.as_deref(), &mut warnings);
+        for w in warnings.iter().filter(|w| !warned.contains(w)) {
+            eprintln!("leasehold-cluster follow: {w}");
+        }
+        match result {
             Ok(all) if o.once => return Ok(all),
             Err(e) if o.once => return Err(e),
-            Ok(_) => {}
-            Err(e) => eprintln!("leasehold-cluster follow: {e}"),
+            Ok(_) => warned = warnings,
+            Err(e) => {
+                if !warned.contains(&e) {
+                    eprintln!("leasehold-cluster follow: {e}");
+                }
+                warned = warnings;
+                warned.push(e);
+            }
         }
         let mut slept = 0;
         while slept < o.interval_ms {
@@ -68,8 +81,13 @@ pub fn follow(o: &Follow) -> Result<bool, String> {
     }
 }
 
-/// One round: `Ok(false)` when a node refused the new version.
-fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
+/// One round: `Ok(false)` when a node refused the new version; what it
+/// could not publish goes to `warnings`.
+fn round(
+    known: &mut Vec<String>,
+    file: Option<&Path>,
+    warnings: &mut Vec<String>,
+) -> Result<bool, String> {
     let (topo, versions) = newest_topology(known)?;
     *known = topo.nodes().map(|(_, n)| n.addr()).collect();
     let mut switched = Vec::new();
@@ -84,10 +102,10 @@ fn round(known: &mut Vec<String>, file: Option<&Path>) -> Result<bool, String> {
         }
         match g.nodes.iter().find(|n| same_node(&n.addr(), &said)) {
             Some(n) => switched.push((g.name.clone(), n.addr())),
-            None => eprintln!(
-                "leasehold-cluster follow: Sentinel names {said} primary of {name}, not a node of group {}: not published",
+            None => warnings.push(format!(
+                "Sentinel names {said} primary of {name}, not a node of group {}: not published",
                 g.name
-            ),
+            )),
         }
     }
     if switched.is_empty() {
