@@ -111,7 +111,8 @@ enum Cmd {
         /// Sentinel's `failover-timeout`, in ms.
         #[arg(long, default_value_t = 60000)]
         failover_timeout_ms: u64,
-        /// Seconds to wait for the replication links before the check.
+        /// Seconds to wait for the replication links, and then for every
+        /// sentinel to list every replica, before the check.
         #[arg(long, default_value_t = 10)]
         wait: u64,
     },
