@@ -111,7 +111,8 @@ enum Cmd {
         /// Sentinel's `failover-timeout`, in ms.
         #[arg(long, default_value_t = 60000)]
         failover_timeout_ms: u64,
-        /// Seconds to wait for the replication links before the check.
+        /// Seconds to wait for the replication links, and then for every
+        /// sentinel to list every replica, before the check.
         #[arg(long, default_value_t = 10)]
         wait: u64,
     },
@@ -152,6 +153,16 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Local { .. }) {
+        // A reader that goes away (`create ... | head`) ends the command
+        // quietly, as it ends other Unix tools, instead of a panic on the
+        // next print. `local` keeps printing errors: it must stop what it
+        // started first.
+        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.cmd {
         Cmd::Local {
             groups,

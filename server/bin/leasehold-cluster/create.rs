@@ -3,7 +3,10 @@
 //! as `redis-cli --cluster create` does for Redis: the topology in force
 //! on every node, every replica following its group's primary, and every
 //! sentinel of the file monitoring every group that names a Sentinel
-//! master name. Then it waits for the replication links and runs `check`.
+//! master name. It waits for the replication links (`--wait`) before it
+//! tells the sentinels, and after it until every sentinel lists every
+//! replica of its groups (`SENTINEL REPLICAS`), so that a primary that
+//! fails right after `create` can be failed over; then it runs `check`.
 //!
 //! Each step first reads what is there and leaves alone what already
 //! holds, so running it again changes nothing. It refuses, before changing
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 use leasehold_protocol::Reply;
 use leasehold_server::cluster::{parse_master_addr, Node, Topology};
 
+use crate::follow::field;
 use crate::{call, check, expect_ok, role, same_node, text};
 
 /// `create`'s options.
@@ -153,6 +157,22 @@ pub fn create(o: &Create) -> Result<bool, String> {
         }
     }
 
+    // The links up before the sentinels are told: a sentinel learns a
+    // group's replicas from its primary's `INFO replication`, which it
+    // reads at once when it starts monitoring and then only every 10 s;
+    // a replica missing from that first answer could not be promoted for
+    // those 10 s (`-failover-abort-no-good-slave`).
+    let deadline = Instant::now() + Duration::from_secs(o.wait_s);
+    let linked = |r: &Node, p: &Node| matches!(role(&r.addr()), Ok((_, Some((m, link)))) if link == "connected" && same_node(&m, &p.addr()));
+    let all_linked = || {
+        topo.groups
+            .iter()
+            .all(|g| g.nodes[1..].iter().all(|r| linked(r, g.primary())))
+    };
+    while !all_linked() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // Every sentinel monitoring every group with a master name.
     let quorum = o
         .quorum
@@ -211,19 +231,47 @@ pub fn create(o: &Create) -> Result<bool, String> {
         }
     }
 
-    // The links, then the whole check.
-    let deadline = Instant::now() + Duration::from_secs(o.wait_s);
-    let linked = |r: &Node, p: &Node| matches!(role(&r.addr()), Ok((_, Some((m, link)))) if link == "connected" && same_node(&m, &p.addr()));
-    let all_linked = || {
-        topo.groups
-            .iter()
-            .all(|g| g.nodes[1..].iter().all(|r| linked(r, g.primary())))
-    };
-    while !all_linked() && Instant::now() < deadline {
+    // Every sentinel knowing every replica it may have to promote, then
+    // the whole check.
+    let deadline = deadline.max(Instant::now() + Duration::from_secs(2));
+    let mut unknown = unknown_replicas(&topo);
+    while !unknown.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
+        unknown = unknown_replicas(&topo);
     }
     println!();
-    check(&nodes[0].addr())
+    let sentinels_ok = unknown.is_empty();
+    for (s, name, r) in &unknown {
+        println!("[ERR] sentinel {s} does not list {r} among {name}'s replicas: it could not promote it yet");
+    }
+    Ok(check(&nodes[0].addr())? && sentinels_ok)
+}
+
+/// (sentinel, master name, replica) for every replica of a group with a
+/// master name that a sentinel of `topo` does not list in
+/// `SENTINEL REPLICAS` (a sentinel that does not answer lists none).
+fn unknown_replicas(topo: &Topology) -> Vec<(String, String, String)> {
+    let mut unknown = Vec::new();
+    for (host, port) in &topo.sentinels {
+        let s = format!("{host}:{port}");
+        for g in &topo.groups {
+            let Some(name) = &g.sentinel else { continue };
+            let listed: Vec<String> = match call(&s, &["SENTINEL", "REPLICAS", name]) {
+                Ok(Reply::Array(rs)) => rs
+                    .iter()
+                    .filter_map(|r| Some(format!("{}:{}", field(r, "ip")?, field(r, "port")?)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for r in &g.nodes[1..] {
+                let ra = r.addr();
+                if !listed.iter().any(|l| same_node(l, &ra)) {
+                    unknown.push((s.clone(), name.clone(), ra));
+                }
+            }
+        }
+    }
+    unknown
 }
 
 /// The host a sentinel is told to monitor: `localhost` as 127.0.0.1 (a

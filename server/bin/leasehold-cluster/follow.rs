@@ -211,7 +211,7 @@ fn sentinels_primary(topo: &Topology, name: &str) -> Option<(String, u16)> {
 }
 
 /// A field of `SENTINEL MASTER`'s flat field/value array.
-fn field(r: &Reply, name: &str) -> Option<String> {
+pub(crate) fn field(r: &Reply, name: &str) -> Option<String> {
     let Reply::Array(a) = r else { return None };
     a.chunks_exact(2)
         .find(|p| text(&p[0]) == name)
