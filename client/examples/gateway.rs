@@ -12,6 +12,9 @@
 //! With `LEASEHOLD_CLUSTER=127.0.0.1:7000,127.0.0.1:7001` instead of
 //! `LEASEHOLD_ADDR`, the ledger is a cluster, and those are its seed nodes.
 //!
+//! With `LEASEHOLD_PASSWORD` set (and `LEASEHOLD_USER` for an ACL user),
+//! every ledger connection authenticates with `AUTH` first.
+//!
 //! With `OVERRIDE_CHANNEL=leasehold-rls:override` set, the lease manager
 //! follows that ledger channel for emergency overrides (`PUBLISH
 //! leasehold-rls:override "<domain> <policy> disable 60000"`; docs/rls.md).
@@ -89,6 +92,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .collect::<Result<_, _>>()?,
         ),
         Err(_) => ClientConfig::new(ledger),
+    };
+    let config = match std::env::var("LEASEHOLD_PASSWORD") {
+        Ok(password) => {
+            let user = std::env::var("LEASEHOLD_USER").ok();
+            config.with_auth(user.as_deref(), &password)
+        }
+        Err(_) => config,
     };
     let ledger = match &config.address {
         Address::Cluster(c) => format!("the cluster of {:?}", c.seeds),

@@ -69,6 +69,28 @@ pub struct ClientConfig {
     pub backoff_max: Duration,
     /// The circuit breaker.
     pub breaker: BreakerConfig,
+    /// Sent with `AUTH` on every new connection to a server (not to
+    /// sentinels) before any call uses it; `None` (the default) sends none.
+    pub credentials: Option<Credentials>,
+}
+
+/// A user and password for `AUTH [user] password` (Redis's `requirepass`
+/// and ACL users; Leasehold's `--requirepass` and `ACL SETUSER`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The ACL user; `None` sends `AUTH password` (the `default` user).
+    pub user: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -102,7 +124,18 @@ impl ClientConfig {
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
+            credentials: None,
         }
+    }
+
+    /// These settings, authenticating every new connection as `user` (the
+    /// `default` user when `None`) with `password`.
+    pub fn with_auth(mut self, user: Option<&str>, password: &str) -> ClientConfig {
+        self.credentials = Some(Credentials {
+            user: user.map(str::to_string),
+            password: password.to_string(),
+        });
+        self
     }
 }
 
@@ -205,7 +238,10 @@ impl Client {
     pub fn with_clock(config: ClientConfig, clock: Arc<dyn Clock>) -> Client {
         let breaker = Breaker::new(config.breaker.clone(), clock.clone());
         let sentinels = match &config.address {
-            Address::Sentinel(s) => Some(Arc::new(Sentinels::new(s.clone()))),
+            Address::Sentinel(s) => Some(Arc::new(Sentinels::new(
+                s.clone(),
+                config.credentials.clone(),
+            ))),
             Address::Direct(_) | Address::Cluster(_) => None,
         };
         let cluster = match &config.address {
@@ -508,10 +544,17 @@ impl Client {
             _ => None,
         };
         let opened = match (direct, &self.inner.sentinels) {
-            (Some(addr), _) => TcpStream::connect(addr)
-                .await
-                .map(|stream| Arc::new(Connection::start(stream)))
-                .map_err(Error::from),
+            (Some(addr), _) => match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    let conn = Arc::new(Connection::start(stream));
+                    let (creds, limit) = (
+                        &self.inner.config.credentials,
+                        self.inner.config.call_deadline,
+                    );
+                    authenticate(conn, creds.as_ref(), limit).await
+                }
+                Err(e) => Err(Error::from(e)),
+            },
             (None, Some(sentinels)) => {
                 self.start_watcher(sentinels);
                 let search = state
@@ -599,6 +642,53 @@ pub(crate) async fn recv(
 ) -> Result<Vec<Reply>, Error> {
     rx.await
         .map_err(|_| Error::Connection(ConnectionError::Closed))?
+}
+
+/// One request on `conn` and its reply, within `limit`.
+pub(crate) async fn roundtrip(
+    conn: &Connection,
+    args: &[&str],
+    limit: Duration,
+) -> Result<Reply, Error> {
+    let mut frame = BytesMut::new();
+    encode_request(args, &mut frame);
+    let replies = tokio::time::timeout(limit, recv(conn.send(frame.freeze(), 1)?))
+        .await
+        .map_err(|_| Error::Timeout { deadline: limit })??;
+    replies
+        .into_iter()
+        .next()
+        .ok_or(Error::Connection(ConnectionError::Closed))
+}
+
+/// `conn`, once `AUTH` with `creds` (if any) answered `+OK` within
+/// `limit`; closed otherwise.
+///
+/// # Errors
+/// The server's refusal (`WRONGPASS`, `ERR AUTH <password> called without
+/// any password configured ...`) as [`Error::Server`], or the transport's.
+pub(crate) async fn authenticate(
+    conn: Arc<Connection>,
+    creds: Option<&Credentials>,
+    limit: Duration,
+) -> Result<Arc<Connection>, Error> {
+    let Some(c) = creds else {
+        return Ok(conn);
+    };
+    let mut args = vec!["AUTH"];
+    args.extend(c.user.as_deref());
+    args.push(&c.password);
+    let refused = match roundtrip(&conn, &args, limit).await {
+        Ok(Reply::Simple(ok)) if ok == "OK" => return Ok(conn),
+        Ok(Reply::Error(e)) => Error::Server(crate::error::ServerError::parse(&e)),
+        Ok(reply) => Error::UnexpectedReply {
+            command: "AUTH",
+            reply,
+        },
+        Err(e) => e,
+    };
+    conn.close();
+    Err(refused)
 }
 
 impl Link {

@@ -59,7 +59,7 @@ pub mod slot;
 pub mod subkey;
 
 pub use breaker::{BreakerConfig, BreakerState};
-pub use client::{Address, Client, ClientConfig};
+pub use client::{Address, Client, ClientConfig, Credentials};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use cluster::{ClusterConfig, SlotMap};
 pub use commands::{BucketParams, Lease, Throttle, Window};

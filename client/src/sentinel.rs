@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::client::{authenticate, roundtrip, Credentials};
 use crate::conn::Connection;
 use crate::error::{ConnectionError, Error};
 
@@ -81,6 +82,8 @@ impl SentinelConfig {
 #[derive(Debug)]
 pub(crate) struct Sentinels {
     config: SentinelConfig,
+    /// What the primary is asked to `AUTH` with (the sentinels are not).
+    credentials: Option<Credentials>,
     /// The sentinels, the last one that answered first.
     order: Mutex<Vec<SocketAddr>>,
     /// The last node that said `master` to `ROLE` (the client's connection
@@ -89,10 +92,11 @@ pub(crate) struct Sentinels {
 }
 
 impl Sentinels {
-    pub(crate) fn new(config: SentinelConfig) -> Sentinels {
+    pub(crate) fn new(config: SentinelConfig, credentials: Option<Credentials>) -> Sentinels {
         Sentinels {
             order: Mutex::new(config.sentinels.clone()),
             config,
+            credentials,
             primary: Mutex::new(None),
         }
     }
@@ -186,6 +190,7 @@ impl Sentinels {
             .await
             .map_err(|_| Error::Timeout { deadline: limit })??;
         let conn = Arc::new(Connection::start(stream));
+        let conn = authenticate(conn, self.credentials.as_ref(), limit).await?;
         let role = roundtrip(&conn, &["ROLE"], limit).await?;
         if is_master(&role) {
             Ok(conn)
@@ -239,21 +244,6 @@ async fn request(addr: SocketAddr, args: &[&str], limit: Duration) -> Result<Rep
     tokio::time::timeout(limit, once)
         .await
         .map_err(|_| Error::Timeout { deadline: limit })?
-}
-
-/// One request on `conn`, its reply within `limit`.
-async fn roundtrip(conn: &Connection, args: &[&str], limit: Duration) -> Result<Reply, Error> {
-    let mut frame = BytesMut::new();
-    encode_request(args, &mut frame);
-    let rx = conn.send(frame.freeze(), 1)?;
-    let replies = tokio::time::timeout(limit, rx)
-        .await
-        .map_err(|_| Error::Timeout { deadline: limit })?
-        .map_err(|_| Error::Connection(ConnectionError::Closed))??;
-    replies
-        .into_iter()
-        .next()
-        .ok_or(Error::Connection(ConnectionError::Closed))
 }
 
 /// A `+switch-master` subscription on one sentinel.
@@ -584,10 +574,10 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap(); // closed when the listener drops: connects are refused
-        let s = Arc::new(Sentinels::new(SentinelConfig::new(
-            vec![dead, sentinel],
-            "mymaster",
-        )));
+        let s = Arc::new(Sentinels::new(
+            SentinelConfig::new(vec![dead, sentinel], "mymaster"),
+            None,
+        ));
         let conn = s.clone().discover(None).await.expect("the primary");
         assert!(!conn.is_broken());
         assert_eq!(s.primary(), Some(primary.addr));
@@ -608,10 +598,10 @@ mod tests {
         let replica = fake(role("slave")).await;
         let replica_at = replica.addr;
         let sentinel = fake(move |_| named(replica_at)).await;
-        let s = Arc::new(Sentinels::new(SentinelConfig::new(
-            vec![sentinel.addr],
-            "m",
-        )));
+        let s = Arc::new(Sentinels::new(
+            SentinelConfig::new(vec![sentinel.addr], "m"),
+            None,
+        ));
         let err = s.clone().discover(None).await.err().expect("no primary");
         assert!(
             matches!(err, Error::Connection(ConnectionError::NotPrimary { addr }) if addr == replica_at),
@@ -623,7 +613,10 @@ mod tests {
         assert_eq!(s.primary(), None);
 
         let unknown = fake(|_| Reply::NilArray).await;
-        let s = Arc::new(Sentinels::new(SentinelConfig::new(vec![unknown.addr], "m")));
+        let s = Arc::new(Sentinels::new(
+            SentinelConfig::new(vec![unknown.addr], "m"),
+            None,
+        ));
         let err = s.discover(None).await.err().expect("no answer");
         assert!(
             matches!(err, Error::Connection(ConnectionError::NoSentinel)),

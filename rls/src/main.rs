@@ -41,6 +41,20 @@ struct Flags {
     /// The primary's name at the sentinels.
     #[arg(long, default_value = "mymaster")]
     master_name: String,
+    /// The ACL user the ledger connections authenticate as (`AUTH user
+    /// password`; the default user when only a password is given).
+    #[arg(long, value_name = "USER")]
+    ledger_user: Option<String>,
+    /// The password the ledger connections send with `AUTH`; read from the
+    /// environment variable LEASEHOLD_LEDGER_PASSWORD when not given, so it
+    /// need not appear in the process list.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "LEASEHOLD_LEDGER_PASSWORD",
+        hide_env_values = true
+    )]
+    ledger_password: Option<String>,
     /// Address to serve gRPC on.
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -137,6 +151,11 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             "--ledger more than once needs --cluster (one Leasehold node otherwise)".into(),
         );
     };
+    match (&flags.ledger_user, &flags.ledger_password) {
+        (user, Some(password)) => cc = cc.with_auth(user.as_deref(), password),
+        (Some(_), None) => return Err("--ledger-user needs --ledger-password".into()),
+        (None, None) => {}
+    }
     let (text, sets) =
         limits::load(&flags.config).map_err(|e| format!("{}: {e}", flags.config.display()))?;
     if let Some(port) = flags.metrics_port {
