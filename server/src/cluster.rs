@@ -41,6 +41,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, Guard};
 use serde::Deserialize;
 
+use crate::error::OpError;
 use crate::slot::SLOTS;
 
 /// A slot no group owns, in [`Topology::owner`]'s table.
@@ -673,6 +674,32 @@ impl ClusterState {
     #[inline]
     pub fn moving(&self) -> Guard<Arc<Moving>> {
         self.moving.load()
+    }
+
+    /// Whether this node serves `slot` now, from the topology in force:
+    /// `Ok` when its group owns it (a replica only for reads, `read_ok`:
+    /// READONLY was sent and nothing writes), or it imports the slot and
+    /// ASKING was sent (`asking`; the shard then answers TRYAGAIN to a
+    /// multi-key command it lacks keys of). The dispatcher asks it of each
+    /// command, EXEC of its transaction's slot.
+    ///
+    /// # Errors
+    /// [`OpError::Moved`] to the owner's primary; [`OpError::ClusterDown`]
+    /// when no group owns the slot.
+    pub fn serves(&self, slot: u16, read_ok: bool, asking: bool) -> Result<(), OpError> {
+        match self.load().route(slot, read_ok) {
+            Route::Here => Ok(()),
+            Route::Moved(_)
+                if asking && self.moving_any() && self.moving().importing.contains_key(&slot) =>
+            {
+                Ok(())
+            }
+            Route::Moved(node) => Err(OpError::Moved {
+                slot,
+                addr: node.addr(),
+            }),
+            Route::Unassigned => Err(OpError::ClusterDown),
+        }
     }
 
     /// Whether any slot is migrating or importing here (one relaxed load).

@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Protocol, Reply};
 
-use crate::cluster::{ClusterState, Route as SlotRoute};
+use crate::cluster::ClusterState;
 use crate::commands::split::{cursor_shard, groups_complete, key_shards, split_by_shard};
 use crate::commands::transaction::runs_inside_multi;
 use crate::commands::{acl, flags, pubsub, scripting, table, CommandSpec, Exec, Merge};
@@ -589,7 +589,7 @@ fn cluster_check(
         return Ok(());
     };
     let read_ok = conn.cluster.readonly && !spec.has(flags::WRITE);
-    slot_served(cluster, slot, read_ok, asking)?;
+    cluster.serves(slot, read_ok, asking)?;
     if let Some(multi) = conn.tx.multi.as_mut() {
         if !runs_inside_multi(spec) {
             match multi.slot {
@@ -607,35 +607,6 @@ fn cluster_check(
         }
     }
     Ok(())
-}
-
-/// Whether this node serves `slot` now, from the topology in force: `Ok`
-/// when its group owns it (a replica only for reads, `read_ok`: READONLY
-/// was sent and nothing writes), or it imports the slot and ASKING was
-/// sent (`asking`; the shard then answers TRYAGAIN to a multi-key command
-/// it lacks keys of); else `-MOVED <slot> <host>:<port>` of the owner's
-/// primary, or `-CLUSTERDOWN Hash slot not served` when no group owns it.
-/// [`cluster_check`] asks it of each command, EXEC of its transaction's
-/// slot (`commands/transaction.rs`).
-pub(crate) fn slot_served(
-    cluster: &ClusterState,
-    slot: u16,
-    read_ok: bool,
-    asking: bool,
-) -> Result<(), OpError> {
-    match cluster.load().route(slot, read_ok) {
-        SlotRoute::Here => Ok(()),
-        SlotRoute::Moved(_)
-            if asking && cluster.moving_any() && cluster.moving().importing.contains_key(&slot) =>
-        {
-            Ok(())
-        }
-        SlotRoute::Moved(node) => Err(OpError::Moved {
-            slot,
-            addr: node.addr(),
-        }),
-        SlotRoute::Unassigned => Err(OpError::ClusterDown),
-    }
 }
 
 /// A TOKENLEASE, CL.THROTTLE, GCRA or SLIDINGWINDOW on a split key served by this

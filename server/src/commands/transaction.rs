@@ -98,7 +98,7 @@ fn cluster_refusal(ctx: &ConnCtx<'_>, multi: &Multi) -> Option<OpError> {
     } else {
         let slot = multi.slot?;
         let read_ok = ctx.conn.cluster.readonly && !multi.writes;
-        match crate::dispatch::slot_served(cluster, slot, read_ok, multi.asking) {
+        match cluster.serves(slot, read_ok, multi.asking) {
             Err(e) => e,
             Ok(()) if cluster.moving_any() => {
                 let moving = cluster.moving();
