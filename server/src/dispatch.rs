@@ -53,6 +53,13 @@ pub enum Planned {
 /// Marks a [`Route`] to a slot that is not split.
 const WHOLE: u32 = u32::MAX;
 
+impl Route {
+    /// Whether its job is a part of a command split over shards.
+    pub fn is_split_part(&self) -> bool {
+        self.part != WHOLE
+    }
+}
+
 /// Where the reply to one queued job goes: connection `conn` (its key in
 /// the thread's connection table), its pipeline's slot `slot`, and the part
 /// `part` of a split command (`WHOLE` for one that is not split).
@@ -523,7 +530,12 @@ pub fn plan(
                 nkeys: 0,
             });
         }
-        Exec::Keys(run, merge) => plan_split(at, pipe, spec, Cmd::new(idx, run, link), args, merge),
+        Exec::Keys(run, merge) => {
+            let cmd = Cmd::new(idx, run, link);
+            if let Err(args) = plan_split(at, pipe, spec, cmd, args, merge, conn.tx.in_run) {
+                return Planned::Span(idx, args);
+            }
+        }
         Exec::Span(run, _) => {
             if !groups_complete(spec, args.all().len()) {
                 count_rejected(worker, idx);
@@ -682,6 +694,12 @@ fn cross_shard(spec: &CommandSpec) -> OpError {
 }
 
 /// Splits a multi-key command into one command per shard over that shard's keys.
+/// Plans a command over keys (`Exec::Keys`): whole on the one shard of its
+/// keys, else split into one part per shard, merged when all are back.
+/// Outside a transaction's locks (`in_run` false), a split goes through
+/// the [`crate::state::SplitGate`]: `Err(args)` when a transaction over
+/// several shards is in progress, and the command must run as one
+/// (`Planned::Span`). The replication link's records always go split.
 fn plan_split(
     at: &mut At<'_>,
     pipe: &mut Pipeline,
@@ -689,7 +707,8 @@ fn plan_split(
     cmd: Cmd,
     args: Args,
     merge: Merge,
-) {
+    in_run: bool,
+) -> Result<(), Args> {
     let worker = at.worker;
     let shards = worker.shared.shards;
     let all = args.all();
@@ -698,20 +717,43 @@ fn plan_split(
     if !groups_complete(spec, all.len()) {
         count_rejected(worker, cmd.idx);
         pipe.slots.push(Slot::Ready(wrong_arity(spec.name)));
-        return;
+        return Ok(());
     }
     let owner = key_shards(spec, all, shards);
     if owner.windows(2).all(|w| w[0] == w[1]) {
         let shard = owner.first().copied().unwrap_or(worker.id);
         let part = pipe.run_on(at, shard, WHOLE, cmd, args);
         pipe.push_part(part);
-        return;
+        return Ok(());
+    }
+    if !in_run {
+        let mut remote = vec![false; shards];
+        owner.iter().for_each(|&s| remote[s] = s != worker.id);
+        let parts = remote.iter().filter(|&&r| r).count() as u64;
+        let gate = &worker.shared.split_gate;
+        if cmd.link {
+            gate.count(worker.id, parts);
+        } else if !gate.enter(worker.id, parts) {
+            // A shard busy with a script answers BUSY at once, as Redis
+            // does, rather than wait under the locks for the script's end.
+            let busy = |s: usize| worker.shared.scripts.busy(s);
+            if !owner.iter().any(|&s| busy(s)) {
+                return Err(args);
+            }
+            gate.count(worker.id, parts);
+        }
     }
     let mut parts = Vec::new();
     let mut ordinals = Vec::new();
     for sp in split_by_shard(spec, all, &owner, shards) {
         let part = parts.len() as u32;
-        parts.push(pipe.run_on(at, sp.shard, part, cmd.part(), Args::new(sp.argv)));
+        let ran = pipe.run_on(at, sp.shard, part, cmd.part(), Args::new(sp.argv));
+        // A remote part answered at once (a busy script's shard) is sent
+        // nowhere: the gate counts it answered now.
+        if !in_run && sp.shard != worker.id && matches!(ran, Part::Ready(_)) {
+            worker.shared.split_gate.answered(worker.id, 1);
+        }
+        parts.push(ran);
         ordinals.push(sp.ordinals);
     }
     pipe.slots.push(Slot::Split {
@@ -721,6 +763,7 @@ fn plan_split(
         ordinals,
         nkeys: owner.len(),
     });
+    Ok(())
 }
 
 /// Runs a connection command (HELLO, AUTH, CLIENT, CONFIG, INFO, ...).

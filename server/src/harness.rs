@@ -124,6 +124,12 @@ impl Server {
                     // The harness accepts no sockets.
                     let _ = turn.deliver(msg);
                 }
+                // A transaction whose drain is over asks for its first lock.
+                let draining = turn.worker().draining.borrow().len();
+                turn.check_draining();
+                if turn.worker().draining.borrow().len() < draining {
+                    moved = true;
+                }
                 let mut resumed = Vec::new();
                 turn.take_resumed(&mut resumed);
                 for k in resumed {

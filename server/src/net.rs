@@ -281,9 +281,10 @@ pub fn run(
         lp.ring_posted(now, false);
         // A full sync's image is serialised between turns, a slice at a time.
         let image = worker.shard.borrow_mut().image_step(IMAGE_SLICE);
-        // WAIT's acknowledgements come from other threads without a ring:
-        // look again every millisecond while one waits.
-        let waiting = lp.turn.check_blocked();
+        // WAIT's acknowledgements, and the answers a transaction's drain
+        // waits for (`SplitGate`), come to other threads without a ring
+        // here: look again every millisecond while one waits.
+        let waiting = lp.turn.check_blocked() | lp.turn.check_draining();
         if image == ImageStep::Paused || waiting {
             timeout = timeout.map(|t| t.min(Duration::from_millis(1)));
         }

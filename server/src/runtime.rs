@@ -378,6 +378,7 @@ pub fn new_shared(
         shutting_down: AtomicBool::new(false),
         input_stopped: AtomicBool::new(false),
         over_maxmemory: AtomicBool::new(false),
+        split_gate: Arc::new(crate::state::SplitGate::new(threads)),
         quiet: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         doorbells,
         started: Instant::now(),
@@ -514,6 +515,7 @@ pub fn new_worker(
         monitor_feed: Default::default(),
         inbox,
         stash: Default::default(),
+        draining: Default::default(),
     })
 }
 

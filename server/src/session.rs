@@ -131,6 +131,9 @@ pub struct TxState {
     /// EXEC is planning its queue: the write checks were made for the
     /// whole transaction when EXEC started, so they are not made again.
     pub executing: bool,
+    /// A transaction (or a command run as one) is planning its queue under
+    /// its shard locks: a command split over shards goes ahead as split.
+    pub in_run: bool,
 }
 
 /// The commands queued since MULTI.

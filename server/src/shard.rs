@@ -572,6 +572,10 @@ pub struct Worker {
     /// Messages taken from [`Worker::inbox`] during such a wait, delivered
     /// by the event loop before any newer one.
     pub stash: RefCell<std::collections::VecDeque<Msg>>,
+    /// Connections (keys in this thread's table) whose transaction waits
+    /// for split commands to finish before its first lock
+    /// ([`crate::state::SplitGate`]).
+    pub draining: RefCell<Vec<usize>>,
 }
 
 impl Worker {

@@ -553,6 +553,96 @@ impl ServerCounters {
     }
 }
 
+/// Keeps a command split over shards (a cross-shard MGET, MSET, DEL, ...:
+/// one part per shard, each run when its shard takes it) and a transaction
+/// over several shards from straddling each other, so that no split
+/// command sees one shard before a transaction and another after it.
+///
+/// A split command, before its parts go out, adds them to its thread's
+/// `started` count and then reads `locked`: with no transaction over
+/// several shards in progress it goes ahead (its parts are counted `done`
+/// as their answers come back); otherwise it runs as a transaction of one
+/// command, under the shard locks. A transaction over several shards adds
+/// itself to `locked`, then reads every thread's `started`, and asks for
+/// its first lock only once each thread's `done` has caught up with that
+/// (the split commands begun before it have run). Both sides write first
+/// and read second, sequentially consistent, so at least one sees the
+/// other. The cost for a split command is one shared load and two
+/// counts on its own thread's cache line.
+#[derive(Debug)]
+pub struct SplitGate {
+    locked: AtomicUsize,
+    started: Box<[PaddedCount]>,
+    done: Box<[PaddedCount]>,
+}
+
+/// A counter on a cache line of its own (written by one thread).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct PaddedCount(AtomicU64);
+
+impl SplitGate {
+    /// A gate for `threads` threads.
+    pub fn new(threads: usize) -> SplitGate {
+        let counts = || (0..threads).map(|_| PaddedCount::default()).collect();
+        SplitGate {
+            locked: AtomicUsize::new(0),
+            started: counts(),
+            done: counts(),
+        }
+    }
+
+    /// Thread `thread` is about to send `parts` parts of a split command:
+    /// true when it may (they are counted until [`SplitGate::answered`]),
+    /// false when it must run under the shard locks instead.
+    pub fn enter(&self, thread: usize, parts: u64) -> bool {
+        self.started[thread].0.fetch_add(parts, Ordering::SeqCst);
+        if self.locked.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        self.done[thread].0.fetch_add(parts, Ordering::SeqCst);
+        false
+    }
+
+    /// Counts `parts` parts a thread sends whatever happens (the
+    /// replication link's, which never takes the locked path).
+    pub fn count(&self, thread: usize, parts: u64) {
+        self.started[thread].0.fetch_add(parts, Ordering::SeqCst);
+    }
+
+    /// `parts` parts sent by thread `thread` were answered.
+    pub fn answered(&self, thread: usize, parts: u64) {
+        self.done[thread].0.fetch_add(parts, Ordering::SeqCst);
+    }
+
+    /// A transaction over several shards begins: while the guard lives,
+    /// split commands take the locked path. Returns, per thread, the parts
+    /// it must wait for ([`SplitGate::drained`]).
+    pub fn begin(self: &Arc<Self>) -> (GateGuard, Vec<u64>) {
+        self.locked.fetch_add(1, Ordering::SeqCst);
+        let started = self.started.iter().map(|c| c.0.load(Ordering::SeqCst));
+        (GateGuard(self.clone()), started.collect())
+    }
+
+    /// Whether every part counted in `started` (from [`SplitGate::begin`])
+    /// was answered.
+    pub fn drained(&self, started: &[u64]) -> bool {
+        let done = self.done.iter().map(|c| c.0.load(Ordering::SeqCst));
+        done.zip(started).all(|(d, &s)| d >= s)
+    }
+}
+
+/// A transaction over several shards in progress (see [`SplitGate`]);
+/// dropped when it ends.
+#[derive(Debug)]
+pub struct GateGuard(Arc<SplitGate>);
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        self.0.locked.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// State shared by every thread.
 pub struct Shared {
     /// The live configuration (CONFIG SET changes it).
@@ -584,6 +674,8 @@ pub struct Shared {
     /// Bytes allocated are past `maxmemory`: `denyoom` commands are refused.
     /// Refreshed by thread 0's timer, `hz` times a second.
     pub over_maxmemory: AtomicBool,
+    /// Split commands against transactions over several shards.
+    pub split_gate: Arc<SplitGate>,
     /// Each thread's doorbell, indexed by thread (= shard).
     pub doorbells: Vec<Arc<Doorbell>>,
     /// When the server started (uptime).

@@ -356,6 +356,11 @@ impl<T: Transport> Turn<T> {
             }
             Msg::Replies { from, answers } => {
                 let routes = self.outbox.answered(from);
+                let parts = routes.iter().filter(|r| r.is_split_part()).count();
+                if parts > 0 {
+                    let gate = &self.worker.shared.split_gate;
+                    gate.answered(self.worker.id, parts as u64);
+                }
                 for (route, answer) in routes.into_iter().zip(answers) {
                     self.fill(route, answer);
                 }
@@ -650,6 +655,9 @@ impl<T: Transport> Turn<T> {
         };
         let lost = self.outbox.send(&self.worker, &mut self.posted, direct);
         for route in lost {
+            if route.is_split_part() {
+                self.worker.shared.split_gate.answered(self.worker.id, 1);
+            }
             self.fill(route, Answer::Reply(OpError::ShardUnavailable.reply()));
         }
         self.worker.shard.borrow_mut().publish();
@@ -781,6 +789,32 @@ impl<T: Transport> Turn<T> {
         }
         self.blocked = still;
         !self.blocked.is_empty()
+    }
+
+    /// Asks for the first lock of each transaction over several shards
+    /// whose wait for split commands is over ([`crate::state::SplitGate`]);
+    /// returns whether any still waits (the event loop then looks again
+    /// within a millisecond: the split commands' answers go to their own
+    /// threads, which ring no one here).
+    pub fn check_draining(&mut self) -> bool {
+        let waiting = std::mem::take(&mut *self.worker.draining.borrow_mut());
+        if waiting.is_empty() {
+            return false;
+        }
+        let mut still = Vec::new();
+        for key in waiting {
+            let Some(c) = self.conns.get_mut(key) else {
+                continue;
+            };
+            if let Some(run) = c.running.as_mut() {
+                if !run.lock_when_drained(&self.worker) {
+                    still.push(key);
+                }
+            }
+        }
+        let mut draining = self.worker.draining.borrow_mut();
+        draining.extend(still);
+        !draining.is_empty()
     }
 
     /// Whether no open connection is owed anything: every reply is in and

@@ -442,10 +442,11 @@ fn wait_busy(probes: &mut Vec<Raw>, keys: &[String]) {
                 return;
             }
             // Answered before the script started (a loaded machine may
-            // start it late): only the MGET's own reply may come instead.
-            assert_eq!(
-                r, "*2\r\n$-1\r\n$-1\r\n",
-                "neither BUSY nor the MGET's reply"
+            // start it late, and an MGET waits for a transaction's locks
+            // before it): only the MGET's own reply may come instead.
+            assert!(
+                r.starts_with("*2\r\n"),
+                "neither BUSY nor the MGET's reply: {r:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

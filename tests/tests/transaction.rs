@@ -155,9 +155,10 @@ fn apart(a: &str, b: &str) -> bool {
 
 on_1_and_2_threads! {
     // 50 connections each run 200 transactions incrementing `{t}a` and `b`
-    // (on different shards on two threads) while a reader's transactions
-    // read both: no reader ever sees one increment without the other, and
-    // at the end both counters are 10000.
+    // (on different shards on two threads) while a reader's transactions,
+    // and another reader's plain `MGET {t}a b`, read both: no reader ever
+    // sees one increment without the other, and at the end both counters
+    // are 10000.
     fn transactions_over_two_shards_are_atomic(threads) {
         assert!(apart("{t}a", "b"), "the keys must live on both shards");
         assert!(apart("{t}c", "{b}d"), "the keys must live on both shards");
@@ -183,6 +184,28 @@ on_1_and_2_threads! {
                         _ => (values[3], values[values.len() - 2]),
                     };
                     assert_eq!(x, y, "a half-applied transaction: {exec:?}");
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        // A plain MGET of the two keys, split over the two shards: never
+        // one shard before a transaction and the other after it.
+        let plain = {
+            let mut r = server.raw();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let reply = r.call("MGET {t}a b");
+                    let values: Vec<&str> = reply
+                        .split("\r\n")
+                        .skip(1)
+                        .filter(|v| !v.starts_with('$') || *v == "$-1")
+                        .filter(|v| !v.is_empty())
+                        .collect();
+                    assert_eq!(values.len(), 2, "{reply:?}");
+                    assert_eq!(values[0], values[1], "a half-applied transaction: {reply:?}");
                     reads += 1;
                 }
                 reads
@@ -227,6 +250,8 @@ on_1_and_2_threads! {
         done.store(true, Ordering::Relaxed);
         let reads = reader.join().expect("the reader saw a half-applied transaction");
         assert!(reads > 0);
+        let plain_reads = plain.join().expect("a plain MGET saw a half-applied transaction");
+        assert!(plain_reads > 0);
         let total = WRITERS * ROUNDS;
         assert_eq!(
             server.raw().call("MGET {t}a b"),

@@ -171,6 +171,20 @@ impl Pipeline {
     /// [`Pipeline::encode`] would encode them; empties the pipeline. Call
     /// only when it owes nothing.
     pub fn take_replies(&mut self, worker: &Worker) -> Vec<Reply> {
+        let replies = self.take_merged(worker);
+        let stats = &worker.shard.borrow().stats;
+        replies
+            .iter()
+            .filter(|r| r.is_error())
+            .for_each(|r| stats.count_reply(r));
+        replies
+    }
+}
+
+impl Pipeline {
+    /// [`Pipeline::take_replies`] without counting the error replies (for a
+    /// reply that is counted when it is written).
+    pub fn take_merged(&mut self, worker: &Worker) -> Vec<Reply> {
         debug_assert_eq!(self.owed, 0, "replies are still owed");
         let slots: Vec<Slot> = self.slots.drain(..).collect();
         let reply = |slot| match slot {
@@ -179,13 +193,7 @@ impl Pipeline {
             // Never directly written: a transaction's jobs have no socket.
             Slot::Remote | Slot::Sent | Slot::Rest(_) => OpError::ShardUnavailable.reply(),
         };
-        let replies: Vec<Reply> = slots.into_iter().map(reply).collect();
-        let stats = &worker.shard.borrow().stats;
-        replies
-            .iter()
-            .filter(|r| r.is_error())
-            .for_each(|r| stats.count_reply(r));
-        replies
+        slots.into_iter().map(reply).collect()
     }
 }
 

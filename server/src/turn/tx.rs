@@ -36,6 +36,7 @@ use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
 use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
 use crate::slot::{key_slot, slot_shard};
+use crate::state::GateGuard;
 
 /// One thread's shard lock: the transaction holding it, the messages that
 /// wait for its release, and the connections not served meanwhile.
@@ -131,6 +132,10 @@ pub(super) struct Running {
     script: Option<(usize, Args)>,
     /// EXEC followed ASKING: each queued command is planned with the flag.
     asking: bool,
+    /// Locked runs: split commands take the locked path while it lives.
+    gate: Option<GateGuard>,
+    /// Per thread, the split parts to be answered before the first lock.
+    draining: Option<Vec<u64>>,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -240,18 +245,17 @@ pub(super) fn start_span<T>(at: &mut At<'_>, c: &mut Conn<T>, idx: usize, args: 
     shards.sort_unstable();
     shards.dedup();
     let mut run = Running::new(at, c, Mode::Locked { shards, granted: 0 }, VecDeque::new());
-    match script {
-        true => run.script = Some((idx, args)),
-        false => match SpanRun::new(idx, args) {
-            Some(span) => run.span = Some(span),
-            None => return,
-        },
+    match (script, spec.exec) {
+        (true, _) => run.script = Some((idx, args)),
+        (false, Exec::Span(..)) => run.span = SpanRun::new(idx, args),
+        // A command split over shards while a transaction over several is
+        // in progress (`SplitGate`): a queue of one, planned (and split)
+        // under the locks.
+        (false, _) => run.queue.push_back(args.into_inner()),
     }
     run.single = true;
     run.route = Some(c.pipe.expect(at.conn));
-    if let Mode::Locked { shards, .. } = &run.mode {
-        run.lock(worker, shards[0]);
-    }
+    run.begin_locking(worker, at.conn);
     c.running = Some(Box::new(run));
 }
 
@@ -279,6 +283,8 @@ impl Running {
             single: false,
             script: None,
             asking: false,
+            gate: None,
+            draining: None,
             addr: c.state.handle.addr,
         }
     }
@@ -324,9 +330,9 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
             run.route = Some(c.pipe.expect(at.conn));
             run.advance(worker, &mut c.state);
         }
-        Mode::Locked { shards, .. } => {
+        Mode::Locked { .. } => {
             run.route = Some(c.pipe.expect(at.conn));
-            run.lock(worker, shards[0]);
+            run.begin_locking(worker, at.conn);
         }
     }
     c.running = Some(Box::new(run));
@@ -334,6 +340,35 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
 }
 
 impl Running {
+    /// Starts a locked run: split commands begun before it are waited for
+    /// ([`SplitGate`]), then the first shard is asked for its lock (now,
+    /// or by [`Running::lock_when_drained`] from the event loop, `conn`
+    /// being listed in [`Worker::draining`] meanwhile).
+    fn begin_locking(&mut self, worker: &Worker, conn: usize) {
+        let (guard, started) = worker.shared.split_gate.begin();
+        self.gate = Some(guard);
+        self.draining = Some(started);
+        if !self.lock_when_drained(worker) {
+            worker.draining.borrow_mut().push(conn);
+        }
+    }
+
+    /// Asks for the first lock once the split commands this run waits for
+    /// were answered; whether it did (or had nothing to wait for).
+    pub(super) fn lock_when_drained(&mut self, worker: &Worker) -> bool {
+        let Some(started) = &self.draining else {
+            return true;
+        };
+        if !worker.shared.split_gate.drained(started) {
+            return false;
+        }
+        self.draining = None;
+        if let Mode::Locked { shards, .. } = &self.mode {
+            self.lock(worker, shards[0]);
+        }
+        true
+    }
+
     /// Asks `shard` for its lock, with the watched keys it holds.
     fn lock(&self, worker: &Worker, shard: usize) {
         let n = worker.shared.shards;
@@ -423,6 +458,7 @@ impl Running {
             };
             state.cluster.asking = self.asking;
             state.tx.executing = !self.single;
+            state.tx.in_run = true;
             match plan(&mut at, state, &mut self.pipe, items) {
                 Planned::Conn(idx, args) => self.conn_cmd = Some((idx, args)),
                 // Inside MULTI a script keeps to one shard: the
@@ -451,6 +487,7 @@ impl Running {
         // cluster check would leave it set).
         state.cluster.asking = false;
         state.tx.executing = false;
+        state.tx.in_run = false;
         let last = self.queue.is_empty() && self.conn_cmd.is_none() && self.span.is_none();
         let tx = self.tx;
         match &self.mode {
@@ -538,10 +575,11 @@ impl Running {
         }
         match (self.dirty, self.single) {
             (true, _) => Reply::NilArray,
-            // The command's own reply, counted when it is written.
+            // The command's own reply (a split one merged), counted when
+            // it is written.
             (false, true) => self
                 .pipe
-                .take_from(0)
+                .take_merged(worker)
                 .pop()
                 .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
             (false, false) => Reply::Array(self.pipe.take_replies(worker)),
