@@ -967,3 +967,25 @@ impl Shared {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SplitGate;
+    use std::sync::Arc;
+
+    // Thread 0 sends one part of a split MGET (in flight), then a
+    // transaction over several shards begins, then thread 0 plans another
+    // split command, which takes the locked path: the first part is still
+    // unanswered, so the transaction must not take its first lock yet.
+    #[test]
+    fn a_split_part_in_flight_holds_a_transaction_back() {
+        let gate = Arc::new(SplitGate::new(2));
+        assert!(gate.enter(0, 1), "no transaction: the MGET goes split");
+        let (_guard, started) = gate.begin();
+        assert!(!gate.drained(&started), "the MGET's part is in flight");
+        assert!(!gate.enter(0, 1), "a transaction runs: the next one is locked");
+        assert!(!gate.drained(&started), "the first MGET's part is still in flight");
+        gate.answered(0, 1);
+        assert!(gate.drained(&started), "every part begun before it was answered");
+    }
+}
