@@ -562,13 +562,18 @@ impl ServerCounters {
 /// `started` count and then reads `locked`: with no transaction over
 /// several shards in progress it goes ahead (its parts are counted `done`
 /// as their answers come back); otherwise it runs as a transaction of one
-/// command, under the shard locks. A transaction over several shards adds
-/// itself to `locked`, then reads every thread's `started`, and asks for
-/// its first lock only once each thread's `done` has caught up with that
-/// (the split commands begun before it have run). Both sides write first
-/// and read second, sequentially consistent, so at least one sees the
-/// other. The cost for a split command is one shared load and two
-/// counts on its own thread's cache line.
+/// command, under the shard locks (its parts are counted `done` at once,
+/// never having gone out). A transaction over several shards adds itself
+/// to `locked`, then asks for its first lock only once it has seen, on
+/// every thread, a moment with no split part in flight (`done` read first
+/// has reached `started` read after it): the split commands begun before
+/// it have run. Waiting for `done` to reach a snapshot of `started` would
+/// not do: the parts of split commands that took the locked path after
+/// the snapshot are counted `done` at once, ahead of a part still in
+/// flight. Both sides write first and read second, sequentially
+/// consistent, so at least one sees the other. The cost for a split
+/// command is one shared load and two counts on its own thread's cache
+/// line.
 #[derive(Debug)]
 pub struct SplitGate {
     locked: AtomicUsize,
@@ -616,19 +621,24 @@ impl SplitGate {
     }
 
     /// A transaction over several shards begins: while the guard lives,
-    /// split commands take the locked path. Returns, per thread, the parts
-    /// it must wait for ([`SplitGate::drained`]).
-    pub fn begin(self: &Arc<Self>) -> (GateGuard, Vec<u64>) {
+    /// split commands take the locked path; it waits until
+    /// [`SplitGate::drained`] before its first lock.
+    pub fn begin(self: &Arc<Self>) -> GateGuard {
         self.locked.fetch_add(1, Ordering::SeqCst);
-        let started = self.started.iter().map(|c| c.0.load(Ordering::SeqCst));
-        (GateGuard(self.clone()), started.collect())
+        GateGuard(self.clone())
     }
 
-    /// Whether every part counted in `started` (from [`SplitGate::begin`])
-    /// was answered.
-    pub fn drained(&self, started: &[u64]) -> bool {
-        let done = self.done.iter().map(|c| c.0.load(Ordering::SeqCst));
-        done.zip(started).all(|(d, &s)| d >= s)
+    /// Whether, since the call to [`SplitGate::begin`] before it, every
+    /// thread had a moment with no split part in flight: each thread's
+    /// `done` is read before its `started`, so `done >= started` means
+    /// every part begun by the time of the first read was answered.
+    /// Parts counted later (the replication link's, a busy shard's
+    /// neighbours') can postpone this, never make it come early.
+    pub fn drained(&self) -> bool {
+        self.done.iter().zip(self.started.iter()).all(|(d, s)| {
+            let done = d.0.load(Ordering::SeqCst);
+            done >= s.0.load(Ordering::SeqCst)
+        })
     }
 }
 
@@ -965,5 +975,30 @@ impl Shared {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SplitGate;
+    use std::sync::Arc;
+
+    // Thread 0 sends one part of a split MGET (in flight), then a
+    // transaction over several shards begins, then thread 0 plans another
+    // split command, which takes the locked path: the first part is still
+    // unanswered, so the transaction must not take its first lock yet.
+    #[test]
+    fn a_split_part_in_flight_holds_a_transaction_back() {
+        let gate = Arc::new(SplitGate::new(2));
+        assert!(gate.enter(0, 1), "no transaction: the MGET goes split");
+        let _guard = gate.begin();
+        assert!(!gate.drained(), "the MGET's part is in flight");
+        assert!(
+            !gate.enter(0, 1),
+            "a transaction runs: the next one is locked"
+        );
+        assert!(!gate.drained(), "the first MGET's part is still in flight");
+        gate.answered(0, 1);
+        assert!(gate.drained(), "every part begun before it was answered");
     }
 }

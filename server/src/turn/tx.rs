@@ -134,8 +134,9 @@ pub(super) struct Running {
     asking: bool,
     /// Locked runs: split commands take the locked path while it lives.
     gate: Option<GateGuard>,
-    /// Per thread, the split parts to be answered before the first lock.
-    draining: Option<Vec<u64>>,
+    /// Split parts begun before it may still be in flight: its first lock
+    /// waits ([`crate::state::SplitGate::drained`]).
+    draining: bool,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -284,7 +285,7 @@ impl Running {
             script: None,
             asking: false,
             gate: None,
-            draining: None,
+            draining: false,
             addr: c.state.handle.addr,
         }
     }
@@ -345,9 +346,8 @@ impl Running {
     /// or by [`Running::lock_when_drained`] from the event loop, `conn`
     /// being listed in [`Worker::draining`] meanwhile).
     fn begin_locking(&mut self, worker: &Worker, conn: usize) {
-        let (guard, started) = worker.shared.split_gate.begin();
-        self.gate = Some(guard);
-        self.draining = Some(started);
+        self.gate = Some(worker.shared.split_gate.begin());
+        self.draining = true;
         if !self.lock_when_drained(worker) {
             worker.draining.borrow_mut().push(conn);
         }
@@ -356,13 +356,13 @@ impl Running {
     /// Asks for the first lock once the split commands this run waits for
     /// were answered; whether it did (or had nothing to wait for).
     pub(super) fn lock_when_drained(&mut self, worker: &Worker) -> bool {
-        let Some(started) = &self.draining else {
+        if !self.draining {
             return true;
-        };
-        if !worker.shared.split_gate.drained(started) {
+        }
+        if !worker.shared.split_gate.drained() {
             return false;
         }
-        self.draining = None;
+        self.draining = false;
         if let Mode::Locked { shards, .. } = &self.mode {
             self.lock(worker, shards[0]);
         }
