@@ -764,6 +764,25 @@ fn expect_ok(what: &str, r: Reply) -> Result<(), String> {
     }
 }
 
+/// The topology text `text_` at `version`, each of its groups (a TOML
+/// table) changed by `edit`; every other field kept.
+fn edit_groups(
+    text_: &str,
+    version: u64,
+    mut edit: impl FnMut(&mut toml::Table) -> Result<(), String>,
+) -> Result<String, String> {
+    let mut doc: toml::Table = toml::from_str(text_).map_err(|e| e.to_string())?;
+    doc.insert("version".into(), toml::Value::Integer(version as i64));
+    let groups = doc
+        .get_mut("group")
+        .and_then(|g| g.as_array_mut())
+        .ok_or("the topology has no groups")?;
+    for g in groups {
+        edit(g.as_table_mut().ok_or("a group is not a table")?)?;
+    }
+    toml::to_string(&doc).map_err(|e| e.to_string())
+}
+
 /// The topology text `text` with `version` and `first..=last` moved to
 /// group `to` (taken from every other group).
 fn moved_topology(
@@ -773,14 +792,7 @@ fn moved_topology(
     first: u16,
     last: u16,
 ) -> Result<String, String> {
-    let mut doc: toml::Table = toml::from_str(text_).map_err(|e| e.to_string())?;
-    doc.insert("version".into(), toml::Value::Integer(version as i64));
-    let groups = doc
-        .get_mut("group")
-        .and_then(|g| g.as_array_mut())
-        .ok_or("the topology has no groups")?;
-    for g in groups {
-        let g = g.as_table_mut().ok_or("a group is not a table")?;
+    edit_groups(text_, version, |g| {
         let name = g
             .get("name")
             .and_then(|n| n.as_str())
@@ -823,8 +835,8 @@ fn moved_topology(
             s = e + 1;
         }
         g.insert("slots".into(), toml::Value::Array(ranges));
-    }
-    toml::to_string(&doc).map_err(|e| e.to_string())
+        Ok(())
+    })
 }
 
 fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<bool, String> {

@@ -226,17 +226,10 @@ pub fn switched_topology(
     version: u64,
     switched: &[(String, String)],
 ) -> Result<String, String> {
-    let mut doc: toml::Table = toml::from_str(text_).map_err(|e| e.to_string())?;
-    doc.insert("version".into(), toml::Value::Integer(version as i64));
-    let groups = doc
-        .get_mut("group")
-        .and_then(|g| g.as_array_mut())
-        .ok_or("the topology has no groups")?;
-    for g in groups {
-        let g = g.as_table_mut().ok_or("a group is not a table")?;
+    crate::edit_groups(text_, version, |g| {
         let name = g.get("name").and_then(|n| n.as_str()).unwrap_or("");
         let Some((_, addr)) = switched.iter().find(|(n, _)| n == name) else {
-            continue;
+            return Ok(());
         };
         let addr = addr.clone();
         let nodes = g
@@ -252,8 +245,8 @@ pub fn switched_topology(
             let role = if here { "primary" } else { "replica" };
             n.insert("role".into(), toml::Value::String(role.into()));
         }
-    }
-    toml::to_string(&doc).map_err(|e| e.to_string())
+        Ok(())
+    })
 }
 
 #[cfg(test)]
