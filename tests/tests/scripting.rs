@@ -469,13 +469,15 @@ fn on_two_threads(server: &TestServer, keys: &[String]) -> (Raw, Raw, Vec<Raw>) 
     let mut a = server.raw();
     let mine = own_key(&mut a, keys);
     let mut others = Vec::new();
-    while others.len() < 31 {
+    // Probes for `wait_busy`: each one it gives up on costs 100 ms, and a
+    // loaded machine may need a few seconds of them.
+    while others.len() < 61 {
         let mut b = server.raw();
         if own_key(&mut b, keys) != mine {
             others.push(b);
         }
     }
-    let b = others.pop().expect("31 connections");
+    let b = others.pop().expect("61 connections");
     (a, b, others)
 }
 
