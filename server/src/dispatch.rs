@@ -693,7 +693,6 @@ fn cross_shard(spec: &CommandSpec) -> OpError {
     }
 }
 
-/// Splits a multi-key command into one command per shard over that shard's keys.
 /// Plans a command over keys (`Exec::Keys`): whole on the one shard of its
 /// keys, else split into one part per shard, merged when all are back.
 /// Outside a transaction's locks (`in_run` false), a split goes through
@@ -726,10 +725,9 @@ fn plan_split(
         pipe.push_part(part);
         return Ok(());
     }
+    let split = split_by_shard(spec, all, &owner, shards);
     if !in_run {
-        let mut remote = vec![false; shards];
-        owner.iter().for_each(|&s| remote[s] = s != worker.id);
-        let parts = remote.iter().filter(|&&r| r).count() as u64;
+        let parts = split.iter().filter(|sp| sp.shard != worker.id).count() as u64;
         let gate = &worker.shared.split_gate;
         if cmd.link {
             gate.count(worker.id, parts);
@@ -745,7 +743,7 @@ fn plan_split(
     }
     let mut parts = Vec::new();
     let mut ordinals = Vec::new();
-    for sp in split_by_shard(spec, all, &owner, shards) {
+    for sp in split {
         let part = parts.len() as u32;
         let ran = pipe.run_on(at, sp.shard, part, cmd.part(), Args::new(sp.argv));
         // A remote part answered at once (a busy script's shard) is sent
