@@ -68,6 +68,10 @@ impl FakeLedger {
         let me = fake.clone();
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                // Replies go out one write each: without this, Nagle holds
+                // the second reply of a pipeline until the client's delayed
+                // ACK (40 ms on Linux), and decisions stall past deadlines.
+                let _ = stream.set_nodelay(true);
                 let conn = tokio::spawn(me.clone().serve(stream));
                 me.tasks.lock().push(conn);
             }
