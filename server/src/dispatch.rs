@@ -749,7 +749,7 @@ fn plan_split(
         // A remote part answered at once (a busy script's shard) is sent
         // nowhere: the gate counts it answered now.
         if !in_run && sp.shard != worker.id && matches!(ran, Part::Ready(_)) {
-            worker.shared.split_gate.answered(worker.id, 1);
+            worker.shared.split_answered(worker.id, 1);
         }
         parts.push(ran);
         ordinals.push(sp.ordinals);

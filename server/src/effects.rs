@@ -116,6 +116,9 @@ pub struct EffectLog {
     sink: Option<Arc<Replication>>,
     /// A full sync's cut holds this shard's publishes (see [`EffectLog::hold`]).
     holding: bool,
+    /// A transaction over several shards holds this one: its effects are
+    /// kept whole for the transaction (see [`EffectLog::gather`]).
+    gathering: bool,
     /// The keys clients WATCH on this shard: every keyed effect touches them.
     pub watches: Watches,
     /// Effects emitted since the shard started (the changes a snapshot
@@ -144,6 +147,7 @@ impl EffectLog {
             published: 0,
             sink: None,
             holding: false,
+            gathering: false,
             watches: Watches::default(),
             changes: 0,
         }
@@ -180,12 +184,13 @@ impl EffectLog {
         effect.encode(&mut self.scratch);
         let half = (self.capacity / 2) as u64;
         let pending = self.offset - self.published;
-        if self.holding && pending + self.scratch.len() as u64 > self.capacity as u64 {
-            // A cut holds the publishes: nothing held may be overwritten
-            // before the release copies it to the merged stream.
+        let kept = self.holding || self.gathering;
+        if kept && pending + self.scratch.len() as u64 > self.capacity as u64 {
+            // A cut or a transaction holds the publishes: nothing held may
+            // be overwritten before it is copied to the merged stream.
             self.grow((pending as usize + self.scratch.len()) * 2);
         }
-        if self.sink.is_some() && !self.holding && pending + self.scratch.len() as u64 > half {
+        if self.sink.is_some() && !kept && pending + self.scratch.len() as u64 > half {
             self.publish();
             if self.scratch.len() as u64 > half {
                 self.append();
@@ -223,10 +228,47 @@ impl EffectLog {
     /// dropped. Called once per batch (`Shard::publish`), so it costs
     /// nothing per command; a batch that wrote nothing takes no lock.
     pub fn publish(&mut self) {
-        if self.holding || self.published == self.offset {
+        if self.holding || self.gathering || self.published == self.offset {
             return;
         }
         self.publish_bytes(true);
+    }
+
+    /// Starts (`true`) or ends keeping this shard's effects for a
+    /// transaction over several shards that holds it: what was written
+    /// before is published now (unless a cut holds it), and from here on
+    /// nothing is published, not even early when the pending bytes pass
+    /// half the ring (the ring grows instead), until [`EffectLog::take_part`]
+    /// hands the transaction's part to its coordinator or the gathering
+    /// ends, which publishes what is pending.
+    pub fn gather(&mut self, yes: bool) {
+        if yes {
+            self.publish();
+        }
+        self.gathering = yes;
+        if !yes {
+            self.publish();
+        }
+    }
+
+    /// The records written since the last publish, handed over instead of
+    /// published: a transaction's part on this shard, which its
+    /// coordinator appends to the merged stream with the other shards'
+    /// parts as one unit. Ends the gathering. `None` (and the records stay,
+    /// published as usual) while a cut holds the shard, on a replica and
+    /// for a log with no merged stream.
+    pub fn take_part(&mut self) -> Option<Vec<u8>> {
+        self.gathering = false;
+        let repl = self.sink.as_ref()?;
+        if self.holding || repl.is_replica() {
+            return None;
+        }
+        let [a, b] = self.since(self.published)?;
+        let mut part = Vec::with_capacity(a.len() + b.len());
+        part.extend_from_slice(a);
+        part.extend_from_slice(b);
+        self.published = self.offset;
+        Some(part)
     }
 
     /// Publishes the pending bytes of the ring (`from_ring`) or the last

@@ -244,6 +244,12 @@ pub struct LinkState {
     /// The payload's `LH.SNAPSHOT` header was read (from then on the
     /// dataset is being replaced).
     pub started: bool,
+    /// The stream's bytes of a transaction read since its `MULTI` (up to
+    /// its `EXEC` included, once read): counted in the replica's offset
+    /// only when the `EXEC` runs, so a link lost in between resumes
+    /// before the `MULTI` and nothing of the transaction is applied twice
+    /// or lost.
+    pub frame: bytes::BytesMut,
 }
 
 impl ConnState {

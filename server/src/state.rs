@@ -615,9 +615,14 @@ impl SplitGate {
         self.started[thread].0.fetch_add(parts, Ordering::SeqCst);
     }
 
-    /// `parts` parts sent by thread `thread` were answered.
-    pub fn answered(&self, thread: usize, parts: u64) {
-        self.done[thread].0.fetch_add(parts, Ordering::SeqCst);
+    /// `parts` parts sent by thread `thread` were answered. True when a
+    /// transaction waits ([`SplitGate::begin`]) and this thread has none in
+    /// flight now: the waiting transaction's thread may go on (see
+    /// [`Shared::split_answered`]).
+    pub fn answered(&self, thread: usize, parts: u64) -> bool {
+        let done = self.done[thread].0.fetch_add(parts, Ordering::SeqCst) + parts;
+        self.locked.load(Ordering::SeqCst) > 0
+            && done >= self.started[thread].0.load(Ordering::SeqCst)
     }
 
     /// A transaction over several shards begins: while the guard lives,
@@ -851,6 +856,21 @@ impl Shared {
         self.input_stopped.store(yes, Ordering::SeqCst);
         for bell in &self.doorbells {
             bell.wake();
+        }
+    }
+
+    /// Thread `thread`'s split command parts were answered
+    /// ([`SplitGate::answered`]); when a transaction over several shards
+    /// may be waiting for exactly that, the other threads' loops are woken
+    /// to look ([`crate::turn::Turn::check_draining`]) instead of finding
+    /// it at their next millisecond.
+    pub fn split_answered(&self, thread: usize, parts: u64) {
+        if self.split_gate.answered(thread, parts) {
+            for (i, bell) in self.doorbells.iter().enumerate() {
+                if i != thread {
+                    bell.ring();
+                }
+            }
         }
     }
 

@@ -358,8 +358,8 @@ impl<T: Transport> Turn<T> {
                 let routes = self.outbox.answered(from);
                 let parts = routes.iter().filter(|r| r.is_split_part()).count();
                 if parts > 0 {
-                    let gate = &self.worker.shared.split_gate;
-                    gate.answered(self.worker.id, parts as u64);
+                    let shared = &self.worker.shared;
+                    shared.split_answered(self.worker.id, parts as u64);
                 }
                 for (route, answer) in routes.into_iter().zip(answers) {
                     self.fill(route, answer);
@@ -656,7 +656,7 @@ impl<T: Transport> Turn<T> {
         let lost = self.outbox.send(&self.worker, &mut self.posted, direct);
         for route in lost {
             if route.is_split_part() {
-                self.worker.shared.split_gate.answered(self.worker.id, 1);
+                self.worker.shared.split_answered(self.worker.id, 1);
             }
             self.fill(route, Answer::Reply(OpError::ShardUnavailable.reply()));
         }

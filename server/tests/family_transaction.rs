@@ -381,3 +381,95 @@ fn writes_are_judged_for_the_whole_transaction_at_exec() {
     );
     assert_eq!(h.cmd("REPLICAOF NO ONE"), Reply::ok());
 }
+
+/// The merged replication stream's records from byte `from` on.
+fn stream_since(h: &Harness, from: u64) -> Vec<Vec<String>> {
+    use bytes::BytesMut;
+    use leasehold_protocol::{decode_request, Limits};
+    let backlog = &h.shared().repl.backlog;
+    let mut out = Vec::new();
+    backlog
+        .read(from, usize::MAX, &mut out)
+        .expect("the stream is still in the backlog");
+    let mut buf = BytesMut::from(out.as_slice());
+    let mut records = Vec::new();
+    while let Some(items) = decode_request(&mut buf, &Limits::default()).expect("RESP records") {
+        records.push(
+            items
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect(),
+        );
+    }
+    assert!(buf.is_empty(), "the stream ends with a whole record");
+    records
+}
+
+fn rec(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_transaction_over_two_shards_enters_the_stream_framed_as_one_unit() {
+    let mut h = Harness::new();
+    let (a, b) = (h.key_on(0, "a"), h.key_on(1, "b"));
+    let from = h.shared().repl.backlog.offset();
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", a.as_str(), "1"]), QUEUED);
+    assert_eq!(h.run(&["INCR", b.as_str()]), QUEUED);
+    assert_eq!(h.run(&["SET", a.as_str(), "2"]), QUEUED);
+    assert_eq!(
+        h.cmd("EXEC"),
+        Reply::Array(vec![Reply::ok(), Reply::Int(1), Reply::ok()])
+    );
+    let stream = stream_since(&h, from);
+    assert_eq!(stream.first(), Some(&rec(&["MULTI"])), "{stream:?}");
+    assert_eq!(stream.last(), Some(&rec(&["EXEC"])), "{stream:?}");
+    let mut inside = stream[1..stream.len() - 1].to_vec();
+    // Each shard's part keeps its order; the parts come in any order.
+    let on_a: Vec<_> = inside.iter().filter(|r| r[1] == a).cloned().collect();
+    assert_eq!(on_a, vec![rec(&["SET", &a, "1"]), rec(&["SET", &a, "2"])]);
+    inside.sort();
+    let mut want = vec![
+        rec(&["SET", &a, "1"]),
+        rec(&["SET", &a, "2"]),
+        rec(&["SET", &b, "1"]),
+    ];
+    want.sort();
+    assert_eq!(inside, want);
+
+    // Writes after the transaction follow its EXEC.
+    let from = h.shared().repl.backlog.offset();
+    assert_eq!(h.run(&["SET", b.as_str(), "x"]), Reply::ok());
+    assert_eq!(stream_since(&h, from), vec![rec(&["SET", &b, "x"])]);
+}
+
+#[test]
+fn a_transaction_that_writes_on_one_shard_is_not_framed() {
+    let mut h = Harness::new();
+    let (a, b) = (h.key_on(0, "a"), h.key_on(1, "b"));
+    // Both shards held (a read on one, writes on the other): one part.
+    let from = h.shared().repl.backlog.offset();
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["GET", a.as_str()]), QUEUED);
+    assert_eq!(h.run(&["SET", b.as_str(), "1"]), QUEUED);
+    assert_eq!(h.run(&["SET", b.as_str(), "2"]), QUEUED);
+    assert_eq!(
+        h.cmd("EXEC"),
+        Reply::Array(vec![Reply::Nil, Reply::ok(), Reply::ok()])
+    );
+    assert_eq!(
+        stream_since(&h, from),
+        vec![rec(&["SET", &b, "1"]), rec(&["SET", &b, "2"])]
+    );
+    // A transaction a watched key aborted leaves nothing.
+    let from = h.shared().repl.backlog.offset();
+    assert_eq!(h.run(&["WATCH", a.as_str()]), Reply::ok());
+    let mut other = h.new_connection();
+    assert_eq!(other.run(&["SET", a.as_str(), "w"]), Reply::ok());
+    assert_eq!(h.cmd("MULTI"), Reply::ok());
+    assert_eq!(h.run(&["SET", a.as_str(), "1"]), QUEUED);
+    assert_eq!(h.run(&["SET", b.as_str(), "1"]), QUEUED);
+    assert_eq!(h.cmd("EXEC"), NULL);
+    assert_eq!(stream_since(&h, from), vec![rec(&["SET", &a, "w"])]);
+}

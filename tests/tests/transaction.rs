@@ -409,3 +409,91 @@ on_1_and_2_threads! {
         ]);
     }
 }
+
+/// Replica readers never see part of a primary's transaction or script
+/// over two shards: the primary writes its effects framed `MULTI` ..
+/// `EXEC` in the stream, and the replica applies each frame as one
+/// transaction. 8 writers on the primary (transactions and scripts, each
+/// incrementing `{t}a` and `b`, on different shards of both nodes) while
+/// a reader pipelines `MGET {t}a b` on the replica: never a pair that
+/// differs; both counters end at the total on the replica.
+#[test]
+fn replica_readers_never_see_half_a_transaction() {
+    use leasehold_tests::replication::{follow, wait_caught_up};
+    assert!(apart("{t}a", "b"), "the keys must live on both shards");
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    // The full sync is over: its cut no longer holds the primary's shards
+    // (a transaction that ends while a cut holds a shard is published in
+    // parts, see docs/replication.md).
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    const WRITERS: usize = 8;
+    const ROUNDS: usize = 300;
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+        let mut r = replica.raw();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let (mut reads, mut moving) = (0u64, 0u64);
+            let mut last = String::new();
+            while !done.load(Ordering::Relaxed) {
+                r.send("MGET {t}a b\r\n".repeat(16).as_bytes());
+                for _ in 0..16 {
+                    let reply = r.read_text();
+                    let values: Vec<&str> = reply.split("\r\n").collect();
+                    // *2, then each value `$-1` or `$n` and its digits.
+                    let (x, y) = match values[1] {
+                        "$-1" => (values[1], values[2]),
+                        _ => (values[2], values[values.len() - 2]),
+                    };
+                    assert_eq!(x, y, "a half-applied transaction on the replica: {reply:?}");
+                    moving += u64::from(reply != last);
+                    last = reply;
+                    reads += 1;
+                }
+            }
+            (reads, moving)
+        })
+        })
+        .collect();
+    let script = "redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[2])";
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let mut c = primary.raw();
+            let eval = format!("EVAL \"{script}\" 2 {{t}}a b\r\n");
+            std::thread::spawn(move || {
+                for i in 0..ROUNDS {
+                    if (w + i) % 2 == 0 {
+                        c.send(b"MULTI\r\nINCR {t}a\r\nINCR b\r\nEXEC\r\n");
+                        assert_eq!(c.read_text(), "+OK\r\n");
+                        assert_eq!(c.read_text(), QUEUED);
+                        assert_eq!(c.read_text(), QUEUED);
+                        let exec = c.read_text();
+                        assert!(exec.starts_with("*2\r\n:"), "{exec:?}");
+                    } else {
+                        c.send(eval.as_bytes());
+                        let reply = c.read_text();
+                        assert!(reply.starts_with(':'), "{reply:?}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("a writer failed");
+    }
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        let (reads, moving) = r.join().expect("the replica showed half a transaction");
+        assert!(reads > 100 && moving > 10, "{reads} reads, {moving} changes seen");
+    }
+    let total = (WRITERS * ROUNDS).to_string();
+    let l = total.len();
+    assert_eq!(
+        replica.raw().call("MGET {t}a b"),
+        format!("*2\r\n${l}\r\n{total}\r\n${l}\r\n{total}\r\n")
+    );
+}

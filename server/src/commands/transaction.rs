@@ -66,9 +66,13 @@ fn exec(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpError> {
     let watched = std::mem::take(&mut tx.watched);
     // In Redis's order: the cluster's judgement of the whole transaction,
     // then the write checks, then the commands refused while queued.
-    let refusal = cluster_refusal(ctx, &multi)
-        .or_else(|| write_refusal(ctx, &multi))
-        .or_else(|| multi.aborted.then_some(OpError::ExecAbort));
+    // The replication link's transactions (a primary's effects framed
+    // MULTI .. EXEC) are not the replica's to judge.
+    let judged = |ctx: &ConnCtx<'_>| match ctx.conn.is_link() {
+        true => None,
+        false => cluster_refusal(ctx, &multi).or_else(|| write_refusal(ctx, &multi)),
+    };
+    let refusal = judged(ctx).or_else(|| multi.aborted.then_some(OpError::ExecAbort));
     if let Some(why) = refusal {
         ctx.conn.tx.pending = Some(TxWork::Unwatch(watched));
         return Err(why);

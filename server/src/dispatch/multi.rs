@@ -57,7 +57,12 @@ pub(super) fn queue(
             refuse(conn, pipe, reply);
         }
         Ok(shards) => {
-            let limit = conn.query_buffer_limit;
+            // The replication link's transactions were accepted by the
+            // primary already.
+            let limit = match conn.is_link() {
+                true => usize::MAX,
+                false => conn.query_buffer_limit,
+            };
             let Some(multi) = conn.tx.multi.as_mut() else {
                 return;
             };

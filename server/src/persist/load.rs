@@ -20,7 +20,8 @@ use leasehold_protocol::{decode_request, Args};
 
 use crate::commands::{table, Exec};
 use crate::persist::format::{
-    check_increment, check_snapshot, file_limits, parse_manifest, Damage, ManifestEntry,
+    check_increment, check_snapshot, crc32, file_limits, parse_manifest, segment_crc, Damage,
+    ManifestEntry,
 };
 use crate::shard::{Job, Mailbox, Msg};
 use crate::slot::{key_slot, slot_shard};
@@ -41,6 +42,12 @@ struct Applier<'a> {
     done_rx: crossbeam_channel::Receiver<u64>,
     failed: u64,
     applied: u64,
+    /// An open transaction (`MULTI` read, no `EXEC` yet): where its `MULTI`
+    /// starts in the file, and its records, applied at the `EXEC`.
+    tx: Option<OpenTx>,
+    /// Where the current file's current checksummed segment starts (after
+    /// the last `LH.CRC` record).
+    segment: usize,
 }
 
 impl<'a> Applier<'a> {
@@ -55,6 +62,8 @@ impl<'a> Applier<'a> {
             done_rx,
             failed: 0,
             applied: 0,
+            tx: None,
+            segment: 0,
         }
     }
 
@@ -168,7 +177,9 @@ fn apply(
     let mut records = 0u64;
     let mut skipped = 0u64;
     let mut started = !snapshot || lenient;
+    applier.segment = 0;
     loop {
+        let at = body.len() - buf.len();
         let items = match decode_request(&mut buf, &limits) {
             Ok(Some(items)) if items.is_empty() => continue,
             Ok(Some(items)) => items,
@@ -200,7 +211,16 @@ fn apply(
             return Ok(());
         }
         records += 1;
-        match applier.record(items) {
+        if items[0].eq_ignore_ascii_case(b"LH.CRC") {
+            applier.segment = body.len() - buf.len();
+        }
+        let result = match frame(applier, at, items) {
+            Framed::Queued => Ok(()),
+            Framed::Exec(queued) => queued.into_iter().try_for_each(|r| applier.record(r)),
+            Framed::Bad(e) => Err(e.into()),
+            Framed::Not(items) => applier.record(items),
+        };
+        match result {
             Ok(()) => {}
             Err(e) if lenient => {
                 skipped += 1;
@@ -208,6 +228,60 @@ fn apply(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// A transaction whose `EXEC` was not read yet.
+struct OpenTx {
+    /// Where its `MULTI` starts in the file.
+    at: usize,
+    /// Where the checksummed segment holding that `MULTI` starts.
+    segment: usize,
+    /// Its records so far.
+    queued: Vec<Vec<Bytes>>,
+}
+
+/// A record's place in a transaction's frame.
+enum Framed {
+    /// `MULTI`, or a record inside the frame: kept until its `EXEC`.
+    Queued,
+    /// `EXEC`: the frame's records, to apply now.
+    Exec(Vec<Vec<Bytes>>),
+    /// A frame that does not nest or close.
+    Bad(&'static str),
+    /// A record outside any frame.
+    Not(Vec<Bytes>),
+}
+
+/// Sorts record `items` (starting at byte `at` of its file) into the
+/// transaction frames a primary writes (`MULTI`, its effects on several
+/// shards, `EXEC`): a frame's records are applied together at its `EXEC`,
+/// and a frame the file ends inside is left open in the applier (see
+/// [`load_log`]).
+fn frame(applier: &mut Applier<'_>, at: usize, items: Vec<Bytes>) -> Framed {
+    if items[0].eq_ignore_ascii_case(b"MULTI") {
+        if applier.tx.is_some() {
+            return Framed::Bad("MULTI inside a transaction");
+        }
+        applier.tx = Some(OpenTx {
+            at,
+            segment: applier.segment,
+            queued: Vec::new(),
+        });
+        return Framed::Queued;
+    }
+    if items[0].eq_ignore_ascii_case(b"EXEC") {
+        return match applier.tx.take() {
+            Some(open) => Framed::Exec(open.queued),
+            None => Framed::Bad("EXEC without MULTI"),
+        };
+    }
+    match applier.tx.as_mut() {
+        Some(open) => {
+            open.queued.push(items);
+            Framed::Queued
+        }
+        None => Framed::Not(items),
     }
 }
 
@@ -371,6 +445,7 @@ fn load_log(
                 .map_err(|(d, _)| format!("append-only base {} is {d}", path.display()))?;
             apply(applier, body, true, false)
                 .map_err(|err| format!("{}: {err}", path.display()))?;
+            end_outside_frame(applier, &path, false)?;
             continue;
         }
         let inc = check_increment(&file)
@@ -390,20 +465,71 @@ fn load_log(
                 path.display(),
                 inc.torn
             );
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|err| format!("cannot truncate {}: {err}", path.display()))?;
-            f.set_len(inc.verified as u64)
-                .and_then(|()| f.sync_all())
-                .map_err(|err| format!("cannot truncate {}: {err}", path.display()))?;
+            truncate(&path, inc.verified, &[])?;
             loaded.size -= inc.torn as u64;
-        }
-        if Some(i) == last_incr {
-            loaded.last_incr_len = inc.verified as u64;
         }
         apply(applier, &file[..inc.verified], false, false)
             .map_err(|err| format!("{}: {err}", path.display()))?;
+        let last = Some(i) == last_incr;
+        let mut whole = inc.verified;
+        if let Some(open) = end_outside_frame(applier, &path, last && truncated_ok)? {
+            // The segment cut short gets its checksum, so the log verifies
+            // and the writer's next segments follow whole ones.
+            let seal = segment_crc(crc32(&file[open.segment..open.at]));
+            let seal = match open.segment < open.at {
+                true => seal,
+                false => Vec::new(),
+            };
+            truncate(&path, open.at, &seal)?;
+            let kept = open.at + seal.len();
+            loaded.size = loaded.size + kept as u64 - whole as u64;
+            whole = kept;
+        }
+        if last {
+            loaded.last_incr_len = whole as u64;
+        }
     }
     Ok(loaded)
+}
+
+/// After a file: a transaction left open (the server stopped between two
+/// segments of its frame) is dropped whole, nothing of it applied, when
+/// `drop_ok` (the last increment, `aof-load-truncated yes`): returned, for
+/// the file to be cut where its `MULTI` starts, as Redis does with a log
+/// that ends inside MULTI. Otherwise it is an error.
+fn end_outside_frame(
+    applier: &mut Applier<'_>,
+    path: &Path,
+    drop_ok: bool,
+) -> Result<Option<OpenTx>, String> {
+    let Some(open) = applier.tx.take() else {
+        return Ok(None);
+    };
+    let at = open.at;
+    if !drop_ok {
+        return Err(format!(
+            "{} ends inside a transaction (MULTI at byte {at}, no EXEC; aof-load-truncated no, or not the last file)",
+            path.display()
+        ));
+    }
+    tracing::warn!(
+        "!!! Warning: the append-only file {} ends inside a transaction: its {} records are dropped and the file is truncated at byte {at}",
+        path.display(),
+        open.queued.len()
+    );
+    Ok(Some(open))
+}
+
+/// Cuts the file at `path` to `len` bytes and appends `then`, on disk.
+fn truncate(path: &Path, len: usize, then: &[u8]) -> Result<(), String> {
+    use std::io::{Seek, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|err| format!("cannot truncate {}: {err}", path.display()))?;
+    f.set_len(len as u64)
+        .and_then(|()| f.seek(std::io::SeekFrom::Start(len as u64)))
+        .and_then(|_| f.write_all(then))
+        .and_then(|()| f.sync_all())
+        .map_err(|err| format!("cannot truncate {}: {err}", path.display()))
 }

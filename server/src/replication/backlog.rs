@@ -245,6 +245,31 @@ impl Backlog {
         offset
     }
 
+    /// Appends a transaction's parts, one per shard that wrote (each whole
+    /// records), as one unit: framed `MULTI` .. `EXEC` when two or more
+    /// parts hold records, so a replica (and the append-only log's loader)
+    /// applies them all at once, as Redis frames a transaction's effects;
+    /// a lone part is appended as it is. Then waits as
+    /// [`Backlog::wait_synced`] does.
+    pub fn append_unit(&self, parts: &[Vec<u8>]) {
+        const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+        const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+        let mut all: Vec<&[u8]> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(Vec::as_slice)
+            .collect();
+        if all.is_empty() {
+            return;
+        }
+        if all.len() > 1 {
+            all.insert(0, MULTI);
+            all.push(EXEC);
+        }
+        let end = self.append(&all);
+        self.wait_synced(end);
+    }
+
     /// The replication offset: bytes in the stream so far.
     pub fn offset(&self) -> u64 {
         self.ring.lock().offset

@@ -42,15 +42,16 @@ pub enum TxMsg {
         /// Whether one of its watched keys there changed.
         dirty: bool,
     },
-    /// Jobs of `tx` on a shard it holds, in order; with `publish`, the
-    /// shard then publishes its effects (the transaction's last jobs).
+    /// Jobs of `tx` on a shard it holds, in order; with `last` (the
+    /// transaction's last jobs), the shard then hands its effects since
+    /// the lock to the coordinator in [`TxMsg::Ran`].
     Run {
         /// The transaction.
         tx: TxId,
         /// The jobs, in order.
         jobs: Vec<Job>,
-        /// Publish the effects after them.
-        publish: bool,
+        /// The transaction's last jobs on this shard.
+        last: bool,
     },
     /// A whole transaction on one shard, which needs no lock: check the
     /// `watch` keys, run every job unless one changed, publish.
@@ -73,6 +74,11 @@ pub enum TxMsg {
         replies: Vec<Reply>,
         /// A `Once` found a watched key changed and ran nothing.
         dirty: bool,
+        /// After the last `Run`: the shard's effects of the transaction
+        /// (whole records, see `EffectLog::take_part`), for the
+        /// coordinator to append with the other shards' as one unit;
+        /// `None` when the shard published them itself.
+        part: Option<Vec<u8>>,
     },
     /// `tx` is done with this shard.
     Release {

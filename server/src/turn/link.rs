@@ -15,8 +15,10 @@
 use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{decode_request, encode_request, Limits};
 
-use super::Conn;
-use crate::dispatch::{plan, At, Planned};
+use super::{tx, Conn, Parked};
+use crate::dispatch::{plan, run_conn_command, At, Planned};
+use crate::replication::role::Replication;
+use leasehold_protocol::Args;
 
 /// Most records of the stream planned before their replies (dropped) are
 /// waited for: far more than a client's pipeline, since every round trip
@@ -102,18 +104,27 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let repl = worker.shared.repl.clone();
     let limits = link_limits();
     let streaming = !c.state.link.as_ref().is_some_and(|l| l.loading);
-    let mut applied = BytesMut::new();
-    let start_len = c.rbuf.len();
-    let mut flushed = 0;
-    if streaming {
-        applied.extend_from_slice(&c.rbuf);
-    }
+    let mut counted = Counted::new(c, streaming);
     let mut more = false;
     discard(c);
     if !c.rbuf.is_empty() {
         repl.link.lock().last_io = Some(std::time::Instant::now());
     }
     loop {
+        if let Some(parked) = c.parked.take() {
+            // A MULTI or EXEC of the stream runs once every record before
+            // it was applied, as a client's connection command does.
+            if c.pipe.owed() > 0 {
+                c.parked = Some(parked);
+                break;
+            }
+            if let Parked::Conn(idx, args) = parked {
+                if !run_frame(at, c, idx, args, &mut counted) {
+                    break;
+                }
+            }
+            continue;
+        }
         if c.pipe.len() >= LINK_PIPELINE {
             more = true;
             break;
@@ -137,6 +148,7 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 }
             }
         }
+        let before = counted.consumed(c);
         let items = match decode_request(&mut c.rbuf, &limits) {
             Ok(Some(items)) if items.is_empty() => continue,
             Ok(Some(items)) => items,
@@ -192,7 +204,7 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             }
         } else {
             if !streaming {
-                encode_request(&items, &mut applied);
+                encode_request(&items, &mut counted.bytes);
             }
             match name.as_slice() {
                 b"PING" => continue,
@@ -202,12 +214,7 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                         .is_some_and(|s| s.eq_ignore_ascii_case(b"GETACK"));
                     if getack {
                         // The ACK counts this record: append before asking.
-                        flushed = flush(
-                            &repl,
-                            &applied,
-                            flushed,
-                            streaming.then(|| start_len - c.rbuf.len()),
-                        );
+                        counted.flush(&repl, c);
                         repl.want_ack();
                     }
                     continue;
@@ -215,37 +222,135 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 _ => {}
             }
         }
-        if let Planned::Conn(idx, _) | Planned::Span(idx, _) =
-            plan(at, &mut c.state, &mut c.pipe, items)
-        {
-            let name = crate::commands::table().commands[idx].name;
-            tracing::warn!("replication: ignoring command '{name}' in the stream (not an effect)");
+        match plan(at, &mut c.state, &mut c.pipe, items) {
+            Planned::Conn(idx, args) if is_frame(idx) => {
+                if counted.frame_at.is_none() {
+                    counted.frame_at = Some(before);
+                }
+                c.parked = Some(Parked::Conn(idx, args));
+            }
+            Planned::Conn(idx, _) | Planned::Span(idx, _) => {
+                let name = crate::commands::table().commands[idx].name;
+                tracing::warn!(
+                    "replication: ignoring command '{name}' in the stream (not an effect)"
+                );
+            }
+            Planned::Queued => {}
         }
     }
-    flush(
-        &repl,
-        &applied,
-        flushed,
-        streaming.then(|| start_len - c.rbuf.len()),
-    );
+    counted.flush(&repl, c);
     discard(c);
     more
 }
 
-/// Appends `applied[flushed..upto]` to the backlog (`upto`: the bytes
-/// consumed when `applied` is a copy of the buffer; `None`: all of it,
-/// re-encoded records). Returns the new `flushed`.
-fn flush(
-    repl: &crate::replication::role::Replication,
-    applied: &[u8],
-    flushed: usize,
-    upto: Option<usize>,
-) -> usize {
-    let end = upto.unwrap_or(applied.len());
-    if end > flushed {
-        repl.backlog.append(&[&applied[flushed..end]]);
+/// Whether table row `idx` frames a transaction in the stream: a
+/// primary writes a transaction's effects on several of its shards as
+/// `MULTI`, the effects, `EXEC`.
+fn is_frame(idx: usize) -> bool {
+    matches!(crate::commands::table().commands[idx].name, "multi" | "exec")
+}
+
+/// Runs the stream's `MULTI` or `EXEC` (row `idx`): the records between
+/// them are queued, then run as one transaction over the shards they name,
+/// so no reader of this replica sees part of the primary's transaction.
+/// At the `EXEC` the transaction's bytes are counted. False while the
+/// transaction runs on other shards: nothing more is applied until it ran
+/// (its reply, dropped, is owed meanwhile).
+fn run_frame<T>(
+    at: &mut At<'_>,
+    c: &mut Conn<T>,
+    idx: usize,
+    mut args: Args,
+    counted: &mut Counted,
+) -> bool {
+    let exec = crate::commands::table().commands[idx].name == "exec";
+    let reply = run_conn_command(at.worker, &mut c.state, idx, &mut args);
+    if reply.is_error() {
+        tracing::warn!("replication: a transaction of the stream failed to apply: {reply:?}");
     }
-    end
+    if exec {
+        counted.close_frame(&at.worker.shared.repl, c);
+    }
+    if !tx::has_work(c) {
+        return true;
+    }
+    tx::after_command(at, c, reply).is_some()
+}
+
+/// The stream's bytes one [`serve_link`] consumed, on their way to this
+/// node's backlog (which makes `slave_repl_offset`).
+struct Counted {
+    /// A copy of the read buffer taken up front (`copied`), or the records
+    /// re-encoded as they are read (after a payload ends in this call).
+    bytes: BytesMut,
+    copied: bool,
+    /// The read buffer's length when it was copied.
+    start_len: usize,
+    /// Bytes of `bytes` appended to the backlog, or moved to the open
+    /// transaction's frame ([`LinkState::frame`]).
+    ///
+    /// [`LinkState::frame`]: crate::session::LinkState::frame
+    flushed: usize,
+    /// Where in `bytes` the open transaction (`MULTI` read, its `EXEC` not
+    /// run) starts: 0 when it started in an earlier call.
+    frame_at: Option<usize>,
+}
+
+impl Counted {
+    fn new<T>(c: &Conn<T>, streaming: bool) -> Counted {
+        let open = c.state.link.as_ref().is_some_and(|l| !l.frame.is_empty());
+        Counted {
+            bytes: match streaming {
+                true => BytesMut::from(&c.rbuf[..]),
+                false => BytesMut::new(),
+            },
+            copied: streaming,
+            start_len: c.rbuf.len(),
+            flushed: 0,
+            frame_at: open.then_some(0),
+        }
+    }
+
+    /// Bytes consumed so far.
+    fn consumed<T>(&self, c: &Conn<T>) -> usize {
+        match self.copied {
+            true => self.start_len - c.rbuf.len(),
+            false => self.bytes.len(),
+        }
+    }
+
+    /// Appends what was consumed and not yet flushed to the backlog, up to
+    /// an open transaction's start; its bytes are kept in its frame.
+    fn flush<T>(&mut self, repl: &Replication, c: &mut Conn<T>) {
+        let upto = self.consumed(c);
+        let stop = self.frame_at.map_or(upto, |f| f.min(upto));
+        if stop > self.flushed {
+            repl.backlog.append(&[&self.bytes[self.flushed..stop]]);
+            self.flushed = stop;
+        }
+        if let Some(link) = c.state.link.as_mut().filter(|_| upto > self.flushed) {
+            link.frame.extend_from_slice(&self.bytes[self.flushed..upto]);
+            self.flushed = upto;
+        }
+    }
+
+    /// The open transaction's `EXEC` runs: its bytes are counted, as one
+    /// append.
+    fn close_frame<T>(&mut self, repl: &Replication, c: &mut Conn<T>) {
+        if self.frame_at.take().is_none() {
+            return self.flush(repl, c);
+        }
+        let upto = self.consumed(c);
+        let earlier = c
+            .state
+            .link
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.frame))
+            .unwrap_or_default();
+        let rest = &self.bytes[self.flushed.min(upto)..upto];
+        repl.backlog.append(&[&earlier, rest]);
+        self.flushed = upto;
+    }
 }
 
 /// Drops the replies of records applied, once all are back, logging errors.

@@ -137,6 +137,9 @@ pub(super) struct Running {
     /// Split parts begun before it may still be in flight: its first lock
     /// waits ([`crate::state::SplitGate::drained`]).
     draining: bool,
+    /// Locked runs: the effects each held shard handed over after its
+    /// last jobs, appended to the stream as one unit at the end.
+    parts: Vec<Vec<u8>>,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -286,6 +289,7 @@ impl Running {
             asking: false,
             gate: None,
             draining: false,
+            parts: Vec::new(),
             addr: c.state.handle.addr,
         }
     }
@@ -505,11 +509,7 @@ impl Running {
                         continue;
                     }
                     let jobs = jobs.unwrap_or_default();
-                    let msg = TxMsg::Run {
-                        tx,
-                        jobs,
-                        publish: last,
-                    };
+                    let msg = TxMsg::Run { tx, jobs, last };
                     worker.mailboxes[s].send(Msg::Tx(msg));
                     self.runs += 1;
                 }
@@ -531,7 +531,7 @@ impl Running {
             let msg = TxMsg::Run {
                 tx,
                 jobs: vec![job],
-                publish: false,
+                last: false,
             };
             if !worker.mailboxes[shard].send(Msg::Tx(msg)) {
                 return crate::error::OpError::ShardUnavailable.reply();
@@ -561,10 +561,16 @@ impl Running {
             false,
         );
         if let Mode::Locked { shards, granted } = &self.mode {
-            for &s in &shards[..*granted] {
-                if s == worker.id {
-                    worker.shard.borrow_mut().store.effects_mut().publish();
-                }
+            let held = &shards[..*granted];
+            if held.contains(&worker.id) {
+                let own = worker.shard.borrow_mut().store.effects_mut().take_part();
+                self.parts.extend(own);
+            }
+            // Every shard's part enters the stream as one unit before any
+            // shard is released, so nothing written after the transaction
+            // comes before it.
+            worker.shared.repl.backlog.append_unit(&self.parts);
+            for &s in held {
                 let msg = TxMsg::Release { tx: self.tx };
                 worker.mailboxes[s].send(Msg::Tx(msg));
             }
@@ -634,7 +640,7 @@ impl<T: Transport> Turn<T> {
         let worker = self.worker.clone();
         let me = worker.id;
         let answer = |tx: TxId, msg: TxMsg| worker.mailboxes[tx.thread].send(Msg::Tx(msg));
-        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool| {
+        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool, part: Option<Vec<u8>>| {
             let shard = me;
             answer(
                 tx,
@@ -643,6 +649,7 @@ impl<T: Transport> Turn<T> {
                     shard,
                     replies,
                     dirty,
+                    part,
                 },
             )
         };
@@ -652,6 +659,9 @@ impl<T: Transport> Turn<T> {
                 let mut shard = worker.shard.borrow_mut();
                 shard.locked = true;
                 shard.tick();
+                // What ran before is published; the transaction's effects
+                // here are kept for its coordinator (`Running::finish`).
+                shard.store.effects_mut().gather(true);
                 let dirty = !watch.is_empty() && shard.store.watch_dirty(tx.client, &watch);
                 drop(shard);
                 answer(
@@ -663,14 +673,15 @@ impl<T: Transport> Turn<T> {
                     },
                 );
             }
-            TxMsg::Run { tx, jobs, publish } => {
+            TxMsg::Run { tx, jobs, last } => {
                 let mut shard = worker.shard.borrow_mut();
                 let replies = run_jobs(&mut shard, jobs);
-                if publish {
-                    shard.store.effects_mut().publish();
-                }
+                let part = match last {
+                    true => shard.store.effects_mut().take_part(),
+                    false => None,
+                };
                 drop(shard);
-                ran(tx, replies, false);
+                ran(tx, replies, false, part);
             }
             TxMsg::Once { tx, jobs, watch } => {
                 let mut shard = worker.shard.borrow_mut();
@@ -682,13 +693,14 @@ impl<T: Transport> Turn<T> {
                 };
                 shard.publish();
                 drop(shard);
-                ran(tx, replies, dirty);
+                ran(tx, replies, dirty, None);
             }
             TxMsg::Release { .. } => {
                 self.locks.holder = None;
                 {
                     let mut shard = worker.shard.borrow_mut();
                     shard.locked = false;
+                    shard.store.effects_mut().gather(false);
                     shard.publish();
                 }
                 while self.locks.holder.is_none() {
@@ -718,7 +730,8 @@ impl<T: Transport> Turn<T> {
                 shard,
                 replies,
                 dirty,
-            } => self.ran(tx, shard, replies, dirty),
+                part,
+            } => self.ran(tx, shard, replies, dirty, part),
         }
     }
 
@@ -753,13 +766,21 @@ impl<T: Transport> Turn<T> {
         }
     }
 
-    fn ran(&mut self, tx: TxId, shard: usize, replies: Vec<Reply>, dirty: bool) {
+    fn ran(
+        &mut self,
+        tx: TxId,
+        shard: usize,
+        replies: Vec<Reply>,
+        dirty: bool,
+        part: Option<Vec<u8>>,
+    ) {
         let worker = self.worker.clone();
         let Some((run, state)) = self.running(tx) else {
             return;
         };
         run.runs -= 1;
         run.dirty |= dirty;
+        run.parts.extend(part);
         let routes = run.outbox.answered(shard);
         for (route, reply) in routes.into_iter().zip(replies) {
             run.pipe.fill(route, Answer::Reply(reply));
