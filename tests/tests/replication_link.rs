@@ -157,3 +157,62 @@ fn a_payload_that_is_not_a_leasehold_snapshot_changes_nothing() {
     assert_eq!(r.call("REPLICAOF NO ONE"), "+OK\r\n");
     assert_eq!(r.call("SET after 1"), "+OK\r\n");
 }
+
+/// A primary's transaction over several shards reaches the replica framed
+/// `MULTI` .. `EXEC`. A link lost inside a frame applies nothing of it
+/// and counts none of its bytes: the replica asks to continue from before
+/// the `MULTI`, and the frame sent again applies once, whole.
+#[test]
+fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let keys = keys_in_both_halves("k", 2);
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, _, _) = handshake(&listener);
+    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    wire.extend(records(&[
+        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
+        &["LH.FLUSHSLOTS", "0", "16383"],
+        &["LH.SNAPEND", "1"],
+    ]));
+    wire.extend(MARK.as_bytes());
+    let before = records(&[&["SET", "plain", "1"]]);
+    let frame = records(&[&["MULTI"], &["SET", a, "1"], &["SET", b, "1"], &["EXEC"]]);
+    // The link breaks after the frame's second record.
+    let cut = records(&[&["MULTI"], &["SET", a, "1"]]).len();
+    wire.extend(&before);
+    wire.extend(&frame[..cut]);
+    s.write_all(&wire).unwrap();
+    let start = Instant::now();
+    while r.call("GET plain") != "$1\r\n1\r\n" {
+        assert!(start.elapsed() < Duration::from_secs(5), "the stream applies");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(r.call(&format!("EXISTS {a} {b}")), ":0\r\n", "nothing of an open frame");
+    assert_eq!(
+        field(&mut r, "replication", "slave_repl_offset"),
+        before.len().to_string(),
+        "the open frame's bytes are not counted"
+    );
+    drop(s);
+    // The replica comes back asking for what follows the last whole unit.
+    let (mut s, _, psync) = handshake(&listener);
+    assert_eq!(psync, ["PSYNC", ID, &(before.len() + 1).to_string()]);
+    let mut wire = format!("+CONTINUE {ID}\r\n").into_bytes();
+    wire.extend(&frame);
+    s.write_all(&wire).unwrap();
+    let start = Instant::now();
+    while r.call(&format!("EXISTS {a} {b}")) != ":2\r\n" {
+        assert!(start.elapsed() < Duration::from_secs(5), "the frame applies");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(r.call(&format!("MGET {a} {b}")), "*2\r\n$1\r\n1\r\n$1\r\n1\r\n");
+    assert_eq!(
+        field(&mut r, "replication", "slave_repl_offset"),
+        (before.len() + frame.len()).to_string()
+    );
+}
