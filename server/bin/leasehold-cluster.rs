@@ -322,6 +322,16 @@ fn master_name(g: usize) -> String {
     format!("leasehold-g{g}")
 }
 
+/// Group `g`'s first and last hash slot when `n` groups share the 16384
+/// slots evenly, as `redis-cli --cluster create` splits them (each
+/// boundary `g * 16384 / n` rounded to the nearest slot; for 3 groups
+/// 0-5460, 5461-10922, 10923-16383), so the client's sub-keys, which
+/// assume that split, land one per group.
+pub fn even_slots(g: usize, n: usize) -> (usize, usize) {
+    let start = |g: usize| (2 * g * 16384 + n) / (2 * n);
+    (start(g), start(g + 1) - 1)
+}
+
 /// The topology of `groups` groups, the slots split evenly, group `g` on
 /// ports `nodes[g]` (the primary first), each under [`master_name`].
 pub fn local_topology(nodes: &[Vec<u16>], sentinels: &[u16]) -> String {
@@ -333,8 +343,7 @@ pub fn local_topology(nodes: &[Vec<u16>], sentinels: &[u16]) -> String {
         .collect();
     t.push_str(&format!("sentinels = [{}]\n", list.join(", ")));
     for (g, ports) in nodes.iter().enumerate() {
-        let first = 16384 * g / n;
-        let last = 16384 * (g + 1) / n - 1;
+        let (first, last) = even_slots(g, n);
         t.push_str(&format!(
             "\n[[group]]\nname = \"g{g}\"\nslots = [\"{first}-{last}\"]\n"
         ));
@@ -536,8 +545,7 @@ fn local(o: Local) -> Result<bool, String> {
     );
     println!("topology {}", topo_path.display());
     for (g, ports) in nodes.iter().enumerate() {
-        let first = 16384 * g / nodes.len();
-        let last = 16384 * (g + 1) / nodes.len() - 1;
+        let (first, last) = even_slots(g, nodes.len());
         println!("group g{g} slots {first}-{last}:");
         for (i, p) in ports.iter().enumerate() {
             let role = if i == 0 { "primary" } else { "replica" };
@@ -952,4 +960,26 @@ fn reshard(from: &str, to: &str, slots: &str, batch: u32, node: &str) -> Result<
         "slots {first}-{last}: {moved} keys moved from {from} to {to}; topology version {in_force}"
     );
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::even_slots;
+
+    #[test]
+    fn the_slots_split_as_redis_cli_splits_them() {
+        let split = |n: usize| (0..n).map(|g| even_slots(g, n)).collect::<Vec<_>>();
+        assert_eq!(split(1), vec![(0, 16383)]);
+        assert_eq!(split(3), vec![(0, 5460), (5461, 10922), (10923, 16383)]);
+        assert_eq!(split(16)[1], (1024, 2047));
+        for n in 1..=64 {
+            let parts = split(n);
+            assert_eq!(parts[0].0, 0);
+            assert_eq!(parts[n - 1].1, 16383);
+            assert!(
+                parts.windows(2).all(|w| w[1].0 == w[0].1 + 1),
+                "{n}: {parts:?}"
+            );
+        }
+    }
 }

@@ -36,7 +36,7 @@ fn topology_text(ports: &[u16], sentinels: &[u16]) -> String {
         .map(|p| format!("\"127.0.0.1:{p}\""))
         .collect();
     let mut t = format!("version = 1\nsentinels = [{}]\n", list.join(", "));
-    for (g, slots) in ["0-5460", "5461-10921", "10922-16383"].iter().enumerate() {
+    for (g, slots) in ["0-5460", "5461-10922", "10923-16383"].iter().enumerate() {
         t += &format!(
             "\n[[group]]\nname = \"g{g}\"\nslots = [\"{slots}\"]\nsentinel = \"{}\"\n[[group.node]]\naddr = \"127.0.0.1:{}\"\nrole = \"primary\"\n[[group.node]]\naddr = \"127.0.0.1:{}\"\nrole = \"replica\"\n",
             master(g),
