@@ -473,7 +473,7 @@ fn local(o: Local) -> Result<bool, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let topo_path = dir.join("topology.toml");
     let topo = local_topology(&nodes, &sentinels);
-    Topology::parse(&topo).map_err(|e| format!("the topology written: {e}"))?;
+    let parsed = Topology::parse(&topo).map_err(|e| format!("the topology written: {e}"))?;
     std::fs::write(&topo_path, &topo).map_err(|e| format!("{}: {e}", topo_path.display()))?;
 
     on_stop_signals();
@@ -506,6 +506,10 @@ fn local(o: Local) -> Result<bool, String> {
             }
         }
         if let Some(prog) = sentinel_prog {
+            // The links up first (see `create::wait_linked`).
+            if !create::wait_linked(&parsed, Instant::now() + Duration::from_secs(10)) {
+                eprintln!("WARNING: not every replica's link is up after 10 s; starting the sentinels anyway");
+            }
             for &s in &sentinels {
                 let sdir = dir.join(format!("sentinel-{s}"));
                 std::fs::create_dir_all(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
@@ -531,6 +535,10 @@ fn local(o: Local) -> Result<bool, String> {
                 if !answers(s, Duration::from_secs(10)) {
                     return Err(format!("sentinel 127.0.0.1:{s} does not answer"));
                 }
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            for (s, name, r) in create::wait_replicas_known(&parsed, deadline) {
+                eprintln!("WARNING: sentinel {s} does not list {r} among {name}'s replicas yet: it could not promote it");
             }
         }
         Ok(())

@@ -157,21 +157,9 @@ pub fn create(o: &Create) -> Result<bool, String> {
         }
     }
 
-    // The links up before the sentinels are told: a sentinel learns a
-    // group's replicas from its primary's `INFO replication`, which it
-    // reads at once when it starts monitoring and then only every 10 s;
-    // a replica missing from that first answer could not be promoted for
-    // those 10 s (`-failover-abort-no-good-slave`).
+    // The links up before the sentinels are told.
     let deadline = Instant::now() + Duration::from_secs(o.wait_s);
-    let linked = |r: &Node, p: &Node| matches!(role(&r.addr()), Ok((_, Some((m, link)))) if link == "connected" && same_node(&m, &p.addr()));
-    let all_linked = || {
-        topo.groups
-            .iter()
-            .all(|g| g.nodes[1..].iter().all(|r| linked(r, g.primary())))
-    };
-    while !all_linked() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_linked(&topo, deadline);
 
     // Every sentinel monitoring every group with a master name.
     let quorum = o
@@ -234,17 +222,50 @@ pub fn create(o: &Create) -> Result<bool, String> {
     // Every sentinel knowing every replica it may have to promote, then
     // the whole check.
     let deadline = deadline.max(Instant::now() + Duration::from_secs(2));
-    let mut unknown = unknown_replicas(&topo);
-    while !unknown.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-        unknown = unknown_replicas(&topo);
-    }
+    let unknown = wait_replicas_known(&topo, deadline);
     println!();
     let sentinels_ok = unknown.is_empty();
     for (s, name, r) in &unknown {
         println!("[ERR] sentinel {s} does not list {r} among {name}'s replicas: it could not promote it yet");
     }
     Ok(check(&nodes[0].addr())? && sentinels_ok)
+}
+
+/// Waits until every replica of `topo` has its replication link to its
+/// group's primary up (ROLE: `connected`), or until `deadline`; whether
+/// they all did. A sentinel learns a group's replicas from its primary's
+/// `INFO replication`, which it reads at once when it starts monitoring
+/// and then only every 10 s: a replica missing from that first answer
+/// could not be promoted for those 10 s (`-failover-abort-no-good-slave`),
+/// so this comes before the sentinels are told.
+pub fn wait_linked(topo: &Topology, deadline: Instant) -> bool {
+    let linked = |r: &Node, p: &Node| matches!(role(&r.addr()), Ok((_, Some((m, link)))) if link == "connected" && same_node(&m, &p.addr()));
+    let all_linked = || {
+        topo.groups
+            .iter()
+            .all(|g| g.nodes[1..].iter().all(|r| linked(r, g.primary())))
+    };
+    loop {
+        if all_linked() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until every sentinel of `topo` lists every replica it may have
+/// to promote, or until `deadline`; returns those still unknown
+/// ([`unknown_replicas`]).
+pub fn wait_replicas_known(topo: &Topology, deadline: Instant) -> Vec<(String, String, String)> {
+    let mut unknown = unknown_replicas(topo);
+    while !unknown.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        unknown = unknown_replicas(topo);
+    }
+    unknown
 }
 
 /// (sentinel, master name, replica) for every replica of a group with a
