@@ -253,6 +253,26 @@ impl Files {
         }
         let size = log.size();
         persist.aof_size.store(size, Ordering::Relaxed);
+        let full_syncs = shared.repl.full_syncs_taken.load(Ordering::SeqCst);
+        if full_syncs != self.full_syncs_seen {
+            // The dataset was replaced and the stream restarted: seen once
+            // a rewrite worked (a failed one is retried after its pause).
+            if self.retry_rewrite.is_some_and(|t| Instant::now() < t) {
+                return;
+            }
+            tracing::info!("a full sync replaced the dataset: rewriting the append-only log");
+            // The stream restarted at the primary's offset: the writer,
+            // which follows the old offsets, cannot reach a cut in the new
+            // ones; the log starts again from the rewrite's cut.
+            if let Some(log) = self.log.take() {
+                log.writer.finish(&shared);
+            }
+            persist.aof_on.store(false, Ordering::SeqCst);
+            if self.rewrite_logged().is_ok() {
+                self.full_syncs_seen = full_syncs;
+            }
+            return;
+        }
         if let Some(why) = log.writer.failure() {
             tracing::warn!("{why}; rewriting the append-only log");
             if let Some(log) = self.log.take() {
@@ -260,14 +280,6 @@ impl Files {
             }
             persist.aof_on.store(false, Ordering::SeqCst);
             persist.aof_write_failed.store(true, Ordering::SeqCst);
-            let _ = self.rewrite_logged();
-            return;
-        }
-        let full_syncs = shared.repl.full_syncs_taken.load(Ordering::SeqCst);
-        if full_syncs != self.full_syncs_seen {
-            // The dataset was replaced and the stream restarted.
-            self.full_syncs_seen = full_syncs;
-            tracing::info!("a full sync replaced the dataset: rewriting the append-only log");
             let _ = self.rewrite_logged();
             return;
         }

@@ -119,8 +119,11 @@ fn run(shared: &Shared, mailboxes: &[Mailbox]) {
                             target.host,
                             target.port
                         );
-                        repl.adopt_full_sync(&replid, offset);
+                        // Loading first: the log's daemon rewrites after a
+                        // full sync it counts, and must not do it before
+                        // the payload is loaded.
                         repl.set_loading(true);
+                        repl.adopt_full_sync(&replid, offset);
                         Some(offset)
                     }
                     Answer::Continue(replid) => {
