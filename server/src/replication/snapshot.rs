@@ -13,8 +13,11 @@
 //! <replid> <M> <unix ms> <shards>`, `LH.FLUSHSLOTS 0 16383` and
 //! `LH.UNPINALL` (the reader starts from nothing: no key, no run-time pin),
 //! every shard's image records as they come (the first shard's start with
-//! its `LH.PIN`s), then `LH.SNAPEND <records>` (the count of records
-//! between the two, the flush and the unpin included).
+//! its `LH.PIN`s), then `LH.SNAPEND <records> <crc>`: the count of records
+//! between the two (the flush and the unpin included) and the CRC-32
+//! (`persist::format::crc32`, 8 lower-case hex digits) of every byte from
+//! the start of `LH.SNAPSHOT` to the start of `LH.SNAPEND`. A reader checks
+//! both as it reads, so a body as long as the dataset is never kept whole.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +27,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use leasehold_protocol::encode_request;
 
+use crate::persist::format::CrcWriter;
 use crate::shard::{Cut, Mailbox, Msg};
 use crate::state::Shared;
 use crate::store::{ImagePart, ImageSink};
@@ -108,7 +112,8 @@ pub fn cut(
 }
 
 /// Writes the body of the image (see the module's docs) to `w` as the
-/// shards produce it; returns the record count `LH.SNAPEND` carries.
+/// shards produce it, checksummed as it goes; returns the record count
+/// `LH.SNAPEND` carries.
 /// `go_on` is asked between chunks; when it turns false the image stops.
 ///
 /// # Errors
@@ -135,11 +140,13 @@ pub fn write_body(
     encode_request(&header, &mut head);
     encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
     encode_request(&["LH.UNPINALL"], &mut head);
-    w.write_all(&head)?;
-    let records = 2 + write_images(cut, w, go_on)?;
+    let mut summed = CrcWriter::new(w);
+    summed.write_all(&head)?;
+    let records = 2 + write_images(cut, &mut summed, go_on)?;
+    let crc = format!("{:08x}", summed.crc());
     let mut end = BytesMut::new();
-    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
-    w.write_all(&end)?;
+    encode_request(&["LH.SNAPEND", &records.to_string(), &crc], &mut end);
+    summed.inner_mut().write_all(&end)?;
     Ok(records)
 }
 
