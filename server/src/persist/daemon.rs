@@ -369,7 +369,7 @@ impl Files {
         let file = File::create(path)?;
         let mut w = BufWriter::with_capacity(1 << 20, CrcWriter::new(file));
         w.write_all(SNAPSHOT_MAGIC)?;
-        let done = cut(&self.shared, &self.mailboxes, at_cut)?;
+        let done = cut(&self.shared, &self.mailboxes, || Ok(()), at_cut)?;
         let shared = &self.shared;
         let records = write_body(shared, &done, &mut w, || {
             !shared.shutting_down.load(Ordering::SeqCst)
