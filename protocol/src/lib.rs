@@ -39,4 +39,4 @@ pub mod slot;
 pub use args::{ArgError, Args};
 pub use decode_reply::{decode_reply, ReplyDecodeError};
 pub use reply::{Aggregate, Bulks, Protocol, Reply};
-pub use request::{decode_request, encode_request, Limits, ProtocolError};
+pub use request::{decode_request, decode_request_raw, encode_request, Limits, ProtocolError};

@@ -115,6 +115,19 @@ pub fn decode_request(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    Ok(decode_request_raw(buf, limits)?.map(|(_, args)| args))
+}
+
+/// [`decode_request`], also giving the bytes the request was read from
+/// (its whole frame, as it was in `buf`), for a reader that checksums what
+/// it consumes. The arguments share the frame's memory: no copy is made.
+///
+/// # Errors
+/// As [`decode_request`].
+pub fn decode_request_raw(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<(Bytes, Vec<Bytes>)>, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -142,7 +155,7 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
 fn decode_multibulk(
     buf: &mut BytesMut,
     limits: &Limits,
-) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+) -> Result<Option<(Bytes, Vec<Bytes>)>, ProtocolError> {
     let Some(cr) = find_cr(buf, 1) else {
         if buf.len() > limits.max_inline_len {
             return Err(ProtocolError::TooBigMultibulkCount);
@@ -161,8 +174,7 @@ fn decode_multibulk(
     }
     let mut pos = cr + 2;
     if count <= 0 {
-        let _ = buf.split_to(pos);
-        return Ok(Some(Vec::new()));
+        return Ok(Some((buf.split_to(pos).freeze(), Vec::new())));
     }
     // First pass: check that the whole request is here, without allocating.
     let count = count as usize;
@@ -210,10 +222,13 @@ fn decode_multibulk(
         args.push(frame.slice(cr + 2..cr + 2 + len));
         at = cr + 4 + len;
     }
-    Ok(Some(args))
+    Ok(Some((frame, args)))
 }
 
-fn decode_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+fn decode_inline(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<(Bytes, Vec<Bytes>)>, ProtocolError> {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > limits.max_inline_len {
             return Err(ProtocolError::TooBigInline);
@@ -223,7 +238,7 @@ fn decode_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes
     if nl > limits.max_inline_len {
         return Err(ProtocolError::TooBigInline);
     }
-    let line = buf.split_to(nl + 1);
+    let line = buf.split_to(nl + 1).freeze();
     let mut end = nl;
     if end > 0 && line[end - 1] == b'\r' {
         end -= 1;
@@ -232,7 +247,7 @@ fn decode_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes
     if !limits.authenticated && args.len() > UNAUTH_MAX_MULTIBULK_LEN {
         return Err(ProtocolError::UnauthenticatedMultibulkLength);
     }
-    Ok(Some(args.into_iter().map(Bytes::from).collect()))
+    Ok(Some((line, args.into_iter().map(Bytes::from).collect())))
 }
 
 /// Encodes `args` as a RESP request array of bulk strings (what clients send).
@@ -258,6 +273,25 @@ mod tests {
     fn complete_multibulk() {
         let got = one(b"*2\r\n$4\r\nECHO\r\n$3\r\n*a*\r\n").unwrap().unwrap();
         assert_eq!(got, vec![Bytes::from("ECHO"), Bytes::from("*a*")]);
+    }
+
+    #[test]
+    fn raw_gives_each_request_its_own_bytes() {
+        let first = &b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"[..];
+        let wire = [first, b"*0\r\n", b"PING x\r\n", b"*1\r\n$4\r\nPI"].concat();
+        let mut buf = BytesMut::from(&wire[..]);
+        let limits = Limits::default();
+        let mut frames = Vec::new();
+        while let Some((raw, args)) = decode_request_raw(&mut buf, &limits).unwrap() {
+            frames.push((raw, args.len()));
+        }
+        let want: Vec<(Bytes, usize)> = vec![
+            (Bytes::copy_from_slice(first), 2),
+            (Bytes::from_static(b"*0\r\n"), 0),
+            (Bytes::from_static(b"PING x\r\n"), 2),
+        ];
+        assert_eq!(frames, want);
+        assert_eq!(&buf[..], b"*1\r\n$4\r\nPI", "a partial request stays");
     }
 
     #[test]

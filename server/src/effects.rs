@@ -21,6 +21,7 @@
 //! none of its own effects (its watches still see them): its stream is the
 //! one its primary sent.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leasehold_protocol::encode_request;
@@ -116,6 +117,9 @@ pub struct EffectLog {
     sink: Option<Arc<Replication>>,
     /// A full sync's cut holds this shard's publishes (see [`EffectLog::hold`]).
     holding: bool,
+    /// Set once the held bytes pass half the ring, for the cut to give up
+    /// (see [`EffectLog::hold_watched`]).
+    hold_over: Option<Arc<AtomicBool>>,
     /// A transaction over several shards holds this one: its effects are
     /// kept whole for the transaction (see [`EffectLog::gather`]).
     gathering: bool,
@@ -147,6 +151,7 @@ impl EffectLog {
             published: 0,
             sink: None,
             holding: false,
+            hold_over: None,
             gathering: false,
             watches: Watches::default(),
             changes: 0,
@@ -185,6 +190,11 @@ impl EffectLog {
         let half = (self.capacity / 2) as u64;
         let pending = self.offset - self.published;
         let kept = self.holding || self.gathering;
+        if self.holding && pending + self.scratch.len() as u64 > half {
+            if let Some(over) = &self.hold_over {
+                over.store(true, Ordering::SeqCst);
+            }
+        }
         if kept && pending + self.scratch.len() as u64 > self.capacity as u64 {
             // A cut or a transaction holds the publishes: nothing held may
             // be overwritten before it is copied to the merged stream.
@@ -305,8 +315,17 @@ impl EffectLog {
     pub fn hold(&mut self, yes: bool) {
         self.holding = yes;
         if !yes {
+            self.hold_over = None;
             self.publish();
         }
+    }
+
+    /// Holds as [`EffectLog::hold`] does, and sets `over` once the held
+    /// bytes pass half the ring: a cut whose barrier lasts that long gives
+    /// up rather than grow the ring.
+    pub fn hold_watched(&mut self, over: Arc<AtomicBool>) {
+        self.hold(true);
+        self.hold_over = Some(over);
     }
 
     /// Moves the kept bytes into a ring of at least `want` bytes (a power
@@ -646,5 +665,28 @@ mod tests {
         let mut out = Vec::new();
         repl.backlog.read(80, 100, &mut out).unwrap();
         assert!(out.starts_with(b"*3\r\n$3\r\nSET\r\n"));
+    }
+
+    #[test]
+    fn a_watched_hold_says_when_its_bytes_pass_half_the_ring() {
+        let repl = Arc::new(Replication::new(1024));
+        let mut log = EffectLog::new(64);
+        log.attach(repl.clone());
+        let over = Arc::new(AtomicBool::new(false));
+        log.hold_watched(over.clone());
+        // `DEL a` is 20 bytes: 20 and 40 held against a half of 32.
+        log.emit(Effect::Del { key: b"a" });
+        assert!(!over.load(Ordering::SeqCst), "20 bytes held");
+        log.emit(Effect::Del { key: b"b" });
+        assert!(over.load(Ordering::SeqCst), "40 bytes held");
+        assert_eq!(repl.backlog.offset(), 0, "still held");
+        log.hold(false);
+        assert_eq!(repl.backlog.offset(), 40);
+        // A release forgets the flag: later holds without one set nothing.
+        over.store(false, Ordering::SeqCst);
+        log.hold(true);
+        log.emit(Effect::Del { key: b"c" });
+        log.emit(Effect::Del { key: b"d" });
+        assert!(!over.load(Ordering::SeqCst));
     }
 }

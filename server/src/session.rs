@@ -241,6 +241,13 @@ pub struct LinkState {
     pub mark: Option<bytes::Bytes>,
     /// Records of the payload applied so far.
     pub records: u64,
+    /// The CRC-32 (`persist::format::crc32`) of the payload's bytes read
+    /// so far from its `LH.SNAPSHOT` record on, checked against the one
+    /// `LH.SNAPEND` carries.
+    pub crc: crc32fast::Hasher,
+    /// The payload's `LH.SNAPEND` was read and checked out: only its end
+    /// mark may follow.
+    pub ended: bool,
     /// The payload's `LH.SNAPSHOT` header was read (from then on the
     /// dataset is being replaced).
     pub started: bool,

@@ -14,7 +14,7 @@
 //! batch at a time), so a borrow can never fail.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -120,6 +120,9 @@ pub struct Cut {
     pub sink: ImageSink,
     /// Where the shard reports that it has cut.
     pub cut: crossbeam_channel::Sender<usize>,
+    /// Set by a shard whose held effects pass half its ring before the
+    /// release: the cut gives up.
+    pub over: Arc<AtomicBool>,
 }
 
 /// A replication link's connection, handed to a thread's event loop once
@@ -493,7 +496,7 @@ impl Shard {
     pub fn cut(&mut self, cut: Cut) {
         self.tick();
         self.publish();
-        self.store.effects_mut().hold(true);
+        self.store.effects_mut().hold_watched(cut.over);
         self.store.start_image(cut.sink);
         let _ = cut.cut.send(self.id);
     }

@@ -17,6 +17,8 @@
 //! - [`q`], [`q_err`], [`LIMIT`] (module [`redis_rs`]): one command through
 //!   redis-rs, its value or its error text.
 //! - [`info()`], [`info_fields`] (module [`mod@info`]): INFO's text and its fields.
+//! - module [`busy`]: `EVAL` requests, a connection of a chosen thread, a
+//!   script that keeps its shard busy.
 //! - module [`replication`]: make a server follow another, wait until it
 //!   has caught up, dump a keyspace to compare.
 //! - module [`differential`]: a real `redis-server` beside Leasehold, the
@@ -39,6 +41,7 @@ use leasehold_server::config::Config;
 use leasehold_server::slot::{key_slot, SLOTS};
 use leasehold_server::ServerHandle;
 
+pub mod busy;
 pub mod clock;
 pub mod differential;
 pub mod info;

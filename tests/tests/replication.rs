@@ -10,11 +10,12 @@
 //! everywhere and the comparison is exact.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold_server::clock::ManualClock;
+use leasehold_tests::busy::{eval, low_threshold, on_shard, wait_busy};
 use leasehold_tests::replication::{assert_same, dump, field, follow, wait_caught_up};
-use leasehold_tests::{resp, TestServer, T0_MS};
+use leasehold_tests::{keys_in_both_halves, resp, Raw, TestServer, T0_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -554,4 +555,76 @@ fn a_replica_past_its_output_limit_loses_its_link() {
         std::thread::sleep(Duration::from_millis(20));
     }
     drop(stuck);
+}
+
+/// A full sync's cut waits for every shard, and one kept busy by a script
+/// is waited for at most 100 ms at a time: the other shard's writes enter
+/// the stream meanwhile, each try is aborted before `+FULLRESYNC` and
+/// retried after 1 s (a `\n` keepalive to the replica), and after 3 tries
+/// the link closes. Once the script ends, a replica syncs.
+#[test]
+fn a_cut_that_waits_for_a_busy_shard_is_aborted_retried_and_given_up() {
+    let primary = TestServer::start(2);
+    let keys = keys_in_both_halves("k", 1);
+    // The script keeps shard 1 busy; thread 0, which accepts connections,
+    // serves the rest of the test.
+    // (Connections made while it runs may land on the busy thread: every
+    // one the test needs is made before.)
+    let mut busy = on_shard(&primary, &keys, 1);
+    let mut probes: Vec<Raw> = (0..62).map(|_| on_shard(&primary, &keys, 0)).collect();
+    let mut p = probes.pop().expect("62 connections");
+    // A replica's handshake, by hand, to see every byte of the answer.
+    let mut replica = probes.pop().expect("62 connections");
+    low_threshold(&mut p);
+    busy.send(&eval("while true do end", &["0"]));
+    wait_busy(&mut probes, &keys);
+    let mut hello = resp(&[b"REPLCONF", b"capa", b"lh1"]);
+    hello.extend(resp(&[b"PSYNC", b"?", b"-1"]));
+    replica.send(&hello);
+    let asked = Instant::now();
+    // While the sender tries to cut, the free shard's writes reach the
+    // stream within a try's bound (a hold until the script ends would keep
+    // them out for good).
+    let mut worst = Duration::ZERO;
+    while asked.elapsed() < Duration::from_millis(1500) {
+        let before: u64 = field(&mut p, "replication", "master_repl_offset")
+            .parse()
+            .unwrap();
+        let wrote = Instant::now();
+        assert_eq!(p.call(&format!("SET {} x", keys[0])), "+OK\r\n");
+        while field(&mut p, "replication", "master_repl_offset")
+            .parse::<u64>()
+            .unwrap()
+            == before
+        {
+            assert!(
+                wrote.elapsed() < Duration::from_millis(500),
+                "a write of the free shard held past the cut's bound"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        worst = worst.max(wrote.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("slowest write to enter the stream during the cut's tries: {worst:?}");
+    // The answer: the REPLCONF's +OK, a keepalive before each of the two
+    // retries, no +FULLRESYNC, then the link closes.
+    replica.expect_closed_after("+OK\r\n\n\n", Duration::from_secs(10));
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "three tries a second apart took {took:?}"
+    );
+    println!("the link closed {took:?} after PSYNC");
+    // The script ends; a replica then syncs.
+    assert_eq!(p.call("SCRIPT KILL"), "+OK\r\n");
+    assert!(busy.read_text().starts_with("-ERR Script killed"));
+    let follower = TestServer::start(2);
+    follow(&follower, &primary);
+    wait_caught_up(&primary, &follower, CATCH_UP);
+    assert_eq!(
+        follower.raw().call(&format!("GET {}", keys[0])),
+        "$1\r\nx\r\n"
+    );
+    assert_eq!(sync_count(&primary, "sync_full"), 2);
 }

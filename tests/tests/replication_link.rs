@@ -60,6 +60,45 @@ fn records(cmds: &[&[&str]]) -> Vec<u8> {
     out.to_vec()
 }
 
+/// How a scripted payload's `LH.SNAPEND` ends.
+#[derive(Clone, Copy)]
+enum End {
+    /// With the CRC-32 of the payload's bytes before it, as a primary sends.
+    Crc,
+    /// With a CRC-32 one bit off.
+    WrongCrc,
+    /// With the record count only, as a primary built before the CRC sends.
+    CountOnly,
+}
+
+/// `+FULLRESYNC` at offset 0 and a payload on two shards: the framing,
+/// `LH.SNAPSHOT`, `LH.FLUSHSLOTS 0 16383`, `image`, `LH.SNAPEND` (ending
+/// as `end` says), the mark.
+fn full_sync(image: &[Vec<&str>], end: End) -> Vec<u8> {
+    let mut body: Vec<&[&str]> = vec![
+        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
+        &["LH.FLUSHSLOTS", "0", "16383"],
+    ];
+    body.extend(image.iter().map(Vec::as_slice));
+    let body = records(&body);
+    let count = (image.len() + 1).to_string();
+    let crc = leasehold_server::persist::format::crc32(&body);
+    let crc = match end {
+        End::Crc => format!("{crc:08x}"),
+        End::WrongCrc => format!("{:08x}", crc ^ 1),
+        End::CountOnly => String::new(),
+    };
+    let snapend = match end {
+        End::CountOnly => records(&[&["LH.SNAPEND", &count]]),
+        _ => records(&[&["LH.SNAPEND", &count, &crc]]),
+    };
+    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    wire.extend(body);
+    wire.extend(snapend);
+    wire.extend(MARK.as_bytes());
+    wire
+}
+
 #[test]
 fn a_replica_sends_its_primary_nothing_but_acks() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -70,18 +109,8 @@ fn a_replica_sends_its_primary_nothing_but_acks() {
     assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, mut buf, psync) = handshake(&listener);
     assert_eq!(psync, ["PSYNC", "?", "-1"]);
-    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
     let image: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k.as_str(), "v"]).collect();
-    let mut payload: Vec<&[&str]> = vec![
-        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
-        &["LH.FLUSHSLOTS", "0", "16383"],
-    ];
-    payload.extend(image.iter().map(Vec::as_slice));
-    let end = (image.len() + 1).to_string();
-    let end_record = ["LH.SNAPEND", end.as_str()];
-    payload.push(&end_record);
-    wire.extend(records(&payload));
-    wire.extend(MARK.as_bytes());
+    let mut wire = full_sync(&image, End::Crc);
     let stream: Vec<Vec<&str>> = keys
         .iter()
         .flat_map(|k| {
@@ -172,13 +201,7 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
     let mut r = replica.raw();
     assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, _, _) = handshake(&listener);
-    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
-    wire.extend(records(&[
-        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
-        &["LH.FLUSHSLOTS", "0", "16383"],
-        &["LH.SNAPEND", "1"],
-    ]));
-    wire.extend(MARK.as_bytes());
+    let mut wire = full_sync(&[], End::Crc);
     let before = records(&[&["SET", "plain", "1"]]);
     let frame = records(&[&["MULTI"], &["SET", a, "1"], &["SET", b, "1"], &["EXEC"]]);
     // The link breaks after the frame's second record.
@@ -228,4 +251,107 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
         field(&mut r, "replication", "slave_repl_offset"),
         (before.len() + frame.len()).to_string()
     );
+}
+
+/// Reads what the replica sends on `s` until it closes the link (within
+/// 5 s).
+fn wait_closed(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let start = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            _ => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the replica did not close the link"
+        );
+    }
+}
+
+/// Waits until `GET key` on `r` answers `want`.
+fn wait_get(r: &mut leasehold_tests::Raw, key: &str, want: &str) {
+    let start = Instant::now();
+    loop {
+        let got = r.call(&format!("GET {key}"));
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "GET {key} answered {got}, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A payload whose `LH.SNAPEND` carries a CRC-32 that is not its bytes'
+/// is not loaded: the replica closes the link, keeps answering -LOADING
+/// (it had begun replacing its dataset) and asks again for a full sync;
+/// the same payload with the right CRC then loads.
+#[test]
+fn a_payload_whose_crc_is_wrong_is_not_loaded_and_asked_for_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let keys = keys_in_both_halves("k", 2);
+    let image: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k.as_str(), "v"]).collect();
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, _, psync) = handshake(&listener);
+    assert_eq!(psync, ["PSYNC", "?", "-1"]);
+    let mut wire = full_sync(&image, End::WrongCrc);
+    // A record of the stream after the payload: never applied from it.
+    wire.extend(records(&[&["SET", "after", "1"]]));
+    s.write_all(&wire).unwrap();
+    wait_closed(&mut s);
+    let loading = r.call(&format!("GET {}", keys[0]));
+    assert!(loading.starts_with("-LOADING"), "GET answered {loading}");
+    assert_eq!(field(&mut r, "replication", "master_link_status"), "down");
+    // It asks again for a full sync, and loads the payload sent right.
+    let (mut s, _, psync) = handshake(&listener);
+    assert_eq!(psync, ["PSYNC", "?", "-1"]);
+    let mut wire = full_sync(&image, End::Crc);
+    wire.extend(records(&[&["SET", "after", "1"]]));
+    s.write_all(&wire).unwrap();
+    wait_get(&mut r, "after", "$1\r\n1\r\n");
+    for k in &keys {
+        assert_eq!(r.call(&format!("GET {k}")), "$1\r\nv\r\n");
+    }
+    assert_eq!(field(&mut r, "replication", "master_link_status"), "up");
+}
+
+/// A payload from a primary built before the CRC (`LH.SNAPEND <records>`)
+/// loads on its record count; one that ends without `LH.SNAPEND` does not.
+#[test]
+fn a_payload_is_loaded_on_its_count_alone_but_not_without_its_end() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, _, _) = handshake(&listener);
+    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    wire.extend(records(&[
+        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
+        &["LH.FLUSHSLOTS", "0", "16383"],
+        &["SET", "cut", "1"],
+    ]));
+    wire.extend(MARK.as_bytes());
+    s.write_all(&wire).unwrap();
+    wait_closed(&mut s);
+    let loading = r.call("GET cut");
+    assert!(loading.starts_with("-LOADING"), "GET answered {loading}");
+    let (mut s, _, psync) = handshake(&listener);
+    assert_eq!(psync, ["PSYNC", "?", "-1"]);
+    let mut wire = full_sync(&[vec!["SET", "old", "1"]], End::CountOnly);
+    wire.extend(records(&[&["SET", "after", "1"]]));
+    s.write_all(&wire).unwrap();
+    wait_get(&mut r, "after", "$1\r\n1\r\n");
+    assert_eq!(r.call("GET old"), "$1\r\n1\r\n");
+    assert_eq!(r.call("EXISTS cut"), ":0\r\n");
 }

@@ -9,16 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_server::clock::ManualClock;
+use leasehold_tests::busy::{eval, low_threshold, on_two_threads, own_key, wait_busy};
 use leasehold_tests::differential::Pair;
 use leasehold_tests::replication::{follow, wait_caught_up};
 use leasehold_tests::{keys_in_both_halves, on_1_and_2_threads, resp, Raw, TestServer, T0_MS};
-
-/// `EVAL script numkeys args...` as RESP.
-fn eval(script: &str, rest: &[&str]) -> Vec<u8> {
-    let mut args: Vec<&[u8]> = vec![b"EVAL", script.as_bytes()];
-    args.extend(rest.iter().map(|a| a.as_bytes()));
-    resp(&args)
-}
 
 fn call(c: &mut Raw, request: &[u8]) -> String {
     c.send(request);
@@ -413,72 +407,6 @@ fn resp3_cases() -> Vec<(&'static str, &'static [&'static str])> {
         ),
         ("return {1, false, 3}", &["0"]),
     ]
-}
-
-/// A low `busy-reply-threshold` (through its Redis 6 alias too), so a
-/// test's script is busy quickly.
-fn low_threshold(c: &mut Raw) {
-    assert_eq!(c.call("CONFIG SET busy-reply-threshold 50"), "+OK\r\n");
-    assert_eq!(
-        c.call("CONFIG GET lua-time-limit"),
-        "*2\r\n$20\r\nbusy-reply-threshold\r\n$2\r\n50\r\n"
-    );
-}
-
-/// Waits until an MGET over both shards answers BUSY, on connections of
-/// the thread that does not run the script (`probes`, opened before it
-/// started: thread 0 accepts connections, and it may be the busy one). A
-/// command that reached the script's shard before the threshold waits for
-/// the script's end, so each try takes a fresh connection and a try
-/// without an answer at once is left behind; one answered before the
-/// script began is the MGET's own reply, and the next try follows.
-fn wait_busy(probes: &mut Vec<Raw>, keys: &[String]) {
-    let mget = format!("MGET {} {}", keys[0], keys[1]);
-    while let Some(mut c) = probes.pop() {
-        c.send_cmd(&mget);
-        if let Some((_, bytes)) = c.try_read_reply_raw(Duration::from_millis(100)) {
-            let r = String::from_utf8_lossy(&bytes).into_owned();
-            if r == "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n" {
-                return;
-            }
-            // Answered before the script started (a loaded machine may
-            // start it late, and an MGET waits for a transaction's locks
-            // before it): only the MGET's own reply may come instead.
-            assert!(
-                r.starts_with("*2\r\n"),
-                "neither BUSY nor the MGET's reply: {r:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!("never BUSY");
-}
-
-/// The index in `keys` (one key of each shard) of the key on the shard of
-/// `c`'s thread: a script without keys runs there and may touch only it.
-fn own_key(c: &mut Raw, keys: &[String]) -> usize {
-    let probe = "return redis.call('get', ARGV[1])";
-    (0..keys.len())
-        .find(|&i| !call(c, &eval(probe, &["0", &keys[i]])).starts_with('-'))
-        .expect("a key on the connection's shard")
-}
-
-/// A connection `a`, one `b` served by the other thread (of a 2-thread
-/// server), and 30 more of `b`'s thread to probe for BUSY.
-fn on_two_threads(server: &TestServer, keys: &[String]) -> (Raw, Raw, Vec<Raw>) {
-    let mut a = server.raw();
-    let mine = own_key(&mut a, keys);
-    let mut others = Vec::new();
-    // Probes for `wait_busy`: each one it gives up on costs 100 ms, and a
-    // loaded machine may need a few seconds of them.
-    while others.len() < 61 {
-        let mut b = server.raw();
-        if own_key(&mut b, keys) != mine {
-            others.push(b);
-        }
-    }
-    let b = others.pop().expect("61 connections");
-    (a, b, others)
 }
 
 #[test]

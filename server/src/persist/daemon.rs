@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::config::save_rules;
 use crate::persist::aof::{Fsync, Writer};
 use crate::persist::format::{
-    parse_manifest, render_manifest, trailer, ManifestEntry, SNAPSHOT_MAGIC,
+    parse_manifest, render_manifest, trailer, CrcWriter, ManifestEntry, SNAPSHOT_MAGIC,
 };
 use crate::persist::load::{aof_paths, snapshot_path, LoadedLog};
 use crate::persist::status::{Request, REFUSE_LOG, REFUSE_SNAPSHOT};
@@ -379,19 +379,18 @@ impl Files {
     /// `at_cut` runs at the cut. Returns its record count and size.
     fn write_snapshot(&self, path: &Path, at_cut: impl FnOnce(u64)) -> std::io::Result<(u64, u64)> {
         let file = File::create(path)?;
-        let mut w = BufWriter::with_capacity(1 << 20, Crc::new(file));
+        let mut w = BufWriter::with_capacity(1 << 20, CrcWriter::new(file));
         w.write_all(SNAPSHOT_MAGIC)?;
-        let done = cut(&self.shared, &self.mailboxes, at_cut)?;
+        let done = cut(&self.shared, &self.mailboxes, || Ok(()), at_cut)?;
         let shared = &self.shared;
         let records = write_body(shared, &done, &mut w, || {
             !shared.shutting_down.load(Ordering::SeqCst)
         })?;
         let mut crc = w.into_inner().map_err(|e| e.into_error())?;
-        let t = trailer(crc.hasher.clone().finalize());
-        crc.file.write_all(&t)?;
-        crc.len += t.len() as u64;
-        crc.file.sync_all()?;
-        Ok((records, crc.len))
+        let t = trailer(crc.crc());
+        crc.inner_mut().write_all(&t)?;
+        crc.inner_mut().sync_all()?;
+        Ok((records, crc.written() + t.len() as u64))
     }
 
     fn rewrite_logged(&mut self) -> Result<(), String> {
@@ -673,34 +672,4 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
         _ => PathBuf::from("."),
     };
     File::open(dir)?.sync_all()
-}
-
-/// A file that keeps the CRC-32 and length of what is written to it.
-struct Crc {
-    file: File,
-    hasher: crc32fast::Hasher,
-    len: u64,
-}
-
-impl Crc {
-    fn new(file: File) -> Crc {
-        Crc {
-            file,
-            hasher: crc32fast::Hasher::new(),
-            len: 0,
-        }
-    }
-}
-
-impl Write for Crc {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.len += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
 }

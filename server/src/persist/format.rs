@@ -4,7 +4,8 @@
 //! [`SNAPSHOT_MAGIC`] (`LEASEHOLD-SNAPSHOT 1`), then the records of a
 //! full sync's body (`LH.SNAPSHOT <version> <replid> <offset> <unix ms>
 //! <shards>`, `LH.FLUSHSLOTS 0 16383`, `LH.UNPINALL`, the run-time pins'
-//! `LH.PIN`s, one record per key, `LH.SNAPEND <records>`), then the trailer `LH.CHECKSUM <crc>`: a RESP array whose
+//! `LH.PIN`s, one record per key, `LH.SNAPEND <records> <crc>`), then the
+//! trailer `LH.CHECKSUM <crc>`: a RESP array whose
 //! second element is 8 lower-case hex digits, the CRC-32 (IEEE) of every
 //! byte before the trailer. A file whose trailer is missing or does not
 //! match is corrupt or truncated.
@@ -46,6 +47,54 @@ pub fn crc32(bytes: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(bytes);
     h.finalize()
+}
+
+/// A writer that hands every byte on to `W` and keeps their CRC-32 (as
+/// [`crc32`]) and count, for a checksum over a stream too long to keep.
+#[derive(Debug)]
+pub struct CrcWriter<W> {
+    inner: W,
+    hasher: crc32fast::Hasher,
+    written: u64,
+}
+
+impl<W> CrcWriter<W> {
+    /// Starts a checksum over what is written to `inner` from now on.
+    pub fn new(inner: W) -> CrcWriter<W> {
+        CrcWriter {
+            inner,
+            hasher: crc32fast::Hasher::new(),
+            written: 0,
+        }
+    }
+
+    /// The CRC-32 of every byte written so far.
+    pub fn crc(&self) -> u32 {
+        self.hasher.clone().finalize()
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The writer underneath, for bytes the checksum must not cover.
+    pub fn inner_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for CrcWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Why a file cannot be loaded as it is.

@@ -145,7 +145,13 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
                 (from, None)
             }
             None => {
-                let cut = cut(shared, &f.mailboxes, |_| {})?;
+                // Between two tries at the cut the replica, which waits
+                // for +FULLRESYNC, gets a keepalive.
+                let keepalive = || match stopped(shared, &alive, generation) {
+                    true => Err(other("the replica went")),
+                    false => w.write_all(b"\n"),
+                };
+                let cut = cut(shared, &f.mailboxes, keepalive, |_| {})?;
                 (cut.offset, Some(cut))
             }
         };

@@ -13,25 +13,37 @@
 //! <replid> <M> <unix ms> <shards>`, `LH.FLUSHSLOTS 0 16383` and
 //! `LH.UNPINALL` (the reader starts from nothing: no key, no run-time pin),
 //! every shard's image records as they come (the first shard's start with
-//! its `LH.PIN`s), then `LH.SNAPEND <records>` (the count of records
-//! between the two, the flush and the unpin included).
+//! its `LH.PIN`s), then `LH.SNAPEND <records> <crc>`: the count of records
+//! between the two (the flush and the unpin included) and the CRC-32
+//! (`persist::format::crc32`, 8 lower-case hex digits) of every byte from
+//! the start of `LH.SNAPSHOT` to the start of `LH.SNAPEND`. A reader checks
+//! both as it reads, so a body as long as the dataset is never kept whole.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use leasehold_protocol::encode_request;
 
+use crate::persist::format::CrcWriter;
 use crate::shard::{Cut, Mailbox, Msg};
 use crate::state::Shared;
 use crate::store::{ImagePart, ImageSink};
 
 /// The body's version (`LH.SNAPSHOT 1 ...`).
 pub const SNAPSHOT_VERSION: &str = "1";
-/// Longest every shard may take to cut.
-const CUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a cut may hold the shards' publishes, from the first shard's
+/// cut: a shard that has not cut by then (busy with a long script, say)
+/// aborts the try.
+pub const CUT_HOLD_MAX: Duration = Duration::from_millis(100);
+/// Longest a try waits for the first shard to cut (nothing is held yet).
+const FIRST_CUT_MAX: Duration = Duration::from_secs(5);
+/// Tries at a cut before it fails.
+pub const CUT_TRIES: u32 = 3;
+/// The pause between two tries.
+pub const CUT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 fn other(why: impl Into<String>) -> std::io::Error {
     std::io::Error::other(why.into())
@@ -65,18 +77,58 @@ pub struct CutDone {
 /// runs with the offset while every shard still holds its effects, so
 /// whatever follows the stream can switch at exactly that offset.
 ///
+/// A try that would hold the shards' publishes longer than
+/// [`CUT_HOLD_MAX`], or past half a shard's ring, is aborted: every shard
+/// is released at once and the cut is tried again after
+/// [`CUT_RETRY_AFTER`], up to [`CUT_TRIES`] tries. `pause` runs at each
+/// pause (a sender writes a keepalive to its replica); its error ends the
+/// cut.
+///
 /// # Errors
-/// A shard did not cut within 5 s (it is stopping).
+/// Every try was aborted, the server is stopping, or `pause` failed.
 pub fn cut(
     shared: &Shared,
     mailboxes: &[Mailbox],
+    mut pause: impl FnMut() -> std::io::Result<()>,
     at_cut: impl FnOnce(u64),
 ) -> std::io::Result<CutDone> {
+    let mut at_cut = Some(at_cut);
+    let mut why = String::new();
+    for n in 1..=CUT_TRIES {
+        if n > 1 {
+            pause()?;
+            std::thread::sleep(CUT_RETRY_AFTER);
+        }
+        if shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(other("the server is stopping"));
+        }
+        match try_cut(shared, mailboxes, &mut at_cut) {
+            Ok(done) => return Ok(done),
+            Err(w) => {
+                tracing::warn!("replication: a cut was aborted (try {n} of {CUT_TRIES}): {w}");
+                why = w;
+            }
+        }
+    }
+    Err(other(format!(
+        "the cut was aborted {CUT_TRIES} times: {why}"
+    )))
+}
+
+/// One try at [`cut`]; `Err` says why it was aborted (every shard is
+/// released then too).
+fn try_cut(
+    shared: &Shared,
+    mailboxes: &[Mailbox],
+    at_cut: &mut Option<impl FnOnce(u64)>,
+) -> Result<CutDone, String> {
     let repl = &shared.repl;
     let _one_cut_at_a_time = repl.full_sync.lock();
     let (tx, rx) = crossbeam_channel::unbounded();
     let queued = Arc::new(AtomicUsize::new(0));
+    let over = Arc::new(AtomicBool::new(false));
     let (cut_tx, cut_rx) = crossbeam_channel::bounded(mailboxes.len());
+    let sent = Instant::now();
     let release = Release(mailboxes);
     for m in mailboxes {
         let sink = ImageSink {
@@ -86,18 +138,50 @@ pub fn cut(
         m.send(Msg::Cut(Cut {
             sink,
             cut: cut_tx.clone(),
+            over: over.clone(),
         }));
     }
-    drop(tx);
-    for _ in mailboxes {
-        if cut_rx.recv_timeout(CUT_TIMEOUT).is_err() {
-            return Err(other("a shard did not cut in time"));
+    drop((tx, cut_tx));
+    let mut answered = 0;
+    // When the first shard cut: its publishes are held from then on.
+    let mut holding_since: Option<Instant> = None;
+    while answered < mailboxes.len() {
+        let left = match holding_since {
+            Some(t) => CUT_HOLD_MAX.saturating_sub(t.elapsed()),
+            None => FIRST_CUT_MAX.saturating_sub(sent.elapsed()),
+        };
+        if left.is_zero() {
+            let late = mailboxes.len() - answered;
+            let bound = holding_since.map_or(FIRST_CUT_MAX, |_| CUT_HOLD_MAX);
+            return Err(format!(
+                "{late} of {} shards did not cut within {bound:?} (of the first cut, or of the try)",
+                mailboxes.len()
+            ));
         }
+        if over.load(Ordering::SeqCst) {
+            return Err("a shard's held effects passed half its ring".into());
+        }
+        // Short waits, so a ring filling up is seen in time.
+        match cut_rx.recv_timeout(left.min(Duration::from_millis(1))) {
+            Ok(_) => {
+                answered += 1;
+                holding_since.get_or_insert_with(Instant::now);
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err("a shard stopped".into());
+            }
+        }
+    }
+    if over.load(Ordering::SeqCst) {
+        return Err("a shard's held effects passed half its ring".into());
     }
     // Every shard has published what it wrote before its cut and holds the
     // rest: the stream's length now is the cut's offset.
     let offset = repl.backlog.offset();
-    at_cut(offset);
+    if let Some(f) = at_cut.take() {
+        f(offset);
+    }
     drop(release);
     Ok(CutDone {
         offset,
@@ -108,7 +192,8 @@ pub fn cut(
 }
 
 /// Writes the body of the image (see the module's docs) to `w` as the
-/// shards produce it; returns the record count `LH.SNAPEND` carries.
+/// shards produce it, checksummed as it goes; returns the record count
+/// `LH.SNAPEND` carries.
 /// `go_on` is asked between chunks; when it turns false the image stops.
 ///
 /// # Errors
@@ -135,11 +220,13 @@ pub fn write_body(
     encode_request(&header, &mut head);
     encode_request(&["LH.FLUSHSLOTS", "0", "16383"], &mut head);
     encode_request(&["LH.UNPINALL"], &mut head);
-    w.write_all(&head)?;
-    let records = 2 + write_images(cut, w, go_on)?;
+    let mut summed = CrcWriter::new(w);
+    summed.write_all(&head)?;
+    let records = 2 + write_images(cut, &mut summed, go_on)?;
+    let crc = format!("{:08x}", summed.crc());
     let mut end = BytesMut::new();
-    encode_request(&["LH.SNAPEND", &records.to_string()], &mut end);
-    w.write_all(&end)?;
+    encode_request(&["LH.SNAPEND", &records.to_string(), &crc], &mut end);
+    summed.inner_mut().write_all(&end)?;
     Ok(records)
 }
 

@@ -6,14 +6,18 @@
 //! framed as Redis's diskless one: `$EOF:<40-byte mark>\r\n`, records, the
 //! same 40 bytes. Records inside it are `LH.SNAPSHOT <version> <replid>
 //! <offset> <unix ms> <shards>`, the image's records and `LH.SNAPEND
-//! <records>`; while it loads, clients get `-LOADING`. After it (or at once
+//! <records> <crc>`; while it loads, clients get `-LOADING`. The count and
+//! the CRC-32 of the bytes before `LH.SNAPEND` are checked as they are read
+//! (a primary built before the CRC sends only the count); a payload that
+//! fails either closes the link, loading, and the next PSYNC asks for a
+//! full sync. After it (or at once
 //! after `+CONTINUE`) every record read is also appended to this node's own
 //! merged backlog, so its offset (`slave_repl_offset`) counts the
 //! primary's bytes exactly. `PING` records only count; `REPLCONF GETACK`
 //! asks the link thread for an ACK.
 
 use bytes::{Bytes, BytesMut};
-use leasehold_protocol::{decode_request, encode_request, Limits};
+use leasehold_protocol::{decode_request_raw, encode_request, Limits};
 
 use super::{tx, Conn, Parked};
 use crate::dispatch::{plan, run_conn_command, At, Planned};
@@ -72,12 +76,14 @@ fn payload_front<T>(c: &mut Conn<T>) -> Front {
             }
         }
         Some(mark) => {
-            if c.rbuf.first() == Some(&b'*') {
-                return Front::Record;
-            }
-            if !link.started && !c.rbuf.is_empty() {
+            match (c.rbuf.first(), link.started, link.ended) {
+                (None, _, _) => return Front::Partial,
+                (Some(b'*'), _, false) => return Front::Record,
                 // A Leasehold payload starts with its LH.SNAPSHOT record.
-                return Front::Bad("the payload is not a Leasehold snapshot");
+                (_, false, _) => return Front::Bad("the payload is not a Leasehold snapshot"),
+                (_, true, false) => return Front::Bad("the payload ends without LH.SNAPEND"),
+                // Only the end mark follows LH.SNAPEND.
+                (_, true, true) => {}
             }
             if c.rbuf.len() < MARK_LEN {
                 return Front::Partial;
@@ -149,9 +155,8 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             }
         }
         let before = counted.consumed(c);
-        let items = match decode_request(&mut c.rbuf, &limits) {
-            Ok(Some(items)) if items.is_empty() => continue,
-            Ok(Some(items)) => items,
+        let (raw, items) = match decode_request_raw(&mut c.rbuf, &limits) {
+            Ok(Some(decoded)) => decoded,
             Ok(None) => break,
             Err(e) => {
                 tracing::warn!("replication: closing the link: bad record: {e}");
@@ -159,7 +164,16 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                 break;
             }
         };
-        let name = items[0].to_ascii_uppercase();
+        let name = items.first().map(|n| n.to_ascii_uppercase());
+        let framing = matches!(name.as_deref(), Some(b"LH.SNAPSHOT" | b"LH.SNAPEND"));
+        if loading && !framing {
+            if let Some(l) = c.state.link.as_mut() {
+                l.crc.update(&raw);
+            }
+        }
+        let Some(name) = name else {
+            continue;
+        };
         if loading {
             match name.as_slice() {
                 b"LH.SNAPSHOT" => {
@@ -170,6 +184,9 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                     }
                     if let Some(l) = c.state.link.as_mut() {
                         l.started = true;
+                        // The checksum starts at this record.
+                        l.crc = crc32fast::Hasher::new();
+                        l.crc.update(&raw);
                     }
                     continue;
                 }
@@ -193,6 +210,14 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
                         );
                         c.state.close = true;
                         break;
+                    }
+                    if let Err(why) = check_crc(c.state.link.as_ref(), items.get(2)) {
+                        tracing::warn!("replication: closing the link: {why}");
+                        c.state.close = true;
+                        break;
+                    }
+                    if let Some(l) = c.state.link.as_mut() {
+                        l.ended = true;
                     }
                     continue;
                 }
@@ -241,6 +266,27 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     counted.flush(&repl, c);
     discard(c);
     more
+}
+
+/// Checks the payload's CRC-32 against `said`, the third field of its
+/// `LH.SNAPEND` (8 hex digits). A payload without one (from a primary built
+/// before the checksum) is accepted on its record count alone.
+///
+/// # Errors
+/// Why the payload is refused: the CRC differs or is not 8 hex digits.
+fn check_crc(link: Option<&crate::session::LinkState>, said: Option<&Bytes>) -> Result<(), String> {
+    let (Some(link), Some(said)) = (link, said) else {
+        return Ok(());
+    };
+    let got = link.crc.clone().finalize();
+    let text = std::str::from_utf8(said).unwrap_or("");
+    match u32::from_str_radix(text, 16) {
+        Ok(want) if text.len() == 8 && want == got => Ok(()),
+        _ => Err(format!(
+            "the payload's CRC-32 is {got:08x}, its end says {}",
+            String::from_utf8_lossy(said)
+        )),
+    }
 }
 
 /// Whether table row `idx` frames a transaction in the stream: a
