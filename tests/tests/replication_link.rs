@@ -75,10 +75,14 @@ enum End {
 /// `LH.SNAPSHOT`, `LH.FLUSHSLOTS 0 16383`, `image`, `LH.SNAPEND` (ending
 /// as `end` says), the mark.
 fn full_sync(image: &[Vec<&str>], end: End) -> Vec<u8> {
-    let mut body: Vec<&[&str]> = vec![
-        &["LH.SNAPSHOT", "1", ID, "0", "1700000000000", "2"],
-        &["LH.FLUSHSLOTS", "0", "16383"],
-    ];
+    full_sync_at(image, end, 0)
+}
+
+/// [`full_sync`] at stream offset `offset`.
+fn full_sync_at(image: &[Vec<&str>], end: End, offset: u64) -> Vec<u8> {
+    let offset = offset.to_string();
+    let header = ["LH.SNAPSHOT", "1", ID, &offset, "1700000000000", "2"];
+    let mut body: Vec<&[&str]> = vec![&header, &["LH.FLUSHSLOTS", "0", "16383"]];
     body.extend(image.iter().map(Vec::as_slice));
     let body = records(&body);
     let count = (image.len() + 1).to_string();
@@ -92,7 +96,7 @@ fn full_sync(image: &[Vec<&str>], end: End) -> Vec<u8> {
         End::CountOnly => records(&[&["LH.SNAPEND", &count]]),
         _ => records(&[&["LH.SNAPEND", &count, &crc]]),
     };
-    let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
+    let mut wire = format!("+FULLRESYNC {ID} {offset}\r\n$EOF:{MARK}\r\n").into_bytes();
     wire.extend(body);
     wire.extend(snapend);
     wire.extend(MARK.as_bytes());
@@ -304,7 +308,9 @@ fn a_payload_whose_crc_is_wrong_is_not_loaded_and_asked_for_again() {
     assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, _, psync) = handshake(&listener);
     assert_eq!(psync, ["PSYNC", "?", "-1"]);
-    let mut wire = full_sync(&image, End::WrongCrc);
+    // At an offset past 0: a replica that lost its payload must still ask
+    // `PSYNC ? -1`, not continue a history it does not have.
+    let mut wire = full_sync_at(&image, End::WrongCrc, 1000);
     // A record of the stream after the payload: never applied from it.
     wire.extend(records(&[&["SET", "after", "1"]]));
     s.write_all(&wire).unwrap();

@@ -300,7 +300,9 @@ fn steps<S: Read + Write>(
     let offset = repl.backlog.offset();
     let ids = repl.ids();
     let next = (offset + 1).to_string();
+    let lost = repl.history_lost.load(std::sync::atomic::Ordering::SeqCst);
     let psync = match offset {
+        _ if lost => ["PSYNC", "?", "-1"],
         0 => ["PSYNC", "?", "-1"],
         _ => ["PSYNC", ids.replid.as_str(), next.as_str()],
     };

@@ -124,6 +124,9 @@ pub struct Replication {
     pub full_syncs_taken: AtomicU64,
     /// PSYNC outcomes.
     pub syncs: SyncCounts,
+    /// A full sync's payload was cut short: this node has no history to
+    /// continue, and its next PSYNC asks for a full sync (`PSYNC ? -1`).
+    pub history_lost: AtomicBool,
     /// Signalled when the stream asks for an ACK (`REPLCONF GETACK`).
     acks: (
         crossbeam_channel::Sender<()>,
@@ -152,6 +155,7 @@ impl Replication {
             full_sync: Mutex::new(()),
             full_syncs_taken: AtomicU64::new(0),
             syncs: SyncCounts::default(),
+            history_lost: AtomicBool::new(false),
             acks: crossbeam_channel::bounded(1),
         }
     }
@@ -235,6 +239,7 @@ impl Replication {
         ids.second_offset = -1;
         self.backlog.restart_at(offset);
         self.full_syncs_taken.fetch_add(1, Ordering::SeqCst);
+        self.history_lost.store(false, Ordering::SeqCst);
     }
 
     /// The primary continues the stream under `replid` (`+CONTINUE`): a new
@@ -298,6 +303,7 @@ impl Replication {
                 // Half a payload is no history to continue: the next
                 // PSYNC must ask for a full sync.
                 self.ids.lock().replid = random_hex40();
+                self.history_lost.store(true, Ordering::SeqCst);
             }
             link.client = None;
             link.up = false;
