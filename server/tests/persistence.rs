@@ -567,7 +567,12 @@ fn a_transaction_over_two_shards_is_logged_whole_and_a_log_cut_inside_one_drops_
     let flags = ["--appendonly", "yes"];
     let n = node(&dir, port, &flags);
     let mut c = Conn::open(port).expect("connect");
-    let tx: &[&[&str]] = &[&["MULTI"], &["SET", "{t}a", "1"], &["SET", "b", "1"], &["EXEC"]];
+    let tx: &[&[&str]] = &[
+        &["MULTI"],
+        &["SET", "{t}a", "1"],
+        &["SET", "b", "1"],
+        &["EXEC"],
+    ];
     let replies = c.pipeline(tx).expect("the transaction's replies");
     assert_eq!(text(&replies[3]), r#"Array([Simple("OK"), Simple("OK")])"#);
     assert_eq!(call(port, &["SHUTDOWN", "NOSAVE"]), None);
@@ -575,14 +580,24 @@ fn a_transaction_over_two_shards_is_logged_whole_and_a_log_cut_inside_one_drops_
     let incr = incr_file(&dir);
     let whole = std::fs::read(&incr).unwrap();
     let body = String::from_utf8_lossy(&whole);
-    let (m, e) = (body.find("MULTI").expect("framed"), body.find("EXEC").expect("framed"));
+    let (m, e) = (
+        body.find("MULTI").expect("framed"),
+        body.find("EXEC").expect("framed"),
+    );
     let (a, b) = (body.find("{t}a").unwrap(), body.find("\r\nb\r\n").unwrap());
-    assert!(m < a && m < b && a < e && b < e, "the frame holds both writes: {body:?}");
+    assert!(
+        m < a && m < b && a < e && b < e,
+        "the frame holds both writes: {body:?}"
+    );
 
     // The server stopped between two segments of a transaction's frame:
     // a whole segment with a write and the frame's start, no EXEC.
     let mut cut = whole.clone();
-    cut.extend(segment(&[&["SET", "y", "1"], &["MULTI"], &["SET", "{t}a", "2"]]));
+    cut.extend(segment(&[
+        &["SET", "y", "1"],
+        &["MULTI"],
+        &["SET", "{t}a", "2"],
+    ]));
     std::fs::write(&incr, &cut).unwrap();
     let (ok, log) = refused(&dir, &["--appendonly", "yes", "--aof-load-truncated", "no"]);
     assert!(
@@ -592,17 +607,29 @@ fn a_transaction_over_two_shards_is_logged_whole_and_a_log_cut_inside_one_drops_
     let n = node(&dir, port, &flags);
     let get = |k: &str| call(port, &["GET", k]).map(|r| text(&r));
     assert_eq!(get("y").as_deref(), Some("1"), "the write before the frame");
-    assert_eq!(get("{t}a").as_deref(), Some("1"), "nothing of the open frame");
+    assert_eq!(
+        get("{t}a").as_deref(),
+        Some("1"),
+        "nothing of the open frame"
+    );
     assert_eq!(get("b").as_deref(), Some("1"));
     // The file ends before the MULTI, its last segment checksummed again,
     // and the writer goes on after it.
     let mut want = whole.clone();
     want.extend(segment(&[&["SET", "y", "1"]]));
-    assert_eq!(std::fs::read(&incr).unwrap(), want, "cut at the MULTI and sealed");
+    assert_eq!(
+        std::fs::read(&incr).unwrap(),
+        want,
+        "cut at the MULTI and sealed"
+    );
     assert_eq!(text(&call(port, &["SET", "z", "1"]).unwrap()), "OK");
     assert_eq!(call(port, &["SHUTDOWN", "NOSAVE"]), None);
     assert!(exited(n));
-    let n = node(&dir, port, &["--appendonly", "yes", "--aof-load-truncated", "no"]);
+    let n = node(
+        &dir,
+        port,
+        &["--appendonly", "yes", "--aof-load-truncated", "no"],
+    );
     assert_eq!(get("z").as_deref(), Some("1"));
     assert_eq!(get("y").as_deref(), Some("1"));
     assert_eq!(call(port, &["DBSIZE"]).map(|r| int(&r)), Some(4));

@@ -188,11 +188,18 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
     s.write_all(&wire).unwrap();
     let start = Instant::now();
     while r.call("GET plain") != "$1\r\n1\r\n" {
-        assert!(start.elapsed() < Duration::from_secs(5), "the stream applies");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the stream applies"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(r.call(&format!("EXISTS {a} {b}")), ":0\r\n", "nothing of an open frame");
+    assert_eq!(
+        r.call(&format!("EXISTS {a} {b}")),
+        ":0\r\n",
+        "nothing of an open frame"
+    );
     assert_eq!(
         field(&mut r, "replication", "slave_repl_offset"),
         before.len().to_string(),
@@ -207,10 +214,16 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
     s.write_all(&wire).unwrap();
     let start = Instant::now();
     while r.call(&format!("EXISTS {a} {b}")) != ":2\r\n" {
-        assert!(start.elapsed() < Duration::from_secs(5), "the frame applies");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the frame applies"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(r.call(&format!("MGET {a} {b}")), "*2\r\n$1\r\n1\r\n$1\r\n1\r\n");
+    assert_eq!(
+        r.call(&format!("MGET {a} {b}")),
+        "*2\r\n$1\r\n1\r\n$1\r\n1\r\n"
+    );
     assert_eq!(
         field(&mut r, "replication", "slave_repl_offset"),
         (before.len() + frame.len()).to_string()

@@ -433,29 +433,29 @@ fn replica_readers_never_see_half_a_transaction() {
     let done = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..4)
         .map(|_| {
-        let mut r = replica.raw();
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let (mut reads, mut moving) = (0u64, 0u64);
-            let mut last = String::new();
-            while !done.load(Ordering::Relaxed) {
-                r.send("MGET {t}a b\r\n".repeat(16).as_bytes());
-                for _ in 0..16 {
-                    let reply = r.read_text();
-                    let values: Vec<&str> = reply.split("\r\n").collect();
-                    // *2, then each value `$-1` or `$n` and its digits.
-                    let (x, y) = match values[1] {
-                        "$-1" => (values[1], values[2]),
-                        _ => (values[2], values[values.len() - 2]),
-                    };
-                    assert_eq!(x, y, "a half-applied transaction on the replica: {reply:?}");
-                    moving += u64::from(reply != last);
-                    last = reply;
-                    reads += 1;
+            let mut r = replica.raw();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let (mut reads, mut moving) = (0u64, 0u64);
+                let mut last = String::new();
+                while !done.load(Ordering::Relaxed) {
+                    r.send("MGET {t}a b\r\n".repeat(16).as_bytes());
+                    for _ in 0..16 {
+                        let reply = r.read_text();
+                        let values: Vec<&str> = reply.split("\r\n").collect();
+                        // *2, then each value `$-1` or `$n` and its digits.
+                        let (x, y) = match values[1] {
+                            "$-1" => (values[1], values[2]),
+                            _ => (values[2], values[values.len() - 2]),
+                        };
+                        assert_eq!(x, y, "a half-applied transaction on the replica: {reply:?}");
+                        moving += u64::from(reply != last);
+                        last = reply;
+                        reads += 1;
+                    }
                 }
-            }
-            (reads, moving)
-        })
+                (reads, moving)
+            })
         })
         .collect();
     let script = "redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[2])";
@@ -488,7 +488,10 @@ fn replica_readers_never_see_half_a_transaction() {
     done.store(true, Ordering::Relaxed);
     for r in readers {
         let (reads, moving) = r.join().expect("the replica showed half a transaction");
-        assert!(reads > 100 && moving > 10, "{reads} reads, {moving} changes seen");
+        assert!(
+            reads > 100 && moving > 10,
+            "{reads} reads, {moving} changes seen"
+        );
     }
     let total = (WRITERS * ROUNDS).to_string();
     let l = total.len();

@@ -247,7 +247,10 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
 /// primary writes a transaction's effects on several of its shards as
 /// `MULTI`, the effects, `EXEC`.
 fn is_frame(idx: usize) -> bool {
-    matches!(crate::commands::table().commands[idx].name, "multi" | "exec")
+    matches!(
+        crate::commands::table().commands[idx].name,
+        "multi" | "exec"
+    )
 }
 
 /// Runs the stream's `MULTI` or `EXEC` (row `idx`): the records between
@@ -329,7 +332,8 @@ impl Counted {
             self.flushed = stop;
         }
         if let Some(link) = c.state.link.as_mut().filter(|_| upto > self.flushed) {
-            link.frame.extend_from_slice(&self.bytes[self.flushed..upto]);
+            link.frame
+                .extend_from_slice(&self.bytes[self.flushed..upto]);
             self.flushed = upto;
         }
     }
