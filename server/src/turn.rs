@@ -577,9 +577,12 @@ impl<T: Transport> Turn<T> {
         // This thread's shard is held by a transaction: not before its
         // release, unless the holder is a script past busy-reply-threshold
         // (the connection's commands for this shard then answer BUSY, and
-        // SCRIPT KILL and SHUTDOWN NOSAVE can reach it).
+        // SCRIPT KILL and SHUTDOWN NOSAVE can reach it). The replication
+        // link waits for the release all the same: none of its records may
+        // be refused.
+        let link = || self.conns.get(key).is_some_and(|c| c.state.is_link());
         if self.locks.held()
-            && !self.worker.shared.scripts.busy(self.worker.id)
+            && (!self.worker.shared.scripts.busy(self.worker.id) || link())
             && self.locks.hold(key)
         {
             if let Some(c) = self.conns.get_mut(key) {

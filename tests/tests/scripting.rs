@@ -683,6 +683,59 @@ fn a_scripts_writes_reach_a_replica_as_effects() {
     );
 }
 
+/// A replica whose shards a busy read-only script holds (over both of
+/// them, from either thread) applies none of its primary's records
+/// meanwhile and loses none: they wait for the script's end, as Redis stops
+/// reading its primary during a busy script. (The link's records for a
+/// busy shard were answered BUSY and dropped: the replica lost keys for
+/// good while its offset matched the primary's.)
+#[test]
+fn a_busy_script_on_a_replica_holds_its_link_back_and_drops_nothing() {
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let keys = keys_in_both_halves("held", 1);
+    let mut p = primary.raw();
+    // Connections of each replica thread, before any script runs (thread 0
+    // accepts connections, and it may be the busy one).
+    let mut by_thread: [Vec<Raw>; 2] = [Vec::new(), Vec::new()];
+    while by_thread.iter().any(|t| t.len() < 31) {
+        let mut c = replica.raw();
+        let t = own_key(&mut c, &keys);
+        if by_thread[t].len() < 31 {
+            by_thread[t].push(c);
+        }
+    }
+    low_threshold(&mut by_thread[0][0]);
+    let body = "while true do redis.call('get', KEYS[1]) end";
+    for (round, runner) in [0usize, 1].into_iter().enumerate() {
+        let mut script = by_thread[runner].pop().expect("a connection");
+        let mut probes = std::mem::take(&mut by_thread[1 - runner]);
+        let mut killer = probes.pop().expect("a connection");
+        script.send(&eval(body, &["2", &keys[0], &keys[1]]));
+        wait_busy(&mut probes, &keys);
+        for k in &keys {
+            for _ in 0..=round {
+                assert!(p.call(&format!("INCR {k}")).starts_with(':'));
+            }
+        }
+        // The records reach the replica while the script is busy.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(killer.call("SCRIPT KILL"), "+OK\r\n");
+        assert!(script.read_text().starts_with("-ERR Script killed by user"));
+        wait_caught_up(&primary, &replica, Duration::from_secs(20));
+        let want = (round + 1) * (round + 2) / 2;
+        let mut r = replica.raw();
+        for k in &keys {
+            let got = r.call(&format!("GET {k}"));
+            assert_eq!(got, format!("$1\r\n{want}\r\n"), "{k}, round {round}");
+        }
+        probes.push(killer);
+        by_thread[1 - runner] = probes;
+    }
+}
+
 #[test]
 fn a_scripts_writes_survive_a_restart_with_appendonly() {
     let dir = leasehold_testkit::scratch_dir();
