@@ -202,8 +202,11 @@ impl Pipeline {
             return Part::Ready(s.run(cmd.idx, cmd.run, cmd.counted, cmd.link, &mut args));
         }
         // A shard running a script past busy-reply-threshold answers
-        // nothing until it ends: say so now, as Redis does.
-        if at.worker.shared.scripts.busy(shard) {
+        // nothing until it ends: say so now, as Redis does. Not to the
+        // replication link, whose records must all apply: they wait in
+        // the shard's mailbox for the script's end (Redis stops reading
+        // its primary meanwhile).
+        if !cmd.link && at.worker.shared.scripts.busy(shard) {
             return Part::Ready(OpError::Busy.reply());
         }
         let job = Job {

@@ -109,6 +109,9 @@ pub enum Effect<'a> {
 pub struct EffectLog {
     ring: Vec<u8>,
     capacity: usize,
+    /// The capacity it was made with, which a grown ring goes back to once
+    /// nothing is kept (see [`EffectLog::settle`]).
+    base: usize,
     offset: u64,
     scratch: bytes::BytesMut,
     /// The offset up to which bytes went to the merged stream.
@@ -146,6 +149,7 @@ impl EffectLog {
             // Allocated up front so memory readings do not jump at the first write.
             ring: vec![0; capacity.max(1)],
             capacity: capacity.max(1),
+            base: capacity.max(1),
             offset: 0,
             scratch: bytes::BytesMut::new(),
             published: 0,
@@ -258,6 +262,7 @@ impl EffectLog {
         self.gathering = yes;
         if !yes {
             self.publish();
+            self.settle();
         }
     }
 
@@ -278,6 +283,7 @@ impl EffectLog {
         part.extend_from_slice(a);
         part.extend_from_slice(b);
         self.published = self.offset;
+        self.settle();
         Some(part)
     }
 
@@ -317,6 +323,23 @@ impl EffectLog {
         if !yes {
             self.hold_over = None;
             self.publish();
+            self.settle();
+        }
+    }
+
+    /// A ring grown to keep a cut's or a transaction's records whole goes
+    /// back to its base size once none is kept (all published or handed
+    /// over), keeping the tail a ring of that size would hold: a large
+    /// transaction does not keep a shard's memory for good.
+    fn settle(&mut self) {
+        let kept = self.holding || self.gathering || self.published != self.offset;
+        if self.capacity > self.base && !kept {
+            tracing::info!(
+                "a shard's effect ring goes back from {} to {} bytes",
+                self.capacity,
+                self.base
+            );
+            self.resize(self.base);
         }
     }
 
@@ -332,7 +355,17 @@ impl EffectLog {
     /// of two), each at its offset's place.
     fn grow(&mut self, want: usize) {
         let capacity = want.next_power_of_two();
-        let kept = self.offset.min(self.capacity as u64);
+        tracing::info!(
+            "a shard's effect ring grows from {} to {capacity} bytes while a cut or a transaction holds its publishes",
+            self.capacity
+        );
+        self.resize(capacity);
+    }
+
+    /// Moves the last `capacity` bytes kept into a ring of exactly
+    /// `capacity` bytes, each at its offset's place.
+    fn resize(&mut self, capacity: usize) {
+        let kept = self.offset.min(self.capacity.min(capacity) as u64);
         let from = self.offset - kept;
         let mut ring = vec![0; capacity];
         if let Some([a, b]) = self.since(from) {
@@ -347,10 +380,6 @@ impl EffectLog {
                 }
             }
         }
-        tracing::info!(
-            "a shard's effect ring grows from {} to {capacity} bytes while a cut holds its publishes",
-            self.capacity
-        );
         self.ring = ring;
         self.capacity = capacity;
     }
@@ -633,6 +662,47 @@ mod tests {
         assert_eq!([a, b].concat(), record.repeat(2));
         assert_eq!(bytes_since(&log, log.offset()).unwrap(), Vec::<u8>::new());
         assert!(log.since(log.offset() + 1).is_none());
+    }
+
+    /// A ring grown to keep a transaction's part (or a cut's held records)
+    /// whole goes back to its size once they are handed over: one large
+    /// transaction must not keep a shard's ring large for good.
+    #[test]
+    fn a_ring_grown_for_a_transaction_shrinks_once_its_part_is_taken() {
+        let repl = Arc::new(Replication::new(1 << 20));
+        let mut log = EffectLog::new(64);
+        log.attach(repl.clone());
+        let value = [b'x'; 100];
+        let set = Effect::Set {
+            key: b"k",
+            value: &value,
+            expire_at_ms: None,
+        };
+        log.gather(true);
+        for _ in 0..20 {
+            log.emit(set);
+        }
+        assert!(log.capacity >= 20 * 100, "{}", log.capacity);
+        let part = log.take_part().expect("a part");
+        assert_eq!(part.len() as u64, log.offset());
+        assert_eq!(log.capacity, 64);
+        // The tail a 64-byte ring keeps, as if it had never grown.
+        let last = log.offset() - 60;
+        assert_eq!(bytes_since(&log, last).unwrap(), part[part.len() - 60..]);
+        assert!(log.since(log.offset() - 65).is_none());
+        log.hold(true);
+        for _ in 0..20 {
+            log.emit(set);
+        }
+        assert!(log.capacity > 64);
+        log.hold(false);
+        assert_eq!(log.capacity, 64);
+        // The part was handed over, not published; the held records were,
+        // whole, at the release.
+        assert_eq!(repl.backlog.offset(), part.len() as u64);
+        let mut out = Vec::new();
+        repl.backlog.read(0, 1 << 20, &mut out).unwrap();
+        assert_eq!(out, part);
     }
 
     #[test]

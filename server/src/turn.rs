@@ -560,6 +560,7 @@ impl<T: Transport> Turn<T> {
         c.handoff = None;
         if c.io.is_none() {
             // Closed while replies were owed: nothing routes here any more.
+            link_gone(&self.worker.shared, &c.state);
             self.conns.remove(route.conn);
         } else {
             self.resumed.push(route.conn);
@@ -577,9 +578,12 @@ impl<T: Transport> Turn<T> {
         // This thread's shard is held by a transaction: not before its
         // release, unless the holder is a script past busy-reply-threshold
         // (the connection's commands for this shard then answer BUSY, and
-        // SCRIPT KILL and SHUTDOWN NOSAVE can reach it).
+        // SCRIPT KILL and SHUTDOWN NOSAVE can reach it). The replication
+        // link waits for the release all the same: none of its records may
+        // be refused.
+        let link = || self.conns.get(key).is_some_and(|c| c.state.is_link());
         if self.locks.held()
-            && !self.worker.shared.scripts.busy(self.worker.id)
+            && (!self.worker.shared.scripts.busy(self.worker.id) || link())
             && self.locks.hold(key)
         {
             if let Some(c) = self.conns.get_mut(key) {
@@ -870,11 +874,8 @@ impl<T: Transport> Turn<T> {
         let watched = std::mem::take(&mut c.state.tx.watched);
         tx::watch(&self.worker, c.state.handle.id, watched, false);
         shared.clients.lock().remove(&c.state.handle.id);
-        if let Some(link) = &c.state.link {
-            // A payload that never began replaced nothing: the dataset is
-            // whole, so clients are served again.
-            let untouched = link.loading && !link.started;
-            shared.repl.link_down(c.state.handle.id, untouched);
+        if c.pipe.owed() == 0 {
+            link_gone(shared, &c.state);
         }
         c.state.pubsub.clear(&shared.pubsub, c.state.handle.id);
         if c.state.monitor {
@@ -890,6 +891,20 @@ impl<T: Transport> Turn<T> {
     pub fn keys(&self) -> Vec<usize> {
         let open = self.conns.iter().filter(|(_, c)| c.io.is_some());
         open.map(|(k, _)| k).collect()
+    }
+}
+
+/// A closed connection is gone for good (nothing of it in flight): when
+/// it was the replication link, the link is down. Not before: a closed
+/// link's records still running (a transaction frame waiting for its
+/// shards' locks) were counted in the offset, and a new link resuming
+/// from there must not apply later records before them.
+fn link_gone(shared: &crate::state::Shared, state: &crate::session::ConnState) {
+    if let Some(link) = &state.link {
+        // A payload that never began replaced nothing: the dataset is
+        // whole, so clients are served again.
+        let untouched = link.loading && !link.started;
+        shared.repl.link_down(state.handle.id, untouched);
     }
 }
 

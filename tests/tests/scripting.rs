@@ -611,6 +611,126 @@ fn a_scripts_writes_reach_a_replica_as_effects() {
     );
 }
 
+/// A replica whose shards a busy read-only script holds (over both of
+/// them, from either thread) applies none of its primary's records
+/// meanwhile and loses none: they wait for the script's end, as Redis stops
+/// reading its primary during a busy script. (The link's records for a
+/// busy shard were answered BUSY and dropped: the replica lost keys for
+/// good while its offset matched the primary's.)
+#[test]
+fn a_busy_script_on_a_replica_holds_its_link_back_and_drops_nothing() {
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(2);
+    follow(&replica, &primary);
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let keys = keys_in_both_halves("held", 1);
+    let mut p = primary.raw();
+    // Connections of each replica thread, before any script runs (thread 0
+    // accepts connections, and it may be the busy one).
+    let mut by_thread: [Vec<Raw>; 2] = [Vec::new(), Vec::new()];
+    while by_thread.iter().any(|t| t.len() < 61) {
+        let mut c = replica.raw();
+        let t = own_key(&mut c, &keys);
+        if by_thread[t].len() < 61 {
+            by_thread[t].push(c);
+        }
+    }
+    low_threshold(&mut by_thread[0][0]);
+    let body = "while true do redis.call('get', KEYS[1]) end";
+    for (round, runner) in [0usize, 1].into_iter().enumerate() {
+        let mut script = by_thread[runner].pop().expect("a connection");
+        let mut probes = std::mem::take(&mut by_thread[1 - runner]);
+        let mut killer = probes.pop().expect("a connection");
+        script.send(&eval(body, &["2", &keys[0], &keys[1]]));
+        wait_busy(&mut probes, &keys);
+        for k in &keys {
+            for _ in 0..=round {
+                assert!(p.call(&format!("INCR {k}")).starts_with(':'));
+            }
+        }
+        // The records reach the replica while the script is busy.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(killer.call("SCRIPT KILL"), "+OK\r\n");
+        assert!(script.read_text().starts_with("-ERR Script killed by user"));
+        wait_caught_up(&primary, &replica, Duration::from_secs(20));
+        let want = (round + 1) * (round + 2) / 2;
+        let mut r = replica.raw();
+        for k in &keys {
+            let got = r.call(&format!("GET {k}"));
+            assert_eq!(got, format!("$1\r\n{want}\r\n"), "{k}, round {round}");
+        }
+        probes.push(killer);
+        by_thread[1 - runner] = probes;
+    }
+}
+
+/// A replication link closed while one of its transaction frames waits
+/// for shards a busy script holds (the frame counted in the offset, not yet
+/// applied): the link comes back only once the frame ran, so the records
+/// after it apply after it. (A new link came back at once and its `SET b 2`
+/// overtook the frame's `SET b 1` on the held shard: the replica kept 1
+/// while the primary had 2, at equal offsets.)
+#[test]
+fn a_link_closed_while_its_frame_waits_resumes_after_the_frame() {
+    use leasehold_server::slot::{key_slot, slot_shard};
+    let on = |k: &str, n: usize| slot_shard(key_slot(k.as_bytes()), n);
+    let find = |p: &str, r: usize, pr: usize| {
+        (0..)
+            .map(|i| format!("{p}{i}"))
+            .find(|k| on(k, 3) == r && on(k, 2) == pr)
+            .expect("a key")
+    };
+    // On the replica's three shards: 0 for the link's thread, 1 and 2 held
+    // by the script; on the primary's two: one each, so the write is framed.
+    let (zero, a, b) = (find("z", 0, 0), find("a", 1, 0), find("b", 2, 1));
+    let primary = TestServer::start(2);
+    let replica = TestServer::start(3);
+    follow(&replica, &primary);
+    let mut p = primary.raw();
+    assert_eq!(p.call(&format!("MSET {a} 0 {b} 0")), "+OK\r\n");
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let keys = [zero, a.clone(), b.clone()];
+    let mut script = None;
+    let mut probes = Vec::new();
+    while script.is_none() || probes.len() < 61 {
+        let mut c = replica.raw();
+        match own_key(&mut c, &keys) {
+            0 if probes.len() < 61 => probes.push(c),
+            0 => {}
+            _ => script = Some(c),
+        }
+    }
+    let mut script = script.expect("a connection off thread 0");
+    let mut other = probes.pop().expect("a connection");
+    low_threshold(&mut other);
+    let body = "while true do redis.call('get', KEYS[1]) end";
+    script.send(&eval(body, &["2", &a, &b]));
+    wait_busy(&mut probes, &keys[1..]);
+    p.send(format!("MULTI\r\nSET {a} 1\r\nSET {b} 1\r\nEXEC\r\n").as_bytes());
+    for want in [
+        "+OK\r\n",
+        "+QUEUED\r\n",
+        "+QUEUED\r\n",
+        "*2\r\n+OK\r\n+OK\r\n",
+    ] {
+        assert_eq!(p.read_text(), want);
+    }
+    // The frame is read and counted; its transaction waits for the script.
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    assert_eq!(other.call("CLIENT KILL TYPE master"), ":1\r\n");
+    assert_eq!(p.call(&format!("SET {b} 2")), "+OK\r\n");
+    // Time for a new link to resume and send `SET b 2` to the held shard.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(other.call("SCRIPT KILL"), "+OK\r\n");
+    assert!(script.read_text().starts_with("-ERR Script killed by user"));
+    wait_caught_up(&primary, &replica, Duration::from_secs(20));
+    let mut r = replica.raw();
+    assert_eq!(
+        r.call(&format!("MGET {a} {b}")),
+        "*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
+    );
+}
+
 #[test]
 fn a_scripts_writes_survive_a_restart_with_appendonly() {
     let dir = leasehold_testkit::scratch_dir();
