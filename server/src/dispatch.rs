@@ -367,23 +367,16 @@ impl Cmd {
 /// The state checks every command passes before it runs or is routed,
 /// decided from its table row, the connection's state and the node's role
 /// alone, so that no shard ever sees a command they refuse (a multi-shard
-/// write is refused whole, never half-applied): authentication (`NOAUTH`
-/// unless the row has `NO_AUTH`); while a replica loads a full sync,
-/// `-LOADING` unless the row has `LOADING`; on a replica, `-READONLY` for
-/// `WRITE` rows, and `-MISCONF` for them while snapshots or the
-/// append-only log fail (see `Persistence::refuse_writes`); `-OOM` for
-/// `DENYOOM` rows while used memory is past `maxmemory`. The replication
-/// link's own records pass the last four.
-/// Cluster redirections come right after these ([`cluster_check`]).
+/// write is refused whole, never half-applied), in Redis 7's order after
+/// authentication, the ACL and the cluster's redirections ([`plan`]):
+/// `-OOM` for `DENYOOM` rows while used memory is past `maxmemory`; for
+/// `WRITE` rows `-MISCONF` while snapshots or the append-only log fail
+/// (see `Persistence::refuse_writes`) and `-READONLY` on a replica; while
+/// a replica loads a full sync, `-LOADING` unless the row has `LOADING`.
+/// The replication link's own records pass.
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
-    if !conn.authenticated && !spec.has(flags::NO_AUTH) {
-        return Err(OpError::NoAuth);
-    }
     if conn.is_link() {
         return Ok(());
-    }
-    if shared.repl.is_loading() && !spec.has(flags::LOADING) {
-        return Err(OpError::Loading);
     }
     // Inside EXEC these were judged for the whole transaction.
     if spec.has(flags::DENYOOM)
@@ -400,6 +393,9 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
                 return Err(e);
             }
         }
+    }
+    if shared.repl.is_loading() && !spec.has(flags::LOADING) {
+        return Err(OpError::Loading);
     }
     Ok(())
 }
@@ -425,9 +421,9 @@ pub fn plan(
         multi::refuse(conn, pipe, wrong_arity(spec.name));
         return Planned::Queued;
     }
-    if let Err(e) = check_state(&worker.shared, conn, spec) {
+    if !conn.authenticated && !spec.has(flags::NO_AUTH) {
         count_rejected(worker, idx);
-        multi::refuse(conn, pipe, e.reply());
+        multi::refuse(conn, pipe, OpError::NoAuth.reply());
         return Planned::Queued;
     }
     // ACL: one branch for a user that may do everything (see `commands/acl.rs`).
@@ -438,11 +434,6 @@ pub fn plan(
             return Planned::Queued;
         }
     }
-    if conn.monitor && spec.has(flags::READONLY | flags::WRITE) {
-        count_rejected(worker, idx);
-        multi::refuse(conn, pipe, OpError::MonitorKeyspace.reply());
-        return Planned::Queued;
-    }
     // Cluster mode: redirections decided once, here, before any shard
     // runs the command. Off, this is one test of a field that never changes.
     if let Some(cluster) = &worker.shared.cluster {
@@ -452,6 +443,16 @@ pub fn plan(
             multi::refuse(conn, pipe, e.reply());
             return Planned::Queued;
         }
+    }
+    if let Err(e) = check_state(&worker.shared, conn, spec) {
+        count_rejected(worker, idx);
+        multi::refuse(conn, pipe, e.reply());
+        return Planned::Queued;
+    }
+    if conn.monitor && spec.has(flags::READONLY | flags::WRITE) {
+        count_rejected(worker, idx);
+        multi::refuse(conn, pipe, OpError::MonitorKeyspace.reply());
+        return Planned::Queued;
     }
     if worker.shared.monitors.active() {
         feed_monitors(worker, conn, spec, &items);

@@ -148,3 +148,24 @@ fn a_restricted_user_is_refused_before_anything_runs() {
     assert_eq!(gw.cmd("RESET"), Reply::simple("RESET"));
     assert_eq!(gw.cmd("ACL WHOAMI"), Reply::bulk("default"));
 }
+
+/// The ACL is judged before the node's state, as in Redis 7: on a
+/// replica, a write the user may not run answers NOPERM, not READONLY.
+#[test]
+fn a_denied_write_on_a_replica_is_noperm_before_readonly() {
+    let mut h = Harness::with_shards(2);
+    assert_eq!(h.cmd("ACL SETUSER u on >p ~a* +@all -set"), Reply::ok());
+    assert_eq!(h.cmd("REPLICAOF 127.0.0.1 1"), Reply::ok());
+    assert_eq!(h.cmd("AUTH u p"), Reply::ok());
+    assert_eq!(
+        h.cmd("SET a1 v"),
+        err("NOPERM this user has no permissions to run the 'set' command")
+    );
+    assert_eq!(h.cmd("INCR b1"), err(NOPERM_KEY));
+    // What the ACL allows meets the replica's refusal.
+    assert_eq!(
+        h.cmd("INCR a1"),
+        err("READONLY You can't write against a read only replica.")
+    );
+    assert_eq!(h.cmd("GET a1"), Reply::Nil);
+}
