@@ -361,3 +361,46 @@ fn a_payload_is_loaded_on_its_count_alone_but_not_without_its_end() {
     assert_eq!(r.call("GET old"), "$1\r\n1\r\n");
     assert_eq!(r.call("EXISTS cut"), ":0\r\n");
 }
+
+/// Frames that follow each other in what the replica has read are applied
+/// as one transaction (one round of shard locks for a replica catching
+/// up), and every record of them applies.
+#[test]
+fn back_to_back_frames_apply_as_one_transaction() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(2);
+    let keys = keys_in_both_halves("k", 2);
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (mut s, _, _) = handshake(&listener);
+    let mut wire = full_sync(&[], End::Crc);
+    let mut frames = Vec::new();
+    for i in 1..=3 {
+        let v = i.to_string();
+        frames.extend(records(&[
+            &["MULTI"],
+            &["SET", a, &v],
+            &["SET", b, &v],
+            &["EXEC"],
+        ]));
+    }
+    let stream_len = frames.len();
+    wire.extend(frames);
+    s.write_all(&wire).unwrap();
+    let start = Instant::now();
+    while r.call(&format!("MGET {a} {b}")) != "*2\r\n$1\r\n3\r\n$1\r\n3\r\n" {
+        assert!(start.elapsed() < Duration::from_secs(5), "the frames apply");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        field(&mut r, "replication", "slave_repl_offset"),
+        stream_len.to_string()
+    );
+    let stats = r.call("INFO commandstats");
+    assert!(
+        stats.contains("cmdstat_exec:calls=1,"),
+        "one EXEC ran for the three frames: {stats}"
+    );
+}

@@ -29,6 +29,11 @@ struct Ring {
     histlen: u64,
 }
 
+/// The record that opens a transaction's frame in the stream.
+pub const MULTI_RECORD: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+/// The record that closes it.
+pub const EXEC_RECORD: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+
 /// The merged replication stream's tail and its offset.
 pub struct Backlog {
     ring: Mutex<Ring>,
@@ -252,8 +257,6 @@ impl Backlog {
     /// a lone part is appended as it is. Then waits as
     /// [`Backlog::wait_synced`] does.
     pub fn append_unit(&self, parts: &[Vec<u8>]) {
-        const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
-        const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
         let mut all: Vec<&[u8]> = parts
             .iter()
             .filter(|p| !p.is_empty())
@@ -263,8 +266,8 @@ impl Backlog {
             return;
         }
         if all.len() > 1 {
-            all.insert(0, MULTI);
-            all.push(EXEC);
+            all.insert(0, MULTI_RECORD);
+            all.push(EXEC_RECORD);
         }
         let end = self.append(&all);
         self.wait_synced(end);

@@ -21,6 +21,7 @@ use leasehold_protocol::{decode_request_raw, encode_request, Limits};
 
 use super::{tx, Conn, Parked};
 use crate::dispatch::{plan, run_conn_command, At, Planned};
+use crate::replication::backlog::MULTI_RECORD;
 use crate::replication::role::Replication;
 use leasehold_protocol::Args;
 
@@ -233,6 +234,7 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             }
             match name.as_slice() {
                 b"PING" => continue,
+                b"EXEC" if merge_next_frame(c, &mut counted) => continue,
                 b"REPLCONF" => {
                     let getack = items
                         .get(1)
@@ -297,6 +299,30 @@ fn is_frame(idx: usize) -> bool {
         crate::commands::table().commands[idx].name,
         "multi" | "exec"
     )
+}
+
+/// Most records a replica queues in one transaction when it joins frames
+/// that follow each other in the stream ([`merge_next_frame`]).
+const MERGED_RECORDS: usize = LINK_PIPELINE;
+
+/// At a frame's `EXEC`, read while its `MULTI` ran: when the next record
+/// read is already there and opens another frame, both are consumed and
+/// the two frames become one transaction (up to [`MERGED_RECORDS`]
+/// records). A replica behind its primary so applies a run of back-to-back
+/// transactions with one round of shard locks instead of one each, and its
+/// readers still see only states the primary had (between two of its
+/// transactions). True when it joined them.
+fn merge_next_frame<T>(c: &mut Conn<T>, counted: &mut Counted) -> bool {
+    let open = c.state.tx.multi.as_ref();
+    if open.is_none_or(|m| m.queued.len() >= MERGED_RECORDS) || !c.rbuf.starts_with(MULTI_RECORD) {
+        return false;
+    }
+    let _ = c.rbuf.split_to(MULTI_RECORD.len());
+    if !counted.copied {
+        // Re-encoded records: the EXEC is in already, the MULTI joins it.
+        counted.bytes.extend_from_slice(MULTI_RECORD);
+    }
+    true
 }
 
 /// Runs the stream's `MULTI` or `EXEC` (row `idx`): the records between
