@@ -91,9 +91,14 @@ fn run(shared: &Shared, mailboxes: &[Mailbox]) {
                 .last_io
                 .is_some_and(|t| t.elapsed() > timeout);
             if silent {
-                tracing::warn!("replication: no data from the primary for {timeout:?}");
                 let id = repl.link.lock().client;
-                if let Some(c) = id.and_then(|id| shared.clients.lock().get(&id).cloned()) {
+                let link = id.and_then(|id| shared.clients.lock().get(&id).cloned());
+                // Once killed, a link still applying what it read (a frame
+                // waiting for its shards) is not killed and logged again.
+                if let Some(c) =
+                    link.filter(|c| !c.killed.load(std::sync::atomic::Ordering::SeqCst))
+                {
+                    tracing::warn!("replication: no data from the primary for {timeout:?}");
                     c.kill();
                 }
             }
