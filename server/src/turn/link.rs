@@ -314,7 +314,9 @@ const MERGED_RECORDS: usize = LINK_PIPELINE;
 /// transactions). True when it joined them.
 fn merge_next_frame<T>(c: &mut Conn<T>, counted: &mut Counted) -> bool {
     let open = c.state.tx.multi.as_ref();
-    if open.is_none_or(|m| m.queued.len() >= MERGED_RECORDS) || !c.rbuf.starts_with(MULTI_RECORD) {
+    // A frame refused while queued (EXECABORT) is not joined to the next.
+    let full = |m: &crate::session::Multi| m.aborted || m.queued.len() >= MERGED_RECORDS;
+    if open.is_none_or(full) || !c.rbuf.starts_with(MULTI_RECORD) {
         return false;
     }
     let _ = c.rbuf.split_to(MULTI_RECORD.len());
