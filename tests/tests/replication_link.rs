@@ -404,3 +404,164 @@ fn back_to_back_frames_apply_as_one_transaction() {
         "one EXEC ran for the three frames: {stats}"
     );
 }
+
+/// `MULTI`, `SET a v`, `SET b v`, `EXEC`: one primary transaction over the
+/// replica's two shards.
+fn frame(a: &str, b: &str, v: &str) -> Vec<u8> {
+    records(&[&["MULTI"], &["SET", a, v], &["SET", b, v], &["EXEC"]])
+}
+
+/// Waits until `MGET a b` on `r` answers `v` for both.
+fn wait_both(r: &mut leasehold_tests::Raw, a: &str, b: &str, v: &str) {
+    let want = format!("*2\r\n${}\r\n{v}\r\n${}\r\n{v}\r\n", v.len(), v.len());
+    let start = Instant::now();
+    loop {
+        let got = r.call(&format!("MGET {a} {b}"));
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "MGET {a} {b} answered {got}, not {v} for both"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A link lost inside the second of two joined frames applies neither
+/// (the first's EXEC was joined, not run), counts neither, and resumes
+/// before the first: both frames sent again apply once, and the offset is
+/// the stream's. On a replica of 1 and of 3 threads.
+#[test]
+fn a_link_lost_inside_joined_frames_resumes_before_the_first() {
+    for threads in [1, 3] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let replica = TestServer::start(threads);
+        let keys = keys_in_both_halves("k", 2);
+        let (a, b) = (keys[0].as_str(), keys[1].as_str());
+        let mut r = replica.raw();
+        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+        let (mut s, _, _) = handshake(&listener);
+        s.write_all(&full_sync(&[], End::Crc)).unwrap();
+        wait_get(&mut r, a, "$-1\r\n");
+        let before = records(&[&["SET", "plain", "1"]]);
+        let (f1, f2) = (frame(a, b, "1"), frame(a, b, "2"));
+        let cut = records(&[&["MULTI"], &["SET", a, "2"]]).len();
+        let mut wire = before.clone();
+        wire.extend(&f1);
+        wire.extend(&f2[..cut]);
+        s.write_all(&wire).unwrap();
+        wait_get(&mut r, "plain", "$1\r\n1\r\n");
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            field(&mut r, "replication", "slave_repl_offset"),
+            before.len().to_string(),
+            "{threads} threads: joined frames are counted at their EXEC"
+        );
+        drop(s);
+        let (mut s, _, psync) = handshake(&listener);
+        assert_eq!(psync, ["PSYNC", ID, &(before.len() + 1).to_string()]);
+        let mut wire = format!("+CONTINUE {ID}\r\n").into_bytes();
+        wire.extend(&f1);
+        wire.extend(&f2);
+        s.write_all(&wire).unwrap();
+        wait_both(&mut r, a, b, "2");
+        assert_eq!(
+            field(&mut r, "replication", "slave_repl_offset"),
+            (before.len() + f1.len() + f2.len()).to_string()
+        );
+    }
+}
+
+/// A stream cut between reads exactly at one frame's `EXEC` and the next
+/// frame's `MULTI`, or inside that `MULTI`: the first frame applies alone
+/// and is counted, then the second.
+#[test]
+fn frames_split_at_their_boundary_apply_and_count_in_order() {
+    let keys = keys_in_both_halves("k", 2);
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    for inside in [0, 1, 5, 14] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let replica = TestServer::start(2);
+        let mut r = replica.raw();
+        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+        let (mut s, _, _) = handshake(&listener);
+        s.write_all(&full_sync(&[], End::Crc)).unwrap();
+        wait_get(&mut r, a, "$-1\r\n");
+        let (f1, f2) = (frame(a, b, "1"), frame(a, b, "2"));
+        let mut first = f1.clone();
+        first.extend(&f2[..inside]);
+        s.write_all(&first).unwrap();
+        wait_both(&mut r, a, b, "1");
+        assert_eq!(
+            field(&mut r, "replication", "slave_repl_offset"),
+            f1.len().to_string(),
+            "{inside} bytes of the next MULTI read"
+        );
+        s.write_all(&f2[inside..]).unwrap();
+        wait_both(&mut r, a, b, "2");
+        assert_eq!(
+            field(&mut r, "replication", "slave_repl_offset"),
+            (f1.len() + f2.len()).to_string()
+        );
+    }
+}
+
+/// `REPLCONF GETACK` between frames, read with them (after the payload in
+/// the same read, where records are re-encoded, and alone): the ACK a
+/// GETACK asks for counts at least the bytes up to it (the link thread
+/// sends it a little later, so it may count records read since), never
+/// more than was sent, and the last counts the whole stream.
+#[test]
+fn getack_between_frames_acks_at_least_what_came_before() {
+    let keys = keys_in_both_halves("k", 2);
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    for with_payload in [true, false] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let replica = TestServer::start(2);
+        let mut r = replica.raw();
+        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+        let (mut s, mut buf, _) = handshake(&listener);
+        let mut wire = full_sync(&[], End::Crc);
+        if !with_payload {
+            s.write_all(&wire).unwrap();
+            wait_get(&mut r, a, "$-1\r\n");
+            wire.clear();
+        }
+        let getack = records(&[&["REPLCONF", "GETACK", "*"]]);
+        let mut stream = frame(a, b, "1");
+        stream.extend(frame(a, b, "2"));
+        stream.extend(&getack);
+        let first = stream.len() as u64;
+        stream.extend(frame(a, b, "3"));
+        stream.extend(records(&[&["PING"]]));
+        stream.extend(frame(a, b, "4"));
+        stream.extend(&getack);
+        let second = stream.len() as u64;
+        wire.extend(&stream);
+        s.write_all(&wire).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut acks = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(1500) && acks.last() != Some(&second) {
+            let Some(req) = request(&mut s, &mut buf) else {
+                break;
+            };
+            assert_eq!(&req[..2], ["REPLCONF", "ACK"], "the replica sent {req:?}");
+            acks.push(req[2].parse::<u64>().unwrap());
+        }
+        assert!(
+            acks.first().is_some_and(|&f| f >= first) && acks.last() == Some(&second),
+            "payload in the read: {with_payload}; acks {acks:?}, want {first} then {second}"
+        );
+        assert!(
+            acks.windows(2).all(|w| w[0] <= w[1]) && acks.iter().all(|&a| a <= second),
+            "acks {acks:?}"
+        );
+        wait_both(&mut r, a, b, "4");
+    }
+}
