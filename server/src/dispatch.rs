@@ -369,7 +369,8 @@ impl Cmd {
 /// alone, so that no shard ever sees a command they refuse (a multi-shard
 /// write is refused whole, never half-applied), in Redis 7's order after
 /// authentication, the ACL and the cluster's redirections ([`plan`]):
-/// `-OOM` for `DENYOOM` rows while used memory is past `maxmemory`; for
+/// `-OOM` for `DENYOOM` rows while used memory is past `maxmemory` (not on
+/// a replica, which ignores it as Redis's does by default); for
 /// `WRITE` rows `-MISCONF` while snapshots or the append-only log fail
 /// (see `Persistence::refuse_writes`) and `-READONLY` on a replica; while
 /// a replica loads a full sync, `-LOADING` unless the row has `LOADING`.
@@ -379,12 +380,7 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
         return Ok(());
     }
     // Inside EXEC these were judged for the whole transaction.
-    if spec.has(flags::DENYOOM)
-        && shared
-            .over_maxmemory
-            .load(std::sync::atomic::Ordering::Relaxed)
-        && !conn.tx.executing
-    {
+    if spec.has(flags::DENYOOM) && shared.refuses_oom() && !conn.tx.executing {
         return Err(OpError::OutOfMemory);
     }
     if spec.has(flags::WRITE) {

@@ -880,6 +880,13 @@ impl Shared {
         self.quiet.iter().all(|q| q.load(Ordering::SeqCst))
     }
 
+    /// Whether `DENYOOM` commands are refused (`-OOM`): used memory is past
+    /// `maxmemory` and this node is not a replica (a replica ignores
+    /// maxmemory, as Redis's does with `replica-ignore-maxmemory yes`).
+    pub fn refuses_oom(&self) -> bool {
+        !self.repl.is_replica() && self.over_maxmemory.load(Ordering::Relaxed)
+    }
+
     /// Why a write must be refused now: on a replica (`READONLY`), and
     /// while snapshots or the append-only log fail (`MISCONF`, see
     /// `Persistence::refuse_writes`).

@@ -532,6 +532,41 @@ fn stopped_under_load_answers_every_command_that_ran(stop: fn(&mut Proc, u16)) {
     }
 }
 
+/// A replica ignores `maxmemory`, as Redis's does by default
+/// (`replica-ignore-maxmemory yes`): past it, a write answers `-READONLY`,
+/// not `-OOM`; the same node as a primary again answers `-OOM`.
+#[test]
+fn a_replica_past_maxmemory_answers_readonly_not_oom() {
+    let (_node, port) = node(&[]);
+    assert_eq!(
+        text(&call(port, &["CONFIG", "SET", "maxmemory", "1mb"]).unwrap()),
+        "OK"
+    );
+    let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+    wait_for(
+        "-OOM",
+        Duration::from_secs(5),
+        || matches!(call(port, &["SET", "x", "1"]), Some(Reply::Error(e)) if e == oom),
+    );
+    let nobody = free_port().to_string();
+    assert_eq!(
+        text(&call(port, &["REPLICAOF", "127.0.0.1", &nobody]).unwrap()),
+        "OK"
+    );
+    assert_eq!(
+        call(port, &["SET", "x", "1"]).unwrap(),
+        Reply::Error("READONLY You can't write against a read only replica.".into())
+    );
+    assert_eq!(
+        text(&call(port, &["REPLICAOF", "NO", "ONE"]).unwrap()),
+        "OK"
+    );
+    assert_eq!(
+        call(port, &["SET", "x", "1"]).unwrap(),
+        Reply::Error(oom.into())
+    );
+}
+
 /// `maxmemory` with Redis's noeviction: past it, commands that may
 /// allocate are refused with `-OOM` and change nothing; reads and deletes
 /// go on; back under it (or at 0) writes are served again.

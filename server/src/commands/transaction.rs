@@ -11,8 +11,6 @@
 //!
 //! [`TxState::pending`]: crate::session::TxState::pending
 
-use std::sync::atomic::Ordering;
-
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{FAST, LOADING, STALE};
@@ -129,12 +127,11 @@ fn cluster_refusal(ctx: &ConnCtx<'_>, multi: &Multi) -> Option<OpError> {
 /// queued and run at EXEC without these checks (so a queued REPLICAOF
 /// does not refuse the writes queued after it).
 fn write_refusal(ctx: &ConnCtx<'_>, multi: &Multi) -> Option<OpError> {
-    let over_memory = || ctx.shared.over_maxmemory.load(Ordering::Relaxed);
     match multi.writes {
         true => ctx.shared.write_refusal(),
         false => None,
     }
-    .or_else(|| (multi.denyoom && over_memory()).then_some(OpError::OutOfMemory))
+    .or_else(|| (multi.denyoom && ctx.shared.refuses_oom()).then_some(OpError::OutOfMemory))
     .map(|why| OpError::ExecAbortBecause(Box::new(why)))
 }
 
