@@ -887,14 +887,12 @@ impl Shared {
         !self.repl.is_replica() && self.over_maxmemory.load(Ordering::Relaxed)
     }
 
-    /// Why a write must be refused now: on a replica (`READONLY`), and
-    /// while snapshots or the append-only log fail (`MISCONF`, see
-    /// `Persistence::refuse_writes`).
+    /// Why a write must be refused now, in Redis 7's order: while
+    /// snapshots or the append-only log fail (`MISCONF`, see
+    /// `Persistence::refuse_writes`), then on a replica (`READONLY`).
     pub fn write_refusal(&self) -> Option<OpError> {
-        if self.repl.is_replica() {
-            return Some(OpError::ReadOnly);
-        }
         match self.persist.refuse_writes.load(Ordering::Relaxed) {
+            0 if self.repl.is_replica() => Some(OpError::ReadOnly),
             0 => None,
             crate::persist::status::REFUSE_LOG => Some(OpError::MisconfLog),
             _ => Some(OpError::Misconf),

@@ -188,7 +188,7 @@ fn config_of_every_persistence_setting() {
 }
 
 /// With save rules and `stop-writes-on-bgsave-error yes`, a failed
-/// snapshot refuses writes until one succeeds.
+/// snapshot refuses writes until one succeeds, on a replica too.
 #[test]
 fn writes_are_refused_while_snapshots_fail() {
     let dir = leasehold_testkit::scratch_dir();
@@ -209,6 +209,15 @@ fn writes_are_refused_while_snapshots_fail() {
     wait("the refusal", || c.call("SET k v").starts_with("-MISCONF "));
     assert_eq!(persistence(&mut c)["rdb_last_bgsave_status"], "err");
     assert_eq!(c.call("GET k"), "$-1\r\n", "reads still run");
+    // As in Redis 7, MISCONF comes before READONLY on a replica.
+    let nobody = leasehold_testkit::free_port();
+    assert_eq!(c.call(&format!("REPLICAOF 127.0.0.1 {nobody}")), "+OK\r\n");
+    let refused = c.call("SET k v");
+    assert!(
+        refused.starts_with("-MISCONF "),
+        "a replica answered {refused}"
+    );
+    assert_eq!(c.call("REPLICAOF NO ONE"), "+OK\r\n");
     std::fs::create_dir_all(&gone).unwrap();
     assert_eq!(c.call("SAVE"), "+OK\r\n");
     wait("writes again", || c.call("SET k v") == "+OK\r\n");
