@@ -52,6 +52,33 @@ fn handshake(listener: &TcpListener) -> (TcpStream, BytesMut, Vec<String>) {
     }
 }
 
+/// A replica of `threads` threads told to follow the scripted primary
+/// listening on the returned listener (its handshake is still to come).
+fn scripted_replica(threads: usize) -> (TcpListener, TestServer, leasehold_tests::Raw) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let replica = TestServer::start(threads);
+    let mut r = replica.raw();
+    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    (listener, replica, r)
+}
+
+/// Waits (at most 5 s) until `cmd` on `r` answers `want`.
+fn wait_reply(r: &mut leasehold_tests::Raw, cmd: &str, want: &str) {
+    let start = Instant::now();
+    loop {
+        let got = r.call(cmd);
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{cmd} answered {got}, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn records(cmds: &[&[&str]]) -> Vec<u8> {
     let mut out = BytesMut::new();
     for c in cmds {
@@ -105,12 +132,8 @@ fn full_sync_at(image: &[Vec<&str>], end: End, offset: u64) -> Vec<u8> {
 
 #[test]
 fn a_replica_sends_its_primary_nothing_but_acks() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let replica = TestServer::start(2);
+    let (listener, _replica, mut r) = scripted_replica(2);
     let keys = keys_in_both_halves("k", 2);
-    let mut r = replica.raw();
-    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, mut buf, psync) = handshake(&listener);
     assert_eq!(psync, ["PSYNC", "?", "-1"]);
     let image: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k.as_str(), "v"]).collect();
@@ -197,13 +220,9 @@ fn a_payload_that_is_not_a_leasehold_snapshot_changes_nothing() {
 /// the `MULTI`, and the frame sent again applies once, whole.
 #[test]
 fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let replica = TestServer::start(2);
+    let (listener, _replica, mut r) = scripted_replica(2);
     let keys = keys_in_both_halves("k", 2);
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
-    let mut r = replica.raw();
-    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, _, _) = handshake(&listener);
     let mut wire = full_sync(&[], End::Crc);
     let before = records(&[&["SET", "plain", "1"]]);
@@ -213,14 +232,7 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
     wire.extend(&before);
     wire.extend(&frame[..cut]);
     s.write_all(&wire).unwrap();
-    let start = Instant::now();
-    while r.call("GET plain") != "$1\r\n1\r\n" {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the stream applies"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_get(&mut r, "plain", "$1\r\n1\r\n");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
         r.call(&format!("EXISTS {a} {b}")),
@@ -239,18 +251,7 @@ fn a_link_lost_inside_a_transaction_frame_resumes_before_it() {
     let mut wire = format!("+CONTINUE {ID}\r\n").into_bytes();
     wire.extend(&frame);
     s.write_all(&wire).unwrap();
-    let start = Instant::now();
-    while r.call(&format!("EXISTS {a} {b}")) != ":2\r\n" {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the frame applies"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(
-        r.call(&format!("MGET {a} {b}")),
-        "*2\r\n$1\r\n1\r\n$1\r\n1\r\n"
-    );
+    wait_both(&mut r, a, b, "1");
     assert_eq!(
         field(&mut r, "replication", "slave_repl_offset"),
         (before.len() + frame.len()).to_string()
@@ -279,18 +280,7 @@ fn wait_closed(s: &mut TcpStream) {
 
 /// Waits until `GET key` on `r` answers `want`.
 fn wait_get(r: &mut leasehold_tests::Raw, key: &str, want: &str) {
-    let start = Instant::now();
-    loop {
-        let got = r.call(&format!("GET {key}"));
-        if got == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "GET {key} answered {got}, not {want}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_reply(r, &format!("GET {key}"), want);
 }
 
 /// A payload whose `LH.SNAPEND` carries a CRC-32 that is not its bytes'
@@ -299,13 +289,9 @@ fn wait_get(r: &mut leasehold_tests::Raw, key: &str, want: &str) {
 /// the same payload with the right CRC then loads.
 #[test]
 fn a_payload_whose_crc_is_wrong_is_not_loaded_and_asked_for_again() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let replica = TestServer::start(2);
+    let (listener, _replica, mut r) = scripted_replica(2);
     let keys = keys_in_both_halves("k", 2);
     let image: Vec<Vec<&str>> = keys.iter().map(|k| vec!["SET", k.as_str(), "v"]).collect();
-    let mut r = replica.raw();
-    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, _, psync) = handshake(&listener);
     assert_eq!(psync, ["PSYNC", "?", "-1"]);
     // At an offset past 0: a replica that lost its payload must still ask
@@ -335,11 +321,7 @@ fn a_payload_whose_crc_is_wrong_is_not_loaded_and_asked_for_again() {
 /// loads on its record count; one that ends without `LH.SNAPEND` does not.
 #[test]
 fn a_payload_is_loaded_on_its_count_alone_but_not_without_its_end() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let replica = TestServer::start(2);
-    let mut r = replica.raw();
-    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+    let (listener, _replica, mut r) = scripted_replica(2);
     let (mut s, _, _) = handshake(&listener);
     let mut wire = format!("+FULLRESYNC {ID} 0\r\n$EOF:{MARK}\r\n").into_bytes();
     wire.extend(records(&[
@@ -367,13 +349,9 @@ fn a_payload_is_loaded_on_its_count_alone_but_not_without_its_end() {
 /// up), and every record of them applies.
 #[test]
 fn back_to_back_frames_apply_as_one_transaction() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let replica = TestServer::start(2);
+    let (listener, _replica, mut r) = scripted_replica(2);
     let keys = keys_in_both_halves("k", 2);
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
-    let mut r = replica.raw();
-    assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
     let (mut s, _, _) = handshake(&listener);
     let mut wire = full_sync(&[], End::Crc);
     let mut frames = Vec::new();
@@ -389,11 +367,7 @@ fn back_to_back_frames_apply_as_one_transaction() {
     let stream_len = frames.len();
     wire.extend(frames);
     s.write_all(&wire).unwrap();
-    let start = Instant::now();
-    while r.call(&format!("MGET {a} {b}")) != "*2\r\n$1\r\n3\r\n$1\r\n3\r\n" {
-        assert!(start.elapsed() < Duration::from_secs(5), "the frames apply");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_both(&mut r, a, b, "3");
     assert_eq!(
         field(&mut r, "replication", "slave_repl_offset"),
         stream_len.to_string()
@@ -414,18 +388,7 @@ fn frame(a: &str, b: &str, v: &str) -> Vec<u8> {
 /// Waits until `MGET a b` on `r` answers `v` for both.
 fn wait_both(r: &mut leasehold_tests::Raw, a: &str, b: &str, v: &str) {
     let want = format!("*2\r\n${}\r\n{v}\r\n${}\r\n{v}\r\n", v.len(), v.len());
-    let start = Instant::now();
-    loop {
-        let got = r.call(&format!("MGET {a} {b}"));
-        if got == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "MGET {a} {b} answered {got}, not {v} for both"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_reply(r, &format!("MGET {a} {b}"), &want);
 }
 
 /// A link lost inside the second of two joined frames applies neither
@@ -435,13 +398,9 @@ fn wait_both(r: &mut leasehold_tests::Raw, a: &str, b: &str, v: &str) {
 #[test]
 fn a_link_lost_inside_joined_frames_resumes_before_the_first() {
     for threads in [1, 3] {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let replica = TestServer::start(threads);
+        let (listener, _replica, mut r) = scripted_replica(threads);
         let keys = keys_in_both_halves("k", 2);
         let (a, b) = (keys[0].as_str(), keys[1].as_str());
-        let mut r = replica.raw();
-        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
         let (mut s, _, _) = handshake(&listener);
         s.write_all(&full_sync(&[], End::Crc)).unwrap();
         wait_get(&mut r, a, "$-1\r\n");
@@ -482,11 +441,7 @@ fn frames_split_at_their_boundary_apply_and_count_in_order() {
     let keys = keys_in_both_halves("k", 2);
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
     for inside in [0, 1, 5, 14] {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let replica = TestServer::start(2);
-        let mut r = replica.raw();
-        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+        let (listener, _replica, mut r) = scripted_replica(2);
         let (mut s, _, _) = handshake(&listener);
         s.write_all(&full_sync(&[], End::Crc)).unwrap();
         wait_get(&mut r, a, "$-1\r\n");
@@ -519,11 +474,7 @@ fn getack_between_frames_acks_at_least_what_came_before() {
     let keys = keys_in_both_halves("k", 2);
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
     for with_payload in [true, false] {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let replica = TestServer::start(2);
-        let mut r = replica.raw();
-        assert_eq!(r.call(&format!("REPLICAOF 127.0.0.1 {port}")), "+OK\r\n");
+        let (listener, _replica, mut r) = scripted_replica(2);
         let (mut s, mut buf, _) = handshake(&listener);
         let mut wire = full_sync(&[], End::Crc);
         if !with_payload {

@@ -153,6 +153,16 @@ fn apart(a: &str, b: &str) -> bool {
     half(a) != half(b)
 }
 
+/// The two values of a two-key `MGET` reply as RESP text (`*2`, then each
+/// value `$-1`, or `$n` and its bytes): each `$-1` or the value.
+fn two_values(mget: &str) -> (&str, &str) {
+    let values: Vec<&str> = mget.split("\r\n").collect();
+    match values[1] {
+        "$-1" => (values[1], values[2]),
+        _ => (values[2], values[values.len() - 2]),
+    }
+}
+
 on_1_and_2_threads! {
     // 50 connections each run 200 transactions incrementing `{t}a` and `b`
     // (on different shards on two threads) while a reader's transactions,
@@ -177,12 +187,7 @@ on_1_and_2_threads! {
                     assert_eq!(r.read_text(), "+OK\r\n");
                     assert_eq!(r.read_text(), QUEUED);
                     let exec = r.read_text();
-                    let values: Vec<&str> = exec.split("\r\n").collect();
-                    // *1 *2 then two values, each `$-1` or `$n` + digits.
-                    let (x, y) = match values[2] {
-                        "$-1" => (values[2], values[3]),
-                        _ => (values[3], values[values.len() - 2]),
-                    };
+                    let (x, y) = two_values(exec.strip_prefix("*1\r\n").expect("one reply"));
                     assert_eq!(x, y, "a half-applied transaction: {exec:?}");
                     reads += 1;
                 }
@@ -442,12 +447,7 @@ fn replica_readers_never_see_half_a_transaction() {
                     r.send("MGET {t}a b\r\n".repeat(16).as_bytes());
                     for _ in 0..16 {
                         let reply = r.read_text();
-                        let values: Vec<&str> = reply.split("\r\n").collect();
-                        // *2, then each value `$-1` or `$n` and its digits.
-                        let (x, y) = match values[1] {
-                            "$-1" => (values[1], values[2]),
-                            _ => (values[2], values[values.len() - 2]),
-                        };
+                        let (x, y) = two_values(&reply);
                         assert_eq!(x, y, "a half-applied transaction on the replica: {reply:?}");
                         moving += u64::from(reply != last);
                         last = reply;

@@ -184,9 +184,7 @@ impl Pipeline {
             .for_each(|r| stats.count_reply(r));
         replies
     }
-}
 
-impl Pipeline {
     /// [`Pipeline::take_replies`] without counting the error replies (for a
     /// reply that is counted when it is written).
     pub fn take_merged(&mut self, worker: &Worker) -> Vec<Reply> {

@@ -475,9 +475,8 @@ fn load_log(
         if let Some(open) = end_outside_frame(applier, &path, last && truncated_ok)? {
             // The segment cut short gets its checksum, so the log verifies
             // and the writer's next segments follow whole ones.
-            let seal = segment_crc(crc32(&file[open.segment..open.at]));
             let seal = match open.segment < open.at {
-                true => seal,
+                true => segment_crc(crc32(&file[open.segment..open.at])),
                 false => Vec::new(),
             };
             truncate(&path, open.at, &seal)?;

@@ -306,10 +306,9 @@ fn steps<S: Read + Write>(
     let ids = repl.ids();
     let next = (offset + 1).to_string();
     let lost = repl.history_lost.load(std::sync::atomic::Ordering::SeqCst);
-    let psync = match offset {
-        _ if lost => ["PSYNC", "?", "-1"],
-        0 => ["PSYNC", "?", "-1"],
-        _ => ["PSYNC", ids.replid.as_str(), next.as_str()],
+    let psync = match offset == 0 || lost {
+        true => ["PSYNC", "?", "-1"],
+        false => ["PSYNC", ids.replid.as_str(), next.as_str()],
     };
     let line = command(s, buf, &psync)?;
     let mut words = line.split(' ');

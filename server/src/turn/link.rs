@@ -17,7 +17,7 @@
 //! asks the link thread for an ACK.
 
 use bytes::{Bytes, BytesMut};
-use leasehold_protocol::{decode_request_raw, encode_request, Limits};
+use leasehold_protocol::{decode_request_raw, Limits};
 
 use super::{tx, Conn, Parked};
 use crate::dispatch::{plan, run_conn_command, At, Planned};
@@ -105,7 +105,7 @@ fn payload_front<T>(c: &mut Conn<T>) -> Front {
 /// The stream's bytes go to this node's backlog as read: when no payload
 /// is loading, the buffer is copied once up front and the part consumed is
 /// appended (cut at each `GETACK`, whose ACK must count it); a call that
-/// starts inside a payload re-encodes the records after it instead.
+/// starts inside a payload copies each record after it as it is read.
 pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     let worker = at.worker;
     let repl = worker.shared.repl.clone();
@@ -230,7 +230,7 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             }
         } else {
             if !streaming {
-                encode_request(&items, &mut counted.bytes);
+                counted.bytes.extend_from_slice(&raw);
             }
             match name.as_slice() {
                 b"PING" => continue,
@@ -321,7 +321,7 @@ fn merge_next_frame<T>(c: &mut Conn<T>, counted: &mut Counted) -> bool {
     }
     let _ = c.rbuf.split_to(MULTI_RECORD.len());
     if !counted.copied {
-        // Re-encoded records: the EXEC is in already, the MULTI joins it.
+        // Records copied one by one: the EXEC is in, the MULTI joins it.
         counted.bytes.extend_from_slice(MULTI_RECORD);
     }
     true
@@ -358,7 +358,8 @@ fn run_frame<T>(
 /// node's backlog (which makes `slave_repl_offset`).
 struct Counted {
     /// A copy of the read buffer taken up front (`copied`), or the records
-    /// re-encoded as they are read (after a payload ends in this call).
+    /// copied one by one as they are read (after a payload ends in this
+    /// call).
     bytes: BytesMut,
     copied: bool,
     /// The read buffer's length when it was copied.
