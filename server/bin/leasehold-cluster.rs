@@ -506,10 +506,8 @@ fn local(o: Local) -> Result<bool, String> {
             }
         }
         if let Some(prog) = sentinel_prog {
-            // The links up first (see `create::wait_linked`).
-            if !create::wait_linked(&parsed, Instant::now() + Duration::from_secs(10)) {
-                eprintln!("WARNING: not every replica's link is up after 10 s; starting the sentinels anyway");
-            }
+            // Started at once, so their ports are taken while they are
+            // known free; the wait for the replicas comes after.
             for &s in &sentinels {
                 let sdir = dir.join(format!("sentinel-{s}"));
                 std::fs::create_dir_all(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
@@ -536,7 +534,14 @@ fn local(o: Local) -> Result<bool, String> {
                     return Err(format!("sentinel 127.0.0.1:{s} does not answer"));
                 }
             }
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // Every replica linked, and known to every sentinel (which
+            // reads a primary's replicas when it starts monitoring, then
+            // every 10 s), before the addresses are printed: a primary
+            // killed right after can be failed over.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            if !create::wait_linked(&parsed, deadline) {
+                eprintln!("WARNING: not every replica's link is up after 20 s");
+            }
             for (s, name, r) in create::wait_replicas_known(&parsed, deadline) {
                 eprintln!("WARNING: sentinel {s} does not list {r} among {name}'s replicas yet: it could not promote it");
             }
