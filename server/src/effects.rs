@@ -30,7 +30,9 @@ use crate::clock::{unix_of, unix_signed, Now};
 use crate::ratelimit::RateState;
 use crate::replication::role::Replication;
 
+mod unit;
 mod watch;
+pub use unit::Part;
 pub use watch::Watches;
 
 /// Largest encoding buffer kept between records, bytes.
@@ -126,6 +128,9 @@ pub struct EffectLog {
     /// A transaction over several shards holds this one: its effects are
     /// kept whole for the transaction (see [`EffectLog::gather`]).
     gathering: bool,
+    /// The open unit of one transaction or script, whose records are kept
+    /// unpublished until it ends (see [`EffectLog::begin_unit`]).
+    unit: Option<unit::Unit>,
     /// The keys clients WATCH on this shard: every keyed effect touches them.
     pub watches: Watches,
     /// Effects emitted since the shard started (the changes a snapshot
@@ -157,6 +162,7 @@ impl EffectLog {
             holding: false,
             hold_over: None,
             gathering: false,
+            unit: None,
             watches: Watches::default(),
             changes: 0,
         }
@@ -189,11 +195,12 @@ impl EffectLog {
         {
             return;
         }
+        self.note_slot(&effect);
         self.scratch.clear();
         effect.encode(&mut self.scratch);
         let half = (self.capacity / 2) as u64;
         let pending = self.offset - self.published;
-        let kept = self.holding || self.gathering;
+        let kept = self.kept();
         if self.holding && pending + self.scratch.len() as u64 > half {
             if let Some(over) = &self.hold_over {
                 over.store(true, Ordering::SeqCst);
@@ -221,6 +228,12 @@ impl EffectLog {
         }
     }
 
+    /// Whether a cut, a transaction or an open unit keeps the records
+    /// written since the last publish.
+    fn kept(&self) -> bool {
+        self.holding || self.gathering || self.unit.is_some()
+    }
+
     /// Whether a cut holds this log's publishes.
     pub fn holding(&self) -> bool {
         self.holding
@@ -242,10 +255,11 @@ impl EffectLog {
     /// dropped. Called once per batch (`Shard::publish`), so it costs
     /// nothing per command; a batch that wrote nothing takes no lock.
     pub fn publish(&mut self) {
-        if self.holding || self.gathering || self.published == self.offset {
+        if self.kept() || self.published == self.offset {
             return;
         }
         self.publish_bytes(true);
+        self.settle();
     }
 
     /// Starts (`true`) or ends keeping this shard's effects for a
@@ -258,6 +272,9 @@ impl EffectLog {
     pub fn gather(&mut self, yes: bool) {
         if yes {
             self.publish();
+            self.open_part();
+        } else {
+            self.unit = None;
         }
         self.gathering = yes;
         if !yes {
@@ -272,19 +289,20 @@ impl EffectLog {
     /// parts as one unit. Ends the gathering. `None` (and the records stay,
     /// published as usual) while a cut holds the shard, on a replica and
     /// for a log with no merged stream.
-    pub fn take_part(&mut self) -> Option<Vec<u8>> {
+    pub fn take_part(&mut self) -> Option<Part> {
         self.gathering = false;
+        let many_slots = self.close_part();
         let repl = self.sink.as_ref()?;
         if self.holding || repl.is_replica() {
             return None;
         }
         let [a, b] = self.since(self.published)?;
-        let mut part = Vec::with_capacity(a.len() + b.len());
-        part.extend_from_slice(a);
-        part.extend_from_slice(b);
+        let mut bytes = Vec::with_capacity(a.len() + b.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
         self.published = self.offset;
         self.settle();
-        Some(part)
+        Some(Part { bytes, many_slots })
     }
 
     /// Publishes the pending bytes of the ring (`from_ring`) or the last
@@ -332,8 +350,7 @@ impl EffectLog {
     /// over), keeping the tail a ring of that size would hold: a large
     /// transaction does not keep a shard's memory for good.
     fn settle(&mut self) {
-        let kept = self.holding || self.gathering || self.published != self.offset;
-        if self.capacity > self.base && !kept {
+        if self.capacity > self.base && !self.kept() && self.published == self.offset {
             tracing::info!(
                 "a shard's effect ring goes back from {} to {} bytes",
                 self.capacity,
@@ -684,6 +701,8 @@ mod tests {
         }
         assert!(log.capacity >= 20 * 100, "{}", log.capacity);
         let part = log.take_part().expect("a part");
+        assert!(!part.many_slots, "every record names the slot of k");
+        let part = part.bytes;
         assert_eq!(part.len() as u64, log.offset());
         assert_eq!(log.capacity, 64);
         // The tail a 64-byte ring keeps, as if it had never grown.

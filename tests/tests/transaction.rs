@@ -416,18 +416,31 @@ on_1_and_2_threads! {
 }
 
 /// Replica readers never see part of a primary's transaction or script
-/// over two shards: the primary writes its effects framed `MULTI` ..
+/// over two hash slots: the primary writes its effects framed `MULTI` ..
 /// `EXEC` in the stream, and the replica applies each frame as one
 /// transaction. 8 writers on the primary (transactions and scripts, each
-/// incrementing `{t}a` and `b`, on different shards of both nodes) while
-/// a reader pipelines `MGET {t}a b` on the replica: never a pair that
-/// differs; both counters end at the total on the replica.
+/// incrementing `{t}a` and `b`) while 4 readers pipeline `MGET {t}a b` on
+/// the replica: never a pair that differs; both counters end at the total
+/// on the replica. With two threads on each node the keys live on two
+/// shards of both.
 #[test]
 fn replica_readers_never_see_half_a_transaction() {
+    readers_never_see_half_a_transaction(2, 2);
+}
+
+/// As [`replica_readers_never_see_half_a_transaction`], a one-thread
+/// primary and a two-thread replica: the primary runs every transaction
+/// on its one shard, and the replica holds the two keys on two.
+#[test]
+fn a_replica_with_more_threads_never_sees_half_a_transaction() {
+    readers_never_see_half_a_transaction(1, 2);
+}
+
+fn readers_never_see_half_a_transaction(primary_threads: usize, replica_threads: usize) {
     use leasehold_tests::replication::{follow, wait_caught_up};
     assert!(apart("{t}a", "b"), "the keys must live on both shards");
-    let primary = TestServer::start(2);
-    let replica = TestServer::start(2);
+    let primary = TestServer::start(primary_threads);
+    let replica = TestServer::start(replica_threads);
     follow(&replica, &primary);
     // The full sync is over: its cut no longer holds the primary's shards
     // (a transaction that ends while a cut holds a shard is published in

@@ -202,10 +202,18 @@ fn run(
             threshold,
             state,
         };
+        // Its writes are one unit: framed in the stream when they name two
+        // or more slots, which a replica may hold on two shards (a script
+        // over several shards is framed by its transaction).
+        let opened = s.store.effects_mut().begin_unit();
         let mut call = |run: &RunCell, argv: Vec<Bytes>| {
             script_call(s, run, argv, across.as_deref_mut(), caller.as_ref())
         };
-        Ok(vm.run(&function, &keys, &argv, opts, &mut call))
+        let reply = vm.run(&function, &keys, &argv, opts, &mut call);
+        if opened {
+            s.store.effects_mut().end_unit();
+        }
+        Ok(reply)
     })
 }
 

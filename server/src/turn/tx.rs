@@ -32,6 +32,7 @@ use super::{Conn, Transport, Turn};
 use crate::commands::span::{Next, SpanFn};
 use crate::commands::{scripting, table, Exec};
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
+use crate::effects::Part;
 use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
 use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
@@ -139,7 +140,7 @@ pub(super) struct Running {
     draining: bool,
     /// Locked runs: the effects each held shard handed over after its
     /// last jobs, appended to the stream as one unit at the end.
-    parts: Vec<Vec<u8>>,
+    parts: Vec<Part>,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -326,7 +327,13 @@ fn start<T>(at: &mut At<'_>, c: &mut Conn<T>, multi: Multi, watched: Vec<Bytes>)
                 run.dirty = shard.store.watch_dirty(tx.client, &run.watched);
             }
             if !run.dirty {
+                // Its records are one unit: framed when they name two or
+                // more slots, which a replica may hold on two shards.
+                let opened = worker.shard.borrow_mut().store.effects_mut().begin_unit();
                 run.advance(worker, &mut c.state);
+                if opened {
+                    worker.shard.borrow_mut().store.effects_mut().end_unit();
+                }
             }
             c.state.close |= run.close_after;
             return Some(run.finish(worker));
@@ -640,7 +647,7 @@ impl<T: Transport> Turn<T> {
         let worker = self.worker.clone();
         let me = worker.id;
         let answer = |tx: TxId, msg: TxMsg| worker.mailboxes[tx.thread].send(Msg::Tx(msg));
-        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool, part: Option<Vec<u8>>| {
+        let ran = |tx: TxId, replies: Vec<Reply>, dirty: bool, part: Option<Part>| {
             let shard = me;
             answer(
                 tx,
@@ -689,7 +696,14 @@ impl<T: Transport> Turn<T> {
                 let dirty = !watch.is_empty() && shard.store.watch_dirty(tx.client, &watch);
                 let replies = match dirty {
                     true => Vec::new(),
-                    false => run_jobs(&mut shard, jobs),
+                    false => {
+                        let opened = shard.store.effects_mut().begin_unit();
+                        let replies = run_jobs(&mut shard, jobs);
+                        if opened {
+                            shard.store.effects_mut().end_unit();
+                        }
+                        replies
+                    }
                 };
                 shard.publish();
                 drop(shard);
@@ -772,7 +786,7 @@ impl<T: Transport> Turn<T> {
         shard: usize,
         replies: Vec<Reply>,
         dirty: bool,
-        part: Option<Vec<u8>>,
+        part: Option<Part>,
     ) {
         let worker = self.worker.clone();
         let Some((run, state)) = self.running(tx) else {
