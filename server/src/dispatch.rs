@@ -372,7 +372,8 @@ impl Cmd {
 /// `-OOM` for `DENYOOM` rows while used memory is past `maxmemory` (not on
 /// a replica, which ignores it as Redis's does by default); for
 /// `WRITE` rows `-MISCONF` while snapshots or the append-only log fail
-/// (see `Persistence::refuse_writes`) and `-READONLY` on a replica; while
+/// (see `Persistence::refuse_writes`; PING too, as Redis 7) and
+/// `-READONLY` on a replica; while
 /// a replica loads a full sync, `-LOADING` unless the row has `LOADING`.
 /// The replication link's own records pass.
 fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<(), OpError> {
@@ -388,6 +389,11 @@ fn check_state(shared: &Shared, conn: &ConnState, spec: &CommandSpec) -> Result<
             if !conn.tx.executing {
                 return Err(e);
             }
+        }
+    } else if let Some(e) = shared.persistence_refusal() {
+        // Redis 7 refuses PING too, so that Sentinel sees the node fail.
+        if spec.name == "ping" && !conn.tx.executing {
+            return Err(e);
         }
     }
     if shared.repl.is_loading() && !spec.has(flags::LOADING) {

@@ -887,15 +887,25 @@ impl Shared {
         !self.repl.is_replica() && self.over_maxmemory.load(Ordering::Relaxed)
     }
 
+    /// `MISCONF` while snapshots or the append-only log fail (see
+    /// `Persistence::refuse_writes`), the refusal Redis 7 gives PING as
+    /// well as writes, so that Sentinel, which takes only `PONG` (or
+    /// `LOADING`, `MASTERDOWN`) for a live node, sees such a primary fail.
+    pub fn persistence_refusal(&self) -> Option<OpError> {
+        match self.persist.refuse_writes.load(Ordering::Relaxed) {
+            0 => None,
+            crate::persist::status::REFUSE_LOG => Some(OpError::MisconfLog),
+            _ => Some(OpError::Misconf),
+        }
+    }
+
     /// Why a write must be refused now, in Redis 7's order: while
     /// snapshots or the append-only log fail (`MISCONF`, see
     /// `Persistence::refuse_writes`), then on a replica (`READONLY`).
     pub fn write_refusal(&self) -> Option<OpError> {
-        match self.persist.refuse_writes.load(Ordering::Relaxed) {
-            0 if self.repl.is_replica() => Some(OpError::ReadOnly),
-            0 => None,
-            crate::persist::status::REFUSE_LOG => Some(OpError::MisconfLog),
-            _ => Some(OpError::Misconf),
+        match self.persistence_refusal() {
+            None if self.repl.is_replica() => Some(OpError::ReadOnly),
+            refusal => refusal,
         }
     }
 }

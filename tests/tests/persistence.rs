@@ -209,6 +209,12 @@ fn writes_are_refused_while_snapshots_fail() {
     wait("the refusal", || c.call("SET k v").starts_with("-MISCONF "));
     assert_eq!(persistence(&mut c)["rdb_last_bgsave_status"], "err");
     assert_eq!(c.call("GET k"), "$-1\r\n", "reads still run");
+    // As in Redis 7, PING is refused too (Sentinel then sees the node
+    // fail), also when queued, which aborts the transaction.
+    assert!(c.call("PING").starts_with("-MISCONF "));
+    assert_eq!(c.call("MULTI"), "+OK\r\n");
+    assert!(c.call("PING").starts_with("-MISCONF "));
+    assert!(c.call("EXEC").starts_with("-EXECABORT "));
     // As in Redis 7, MISCONF comes before READONLY on a replica.
     let nobody = leasehold_testkit::free_port();
     assert_eq!(c.call(&format!("REPLICAOF 127.0.0.1 {nobody}")), "+OK\r\n");
@@ -221,6 +227,7 @@ fn writes_are_refused_while_snapshots_fail() {
     std::fs::create_dir_all(&gone).unwrap();
     assert_eq!(c.call("SAVE"), "+OK\r\n");
     wait("writes again", || c.call("SET k v") == "+OK\r\n");
+    assert_eq!(c.call("PING"), "+PONG\r\n");
     assert_eq!(persistence(&mut c)["rdb_last_bgsave_status"], "ok");
 }
 
