@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::effects::Part;
-
 /// The record a primary writes every `repl-ping-replica-period` while
 /// replicas are connected: `PING` as a RESP array.
 pub const PING_RECORD: &[u8] = b"*1\r\n$4\r\nPING\r\n";
@@ -254,21 +252,22 @@ impl Backlog {
 
     /// Appends a transaction's parts, one per shard that wrote (each whole
     /// records), as one unit: framed `MULTI` .. `EXEC` when two or more
-    /// parts hold records, or one part whose records name two or more hash
-    /// slots (a replica may hold them on two shards), so a replica (and the
-    /// append-only log's loader) applies them all at once, as Redis frames
-    /// a transaction's effects; a lone part of one slot is appended as it
-    /// is. Then waits as [`Backlog::wait_synced`] does.
-    pub fn append_unit(&self, parts: &[Part]) {
+    /// parts hold records, or when `many_slots` (its records name two or
+    /// more hash slots, which a replica may hold on two shards), so a
+    /// replica (and the append-only log's loader) applies them all at
+    /// once, as Redis frames a transaction's effects; a lone part of one
+    /// slot is appended as it is. Then waits as [`Backlog::wait_synced`]
+    /// does.
+    pub fn append_unit(&self, parts: &[Vec<u8>], many_slots: bool) {
         let mut all: Vec<&[u8]> = parts
             .iter()
-            .filter(|p| !p.bytes.is_empty())
-            .map(|p| p.bytes.as_slice())
+            .filter(|p| !p.is_empty())
+            .map(Vec::as_slice)
             .collect();
         if all.is_empty() {
             return;
         }
-        if all.len() > 1 || parts.iter().any(|p| p.many_slots) {
+        if all.len() > 1 || many_slots {
             all.insert(0, MULTI_RECORD);
             all.push(EXEC_RECORD);
         }

@@ -140,7 +140,10 @@ pub(super) struct Running {
     draining: bool,
     /// Locked runs: the effects each held shard handed over after its
     /// last jobs, appended to the stream as one unit at the end.
-    parts: Vec<Part>,
+    parts: Vec<Vec<u8>>,
+    /// Some part's records name two or more hash slots (see
+    /// [`Part::many_slots`]).
+    many_slots: bool,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -291,6 +294,7 @@ impl Running {
             gate: None,
             draining: false,
             parts: Vec::new(),
+            many_slots: false,
             addr: c.state.handle.addr,
         }
     }
@@ -557,6 +561,11 @@ impl Running {
         scripting::run_across(&mut shard, idx, args, across)
     }
 
+    /// Keeps a held shard's part for the unit [`Running::finish`] appends.
+    fn keep_part(&mut self, part: Option<Part>) {
+        keep_part(&mut self.parts, &mut self.many_slots, part);
+    }
+
     /// Ends the transaction: forgets the watches, releases the shards held
     /// (this one's effects published first, while still held), and returns
     /// EXEC's reply.
@@ -571,12 +580,17 @@ impl Running {
             let held = &shards[..*granted];
             if held.contains(&worker.id) {
                 let own = worker.shard.borrow_mut().store.effects_mut().take_part();
-                self.parts.extend(own);
+                keep_part(&mut self.parts, &mut self.many_slots, own);
             }
             // Every shard's part enters the stream as one unit before any
             // shard is released, so nothing written after the transaction
             // comes before it.
-            worker.shared.repl.backlog.append_unit(&self.parts);
+            let parts = &self.parts;
+            worker
+                .shared
+                .repl
+                .backlog
+                .append_unit(parts, self.many_slots);
             for &s in held {
                 let msg = TxMsg::Release { tx: self.tx };
                 worker.mailboxes[s].send(Msg::Tx(msg));
@@ -597,6 +611,15 @@ impl Running {
                 .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
             (false, false) => Reply::Array(self.pipe.take_replies(worker)),
         }
+    }
+}
+
+/// Adds a held shard's part (if it handed one over) to `parts`, noting
+/// whether its records name several slots.
+fn keep_part(parts: &mut Vec<Vec<u8>>, many_slots: &mut bool, part: Option<Part>) {
+    if let Some(p) = part {
+        *many_slots |= p.many_slots;
+        parts.push(p.bytes);
     }
 }
 
@@ -794,7 +817,7 @@ impl<T: Transport> Turn<T> {
         };
         run.runs -= 1;
         run.dirty |= dirty;
-        run.parts.extend(part);
+        run.keep_part(part);
         let routes = run.outbox.answered(shard);
         for (route, reply) in routes.into_iter().zip(replies) {
             run.pipe.fill(route, Answer::Reply(reply));
