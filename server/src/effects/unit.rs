@@ -206,6 +206,31 @@ mod tests {
         }
     }
 
+    /// Framing copies the unit's records through the scratch buffer: a
+    /// large unit must not leave that copy pinned until the shard's next
+    /// write (an idle shard would keep it for good).
+    #[test]
+    fn framing_a_large_unit_keeps_no_large_buffer() {
+        let mut log = EffectLog::new(1024);
+        let value = vec![b'x'; 4 * super::super::MAX_KEPT_SCRATCH];
+        log.begin_unit();
+        for key in [b"a".as_slice(), b"b"] {
+            log.emit(Effect::Set {
+                key,
+                value: &value,
+                expire_at_ms: None,
+            });
+        }
+        log.end_unit();
+        assert!(all(&log).starts_with(MULTI_RECORD));
+        assert!(all(&log).ends_with(EXEC_RECORD));
+        assert!(
+            log.scratch.capacity() <= super::super::MAX_KEPT_SCRATCH,
+            "{} bytes kept",
+            log.scratch.capacity()
+        );
+    }
+
     #[test]
     fn a_flush_of_several_slots_or_a_global_change_frames_its_unit() {
         for effect in [
