@@ -126,7 +126,8 @@ impl EffectLog {
         let Some([a, b]) = self.since(from) else {
             return;
         };
-        let mut framed = Vec::with_capacity(MULTI_RECORD.len() + a.len() + b.len() + 16);
+        let len = MULTI_RECORD.len() + a.len() + b.len() + EXEC_RECORD.len();
+        let mut framed = bytes::BytesMut::with_capacity(len);
         framed.extend_from_slice(MULTI_RECORD);
         framed.extend_from_slice(a);
         framed.extend_from_slice(b);
@@ -136,9 +137,9 @@ impl EffectLog {
         if pending + framed.len() > self.capacity {
             self.grow((pending + framed.len()) * 2);
         }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&framed);
+        self.scratch = framed;
         self.append();
+        self.trim_scratch();
     }
 }
 
