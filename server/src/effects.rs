@@ -222,7 +222,13 @@ impl EffectLog {
         } else {
             self.append();
         }
-        // A huge record (a 500 MB APPEND result) must not pin its buffer forever.
+        self.trim_scratch();
+    }
+
+    /// Drops the scratch buffer once it outgrew [`MAX_KEPT_SCRATCH`]: a
+    /// huge record (a 500 MB APPEND result) or a framed unit must not pin
+    /// its buffer until the shard's next write.
+    fn trim_scratch(&mut self) {
         if self.scratch.capacity() > MAX_KEPT_SCRATCH {
             self.scratch = bytes::BytesMut::new();
         }

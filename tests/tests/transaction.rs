@@ -436,6 +436,13 @@ fn a_replica_with_more_threads_never_sees_half_a_transaction() {
     readers_never_see_half_a_transaction(1, 2);
 }
 
+/// As [`a_replica_with_more_threads_never_sees_half_a_transaction`], a
+/// three-thread replica (`{t}a` on its shard 2, `b` on its shard 0).
+#[test]
+fn a_three_thread_replica_of_a_one_thread_primary_never_sees_half_a_transaction() {
+    readers_never_see_half_a_transaction(1, 3);
+}
+
 fn readers_never_see_half_a_transaction(primary_threads: usize, replica_threads: usize) {
     use leasehold_tests::replication::{follow, wait_caught_up};
     assert!(apart("{t}a", "b"), "the keys must live on both shards");

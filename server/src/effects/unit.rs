@@ -126,7 +126,8 @@ impl EffectLog {
         let Some([a, b]) = self.since(from) else {
             return;
         };
-        let mut framed = Vec::with_capacity(MULTI_RECORD.len() + a.len() + b.len() + 16);
+        let len = MULTI_RECORD.len() + a.len() + b.len() + EXEC_RECORD.len();
+        let mut framed = bytes::BytesMut::with_capacity(len);
         framed.extend_from_slice(MULTI_RECORD);
         framed.extend_from_slice(a);
         framed.extend_from_slice(b);
@@ -136,9 +137,9 @@ impl EffectLog {
         if pending + framed.len() > self.capacity {
             self.grow((pending + framed.len()) * 2);
         }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&framed);
+        self.scratch = framed;
         self.append();
+        self.trim_scratch();
     }
 }
 
@@ -204,6 +205,31 @@ mod tests {
             assert_eq!(part.many_slots, many, "{keys:?}");
             assert_eq!(part.bytes, encoded(&[set(keys[0]), set(keys[1])]));
         }
+    }
+
+    /// Framing copies the unit's records through the scratch buffer: a
+    /// large unit must not leave that copy pinned until the shard's next
+    /// write (an idle shard would keep it for good).
+    #[test]
+    fn framing_a_large_unit_keeps_no_large_buffer() {
+        let mut log = EffectLog::new(1024);
+        let value = vec![b'x'; 4 * super::super::MAX_KEPT_SCRATCH];
+        log.begin_unit();
+        for key in [b"a".as_slice(), b"b"] {
+            log.emit(Effect::Set {
+                key,
+                value: &value,
+                expire_at_ms: None,
+            });
+        }
+        log.end_unit();
+        assert!(all(&log).starts_with(MULTI_RECORD));
+        assert!(all(&log).ends_with(EXEC_RECORD));
+        assert!(
+            log.scratch.capacity() <= super::super::MAX_KEPT_SCRATCH,
+            "{} bytes kept",
+            log.scratch.capacity()
+        );
     }
 
     #[test]
