@@ -27,6 +27,11 @@ struct Ring {
     offset: u64,
     /// Bytes of the stream still in `buf` (at most its length).
     histlen: u64,
+    /// The lowest offset a waiting follower wants to be woken at
+    /// (`u64::MAX`: none waits): an append wakes the followers only once
+    /// the stream reaches it, so a follower that lingers is not woken by
+    /// every append.
+    wake_at: u64,
 }
 
 /// The record that opens a transaction's frame in the stream.
@@ -105,6 +110,7 @@ impl Backlog {
                 buf: vec![0; capacity.max(1)],
                 offset: 0,
                 histlen: 0,
+                wake_at: u64::MAX,
             }),
             grown: Condvar::new(),
             durable: Durable::default(),
@@ -245,8 +251,14 @@ impl Backlog {
             r.grow(self.base);
         }
         let offset = r.offset;
+        let wake = offset >= r.wake_at;
+        if wake {
+            r.wake_at = u64::MAX;
+        }
         drop(r);
-        self.grown.notify_all();
+        if wake {
+            self.grown.notify_all();
+        }
         offset
     }
 
@@ -329,8 +341,23 @@ impl Backlog {
     /// Waits until the stream is longer than `from` bytes, or `timeout`.
     /// Returns the offset then.
     pub fn wait_past(&self, from: u64, timeout: Duration) -> u64 {
+        self.wait_until(from + 1, timeout)
+    }
+
+    /// Waits up to `timeout` for the stream to pass a quarter of the ring
+    /// beyond position `from` (a follower that just copied up to `from`
+    /// lingers so that one copy carries many appends, but never so long
+    /// that the ring wraps past it). Returns the stream's length.
+    pub fn linger(&self, from: u64, timeout: Duration) -> u64 {
+        let quarter = self.ring.lock().buf.len() as u64 / 4;
+        self.wait_until(from + quarter.max(1), timeout)
+    }
+
+    /// Waits up to `timeout` for the stream's length to reach `target`.
+    fn wait_until(&self, target: u64, timeout: Duration) -> u64 {
         let mut r = self.ring.lock();
-        if r.offset <= from {
+        if r.offset < target {
+            r.wake_at = r.wake_at.min(target);
             let _ = self.grown.wait_for(&mut r, timeout);
         }
         r.offset
@@ -342,6 +369,9 @@ impl Backlog {
         let mut r = self.ring.lock();
         r.offset = offset;
         r.histlen = 0;
+        r.wake_at = u64::MAX;
+        drop(r);
+        self.grown.notify_all();
     }
 }
 
@@ -382,6 +412,34 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lingering follower is not woken by appends until a quarter of the
+    /// ring has come; one waiting for the next byte is woken by any.
+    #[test]
+    fn a_lingering_follower_wakes_at_a_quarter_of_the_ring() {
+        let b = std::sync::Arc::new(Backlog::new(1024));
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let at = std::time::Instant::now();
+                (b.linger(0, Duration::from_secs(5)), at.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        b.append(&[&[b'x'; 10]]);
+        std::thread::sleep(Duration::from_millis(50));
+        b.append(&[&[b'y'; 300]]);
+        let (seen, took) = waiter.join().unwrap();
+        assert_eq!(seen, 310, "woken by the small append");
+        assert!(took < Duration::from_secs(4), "{took:?}");
+        let next = {
+            let b = b.clone();
+            std::thread::spawn(move || b.wait_past(310, Duration::from_secs(5)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        b.append(&[b"z"]);
+        assert_eq!(next.join().unwrap(), 311);
+    }
 
     #[test]
     fn reads_wrap_and_old_positions_are_gone() {
