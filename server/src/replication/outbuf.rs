@@ -23,7 +23,8 @@ pub const READ_MAX: usize = 64 * 1024;
 /// two threads, the primary spent 24% more CPU per request with a replica
 /// attached, most of it in the feed threads' wakeups. A quiet stream is
 /// copied at once (the copier waits for the append), so this adds at most
-/// this much to a replica's lag, and only under load.
+/// this much to a replica's lag, and only under load; under `appendfsync
+/// always`, where every write waits for the log, no copier lingers.
 pub const LINGER: Duration = Duration::from_micros(200);
 
 /// The stream copied from the backlog and not yet taken by its writer.
@@ -105,7 +106,9 @@ pub fn copy_stream(
             }
             out.wake();
         }
-        if copied {
+        // Under `appendfsync always` every write waits for the log's
+        // copier: it must not linger.
+        if copied && !backlog.sync_always() {
             backlog.linger(pos, LINGER);
         } else {
             backlog.wait_past(pos, Duration::from_millis(100));
