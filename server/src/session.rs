@@ -237,6 +237,10 @@ pub enum Handover {
 pub struct LinkState {
     /// A payload is being loaded (until its end mark).
     pub loading: bool,
+    /// The payload's end mark was read while some of its records still
+    /// waited for their shards: the node keeps answering `-LOADING` until
+    /// every one is applied (the next serve, which runs with nothing owed).
+    pub loaded: bool,
     /// The payload's 40-byte end mark, once its `$EOF:` header was read.
     pub mark: Option<bytes::Bytes>,
     /// Records of the payload applied so far.

@@ -901,6 +901,11 @@ impl<T: Transport> Turn<T> {
 /// from there must not apply later records before them.
 fn link_gone(shared: &crate::state::Shared, state: &crate::session::ConnState) {
     if let Some(link) = &state.link {
+        if link.loaded {
+            // A payload read to its end mark, every record applied (this
+            // runs once nothing is in flight): the dataset is whole.
+            shared.repl.set_loading(false);
+        }
         // A payload that never began replaced nothing: the dataset is
         // whole, so clients are served again.
         let untouched = link.loading && !link.started;

@@ -628,3 +628,85 @@ fn a_cut_that_waits_for_a_busy_shard_is_aborted_retried_and_given_up() {
     );
     assert_eq!(sync_count(&primary, "sync_full"), 2);
 }
+
+/// A replica clears LOADING only once every record of its full sync's
+/// payload is applied on every shard: a reader that pipelines `MGET` of
+/// keys on all its shards during the sync gets `-LOADING` or every value,
+/// never a part (the end mark is read while records before it still wait
+/// for their shards).
+#[test]
+fn a_replica_serves_reads_only_once_its_whole_payload_is_applied() {
+    let primary = TestServer::start(2);
+    let keys: Vec<String> = (0..12).map(|i| format!("probe:{i}")).collect();
+    let mut p = primary.raw();
+    let mut wire = Vec::new();
+    for i in 0..60_000 {
+        let k = format!("filler:{i}");
+        wire.extend(resp(&[b"SET", k.as_bytes(), b"some value of a filler key"]));
+    }
+    for k in &keys {
+        wire.extend(resp(&[b"SET", k.as_bytes(), b"v"]));
+    }
+    p.send(&wire);
+    for _ in 0..60_000 + keys.len() {
+        p.read_text();
+    }
+    let mget = format!("MGET {}\r\n", keys.join(" "));
+    let whole = format!("*{}\r\n{}", keys.len(), "$1\r\nv\r\n".repeat(keys.len()));
+    // Writes to other keys go on meanwhile, so stream records follow the
+    // payload's end mark in what the link reads.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (mut w, stop) = (primary.raw(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut wire = Vec::new();
+                for i in 0..64 {
+                    wire.extend(resp(&[
+                        b"INCR",
+                        format!("stream:{}", (n + i) % 500).as_bytes(),
+                    ]));
+                }
+                w.send(&wire);
+                for _ in 0..64 {
+                    w.read_text();
+                }
+                n += 64;
+            }
+        })
+    };
+    for round in 0..3 {
+        let replica = TestServer::start(3);
+        let mut r = replica.raw();
+        follow(&replica, &primary);
+        let deadline = Instant::now() + CATCH_UP;
+        let (mut loading, mut served) = (0, 0);
+        while served < 50 {
+            assert!(Instant::now() < deadline, "round {round}: never served");
+            r.send(mget.repeat(8).as_bytes());
+            for _ in 0..8 {
+                let reply = r.read_text();
+                if reply.starts_with("-LOADING") {
+                    loading += 1;
+                } else if reply.starts_with('*') {
+                    // Before the sync starts the replica is empty: all nil.
+                    let empty = format!("*{}\r\n{}", keys.len(), "$-1\r\n".repeat(keys.len()));
+                    if reply == empty && served == 0 {
+                        continue;
+                    }
+                    assert_eq!(
+                        reply, whole,
+                        "round {round}: a part of the payload was served"
+                    );
+                    served += 1;
+                } else {
+                    panic!("round {round}: {reply:?}");
+                }
+            }
+        }
+        eprintln!("round {round}: {loading} LOADING replies before the data");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().expect("the writer failed");
+}

@@ -94,8 +94,20 @@ fn payload_front<T>(c: &mut Conn<T>) -> Front {
             }
             let _ = c.rbuf.split_to(MARK_LEN);
             link.loading = false;
+            link.loaded = true;
             Front::Framing
         }
+    }
+}
+
+/// Ends the node's loading once its payload's end mark was read (and
+/// every record before it applied: the caller checks nothing is owed), so
+/// no reader is served a part of the payload.
+fn loaded<T>(repl: &Replication, c: &mut Conn<T>) {
+    if let Some(link) = c.state.link.as_mut().filter(|l| l.loaded) {
+        link.loaded = false;
+        repl.set_loading(false);
+        tracing::info!("replication: full sync loaded");
     }
 }
 
@@ -117,6 +129,9 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
     if !c.rbuf.is_empty() {
         repl.link.lock().last_io = Some(std::time::Instant::now());
     }
+    // A serve runs with nothing owed: every record of a payload whose end
+    // mark was read is applied now.
+    loaded(&repl, c);
     loop {
         if let Some(parked) = c.parked.take() {
             // A MULTI or EXEC of the stream runs once every record before
@@ -141,9 +156,8 @@ pub(super) fn serve_link<T>(at: &mut At<'_>, c: &mut Conn<T>) -> bool {
             match payload_front(c) {
                 Front::Partial => break,
                 Front::Framing => {
-                    if !c.state.link.as_ref().is_some_and(|l| l.loading) {
-                        repl.set_loading(false);
-                        tracing::info!("replication: full sync loaded");
+                    if c.pipe.owed() == 0 {
+                        loaded(&repl, c);
                     }
                     continue;
                 }
