@@ -746,19 +746,24 @@ const BAD_ARGUMENT: &str = "ERR Lua redis lib command arguments must be strings 
 /// Lua calls it with upvalue 1 the VM's [`RunCell`], which outlives the Lua
 /// state. `lua_error` unwinds past this frame only when it holds nothing
 /// that needs dropping; a panic is caught, kept for [`Vm::run`] to resume,
-/// and stops the script.
+/// and stops the script (this call and every later one raise).
 unsafe extern "C-unwind" fn redis_call<const PROTECTED: bool>(state: *mut lua_State) -> c_int {
     unsafe {
         let run = &*ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)).cast::<RunCell>();
-        let (text, panicked) =
-            match std::panic::catch_unwind(AssertUnwindSafe(|| call_on_stack(state, run))) {
-                Ok(Ok(())) => return 1,
-                Ok(Err(text)) => (text, false),
-                Err(payload) => {
-                    run.scratch.panic.set(Some(payload));
-                    (Cow::Borrowed("ERR the command failed"), true)
-                }
-            };
+        // After a panic no command runs: the script only unwinds.
+        let earlier = run.scratch.panic.take();
+        let outcome = match earlier {
+            Some(payload) => Err(payload),
+            None => std::panic::catch_unwind(AssertUnwindSafe(|| call_on_stack(state, run))),
+        };
+        let (text, panicked) = match outcome {
+            Ok(Ok(())) => return 1,
+            Ok(Err(text)) => (text, false),
+            Err(payload) => {
+                run.scratch.panic.set(Some(payload));
+                (Cow::Borrowed("ERR the command failed"), true)
+            }
+        };
         ffi::lua_createtable(state, 0, 1);
         ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
         ffi::lua_setfield(state, -2, c"err".as_ptr());
