@@ -2,7 +2,7 @@
 # Instructions per request of a server binary, counted by
 # `valgrind --tool=callgrind` (repeatable whatever else the machine does).
 #
-#   bench/callgrind.sh BINARY [strings|ratelimit|all] [server args...]
+#   bench/callgrind.sh BINARY [strings|ratelimit|scripts|all] [server args...]
 #
 # Runs BINARY (a leasehold-server release build) twice under callgrind with
 # `--threads $THREADS` (default 2), driven by redis-benchmark (`-c 2 -P 16 -r 100000`) with
@@ -10,7 +10,8 @@
 # server's instructions per request: the difference of the two totals over
 # the difference of the request counts, so startup and shutdown cancel.
 # Workloads: strings = SET, GET, INCR; ratelimit = TOKENLEASE and
-# CL.THROTTLE on random keys; all = both. Needs valgrind, redis-cli and
+# CL.THROTTLE on random keys; all = both; scripts = EVALSHA of
+# bench/lua/token_bucket.lua on random keys (alone). Needs valgrind, redis-cli and
 # redis-benchmark. Port: $PORT (default 7331).
 set -euo pipefail
 BIN=$1
@@ -29,8 +30,14 @@ total() { # N -> the server's total instructions for N requests per workload
   [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ] || { echo "the server did not start: $(cat "$d/log")" >&2; exit 1; }
   local b="redis-benchmark -p $PORT -q -c 2 -P 16 -r 100000 -n $n"
   local count=0
-  if [ "$WHAT" != ratelimit ]; then $b -t set,get,incr >/dev/null; count=$((count + 3)); fi
-  if [ "$WHAT" != strings ]; then
+  if [ "$WHAT" = scripts ]; then
+    local sha
+    sha=$(redis-cli -p "$PORT" script load "$(cat "$(dirname "$0")/lua/token_bucket.lua")")
+    $b evalsha "$sha" 1 tb:__rand_int__ 100 10 1000 1 >/dev/null
+    count=1
+  fi
+  if [ "$WHAT" != ratelimit ] && [ "$WHAT" != scripts ]; then $b -t set,get,incr >/dev/null; count=$((count + 3)); fi
+  if [ "$WHAT" != strings ] && [ "$WHAT" != scripts ]; then
     $b tokenlease rl:__rand_int__ 100 10 1000 1 >/dev/null
     $b cl.throttle gc:__rand_int__ 15 30 60 1 >/dev/null
     count=$((count + 2))

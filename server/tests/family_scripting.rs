@@ -98,6 +98,16 @@ fn errors_carry_the_script_and_line_and_pcall_returns_them() {
         eval(&mut h, "return redis.pcall('incr','a','b')", &["0"]),
         err("ERR Wrong number of args calling Redis command from script")
     );
+    // A handler of its own sees the command's error as Redis's error table.
+    assert_eq!(
+        eval(
+            &mut h,
+            "return select(2, xpcall(function() return redis.call('nosuch') end, \
+             function(e) return type(e) .. ':' .. e.err end))",
+            &["0"]
+        ),
+        Reply::bulk("table:ERR Unknown Redis command called from script")
+    );
     let body = "x = 1";
     assert_eq!(
         eval(&mut h, body, &["0"]),
@@ -308,6 +318,19 @@ fn replies_become_lua_values_both_ways() {
         Reply::ok()
     );
     assert_eq!(h.cmd("GET k"), Reply::bulk("0.10000000000000001"));
+    // Integral numbers too: %.17g writes 1e18 with an exponent, as Redis.
+    eval(
+        &mut h,
+        "return redis.call('set', KEYS[1], 1e18)",
+        &["1", "k"],
+    );
+    assert_eq!(h.cmd("GET k"), Reply::bulk("1e+18"));
+    eval(
+        &mut h,
+        "return redis.call('set', KEYS[1], -42)",
+        &["1", "k"],
+    );
+    assert_eq!(h.cmd("GET k"), Reply::bulk("-42"));
     // Under RESP2 a double is a bulk string, a boolean an integer.
     assert_eq!(
         eval(&mut h, "return {double=0.1}", &["0"]),

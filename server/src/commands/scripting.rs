@@ -159,43 +159,32 @@ fn run(
     if numkeys as u64 > (a.remaining() - mark) as u64 {
         return Err(OpError::TooManyKeys);
     }
-    let keys = (0..numkeys)
-        .map(|_| a.next())
-        .collect::<Result<Vec<_>, _>>()?;
-    let argv = (0..a.remaining() - mark)
-        .map(|_| a.next())
-        .collect::<Result<Vec<_>, _>>()?;
+    // KEYS and ARGV are read where they are, after the script and numkeys.
+    let all = a.all();
+    let (keys, argv) = all[3..all.len() - mark].split_at(numkeys as usize);
     let generation = s.scripts().generation();
     let state = s.scripts().run_state(s.id).clone();
     let threshold = Duration::from_millis(s.conf.busy_reply_threshold_ms);
     with_vm(known, |vm| {
         vm.sync(generation);
-        let (sha, function) = if by_sha {
-            let sha = parse_sha(&script).ok_or(OpError::NoScript)?;
-            match vm.function(&sha) {
-                Some(f) => (sha, f),
-                None => {
-                    let body = s.scripts().body(&sha).ok_or(OpError::NoScript)?;
-                    match vm.compile(sha, &body) {
-                        Ok(f) => (sha, f),
-                        Err(reply) => return Ok(reply),
-                    }
-                }
-            }
-        } else {
-            let sha = sha1_hex(&script);
-            match vm.function(&sha) {
-                Some(f) => (sha, f),
-                None => match vm.compile(sha, &script) {
-                    Ok(f) => {
-                        s.scripts()
-                            .insert(sha, script.clone(), names_whole_keyspace(&script));
-                        (sha, f)
-                    }
-                    Err(reply) => return Ok(reply),
-                },
-            }
+        let sha = match by_sha {
+            true => parse_sha(&script).ok_or(OpError::NoScript)?,
+            false => sha1_hex(&script),
         };
+        if vm.function(&sha).is_none() {
+            let body = match by_sha {
+                true => s.scripts().body(&sha).ok_or(OpError::NoScript)?,
+                false => script.clone(),
+            };
+            if let Err(reply) = vm.compile(sha, &body) {
+                return Ok(reply);
+            }
+            if !by_sha {
+                s.scripts()
+                    .insert(sha, script.clone(), names_whole_keyspace(&script));
+            }
+        }
+        let function = vm.function(&sha).ok_or(OpError::NoScript)?;
         let opts = RunOpts {
             sha,
             read_only,
@@ -206,10 +195,10 @@ fn run(
         // or more slots, which a replica may hold on two shards (a script
         // over several shards is framed by its transaction).
         let opened = s.store.effects_mut().begin_unit();
-        let mut call = |run: &RunCell, argv: Vec<Bytes>| {
+        let mut call = |run: &RunCell, argv: &mut Vec<Bytes>| {
             script_call(s, run, argv, across.as_deref_mut(), caller.as_ref())
         };
-        let reply = vm.run(&function, &keys, &argv, opts, &mut call);
+        let reply = vm.run(function, keys, argv, opts, &mut call);
         if opened {
             s.store.effects_mut().end_unit();
         }
@@ -221,7 +210,7 @@ fn run(
 fn script_call(
     s: &mut Shard,
     run: &RunCell,
-    argv: Vec<Bytes>,
+    argv: &mut Vec<Bytes>,
     across: Option<&mut Across<'_>>,
     caller: Option<&Option<std::sync::Arc<crate::acl::User>>>,
 ) -> Reply {
@@ -234,7 +223,7 @@ fn script_call(
 fn checked_call(
     s: &mut Shard,
     run: &RunCell,
-    argv: Vec<Bytes>,
+    argv: &mut Vec<Bytes>,
     across: Option<&mut Across<'_>>,
     caller: Option<&Option<std::sync::Arc<crate::acl::User>>>,
 ) -> Result<Reply, OpError> {
@@ -245,7 +234,7 @@ fn checked_call(
         return Err(OpError::ScriptArity);
     }
     if let Some(user) = caller {
-        super::acl::script_denial(s.shared(), user, idx, spec, &argv)?;
+        super::acl::script_denial(s.shared(), user, idx, spec, argv)?;
     }
     if spec.has(NO_SCRIPT) {
         return Err(OpError::ScriptNotAllowed);
@@ -263,7 +252,7 @@ fn checked_call(
         |p: usize| OpError::ScriptForeignKey(String::from_utf8_lossy(&argv[p]).into_owned());
     let Some(across) = across else {
         if let Some(p) = spec
-            .keys_in(&argv)
+            .keys_in(argv)
             .find(|&p| key_shard(&argv[p], s.shards) != s.id)
         {
             return Err(foreign(p));
@@ -277,16 +266,20 @@ fn checked_call(
             Exec::AllShards(..) | Exec::Cursor(_) => {
                 return Err(OpError::ScriptAllShards(spec.name));
             }
-            Exec::Conn(_) => return conn_command(s, spec, &argv),
+            Exec::Conn(_) => return conn_command(s, spec, argv),
         };
         if write && !run.before_write() {
             return Ok(RunCell::killed_reply());
         }
-        return Ok(s.run(idx, handler, true, false, &mut Args::new(argv)));
+        // The vector goes back for the next call.
+        let mut args = Args::new(std::mem::take(argv));
+        let reply = s.run(idx, handler, true, false, &mut args);
+        *argv = args.into_inner();
+        return Ok(reply);
     };
     // The script holds `across.shards`: every key of the call must live on
     // one of them.
-    let owner = split::key_shards(spec, &argv, s.shards);
+    let owner = split::key_shards(spec, argv, s.shards);
     if let Some(i) = owner.iter().position(|o| !across.shards.contains(o)) {
         let p = spec.key_positions(argv.len()).nth(i).unwrap_or(0);
         return Err(foreign(p));
@@ -303,8 +296,9 @@ fn checked_call(
         Exec::AllShards(f, merge) if every => (f, Some(merge)),
         Exec::Cursor(f) if every => (f, None),
         Exec::AllShards(..) | Exec::Cursor(_) => return Err(OpError::ScriptAllShards(spec.name)),
-        Exec::Conn(_) => return conn_command(s, spec, &argv),
+        Exec::Conn(_) => return conn_command(s, spec, argv),
     };
+    let argv = std::mem::take(argv);
     if write && !run.before_write() {
         return Ok(RunCell::killed_reply());
     }

@@ -1,8 +1,8 @@
 -- Leasehold's scripting environment, run once when a thread's Lua VM is
 -- made (script/vm.rs). It receives the real globals table, the `redis`
 -- table, a table of Rust helpers, the Rust error handler and the
--- killed() test, and returns the read-only globals and the function that
--- runs one script.
+-- killed() test, and returns the read-only globals (script/vm.rs runs a
+-- script under the handler itself).
 --
 -- Every global and library table is read-only, as in Redis 7.0: scripts
 -- see a proxy whose writes fail ("Attempt to modify a readonly table"),
@@ -88,4 +88,4 @@ setmetatable(G, {
   end,
   __metatable = false,
 })
-return env, function(f) return raw_xpcall(f, handler) end
+return env

@@ -15,21 +15,26 @@
 //! [`HOOK_EVERY`] instructions measures the run against
 //! `busy-reply-threshold` and stops a script SCRIPT KILL asked to stop.
 
+use std::any::Any;
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_void};
+use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use leasehold_protocol::reply::format_g;
 use leasehold_protocol::Reply;
+use mlua::ffi::{self, lua_State};
 use mlua::{
     Function, HookTriggers, Lua, LuaOptions, MultiValue, Result, StdLib, Table, Value, VmState,
 };
 
 use super::cache::{sha1_hex, RunState, Sha};
-use super::convert::{error_text, lua_to_reply, reply_to_lua};
+use super::convert::{bytes_at, error_text, lua_to_reply, push_reply, STACK_LIMIT};
 use super::{bit, cjson, cmsgpack, structlib};
 
 /// Instructions between two checks of the run's time and of SCRIPT KILL
@@ -117,10 +122,31 @@ pub struct RunCell {
     /// The running script's `redis.call` target, set by [`Vm::run`] for
     /// the length of the run only (see [`CommandSlot`]).
     command: Cell<Option<NonNull<CommandFn<'static>>>>,
+    scratch: CallScratch,
+}
+
+/// Kept from one `redis.call` to the next, so that a call allocates
+/// nothing for its arguments: their bytes (one buffer, which each call's
+/// arguments are slices of, reclaimed once they are dropped), where each
+/// ends, and the vector of them. And a panic in a command `redis.call`
+/// ran, resumed when the script has unwound out of Lua.
+#[derive(Default)]
+struct CallScratch {
+    bytes: Cell<BytesMut>,
+    ends: Cell<Vec<usize>>,
+    argv: Cell<Vec<Bytes>>,
+    panic: Cell<Option<Box<dyn Any + Send>>>,
+}
+
+impl std::fmt::Debug for CallScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallScratch").finish_non_exhaustive()
+    }
 }
 
 /// What runs one `redis.call`: its arguments (name first) to its reply.
-pub type CommandFn<'a> = dyn FnMut(&RunCell, Vec<Bytes>) -> Reply + 'a;
+/// It may take the vector, or leave it (emptied or not) for the next call.
+pub type CommandFn<'a> = dyn FnMut(&RunCell, &mut Vec<Bytes>) -> Reply + 'a;
 
 /// Puts a run's command target into its [`RunCell`] and takes it out again
 /// when dropped, also when the run unwinds.
@@ -155,7 +181,7 @@ impl Drop for CommandSlot<'_> {
 impl RunCell {
     /// Runs one `redis.call` on the running script's target, or fails
     /// when no script runs (a function kept past its run).
-    fn command(&self, argv: Vec<Bytes>) -> std::result::Result<Reply, &'static str> {
+    fn command(&self, argv: &mut Vec<Bytes>) -> std::result::Result<Reply, &'static str> {
         let Some(mut ptr) = self.command.take() else {
             return Err("ERR redis.call is only available while a script runs");
         };
@@ -178,6 +204,7 @@ impl RunCell {
             resp3: Cell::new(false),
             read_only: Cell::new(false),
             command: Cell::new(None),
+            scratch: CallScratch::default(),
         }
     }
 
@@ -245,8 +272,9 @@ pub struct Vm {
     lua: Lua,
     /// The table behind the read-only globals (KEYS and ARGV are set here).
     globals: Table,
-    /// Runs a function under the error handler: `(ok, value)`.
-    runner: Function,
+    /// The error handler a script runs under (Redis's
+    /// `__redis__err__handler`): an error's `{err = text}` with where.
+    handler: Function,
     run: Rc<RunCell>,
     functions: hashbrown::HashMap<Sha, Function>,
     generation: u64,
@@ -396,10 +424,16 @@ impl Vm {
                 })
             })?,
         )?;
-        let (env, runner): (Table, Function) = lua
+        let env: Table = lua
             .load(include_str!("prelude.lua"))
             .set_name("=prelude")
-            .call((globals.clone(), redis.clone(), prim, handler, killed))?;
+            .call((
+                globals.clone(),
+                redis.clone(),
+                prim,
+                handler.clone(),
+                killed,
+            ))?;
         lua.set_globals(env)?;
         let hook_run = run.clone();
         lua.set_hook(
@@ -409,7 +443,7 @@ impl Vm {
         Ok(Vm {
             lua,
             globals,
-            runner,
+            handler,
             run,
             functions: hashbrown::HashMap::new(),
             generation: 0,
@@ -547,26 +581,22 @@ impl Vm {
                 }
             })?,
         )?;
-        let call_run = run.clone();
-        redis.raw_set(
-            "call",
-            lua.create_function(
-                move |lua, args: MultiValue| match call(lua, &call_run, args)? {
-                    Ok(v) => Ok(v),
-                    Err(text) => Err(raise(text)),
-                },
-            )?,
-        )?;
-        let pcall_run = run.clone();
-        redis.raw_set(
-            "pcall",
-            lua.create_function(
-                move |lua, args: MultiValue| match call(lua, &pcall_run, args)? {
-                    Ok(v) => Ok(v),
-                    Err(text) => Ok(Value::Table(err_table(lua, &text)?)),
-                },
-            )?,
-        )?;
+        // `redis.call` and `redis.pcall` are Lua C functions whose upvalue
+        // is the VM's RunCell (see `redis_call`).
+        let cell = Rc::as_ptr(run).cast_mut().cast::<c_void>();
+        for (name, f) in [
+            ("call", redis_call::<false> as ffi::lua_CFunction),
+            ("pcall", redis_call::<true>),
+        ] {
+            // SAFETY: pushes a closure of one light userdata upvalue.
+            let f: Function = unsafe {
+                lua.exec_raw((), |state| {
+                    ffi::lua_pushlightuserdata(state, cell);
+                    ffi::lua_pushcclosure(state, f, 1);
+                })?
+            };
+            redis.raw_set(name, f)?;
+        }
         redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
         redis.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
         redis.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
@@ -583,8 +613,8 @@ impl Vm {
     }
 
     /// The compiled function of script `sha`, if this VM has it.
-    pub fn function(&self, sha: &Sha) -> Option<Function> {
-        self.functions.get(sha).cloned()
+    pub fn function(&self, sha: &Sha) -> Option<&Function> {
+        self.functions.get(sha)
     }
 
     /// Compiles `body` (whose SHA1 is `sha`) and keeps it.
@@ -617,7 +647,7 @@ impl Vm {
     /// Runs `f` with `keys` and `argv` as KEYS and ARGV; `command` runs one
     /// `redis.call` (its arguments, name first) and answers its reply.
     pub fn run(
-        &mut self,
+        &self,
         f: &Function,
         keys: &[Bytes],
         argv: &[Bytes],
@@ -627,7 +657,7 @@ impl Vm {
         let run = &*self.run;
         run.start.set(Instant::now());
         run.threshold.set(opts.threshold);
-        *run.state.borrow_mut() = Some(opts.state.clone());
+        *run.state.borrow_mut() = Some(opts.state);
         run.published.set(false);
         run.wrote.set(false);
         run.killed.set(false);
@@ -640,10 +670,13 @@ impl Vm {
                     format!("ERR Error running script: {}", rust_error_message(&e)).as_bytes(),
                 )
             });
+        let state = run.state.borrow_mut().take();
         if run.published.get() {
-            opts.state.clear();
+            state.inspect(|s| s.clear());
         }
-        *run.state.borrow_mut() = None;
+        if let Some(payload) = run.scratch.panic.take() {
+            std::panic::resume_unwind(payload);
+        }
         reply
     }
 
@@ -655,72 +688,156 @@ impl Vm {
         sha: &Sha,
         command: &mut CommandFn<'_>,
     ) -> Result<Reply> {
-        set_keys_and_argv(&self.lua, &self.globals, keys, argv)?;
+        let too_many = || raise("ERR too many arguments");
+        let nk = c_int::try_from(keys.len()).map_err(|_| too_many())?;
+        let na = c_int::try_from(argv.len()).map_err(|_| too_many())?;
         let run = &*self.run;
         let _slot = CommandSlot::fill(run, command);
-        let (ok, value): (bool, Value) = self.runner.call(f)?;
-        Ok(match ok {
-            true => lua_to_reply(&value, run.resp3.get()),
-            false => failed(&value, sha)?,
-        })
+        let mut reply = None;
+        // One protected call sets KEYS and ARGV, runs the script under the
+        // handler and converts its value, on the Lua stack (a handle per
+        // string, per table and per call cost about a tenth of a short
+        // script's run). Its arguments are at 1 (the globals), 2 (the
+        // handler) and 3 (the script).
+        // SAFETY: only a failed allocation raises here (the script's own
+        // errors stop at the handler's `lua_pcall`); the VM has no memory
+        // limit, so none does, as mlua assumes; the stack is left empty,
+        // or holding only the error value.
+        let failure: Value = unsafe {
+            self.lua
+                .exec_raw((&self.globals, &self.handler, f), |state| {
+                    for (name, items, n) in [(c"KEYS", keys, nk), (c"ARGV", argv, na)] {
+                        ffi::lua_createtable(state, n, 0);
+                        for (i, item) in items.iter().enumerate() {
+                            ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+                            ffi::lua_rawseti(state, -2, i as i64 + 1);
+                        }
+                        ffi::lua_setfield(state, 1, name.as_ptr());
+                    }
+                    ffi::lua_pushvalue(state, 3);
+                    if ffi::lua_pcall(state, 0, 1, 2) == 0 {
+                        reply = Some(lua_to_reply(state, -1, run.resp3.get()));
+                        ffi::lua_settop(state, 0);
+                    } else {
+                        ffi::lua_replace(state, 1);
+                        ffi::lua_settop(state, 1);
+                    }
+                })?
+        };
+        match reply {
+            Some(reply) => Ok(reply),
+            None => failed(&failure, sha),
+        }
     }
 }
 
-/// Sets `KEYS` and `ARGV` in `globals` to sequences of the byte strings
-/// `keys` and `argv`, built on the Lua stack in one protected call (a
-/// handle per string and per table cost about a twentieth of a short
-/// script's run).
-fn set_keys_and_argv(lua: &Lua, globals: &Table, keys: &[Bytes], argv: &[Bytes]) -> Result<()> {
-    let too_many = || raise("ERR too many arguments");
-    let nk = i32::try_from(keys.len()).map_err(|_| too_many())?;
-    let na = i32::try_from(argv.len()).map_err(|_| too_many())?;
-    // SAFETY: the closure runs protected (a Lua error, only a failed
-    // allocation here, unwinds to `exec_raw`, and the closure holds
-    // nothing that needs dropping); `globals` is its one argument, at
-    // index 1, and it leaves the stack as it found it.
+/// Redis's refusal of a `redis.call` without arguments.
+const NO_ARGUMENTS: &str = "ERR Please specify at least one argument for this redis lib call";
+/// Redis's refusal of a `redis.call` argument of another type.
+const BAD_ARGUMENT: &str = "ERR Lua redis lib command arguments must be strings or integers";
+
+/// `redis.call` (`PROTECTED` false) and `redis.pcall` (true), as Lua C
+/// functions reading their arguments from the stack and pushing the reply
+/// there (as Redis's are; mlua's callbacks and values cost about a third
+/// of a short script's run). A failed call raises `{err = text}` (Redis's
+/// error table; the handler adds where), or `redis.pcall` returns it.
+///
+/// # Safety
+/// Lua calls it with upvalue 1 the VM's [`RunCell`], which outlives the Lua
+/// state. `lua_error` unwinds past this frame only when it holds nothing
+/// that needs dropping; a panic is caught, kept for [`Vm::run`] to resume,
+/// and stops the script (this call and every later one raise).
+unsafe extern "C-unwind" fn redis_call<const PROTECTED: bool>(state: *mut lua_State) -> c_int {
     unsafe {
-        lua.exec_raw(globals, |state| {
-            use mlua::ffi;
-            for (name, items, n) in [(c"KEYS", keys, nk), (c"ARGV", argv, na)] {
-                ffi::lua_pushstring(state, name.as_ptr());
-                ffi::lua_createtable(state, n, 0);
-                for (i, item) in items.iter().enumerate() {
-                    ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
-                    ffi::lua_rawseti(state, -2, i as i64 + 1);
-                }
-                ffi::lua_rawset(state, 1);
+        let run = &*ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)).cast::<RunCell>();
+        // After a panic no command runs: the script only unwinds.
+        let earlier = run.scratch.panic.take();
+        let outcome = match earlier {
+            Some(payload) => Err(payload),
+            None => std::panic::catch_unwind(AssertUnwindSafe(|| call_on_stack(state, run))),
+        };
+        let (text, panicked) = match outcome {
+            Ok(Ok(())) => return 1,
+            Ok(Err(text)) => (text, false),
+            Err(payload) => {
+                run.scratch.panic.set(Some(payload));
+                (Cow::Borrowed("ERR the command failed"), true)
             }
-        })
+        };
+        ffi::lua_createtable(state, 0, 1);
+        ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+        ffi::lua_setfield(state, -2, c"err".as_ptr());
+        drop(text);
+        if PROTECTED && !panicked {
+            return 1;
+        }
+        ffi::lua_error(state)
     }
 }
 
-/// One `redis.call` (`redis.pcall`) of the running script: `Ok(value)`,
-/// or the error's text.
-fn call(lua: &Lua, run: &RunCell, args: MultiValue) -> Result<std::result::Result<Value, String>> {
-    let argv = match command_args(&args) {
-        Ok(argv) => argv,
-        Err(text) => return Ok(Err(text.to_string())),
-    };
-    match run.command(argv) {
-        Err(text) => Ok(Err(text.to_string())),
-        Ok(Reply::Error(e)) => Ok(Err(e.into_owned())),
-        Ok(reply) => Ok(Ok(reply_to_lua(lua, &reply, run.resp3.get())?)),
+/// One `redis.call` of the running script, its arguments on the stack:
+/// pushes the reply, or answers the error's text.
+unsafe fn call_on_stack(
+    state: *mut lua_State,
+    run: &RunCell,
+) -> std::result::Result<(), Cow<'static, str>> {
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        if n == 0 {
+            return Err(Cow::Borrowed(NO_ARGUMENTS));
+        }
+        let mut bytes = run.scratch.bytes.take();
+        let mut ends = run.scratch.ends.take();
+        ends.clear();
+        let mut typed = true;
+        for i in 1..=n {
+            match ffi::lua_type(state, i) {
+                ffi::LUA_TSTRING => bytes.extend_from_slice(bytes_at(state, i)),
+                ffi::LUA_TNUMBER => put_number(&mut bytes, ffi::lua_tonumber(state, i)),
+                _ => {
+                    typed = false;
+                    break;
+                }
+            }
+            ends.push(bytes.len());
+        }
+        let all = bytes.split().freeze();
+        run.scratch.bytes.set(bytes);
+        let mut argv = run.scratch.argv.take();
+        argv.clear();
+        if typed {
+            let mut start = 0;
+            argv.extend(ends.iter().map(|&end| {
+                let arg = all.slice(start..end);
+                start = end;
+                arg
+            }));
+        }
+        run.scratch.ends.set(ends);
+        drop(all);
+        let result = match typed {
+            true => run.command(&mut argv).map_err(Cow::Borrowed),
+            false => Err(Cow::Borrowed(BAD_ARGUMENT)),
+        };
+        argv.clear();
+        run.scratch.argv.set(argv);
+        match result? {
+            Reply::Error(e) => Err(e),
+            reply if push_reply(state, &reply, run.resp3.get()) => Ok(()),
+            _ => Err(Cow::Borrowed(STACK_LIMIT)),
+        }
     }
 }
 
-/// A `redis.call`'s arguments as a command, or Redis's refusal.
-fn command_args(args: &MultiValue) -> std::result::Result<Vec<Bytes>, &'static str> {
-    if args.is_empty() {
-        return Err("ERR Please specify at least one argument for this redis lib call");
+/// A number argument of `redis.call` as Redis 7.0 writes it (`%.17g`).
+fn put_number(out: &mut BytesMut, n: f64) {
+    // Integral values below 1e17 print as their digits (the common case,
+    // without formatting a float).
+    if n.fract() == 0.0 && n.abs() < 1e17 && n != 0.0 {
+        out.extend_from_slice(itoa::Buffer::new().format(n as i64).as_bytes());
+    } else {
+        out.extend_from_slice(format_g(n, 17).as_bytes());
     }
-    args.iter()
-        .map(|v| match v {
-            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(i) => Ok(Bytes::from(i.to_string())),
-            Value::Number(n) => Ok(Bytes::from(format_g(*n, 17))),
-            _ => Err("ERR Lua redis lib command arguments must be strings or integers"),
-        })
-        .collect()
 }
 
 /// The reply of a script that raised: its error table's text, then
