@@ -48,7 +48,10 @@ pub fn runs_every_kind(entry: u16, ranges: &[(u16, u16)], owners: &[u16]) -> Vec
         // [allowed, count in the window, remaining, retry after ms]
         assert_eq!(window(), "1\n1\n1\n0");
         assert_eq!(window(), "1\n2\n0\n0");
-        assert!(window().starts_with("0\n2\n0\n"), "{key}: the third is denied");
+        assert!(
+            window().starts_with("0\n2\n0\n"),
+            "{key}: the third is denied"
+        );
         let (a, b) = (tagged("a"), tagged("b"));
         assert_eq!(c(entry, &["MSET", &a, "x", &b, "y"]), "OK");
         assert_eq!(c(entry, &["MGET", &a, &b]), "x\ny");
