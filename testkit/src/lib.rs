@@ -56,6 +56,10 @@ pub fn node_command(exe: &str, port: u16, dir: &Path) -> Command {
     cmd
 }
 
+/// The ports this process has handed out ([`free_port`], [`free_run`]).
+static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// A port that was free on 127.0.0.1 a moment ago, and that this process
 /// has not been given before: the kernel hands a port just released to the
 /// next `bind` to port 0 again, so two tests of one binary running at once
@@ -64,19 +68,44 @@ pub fn node_command(exe: &str, port: u16, dir: &Path) -> Command {
 /// # Panics
 /// When no port can be bound, or 1000 tries give only ports already given.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..1000 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
+        let port = bound_port();
         if given.insert(port) {
             return port;
         }
     }
     panic!("1000 ports bound, every one given before");
+}
+
+/// The first of `n` consecutive ports that were all free on 127.0.0.1 a
+/// moment ago and none of which this process has been given before (a
+/// `leasehold-cluster local` takes such a run); all `n` count as given.
+///
+/// # Panics
+/// When 50 tries find no such run.
+pub fn free_run(n: u16) -> u16 {
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..50 {
+        let base = bound_port();
+        let Some(end) = base.checked_add(n) else {
+            continue;
+        };
+        let fresh = given.range(base..end).next().is_none();
+        if fresh && (base..end).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            given.extend(base..end);
+            return base;
+        }
+    }
+    panic!("no run of {n} free ports");
+}
+
+/// A port the kernel gives to a bind to 127.0.0.1:0, released again.
+fn bound_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 /// Sends one request to 127.0.0.1:`port` on a new connection and returns
@@ -369,6 +398,15 @@ mod tests {
         let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
         let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
+    }
+
+    #[test]
+    fn runs_and_ports_never_overlap() {
+        let runs: Vec<u16> = (0..20).map(|_| free_run(9)).collect();
+        let mut taken: Vec<u16> = runs.iter().flat_map(|&b| b..b + 9).collect();
+        taken.extend((0..200).map(|_| free_port()));
+        let distinct: std::collections::BTreeSet<u16> = taken.iter().copied().collect();
+        assert_eq!(distinct.len(), taken.len());
     }
 
     #[test]
