@@ -20,7 +20,7 @@ use leasehold_testkit::{
 
 mod common;
 
-use common::{key_in, slot};
+use common::{key_in, redis_cli, slot};
 
 /// The topology of three groups of one primary each on `ports`, group 0
 /// owning `first` (a list of ranges), the others 5461-10922 and 10923-16383.
@@ -88,17 +88,6 @@ fn cluster() -> Cluster {
     }
 }
 
-/// `redis-cli -c -p <port> args...`: its trimmed standard output.
-fn redis_cli_c(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-c", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("run redis-cli");
-    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[test]
 fn redis_cli_follows_moved_and_cluster_check_passes() {
     if !tool_installed(
@@ -110,34 +99,10 @@ fn redis_cli_follows_moved_and_cluster_check_passes() {
         return;
     }
     let c = cluster();
-    let keys = [
-        key_in("user:", 0, 5460),
-        key_in("user:", 5461, 10922),
-        key_in("user:", 10923, 16383),
-    ];
-    for (i, key) in keys.iter().enumerate() {
-        // Every command is sent to node 0: two of three keys are MOVED.
-        let p = c.ports[0];
-        assert_eq!(redis_cli_c(p, &["SET", key, "v"]), "OK", "{key}");
-        assert_eq!(redis_cli_c(p, &["GET", key]), "v");
-        assert_eq!(redis_cli_c(p, &["INCR", &format!("{{{key}}}:n")]), "1");
-        assert_eq!(
-            redis_cli_c(
-                p,
-                &[
-                    "TOKENLEASE",
-                    &format!("{{{key}}}:tb"),
-                    "10",
-                    "1",
-                    "1000",
-                    "3"
-                ]
-            ),
-            "3\n7\n0\n3000"
-        );
-        // The key lives on its group's node only.
-        let owner = c.ports[i];
-        assert_eq!(call(owner, &["GET", key]), Some(Reply::bulk("v")));
+    // Every command is sent to node 0: two of three groups' keys are MOVED.
+    let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+    let keys = redis_cli::runs_every_kind(c.ports[0], &ranges, &c.ports);
+    for (key, &owner) in keys.iter().zip(&c.ports) {
         for &other in c.ports.iter().filter(|&&p| p != owner) {
             let want = format!("MOVED {} 127.0.0.1:{owner}", slot(key));
             assert_eq!(call(other, &["GET", key]).map(|r| text(&r)), Some(want));
@@ -209,7 +174,7 @@ fn a_newer_topology_file_moves_slots_and_older_or_broken_ones_are_ignored() {
     );
     // Group 1 serves the slot now (the key stayed behind: no resharding yet).
     assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::Nil));
-    assert_eq!(redis_cli_c(c.ports[0], &["SET", &key, "there"]), "OK");
+    assert_eq!(redis_cli::c(c.ports[0], &["SET", &key, "there"]), "OK");
     assert_eq!(call(c.ports[1], &["GET", &key]), Some(Reply::bulk("there")));
     // An older version, then a broken file: each is refused, version 2 stays.
     publish(

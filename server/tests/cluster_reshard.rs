@@ -419,6 +419,23 @@ fn leasehold_cluster_reshard_moves_a_range_with_its_keys_and_reruns() {
     for (k, want) in buckets.iter().zip(&before) {
         same_state(&rlstate(b, k, false), want);
     }
+    // `check` names each group's primary once, though g0's and g1's
+    // ranges now alternate in slot order.
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
+        .arg("check")
+        .arg(format!("127.0.0.1:{a}"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{report}");
+    assert!(
+        report.contains("topology version 2, 4 slot ranges"),
+        "{report}"
+    );
+    for p in [a, b] {
+        let line = format!("[OK] primary 127.0.0.1:{p} answers as master");
+        assert_eq!(report.matches(&line).count(), 1, "{report}");
+    }
     // A re-run finds nothing to move and publishes nothing new.
     let again = run();
     assert!(again.status.success(), "{again:?}");

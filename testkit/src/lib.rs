@@ -56,11 +56,52 @@ pub fn node_command(exe: &str, port: u16, dir: &Path) -> Command {
     cmd
 }
 
-/// A port that was free on 127.0.0.1 a moment ago.
+/// The ports this process has handed out ([`free_port`], [`free_run`]).
+static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A port that was free on 127.0.0.1 a moment ago, and that this process
+/// has not been given before: the kernel hands a port just released to the
+/// next `bind` to port 0 again, so two tests of one binary running at once
+/// could otherwise both start a server on it.
 ///
 /// # Panics
-/// When no port can be bound.
+/// When no port can be bound, or 1000 tries give only ports already given.
 pub fn free_port() -> u16 {
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = bound_port();
+        if given.insert(port) {
+            return port;
+        }
+    }
+    panic!("1000 ports bound, every one given before");
+}
+
+/// The first of `n` consecutive ports that were all free on 127.0.0.1 a
+/// moment ago and none of which this process has been given before (a
+/// `leasehold-cluster local` takes such a run); all `n` count as given.
+///
+/// # Panics
+/// When 50 tries find no such run.
+pub fn free_run(n: u16) -> u16 {
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..50 {
+        let base = bound_port();
+        let Some(end) = base.checked_add(n) else {
+            continue;
+        };
+        let fresh = given.range(base..end).next().is_none();
+        if fresh && (base..end).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            given.extend(base..end);
+            return base;
+        }
+    }
+    panic!("no run of {n} free ports");
+}
+
+/// A port the kernel gives to a bind to 127.0.0.1:0, released again.
+fn bound_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -165,22 +206,49 @@ pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Du
 }
 
 /// Starts `cmd` (its standard output discarded) and waits, at most 10 s,
-/// until 127.0.0.1:`port` answers PING with anything but `-LOADING`.
+/// until 127.0.0.1:`port` answers PING with anything but `-LOADING`, and
+/// checks that the process answering is the one started: a port that
+/// [`free_port`] found free can be taken by another test's process before
+/// this one binds it, and that process would answer for it.
 ///
 /// # Panics
-/// When it cannot be started or does not answer.
+/// When it cannot be started, exits before answering, does not answer, or
+/// `INFO server` on the port names another `process_id`.
 pub fn started(cmd: &mut Command, port: u16, what: &str) -> Proc {
-    let proc = Proc(cmd.stdout(Stdio::null()).spawn().expect(what));
+    let mut proc = Proc(cmd.stdout(Stdio::null()).spawn().expect(what));
     // A node with files to load (an append-only log, a snapshot) answers
     // -LOADING until it has: started means serving.
     wait_for(what, Duration::from_secs(10), || {
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            panic!("{what} on port {port} exited before answering ({status}): was the port taken?");
+        }
         match call(port, &["PING"]) {
             None => false,
             Some(Reply::Error(e)) => !e.starts_with("LOADING"),
             Some(_) => true,
         }
     });
+    if let Some(pid) = serving_pid(port) {
+        assert_eq!(
+            pid,
+            proc.0.id(),
+            "{what}: another process (pid {pid}) answers on port {port}"
+        );
+    }
     proc
+}
+
+/// The `process_id` that `INFO server` on 127.0.0.1:`port` names, when it
+/// answers one (not when it refuses INFO, without a password for one).
+pub fn serving_pid(port: u16) -> Option<u32> {
+    let info = call(port, &["INFO", "server"])?;
+    let Reply::Bulk(_) = &info else {
+        return None;
+    };
+    text(&info)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:"))
+        .and_then(|v| v.parse().ok())
 }
 
 /// Whether `program` runs (`program version_arg` exits 0). When it does
@@ -317,5 +385,57 @@ pub fn publish_topology(ports: &[u16], version: u64, text: &str) {
             Some(Reply::ok()),
             "node {p} takes version {version}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn free_port_never_gives_a_port_twice() {
+        let ports: Vec<u16> = (0..500).map(|_| free_port()).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
+
+    #[test]
+    fn runs_and_ports_never_overlap() {
+        let runs: Vec<u16> = (0..20).map(|_| free_run(9)).collect();
+        let mut taken: Vec<u16> = runs.iter().flat_map(|&b| b..b + 9).collect();
+        taken.extend((0..200).map(|_| free_port()));
+        let distinct: std::collections::BTreeSet<u16> = taken.iter().copied().collect();
+        assert_eq!(distinct.len(), taken.len());
+    }
+
+    #[test]
+    #[should_panic(expected = "exited before answering")]
+    fn a_process_that_exits_before_answering_is_reported_at_once() {
+        // Nothing listens on the port; the process exits at once.
+        let port = free_port();
+        started(Command::new("true").arg(port.to_string()), port, "true");
+    }
+
+    #[test]
+    #[should_panic(expected = "another process (pid 1) answers on port")]
+    fn a_port_another_process_serves_is_reported() {
+        // Another "server" holds the port and names pid 1.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let mut conn = conn;
+                let mut buf = [0u8; 512];
+                let Ok(n) = conn.read(&mut buf) else { continue };
+                let reply: &[u8] = if buf[..n].windows(4).any(|w| w == b"INFO") {
+                    b"$14\r\nprocess_id:1\r\n\r\n"
+                } else {
+                    b"+PONG\r\n"
+                };
+                let _ = conn.write_all(reply);
+            }
+        });
+        started(Command::new("sleep").arg("5"), port, "sleep");
     }
 }

@@ -7,25 +7,7 @@ use std::path::PathBuf;
 use std::process::{ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_testkit::{call, free_port, text, wait_for, Proc};
-
-/// A first port with the `n - 1` after it free on 127.0.0.1 a moment ago.
-///
-/// # Panics
-/// When no such run is found in 50 tries.
-pub fn free_run(n: u16) -> u16 {
-    for _ in 0..50 {
-        let base = free_port();
-        if base > 65535 - n {
-            continue;
-        }
-        let all = (base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
-        if all {
-            return base;
-        }
-    }
-    panic!("no run of {n} free ports");
-}
+use leasehold_testkit::{call, text, wait_for, Proc};
 
 /// One group as `local` prints it.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +46,7 @@ pub struct Local {
 /// # Panics
 /// When it cannot be started or its output does not parse.
 pub fn start() -> Local {
-    let base = free_run(9);
+    let base = leasehold_testkit::free_run(9);
     let dir = leasehold_testkit::scratch_dir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
         .args(["local", "--groups", "3", "--replicas", "1"])

@@ -10,6 +10,7 @@ use leasehold_server::harness::Harness;
 
 pub mod hotkeys;
 pub mod local;
+pub mod redis_cli;
 pub mod redis_py;
 
 /// An array of integers: `[granted, remaining, retry_after_ms, ...]`.
