@@ -12,6 +12,8 @@
 //!   benchmark's own words (`leasehold-bench`).
 //! - redis-py's `RedisCluster`: the script `cluster.rs` runs on three
 //!   primaries.
+//! - redis-rs's async cluster client: the same commands, seeded with a
+//!   replica's address.
 //! - A failover of one group while `leasehold-client` in cluster mode
 //!   leases on keys of all three: group g0's primary is killed (SIGKILL);
 //!   only g0's keys fail, only until the sentinels' promoted replica serves
@@ -258,6 +260,123 @@ fn redis_py_cluster_client_runs_on_three_groups_with_replicas() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// redis-rs's async cluster client (`redis::cluster_async`) on the full
+/// cluster, seeded with one replica's address: it reads the slot map
+/// (primaries and replicas) from CLUSTER SLOTS and runs, on a key of every
+/// group, SET/GET, INCR, TOKENLEASE and SLIDINGWINDOW (10 tokens at 1 an
+/// hour: 4 granted, 4 granted, denied; a limit of 2 a minute: admitted,
+/// admitted, denied), then MSET/MGET under one hash tag and across slots
+/// (which the client splits by slot). The values are then read on each
+/// group's primary.
+#[test]
+fn redis_rs_cluster_client_runs_on_three_groups_with_replicas() {
+    let start = Instant::now();
+    let local = linked_cluster();
+    let keys = key_per_group(&local, "rs:");
+    let seed = local.groups[0].replicas[0];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let client = redis::cluster::ClusterClient::new(vec![format!("redis://127.0.0.1:{seed}/")])
+            .expect("a cluster client");
+        let mut c = client.get_async_connection().await.expect("the slot map");
+        for (g, key) in keys.iter().enumerate() {
+            let set: String = redis::cmd("SET")
+                .arg(key)
+                .arg(format!("v{g}"))
+                .query_async(&mut c)
+                .await
+                .expect("SET");
+            assert_eq!(set, "OK");
+            let got: String = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut c)
+                .await
+                .expect("GET");
+            assert_eq!(got, format!("v{g}"));
+            let n = format!("{{{key}}}:n");
+            for want in [1, 2] {
+                let v: i64 = redis::cmd("INCR")
+                    .arg(&n)
+                    .query_async(&mut c)
+                    .await
+                    .expect("INCR");
+                assert_eq!(v, want, "{n}");
+            }
+            let tb = format!("{{{key}}}:tb");
+            let mut leases = Vec::new();
+            for _ in 0..3 {
+                // granted, remaining, retry_after_ms, reset_after_ms
+                let r: Vec<i64> = redis::cmd("TOKENLEASE")
+                    .arg(&tb)
+                    .arg(10)
+                    .arg(1)
+                    .arg(3_600_000)
+                    .arg(4)
+                    .query_async(&mut c)
+                    .await
+                    .expect("TOKENLEASE");
+                assert_eq!(r.len(), 4, "{r:?}");
+                leases.push((r[0], r[1], r[2] > 0));
+            }
+            assert_eq!(leases, [(4, 6, false), (4, 2, false), (0, 2, true)], "{tb}");
+            let sw = format!("{{{key}}}:sw");
+            let mut window = Vec::new();
+            for _ in 0..3 {
+                // admitted, count, then two times (ms)
+                let hit: Vec<i64> = redis::cmd("SLIDINGWINDOW")
+                    .arg(&sw)
+                    .arg(2)
+                    .arg(60_000)
+                    .query_async(&mut c)
+                    .await
+                    .expect("SLIDINGWINDOW");
+                assert_eq!(hit.len(), 4, "{hit:?}");
+                window.push((hit[0], hit[1]));
+            }
+            assert_eq!(window, [(1, 1), (1, 2), (0, 2)], "{sw}");
+        }
+        let ok: String = redis::cmd("MSET")
+            .arg(&["{rs}:a", "1", "{rs}:b", "2"])
+            .query_async(&mut c)
+            .await
+            .expect("MSET");
+        assert_eq!(ok, "OK");
+        let both: Vec<String> = redis::cmd("MGET")
+            .arg(&["{rs}:a", "{rs}:b"])
+            .query_async(&mut c)
+            .await
+            .expect("MGET");
+        assert_eq!(both, ["1", "2"]);
+        // redis-rs splits a cross-slot MSET by slot itself (each part to
+        // its owner), so it is served rather than refused.
+        assert!(slot("rs:a") != slot("rs:b"));
+        let ok: String = redis::cmd("MSET")
+            .arg(&["rs:a", "3", "rs:b", "4"])
+            .query_async(&mut c)
+            .await
+            .expect("a cross-slot MSET, split by the client");
+        assert_eq!(ok, "OK");
+        let both: Vec<String> = redis::cmd("MGET")
+            .arg(&["rs:a", "rs:b"])
+            .query_async(&mut c)
+            .await
+            .expect("a cross-slot MGET, split by the client");
+        assert_eq!(both, ["3", "4"]);
+    });
+    for (g, key) in keys.iter().enumerate() {
+        let group = &local.groups[local.group_of(slot(key))];
+        assert_eq!(local.group_of(slot(key)), g);
+        assert_eq!(
+            call(group.primary, &["GET", key]),
+            Some(Reply::bulk(format!("v{g}")))
+        );
+    }
+    eprintln!("redis-rs full-cluster test: {:?}", start.elapsed());
 }
 
 /// Whether the sentinel on `sentinel` names 127.0.0.1:`port` the primary
