@@ -388,6 +388,7 @@ impl Loop {
                     let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                     if let Some(c) = self.turn.get_mut(k) {
                         c.unread |= input;
+                        c.read_closed |= ev.is_read_closed() || ev.is_error();
                     }
                     self.work.push(k);
                 }
@@ -511,6 +512,9 @@ impl Loop {
         let mut total = 0;
         let mut hangup = false;
         let peer = c.state.handle.addr;
+        // The client's end of stream came with this readiness: no later
+        // event will tell of it, so a short read does not end the reading.
+        let read_closed = c.read_closed;
         let (Some(io), rbuf) = c.io_and_rbuf() else {
             return;
         };
@@ -530,7 +534,7 @@ impl Loop {
                     // A short read emptied the socket: what arrives next
                     // raises a new readiness event, so the read that would
                     // say "would block" is a system call saved.
-                    if io.drained(n, self.scratch.len()) {
+                    if !read_closed && io.drained(n, self.scratch.len()) {
                         break false;
                     }
                 }

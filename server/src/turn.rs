@@ -139,6 +139,10 @@ pub struct Conn<T> {
     /// Set by the transport: the client closed its side; the connection
     /// closes once everything it sent is answered.
     pub hangup: bool,
+    /// Set by the transport: a readiness event said the client closed its
+    /// side (the end of stream waits behind the bytes still unread), so
+    /// reading goes on to it even after a short read.
+    pub read_closed: bool,
     /// Its last serve stopped at [`MAX_PIPELINE`] with complete requests
     /// left in `rbuf`: it is served again before it is read, so its read
     /// buffer does not grow faster than it is served.
@@ -282,6 +286,7 @@ impl<T: Transport> Turn<T> {
             listed: false,
             unread: true,
             hangup: false,
+            read_closed: false,
             full: false,
             handoff: None,
             running: None,

@@ -146,6 +146,29 @@ on_1_and_2_threads! {
     }
 }
 
+/// A client's pipeline and its half-close that reach an idle connection
+/// while its thread is busy arrive in one readiness event (data and end of
+/// stream): the connection reads on to the end of stream after the short
+/// read that takes the data, answers everything, and closes (a later event
+/// never comes to say the client closed). The one thread is kept busy by a
+/// script on another connection (a loop of some 0.2-2 s).
+#[test]
+fn a_half_close_that_comes_with_its_pipeline_closes_the_connection() {
+    let server = TestServer::start(1);
+    let mut c = server.raw();
+    assert_eq!(c.call("PING"), "+PONG\r\n");
+    let mut busy = server.raw();
+    // A busy loop on the one thread.
+    busy.send(b"EVAL \"for i = 1, 30000000 do end return 1\" 0\r\n");
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(100));
+    c.send(b"SET a 1\r\nGET a\r\n");
+    c.stream().shutdown(std::net::Shutdown::Write).unwrap();
+    c.expect_closed_after("+OK\r\n$1\r\n1\r\n", Duration::from_secs(5));
+    assert_eq!(busy.read_text(), ":1\r\n");
+    eprintln!("the script ran for about {:?}", started.elapsed());
+}
+
 // A client that sends a pipeline and closes its side (`printf ... | nc`)
 // gets every reply, then the close, as from Redis: here writes on both
 // shards ("a" and "b" hash to different ones), a connection command that
