@@ -117,7 +117,7 @@ impl Writer {
         // Everything before `from` is in the base (or the files loaded).
         shared.repl.backlog.mark_synced(from);
         // Nothing from `from` on may wrap away before the copier reads it.
-        shared.repl.backlog.pin(from);
+        let pin = shared.repl.backlog.pin(from);
         let copier = {
             let (shared, state, out) = (shared.clone(), state.clone(), out.clone());
             std::thread::Builder::new()
@@ -137,14 +137,14 @@ impl Writer {
                                 .then(|| format!("the output buffer passed {BUFFER_LIMIT} bytes"))
                         },
                         usize::MAX,
-                        true,
+                        &pin,
                         stop,
                     );
                     if let Err(e) = r {
                         let mut f = state.failed.lock();
                         f.get_or_insert(format!("append-only log stream: {e}"));
                     }
-                    shared.repl.backlog.unpin();
+                    shared.repl.backlog.unpin(&pin);
                     state.copier_done.store(true, Ordering::SeqCst);
                     out.wake();
                 })?

@@ -44,10 +44,10 @@ pub struct Backlog {
     ring: Mutex<Ring>,
     grown: Condvar,
     durable: Durable,
-    /// The position of a follower that must never fall behind (the
-    /// append-only log's copier), `u64::MAX` for none: an append that would
-    /// overwrite bytes it has not read grows the ring instead.
-    pinned: std::sync::atomic::AtomicU64,
+    /// The positions of the followers that must never fall behind (the
+    /// append-only log's copier, each replica's): an append that would
+    /// overwrite bytes one of them has not read grows the ring instead.
+    pins: Mutex<Vec<Pinned>>,
     /// Followers copying the stream (a replica's sender, the log's copier):
     /// only for them does a record bigger than half the ring grow it.
     followers: std::sync::atomic::AtomicUsize,
@@ -67,6 +67,33 @@ impl Drop for Following<'_> {
 
 /// The most a pinned follower may keep the ring growing to, bytes.
 const PIN_LIMIT: usize = 1 << 30;
+
+/// A follower's hold on the stream ([`Backlog::pin`]): the position up to
+/// which it has read; the backlog keeps every byte from there on until
+/// [`Backlog::unpin`].
+#[derive(Debug, Clone)]
+pub struct Pinned(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+/// A [`Pinned`] position that is unpinned when dropped
+/// ([`Backlog::pin_scoped`]).
+pub struct PinGuard<'a> {
+    backlog: &'a Backlog,
+    /// The position, moved by its follower.
+    pub pin: Pinned,
+}
+
+impl Drop for PinGuard<'_> {
+    fn drop(&mut self) {
+        self.backlog.unpin(&self.pin);
+    }
+}
+
+impl Pinned {
+    /// The follower has read up to `pos`.
+    pub fn set(&self, pos: u64) {
+        self.0.store(pos, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// `appendfsync always`: writers wait after their append until the
 /// append-only log has fsynced past it, so no reply leaves before its
@@ -114,7 +141,7 @@ impl Backlog {
             }),
             grown: Condvar::new(),
             durable: Durable::default(),
-            pinned: std::sync::atomic::AtomicU64::new(u64::MAX),
+            pins: Mutex::new(Vec::new()),
             followers: std::sync::atomic::AtomicUsize::new(0),
             base: capacity.max(1),
         }
@@ -130,16 +157,36 @@ impl Backlog {
         Following(self)
     }
 
-    /// Keeps every byte from `pos` on until the next call (see
-    /// [`Backlog::unpin`]).
-    pub fn pin(&self, pos: u64) {
-        self.pinned.store(pos, std::sync::atomic::Ordering::SeqCst);
+    /// Keeps every byte from `pos` on (and, as the follower moves it with
+    /// [`Pinned::set`], from its position) until [`Backlog::unpin`]: a
+    /// follower that is not scheduled for a while (a busy machine) then
+    /// finds the ring grown, not wrapped past it.
+    pub fn pin(&self, pos: u64) -> Pinned {
+        let p = Pinned(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(pos)));
+        self.pins.lock().push(p.clone());
+        p
     }
 
-    /// Ends [`Backlog::pin`].
-    pub fn unpin(&self) {
-        self.pinned
-            .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+    /// As [`Backlog::pin`], unpinned when the guard drops.
+    pub fn pin_scoped(&self, pos: u64) -> PinGuard<'_> {
+        PinGuard {
+            backlog: self,
+            pin: self.pin(pos),
+        }
+    }
+
+    /// Ends a [`Backlog::pin`].
+    pub fn unpin(&self, pin: &Pinned) {
+        self.pins
+            .lock()
+            .retain(|p| !std::sync::Arc::ptr_eq(&p.0, &pin.0));
+    }
+
+    /// The lowest pinned position, `u64::MAX` for none.
+    fn lowest_pin(&self) -> u64 {
+        let pins = self.pins.lock();
+        let at = |p: &Pinned| p.0.load(std::sync::atomic::Ordering::SeqCst);
+        pins.iter().map(at).min().unwrap_or(u64::MAX)
     }
 
     /// Makes writers wait for [`Backlog::mark_synced`] after each append
@@ -220,13 +267,13 @@ impl Backlog {
     pub fn append(&self, parts: &[&[u8]]) -> u64 {
         let mut r = self.ring.lock();
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let pinned = self.pinned.load(std::sync::atomic::Ordering::SeqCst);
+        let pinned = self.lowest_pin();
         let unread = (r.offset + total as u64).saturating_sub(pinned) as usize;
         if pinned != u64::MAX && unread > r.buf.len() && unread <= PIN_LIMIT {
-            // The log's copier has not read what this would overwrite.
+            // A pinned follower has not read what this would overwrite.
             let grown = (unread * 2).next_power_of_two();
             tracing::info!(
-                "replication: backlog grows from {} to {grown} bytes: the append-only log has {unread} bytes to read",
+                "replication: backlog grows from {} to {grown} bytes: a follower (a replica or the append-only log) has {unread} bytes to read",
                 r.buf.len()
             );
             r.grow(grown);
@@ -412,6 +459,32 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two pinned followers (a replica's copier and the log's): the ring
+    /// keeps what the slower one has not read, grown rather than wrapped;
+    /// once both are unpinned, old bytes wrap away again.
+    #[test]
+    fn the_ring_keeps_what_any_pinned_follower_has_not_read() {
+        let b = Backlog::new(64);
+        let fast = b.pin(0);
+        let slow = b.pin_scoped(0);
+        let record = [b'r'; 40];
+        for _ in 0..4 {
+            b.append(&[&record]);
+        }
+        fast.set(160);
+        let mut out = Vec::new();
+        assert_eq!(b.read(0, 1000, &mut out), Ok(160), "the slow one reads all");
+        slow.pin.set(120);
+        b.append(&[&record]);
+        assert_eq!(b.read(120, 1000, &mut out), Ok(80));
+        drop(slow);
+        b.unpin(&fast);
+        for _ in 0..8 {
+            b.append(&[&record]);
+        }
+        assert_eq!(b.read(120, 1000, &mut out), Err(Gap::Gone));
+    }
 
     /// A lingering follower is not woken by appends until a quarter of the
     /// ring has come; one waiting for the next byte is woken by any.

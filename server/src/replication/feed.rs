@@ -155,12 +155,17 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
                 (cut.offset, Some(cut))
             }
         };
+        // The backlog keeps what this replica's copier has not read: a
+        // copier not scheduled for a while (a busy machine) finds the ring
+        // grown, not wrapped past it (which dropped the replica).
+        let pinned = repl.backlog.pin_scoped(from);
         std::thread::scope(|s| {
             // From here to the end of the connection a thread copies the
             // stream into this replica's own buffer as it grows, so the
             // shared backlog's wrap never outruns a replica that is slow
             // for a moment (loading a payload, a scheduling hiccup).
             let (alive_ref, out_ref, backlog) = (&alive, &out, &repl.backlog);
+            let pin = &pinned.pin;
             let stop = move |_| stopped(shared, alive_ref, generation);
             // A copier that fails (the output limit) ends the link at once:
             // the writer may be blocked in a write to a replica that does
@@ -169,7 +174,7 @@ fn run(f: FeedStart, id: u64) -> std::io::Result<()> {
             let copier = s.spawn(move || {
                 let mut soft_since = None;
                 let over = |pending| replica_over_limit(shared, pending, &mut soft_since);
-                let copied = copy_stream(backlog, from, out_ref, over, READ_MAX, false, stop);
+                let copied = copy_stream(backlog, from, out_ref, over, READ_MAX, pin, stop);
                 if copied.is_err() {
                     alive_ref.store(false, Ordering::SeqCst);
                     let _ = killer.shutdown(std::net::Shutdown::Both);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::replication::backlog::{Backlog, Gap};
+use crate::replication::backlog::{Backlog, Gap, Pinned};
 
 /// Most stream bytes copied per lock of the backlog.
 pub const READ_MAX: usize = 64 * 1024;
@@ -61,8 +61,8 @@ impl Outbuf {
 /// position copied up to) says so. With `max_read` `usize::MAX` every copy
 /// reaches the stream's end at that moment, which is a record boundary
 /// (the backlog takes whole records), so `out` always ends with a whole
-/// record. `pinned`: the backlog keeps every byte this copier has not read
-/// yet (`Backlog::pin`; one pinned copier at a time, the append-only log's).
+/// record. `pin`: the backlog keeps every byte this copier has not read
+/// yet (`Backlog::pin`; every follower has one).
 ///
 /// # Errors
 /// The backlog wrapped past the copier (it fell behind by more than the
@@ -75,7 +75,7 @@ pub fn copy_stream(
     out: &Outbuf,
     mut over: impl FnMut(usize) -> Option<String>,
     max_read: usize,
-    pinned: bool,
+    pin: &Pinned,
     stopped: impl Fn(u64) -> bool,
 ) -> Result<(), String> {
     let _following = backlog.follow();
@@ -90,9 +90,7 @@ pub fn copy_stream(
                 Ok(n) => {
                     copied = true;
                     pos += n as u64;
-                    if pinned {
-                        backlog.pin(pos);
-                    }
+                    pin.set(pos);
                 }
                 Err(Gap::Gone) => return Err("fell behind the backlog".into()),
                 Err(Gap::Ahead) => return Err("the stream restarted".into()),
