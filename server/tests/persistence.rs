@@ -1,7 +1,8 @@
 //! Persistence with real processes on loopback: `leasehold-server` killed
 //! with SIGKILL under a write load and restarted on the same files, and
 //! files damaged on disk (a torn log tail, flipped bits, a truncated
-//! snapshot) meeting a restart.
+//! snapshot) meeting a restart; and an idle primary with a log and two
+//! replicas spending no CPU (the stream's copiers wait, never spin).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -634,4 +635,62 @@ fn a_transaction_over_two_shards_is_logged_whole_and_a_log_cut_inside_one_drops_
     assert_eq!(get("y").as_deref(), Some("1"));
     assert_eq!(call(port, &["DBSIZE"]).map(|r| int(&r)), Some(4));
     kill9(n);
+}
+
+/// CPU time process `pid` has used so far, in clock ticks (utime + stime
+/// of /proc/PID/stat; 100 a second on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The stream's copiers (each replica's sender, the append-only log's)
+/// linger after a copy and wait for the stream otherwise: once writes stop,
+/// a primary with a log and two replicas, and its replicas, spend next to
+/// no CPU (a copier woken in a loop would burn a core: 200 ticks in 2 s).
+#[test]
+fn an_idle_primary_with_a_log_and_two_replicas_spends_no_cpu() {
+    let dir = scratch_dir();
+    let port = free_port();
+    let primary = node(&dir, port, &["--appendonly", "yes"]);
+    let replicas: Vec<(u16, Proc)> = (0..2)
+        .map(|i| {
+            let rport = free_port();
+            let rdir = dir.join(format!("replica{i}"));
+            std::fs::create_dir_all(&rdir).unwrap();
+            let of = format!("127.0.0.1 {port}");
+            (rport, node(&rdir, rport, &["--replicaof", &of]))
+        })
+        .collect();
+    let mut c = Conn::open(port).expect("connect");
+    let keys: Vec<String> = (0..2000).map(|i| format!("k{i}")).collect();
+    let sets: Vec<[&str; 3]> = keys.iter().map(|k| ["SET", k.as_str(), "v"]).collect();
+    for batch in sets.chunks(200) {
+        let reqs: Vec<&[&str]> = batch.iter().map(|r| &r[..]).collect();
+        let replies = c.pipeline(&reqs).expect("the writes are answered");
+        assert!(replies.iter().all(|r| text(r) == "OK"), "{replies:?}");
+    }
+    for (rport, _) in &replicas {
+        wait_for("the replica has every key", Duration::from_secs(30), || {
+            matches!(call(*rport, &["DBSIZE"]), Some(Reply::Int(2000)))
+        });
+    }
+    // Whatever the last writes woke has settled.
+    std::thread::sleep(Duration::from_millis(300));
+    let pids: Vec<u32> = std::iter::once(&primary)
+        .chain(replicas.iter().map(|(_, p)| p))
+        .map(|p| p.0.id())
+        .collect();
+    let before: Vec<u64> = pids.iter().map(|&p| cpu_ticks(p)).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    for (i, (&pid, b)) in pids.iter().zip(before).enumerate() {
+        let spent = cpu_ticks(pid) - b;
+        assert!(
+            spent <= 20,
+            "node {i} (0: the primary) spent {spent} ticks idle in 2 s"
+        );
+    }
 }
