@@ -28,11 +28,11 @@ use leasehold_protocol::encode_request;
 
 use crate::clock::{unix_of, unix_signed, Now};
 use crate::ratelimit::RateState;
+use crate::replication::backlog::Part;
 use crate::replication::role::Replication;
 
 mod unit;
 mod watch;
-pub use unit::Part;
 pub use watch::Watches;
 
 /// Largest encoding buffer kept between records, bytes.

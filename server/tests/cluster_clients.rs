@@ -262,6 +262,18 @@ fn redis_py_cluster_client_runs_on_three_groups_with_replicas() {
     );
 }
 
+/// `args` (name first) sent through redis-rs's cluster connection `c`,
+/// whose reply must be an array of four integers.
+async fn four_ints(c: &mut redis::cluster_async::ClusterConnection, args: &[&str]) -> Vec<i64> {
+    let r: Vec<i64> = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(c)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert_eq!(r.len(), 4, "{args:?}: {r:?}");
+    r
+}
+
 /// redis-rs's async cluster client (`redis::cluster_async`) on the full
 /// cluster, seeded with one replica's address: it reads the slot map
 /// (primaries and replicas) from CLUSTER SLOTS and runs, on a key of every
@@ -311,16 +323,7 @@ fn redis_rs_cluster_client_runs_on_three_groups_with_replicas() {
             let mut leases = Vec::new();
             for _ in 0..3 {
                 // granted, remaining, retry_after_ms, reset_after_ms
-                let r: Vec<i64> = redis::cmd("TOKENLEASE")
-                    .arg(&tb)
-                    .arg(10)
-                    .arg(1)
-                    .arg(3_600_000)
-                    .arg(4)
-                    .query_async(&mut c)
-                    .await
-                    .expect("TOKENLEASE");
-                assert_eq!(r.len(), 4, "{r:?}");
+                let r = four_ints(&mut c, &["TOKENLEASE", &tb, "10", "1", "3600000", "4"]).await;
                 leases.push((r[0], r[1], r[2] > 0));
             }
             assert_eq!(leases, [(4, 6, false), (4, 2, false), (0, 2, true)], "{tb}");
@@ -328,14 +331,7 @@ fn redis_rs_cluster_client_runs_on_three_groups_with_replicas() {
             let mut window = Vec::new();
             for _ in 0..3 {
                 // admitted, count, then two times (ms)
-                let hit: Vec<i64> = redis::cmd("SLIDINGWINDOW")
-                    .arg(&sw)
-                    .arg(2)
-                    .arg(60_000)
-                    .query_async(&mut c)
-                    .await
-                    .expect("SLIDINGWINDOW");
-                assert_eq!(hit.len(), 4, "{hit:?}");
+                let hit = four_ints(&mut c, &["SLIDINGWINDOW", &sw, "2", "60000"]).await;
                 window.push((hit[0], hit[1]));
             }
             assert_eq!(window, [(1, 1), (1, 2), (0, 2)], "{sw}");

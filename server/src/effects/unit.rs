@@ -57,17 +57,6 @@ pub(super) struct Unit {
     pub(super) slots: Slots,
 }
 
-/// A transaction's records on one shard, handed to its coordinator (see
-/// [`EffectLog::take_part`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
-    /// Whole records, in the order they were written.
-    pub bytes: Vec<u8>,
-    /// They name two or more hash slots: even alone, the part must be
-    /// framed.
-    pub many_slots: bool,
-}
-
 impl EffectLog {
     /// Opens a unit: the records written until [`EffectLog::end_unit`] are
     /// one transaction's or one script's. `false` (and nothing changes)
@@ -78,10 +67,7 @@ impl EffectLog {
         if self.unit.is_some() {
             return false;
         }
-        self.unit = Some(Unit {
-            from: self.offset,
-            slots: Slots::None,
-        });
+        self.open_part();
         true
     }
 
@@ -105,8 +91,8 @@ impl EffectLog {
         }
     }
 
-    /// Starts a transaction's unit on this shard for
-    /// [`EffectLog::take_part`] (see [`EffectLog::gather`]).
+    /// Opens a unit from here, whatever was open: a transaction's part on
+    /// this shard for [`EffectLog::take_part`] (see [`EffectLog::gather`]).
     pub(super) fn open_part(&mut self) {
         self.unit = Some(Unit {
             from: self.offset,

@@ -32,6 +32,10 @@ struct Ring {
     /// the stream reaches it, so a follower that lingers is not woken by
     /// every append.
     wake_at: u64,
+    /// The positions of the followers that must never fall behind (the
+    /// append-only log's copier, each replica's): an append that would
+    /// overwrite bytes one of them has not read grows the ring instead.
+    pins: Vec<Pinned>,
 }
 
 /// The record that opens a transaction's frame in the stream.
@@ -39,15 +43,23 @@ pub const MULTI_RECORD: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 /// The record that closes it.
 pub const EXEC_RECORD: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 
+/// A transaction's records on one shard, handed to its coordinator
+/// (`EffectLog::take_part`) and appended with the other shards' as one
+/// unit ([`Backlog::append_unit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Whole records, in the order they were written.
+    pub bytes: Vec<u8>,
+    /// They name two or more hash slots: even alone, the part must be
+    /// framed.
+    pub many_slots: bool,
+}
+
 /// The merged replication stream's tail and its offset.
 pub struct Backlog {
     ring: Mutex<Ring>,
     grown: Condvar,
     durable: Durable,
-    /// The positions of the followers that must never fall behind (the
-    /// append-only log's copier, each replica's): an append that would
-    /// overwrite bytes one of them has not read grows the ring instead.
-    pins: Mutex<Vec<Pinned>>,
     /// Followers copying the stream (a replica's sender, the log's copier):
     /// only for them does a record bigger than half the ring grow it.
     followers: std::sync::atomic::AtomicUsize,
@@ -138,10 +150,10 @@ impl Backlog {
                 offset: 0,
                 histlen: 0,
                 wake_at: u64::MAX,
+                pins: Vec::new(),
             }),
             grown: Condvar::new(),
             durable: Durable::default(),
-            pins: Mutex::new(Vec::new()),
             followers: std::sync::atomic::AtomicUsize::new(0),
             base: capacity.max(1),
         }
@@ -163,7 +175,7 @@ impl Backlog {
     /// finds the ring grown, not wrapped past it.
     pub fn pin(&self, pos: u64) -> Pinned {
         let p = Pinned(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(pos)));
-        self.pins.lock().push(p.clone());
+        self.ring.lock().pins.push(p.clone());
         p
     }
 
@@ -177,16 +189,10 @@ impl Backlog {
 
     /// Ends a [`Backlog::pin`].
     pub fn unpin(&self, pin: &Pinned) {
-        self.pins
+        self.ring
             .lock()
+            .pins
             .retain(|p| !std::sync::Arc::ptr_eq(&p.0, &pin.0));
-    }
-
-    /// The lowest pinned position, `u64::MAX` for none.
-    fn lowest_pin(&self) -> u64 {
-        let pins = self.pins.lock();
-        let at = |p: &Pinned| p.0.load(std::sync::atomic::Ordering::SeqCst);
-        pins.iter().map(at).min().unwrap_or(u64::MAX)
     }
 
     /// Makes writers wait for [`Backlog::mark_synced`] after each append
@@ -267,7 +273,7 @@ impl Backlog {
     pub fn append(&self, parts: &[&[u8]]) -> u64 {
         let mut r = self.ring.lock();
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        let pinned = self.lowest_pin();
+        let pinned = r.lowest_pin();
         let unread = (r.offset + total as u64).saturating_sub(pinned) as usize;
         if pinned != u64::MAX && unread > r.buf.len() && unread <= PIN_LIMIT {
             // A pinned follower has not read what this would overwrite.
@@ -311,22 +317,21 @@ impl Backlog {
 
     /// Appends a transaction's parts, one per shard that wrote (each whole
     /// records), as one unit: framed `MULTI` .. `EXEC` when two or more
-    /// parts hold records, or when `many_slots` (its records name two or
-    /// more hash slots, which a replica may hold on two shards), so a
-    /// replica (and the append-only log's loader) applies them all at
-    /// once, as Redis frames a transaction's effects; a lone part of one
-    /// slot is appended as it is. Then waits as [`Backlog::wait_synced`]
-    /// does.
-    pub fn append_unit(&self, parts: &[Vec<u8>], many_slots: bool) {
+    /// parts hold records, or one whose records name two or more hash
+    /// slots (which a replica may hold on two shards), so a replica (and
+    /// the append-only log's loader) applies them all at once, as Redis
+    /// frames a transaction's effects; a lone part of one slot is appended
+    /// as it is. Then waits as [`Backlog::wait_synced`] does.
+    pub fn append_unit(&self, parts: &[Part]) {
         let mut all: Vec<&[u8]> = parts
             .iter()
-            .filter(|p| !p.is_empty())
-            .map(Vec::as_slice)
+            .filter(|p| !p.bytes.is_empty())
+            .map(|p| p.bytes.as_slice())
             .collect();
         if all.is_empty() {
             return;
         }
-        if all.len() > 1 || many_slots {
+        if all.len() > 1 || parts.iter().any(|p| p.many_slots) {
             all.insert(0, MULTI_RECORD);
             all.push(EXEC_RECORD);
         }
@@ -388,7 +393,7 @@ impl Backlog {
     /// Waits until the stream is longer than `from` bytes, or `timeout`.
     /// Returns the offset then.
     pub fn wait_past(&self, from: u64, timeout: Duration) -> u64 {
-        self.wait_until(from + 1, timeout)
+        self.wait_until(|_| from + 1, timeout)
     }
 
     /// Waits up to `timeout` for the stream to pass a quarter of the ring
@@ -396,13 +401,14 @@ impl Backlog {
     /// lingers so that one copy carries many appends, but never so long
     /// that the ring wraps past it). Returns the stream's length.
     pub fn linger(&self, from: u64, timeout: Duration) -> u64 {
-        let quarter = self.ring.lock().buf.len() as u64 / 4;
-        self.wait_until(from + quarter.max(1), timeout)
+        self.wait_until(|r| from + (r.buf.len() as u64 / 4).max(1), timeout)
     }
 
-    /// Waits up to `timeout` for the stream's length to reach `target`.
-    fn wait_until(&self, target: u64, timeout: Duration) -> u64 {
+    /// Waits up to `timeout` for the stream's length to reach the target
+    /// `target` gives for the ring as it is.
+    fn wait_until(&self, target: impl FnOnce(&Ring) -> u64, timeout: Duration) -> u64 {
         let mut r = self.ring.lock();
+        let target = target(&r);
         if r.offset < target {
             r.wake_at = r.wake_at.min(target);
             let _ = self.grown.wait_for(&mut r, timeout);
@@ -423,6 +429,12 @@ impl Backlog {
 }
 
 impl Ring {
+    /// The lowest pinned position, `u64::MAX` for none.
+    fn lowest_pin(&self) -> u64 {
+        let at = |p: &Pinned| p.0.load(std::sync::atomic::Ordering::SeqCst);
+        self.pins.iter().map(at).min().unwrap_or(u64::MAX)
+    }
+
     /// Moves the kept bytes into a ring of `capacity` bytes, each at its
     /// offset's place.
     fn grow(&mut self, capacity: usize) {

@@ -78,7 +78,7 @@ pub enum TxMsg {
         /// (whole records, see `EffectLog::take_part`), for the
         /// coordinator to append with the other shards' as one unit;
         /// `None` when the shard published them itself.
-        part: Option<crate::effects::Part>,
+        part: Option<crate::replication::backlog::Part>,
     },
     /// `tx` is done with this shard.
     Release {

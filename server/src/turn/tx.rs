@@ -32,7 +32,7 @@ use super::{Conn, Transport, Turn};
 use crate::commands::span::{Next, SpanFn};
 use crate::commands::{scripting, table, Exec};
 use crate::dispatch::{plan, run_conn_command, At, Outbox, Pipeline, Planned, Route};
-use crate::effects::Part;
+use crate::replication::backlog::Part;
 use crate::session::Blocked;
 use crate::session::{ConnState, Multi, TxWork};
 use crate::shard::{Answer, Job, Msg, Shard, TxId, TxMsg, Worker};
@@ -140,10 +140,7 @@ pub(super) struct Running {
     draining: bool,
     /// Locked runs: the effects each held shard handed over after its
     /// last jobs, appended to the stream as one unit at the end.
-    parts: Vec<Vec<u8>>,
-    /// Some part's records name two or more hash slots (see
-    /// [`Part::many_slots`]).
-    many_slots: bool,
+    parts: Vec<Part>,
     /// The client's address (EXEC's monitor line).
     addr: std::net::SocketAddr,
 }
@@ -294,7 +291,6 @@ impl Running {
             gate: None,
             draining: false,
             parts: Vec::new(),
-            many_slots: false,
             addr: c.state.handle.addr,
         }
     }
@@ -561,11 +557,6 @@ impl Running {
         scripting::run_across(&mut shard, idx, args, across)
     }
 
-    /// Keeps a held shard's part for the unit [`Running::finish`] appends.
-    fn keep_part(&mut self, part: Option<Part>) {
-        keep_part(&mut self.parts, &mut self.many_slots, part);
-    }
-
     /// Ends the transaction: forgets the watches, releases the shards held
     /// (this one's effects published first, while still held), and returns
     /// EXEC's reply.
@@ -580,17 +571,12 @@ impl Running {
             let held = &shards[..*granted];
             if held.contains(&worker.id) {
                 let own = worker.shard.borrow_mut().store.effects_mut().take_part();
-                keep_part(&mut self.parts, &mut self.many_slots, own);
+                self.parts.extend(own);
             }
             // Every shard's part enters the stream as one unit before any
             // shard is released, so nothing written after the transaction
             // comes before it.
-            let parts = &self.parts;
-            worker
-                .shared
-                .repl
-                .backlog
-                .append_unit(parts, self.many_slots);
+            worker.shared.repl.backlog.append_unit(&self.parts);
             for &s in held {
                 let msg = TxMsg::Release { tx: self.tx };
                 worker.mailboxes[s].send(Msg::Tx(msg));
@@ -611,15 +597,6 @@ impl Running {
                 .unwrap_or_else(|| crate::error::OpError::ShardUnavailable.reply()),
             (false, false) => Reply::Array(self.pipe.take_replies(worker)),
         }
-    }
-}
-
-/// Adds a held shard's part (if it handed one over) to `parts`, noting
-/// whether its records name several slots.
-fn keep_part(parts: &mut Vec<Vec<u8>>, many_slots: &mut bool, part: Option<Part>) {
-    if let Some(p) = part {
-        *many_slots |= p.many_slots;
-        parts.push(p.bytes);
     }
 }
 
@@ -817,7 +794,7 @@ impl<T: Transport> Turn<T> {
         };
         run.runs -= 1;
         run.dirty |= dirty;
-        run.keep_part(part);
+        run.parts.extend(part);
         let routes = run.outbox.answered(shard);
         for (route, reply) in routes.into_iter().zip(replies) {
             run.pipe.fill(route, Answer::Reply(reply));
