@@ -255,6 +255,17 @@ fn resp2_cases() -> Vec<(&'static str, &'static [&'static str])> {
         ("return KEYS", &["2", "{t}a", "{t}b"]),
         ("return ARGV", &["1", "a", "b", "c"]),
         ("return #KEYS", &["0"]),
+        (
+            "local o = {} for i, a in ipairs(ARGV) do o[i] = tostring(tonumber(a)) end return o",
+            &[
+                "0", "100", "-2.5", " 12 ", "0x1F", "1e3", "abc", "", "1e400", "-0", ".5", "7.",
+                "1e-320", "+3", "1e", "--1", "12abc",
+            ],
+        ),
+        ("return {tonumber(7), tonumber('ff', 16), tonumber('z', 36), tonumber('8', 8)}", &["0"]),
+        ("local n = tonumber() return n", &["0"]),
+        ("local n = tonumber('1', 99) return n", &["0"]),
+        ("local n = tonumber(nil, 16) return n", &["0"]),
         ("return redis.sha1hex('')", &["0"]),
         ("return redis.sha1hex('abc')", &["0"]),
         ("return {err='MY boom'}", &["0"]),

@@ -11,6 +11,7 @@
 //!   state (BUSY, written, kill requested);
 //! - [`vm`]: one VM per thread, compiling, running, the time hook;
 //! - [`convert`]: reply <-> Lua value, both RESP versions;
+//! - [`number`]: `tonumber`, with a fast path for plain decimals;
 //! - [`bit`], [`cjson`], [`cmsgpack`], [`structlib`]: the libraries.
 
 pub mod bit;
@@ -18,5 +19,6 @@ pub mod cache;
 pub mod cjson;
 pub mod cmsgpack;
 pub mod convert;
+pub mod number;
 pub mod structlib;
 pub mod vm;

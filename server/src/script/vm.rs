@@ -35,7 +35,7 @@ use mlua::{
 
 use super::cache::{sha1_hex, RunState, Sha};
 use super::convert::{bytes_at, error_text, lua_to_reply, push_reply, STACK_LIMIT};
-use super::{bit, cjson, cmsgpack, structlib};
+use super::{bit, cjson, cmsgpack, number, structlib};
 
 /// Instructions between two checks of the run's time and of SCRIPT KILL
 /// (Redis's hook count): about a millisecond of Lua, so a check costs
@@ -367,6 +367,14 @@ impl Vm {
                 globals.raw_set(k, Value::Nil)?;
             }
         }
+        // SAFETY: pushes a closure of one upvalue, Lua's own `tonumber`.
+        let tonumber: Function = unsafe {
+            lua.exec_raw((), |state| {
+                ffi::lua_getglobal(state, c"tonumber".as_ptr());
+                ffi::lua_pushcclosure(state, number::tonumber, 1);
+            })?
+        };
+        globals.raw_set("tonumber", tonumber)?;
         bit::register(&lua, &globals)?;
         cjson::register(&lua, &globals)?;
         cmsgpack::register(&lua, &globals)?;
