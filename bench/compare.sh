@@ -5,8 +5,10 @@
 #   bench/compare.sh --quick    # a smoke run of about a minute
 #   bench/compare.sh --skip-throughput --skip-crosscheck --out /tmp/memory.md
 #                               # memory and reclamation only (under 2 minutes)
-#   bench/compare.sh --first-only --rounds 1 --out /tmp/first.md
-#                               # only "the first benchmark a user runs" (about 50 s)
+#   bench/compare.sh --first-only
+#                               # only "the first benchmark a user runs", put into the
+#                               # existing docs/benchmarks.md in place of its old one
+#                               # (about 3 minutes; --rounds 1 about 1)
 #   bench/compare.sh --replication-only
 #                               # only the replication section, put into the existing
 #                               # docs/benchmarks.md in place of its old one (3-4 minutes)

@@ -157,11 +157,7 @@ pub fn render(p: &Page<'_>) -> String {
         p.servers[1].command_line,
     ));
     if let Some(f) = p.first {
-        s.push_str(&super::first::section(f));
-        s.push_str(&image(
-            "redis-benchmark requests per second, Redis and Leasehold",
-            p.charts.first.as_ref(),
-        ));
+        s.push_str(&first_section(f, p.charts));
     }
     s.push_str("## Throughput\n\nWhere the time goes, from profiles, and what would move each row: [performance.md](performance.md).\n\n");
     if p.rows.is_empty() {
@@ -274,12 +270,22 @@ pub fn render(p: &Page<'_>) -> String {
     s
 }
 
+/// "The first benchmark a user runs" followed by its chart, when drawn.
+pub fn first_section(f: &super::first::Section, charts: &super::charts::Drawn) -> String {
+    let mut s = super::first::section(f);
+    s.push_str(&image(
+        "redis-benchmark requests per second, Redis and Leasehold",
+        charts.first.as_ref(),
+    ));
+    s
+}
+
 /// `page` with its section headed `heading` (a `## ` line) replaced by
 /// `section` (a whole section from that heading on), leaving the rest of the
 /// page as it was; when the page has none, the section goes before
 /// `## Lease manager`, else before `## Exact commands`, else at the end.
-/// This is how `--replication-only`, `--persistence-only` and
-/// `--scripts-only` update a page.
+/// This is how `--first-only`, `--replication-only`, `--persistence-only`,
+/// `--scripts-only` and the other `--*-only` runs update a page.
 pub fn splice(page: &str, heading: &str, section: &str) -> String {
     let starts: Vec<usize> = page
         .match_indices("\n## ")

@@ -174,6 +174,9 @@ pub struct Section {
     pub single_thread_server: String,
     /// Every (test, -P).
     pub rows: Vec<Row>,
+    /// When the section ran alone (`--first-only`): its commit, time, load
+    /// and length, since the page's machine facts are then older.
+    pub alone: Option<String>,
 }
 
 impl Section {
@@ -213,6 +216,7 @@ pub fn run(
         rounds,
         single_thread_server: single.command_line.clone(),
         rows: empty_rows(),
+        alone: None,
     };
     let servers = [redis, leasehold, &single];
     let labels = section.long_labels();
@@ -314,15 +318,18 @@ pub fn tables(section: &Section) -> String {
     s
 }
 
+/// The section's heading.
+pub const HEADING: &str = "## The first benchmark a user runs";
+
 /// The whole section in markdown, with its `##` heading.
 pub fn section(section: &Section) -> String {
     let [_, lh, _] = section.labels();
     let n = section.requests;
     format!(
-        "## The first benchmark a user runs\n\n\
+        "{HEADING}\n\n\
          Redis's own `redis-benchmark -q` on a subset of its default suite, as a newcomer types it:\n\n\
          ```sh\nredis-benchmark -p PORT {}\nredis-benchmark -p PORT {}\n```\n\n\
-         Three servers run at once: Redis and Leasehold `--threads {}` ({lh}) as in the other sections, and \
+         {}Three servers run at once: Redis and Leasehold `--threads {}` ({lh}) as in the other sections, and \
          `{}` (t1), started for this section only. {} round(s); each round runs both depths on the three \
          servers in turn, rotating which goes first. Cells are the medians of the rounds (rps and p99 as \
          redis-benchmark prints them); a cell whose runs spread more than {:.0}% ((max - min) / median) is \
@@ -330,6 +337,9 @@ pub fn section(section: &Section) -> String {
          the ones after it say *failed* for that server.\n\n{}\n",
         shell_join(&args(0, n, 1)[2..]),
         shell_join(&args(0, n * P16_FACTOR, 16)[2..]),
+        section.alone.as_ref().map_or(String::new(), |facts| format!(
+            "Measured in one run of its own ({facts}); the machine is the one above. "
+        )),
         section.threads,
         section.single_thread_server,
         section.rounds,
@@ -358,6 +368,7 @@ pub(crate) mod tests {
             rounds: 1,
             single_thread_server: "leasehold-server --threads 1".into(),
             rows,
+            alone: None,
         }
     }
 

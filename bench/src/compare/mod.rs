@@ -107,7 +107,8 @@ pub struct CompareArgs {
     /// Redis, Leasehold at --threads and Leasehold --threads 1).
     #[arg(long)]
     pub skip_first: bool,
-    /// Run only "the first benchmark a user runs" (for trials).
+    /// Run only "the first benchmark a user runs" and put it into the
+    /// existing --out page in place of its old one (with its chart).
     #[arg(long, conflicts_with = "skip_first")]
     pub first_only: bool,
     /// Requests per redis-benchmark test at -P 1 in the first-benchmark
@@ -553,6 +554,23 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             &mut commands,
         )?)
     };
+    if let (Some(mut f), true) = (first.clone(), args.first_only) {
+        f.alone = Some(with_without::facts(started, &load_at_start));
+        let drawn = charts::write_all(&args.out, Some(&f), &[], &[]);
+        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
+        write_page(
+            &args.out,
+            &doc::splice(&page, first::HEADING, &doc::first_section(&f, &drawn)),
+        )?;
+        eprintln!(
+            "replaced the {:?} section of {}",
+            first::HEADING,
+            args.out.display()
+        );
+        drop((redis, leasehold));
+        servers::remove_scratch_root();
+        return Ok(());
+    }
     let server = |k: Kind| if k == Kind::Redis { &redis } else { &leasehold };
 
     let workloads: Vec<Workload> = workloads::all()
