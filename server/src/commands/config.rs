@@ -32,20 +32,39 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
             if a.remaining() == 0 {
                 return Err(OpError::SubcommandArity("config|get".into()));
             }
-            let mut patterns = Vec::new();
-            while a.remaining() > 0 {
-                patterns.push(a.next()?.to_ascii_lowercase());
-            }
             let cfg = ctx.shared.config.read().clone();
-            let pairs = cfg
-                .matching(|name| {
-                    patterns
-                        .iter()
-                        .any(|p| super::keys::glob_match(p, name.as_bytes()))
-                })
-                .into_iter()
-                .map(|(name, value)| (Reply::bulk(name), Reply::bulk(value)))
-                .collect();
+            // As Redis 7: a name without glob characters is answered under
+            // the name as given (an alias, any case), once per name; a
+            // pattern lists each parameter it matches under its own name,
+            // unless that name is listed already.
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let mut pairs = Vec::new();
+            while a.remaining() > 0 {
+                let given = a.next()?;
+                let lower = given.to_ascii_lowercase();
+                let exact = !lower.iter().any(|b| matches!(b, b'*' | b'?' | b'['));
+                let found = cfg.matching(|name| match exact {
+                    true => name.as_bytes() == lower.as_slice(),
+                    false => super::keys::glob_match(&lower, name.as_bytes()),
+                });
+                // A pattern lists an alias only when the name itself does
+                // not match (Redis lists both or either, by its hash order).
+                for (name, value) in found {
+                    let listed_as = match exact {
+                        true => lower.to_vec(),
+                        false => name.as_bytes().to_vec(),
+                    };
+                    if seen.contains(&listed_as) {
+                        continue;
+                    }
+                    seen.push(listed_as);
+                    let key = match exact {
+                        true => Reply::Bulk(given.clone()),
+                        false => Reply::bulk(name),
+                    };
+                    pairs.push((key, Reply::bulk(value)));
+                }
+            }
             Ok(Reply::Map(pairs))
         }
         "SET" => {

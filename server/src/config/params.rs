@@ -237,11 +237,11 @@ pub static PARAMS: &[Param] = &[
     row("replicaof", ("replication", "replicaof"), Kind::Text, field!(replication.replicaof), Immutable, true, "Follow this primary: \"<host> <port>\" (empty: be a primary; REPLICAOF changes it at run time)"),
     row("masterauth", ("replication", "masterauth"), Kind::Text, field!(replication.masterauth), Runtime, true, "Password to send to the primary"),
     row("masteruser", ("replication", "masteruser"), Kind::Text, field!(replication.masteruser), Runtime, false, "User name to send to the primary with masterauth"),
-    row("replica-priority", ("replication", "replica_priority"), Kind::Int(range!(0, 2147483647)), field!(replication.replica_priority), Runtime, true, "Sentinel promotes the replica with the lowest non-zero priority first; 0 never"),
-    row("replica-announce-ip", ("replication", "replica_announce_ip"), Kind::Text, field!(replication.replica_announce_ip), Runtime, false, "Address a replica gives its primary (empty: the one it sees)"),
-    row("replica-announce-port", ("replication", "replica_announce_port"), Kind::Int(range!(0, 65535)), field!(replication.replica_announce_port), Runtime, false, "Port a replica gives its primary (0: the listening port)"),
+    row("replica-priority", ("replication", "replica_priority"), Kind::Int(range!(0, 2147483647)), field!(replication.replica_priority), Runtime, true, "Sentinel promotes the replica with the lowest non-zero priority first; 0 never").with_aliases(&["slave-priority"]),
+    row("replica-announce-ip", ("replication", "replica_announce_ip"), Kind::Text, field!(replication.replica_announce_ip), Runtime, false, "Address a replica gives its primary (empty: the one it sees)").with_aliases(&["slave-announce-ip"]),
+    row("replica-announce-port", ("replication", "replica_announce_port"), Kind::Int(range!(0, 65535)), field!(replication.replica_announce_port), Runtime, false, "Port a replica gives its primary (0: the listening port)").with_aliases(&["slave-announce-port"]),
     row("repl-timeout", ("replication", "repl_timeout"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_timeout), Runtime, false, "Seconds of silence after which a replication link is dropped"),
-    row("repl-ping-replica-period", ("replication", "repl_ping_replica_period"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_ping_replica_period), Runtime, false, "Seconds between a primary's PING records to its replicas"),
+    row("repl-ping-replica-period", ("replication", "repl_ping_replica_period"), Kind::Int(range!(1, 2147483647)), field!(replication.repl_ping_replica_period), Runtime, false, "Seconds between a primary's PING records to its replicas").with_aliases(&["repl-ping-slave-period"]),
     row("dir", ("persistence", "dir"), Kind::Text, field!(persistence.dir), Runtime, true, "Directory of the snapshot and the append-only files"),
     row("dbfilename", ("persistence", "dbfilename"), Kind::FileName, field!(persistence.dbfilename), Runtime, true, "Snapshot file name inside dir"),
     row("save", ("persistence", "save"), Kind::SavePoints, field!(persistence.save), Runtime, true, "Snapshot rules: \"<seconds> <changes> ...\" (empty: none)"),
@@ -305,6 +305,9 @@ pub static FIXED: &[Fixed] = &[
     fixed("timeout", "0", true),
     fixed("replica-read-only", "yes", true),
     fixed("replica-serve-stale-data", "yes", true),
+    // Their names before Redis 5, which Redis 7 still answers to.
+    fixed("slave-read-only", "yes", true),
+    fixed("slave-serve-stale-data", "yes", true),
     fixed("daemonize", "no", false),
 ];
 
@@ -368,14 +371,19 @@ impl Config {
     }
 
     /// CONFIG GET: the parameters (then the [`FIXED`] settings) one of whose
-    /// names `matches` (a glob pattern, for CONFIG GET), each once, with its
-    /// value as [`Value::render`] shows it.
+    /// names `matches` (a glob pattern, for CONFIG GET), each once, under
+    /// its name when that matches, else under the first alias that does,
+    /// with its value as [`Value::render`] shows it.
     pub fn matching(&self, matches: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
         let params = PARAMS
             .iter()
             .filter(|p| p.access != FileOnly)
-            .filter(|p| matches(p.name) || p.aliases.iter().any(|a| matches(a)))
-            .map(|p| (p.name, p.get(self).render()));
+            .filter_map(|p| {
+                let listed = std::iter::once(&p.name)
+                    .chain(p.aliases)
+                    .find(|n| matches(n))?;
+                Some((*listed, p.get(self).render()))
+            });
         let fixed = FIXED
             .iter()
             .filter(|f| matches(f.name))
@@ -725,6 +733,15 @@ mod tests {
             .collect();
         assert_eq!(names, ["maxclients", "maxmemory", "maxmemory-policy"]);
         assert_eq!(c.matching(|n| n == "hz"), [("hz", "10".to_string())]);
+        // Listed under an alias only when the name does not match.
+        assert_eq!(
+            c.matching(|n| n.starts_with("lua")),
+            [("lua-time-limit", "5000".to_string())]
+        );
+        assert_eq!(
+            c.matching(|n| n.starts_with("busy") || n.starts_with("lua")),
+            [("busy-reply-threshold", "5000".to_string())]
+        );
     }
 
     #[test]
