@@ -321,29 +321,28 @@ impl Reply {
 }
 
 /// Formats a double as Redis 7.0's `addReplyDouble` does, RESP2 and RESP3
-/// alike: `inf`, `-inf`, `nan`, or C's `%.17g` (`0.1` is
-/// `0.10000000000000001`, `1e300` is `1.0000000000000001e+300`).
+/// alike: C's `%.17g` (`0.1` is `0.10000000000000001`, `1e300` is
+/// `1.0000000000000001e+300`, a NaN `nan` or `-nan` by its sign bit).
 pub fn format_double(d: f64) -> String {
-    if d.is_nan() {
-        "nan".into()
-    } else if d.is_infinite() {
-        if d > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        }
-    } else {
-        format_g(d, 17)
-    }
+    format_g(d, 17)
 }
 
-/// C's `%.<precision>g` for a finite `d` (precision at least 1): the
-/// shorter of fixed and exponent notation for that many significant
-/// digits, trailing zeros dropped, the exponent at least two digits
-/// (`1e+20`). Lua prints numbers with `%.14g`, Redis's scripting converts
-/// a number argument with `%.17g`.
+/// C's `%.<precision>g` (glibc's, precision at least 1): the shorter of
+/// fixed and exponent notation for that many significant digits, trailing
+/// zeros dropped, the exponent at least two digits (`1e+20`); `inf`,
+/// `-inf`, and `nan` or `-nan` by the NaN's sign bit (`0/0` is negative on
+/// x86-64). Lua prints numbers with `%.14g`, Redis's scripting converts a
+/// number argument with `%.17g`.
 pub fn format_g(d: f64, precision: usize) -> String {
     let p = precision.max(1);
+    if !d.is_finite() {
+        let text = if d.is_nan() { "nan" } else { "inf" };
+        return if d.is_sign_negative() {
+            format!("-{text}")
+        } else {
+            text.into()
+        };
+    }
     if d == 0.0 {
         return if d.is_sign_negative() { "-0" } else { "0" }.into();
     }
@@ -421,6 +420,10 @@ mod tests {
         assert_eq!(format_g(-2.5, 14), "-2.5");
         assert_eq!(format_g(123456789012345.0, 14), "1.2345678901234e+14");
         assert_eq!(format_double(3.0), "3");
+        assert_eq!(format_g(f64::NAN, 17), "nan");
+        assert_eq!(format_g(-f64::NAN, 14), "-nan");
+        assert_eq!(format_double(f64::NEG_INFINITY), "-inf");
+        assert_eq!(format_double(f64::INFINITY), "inf");
     }
 
     #[test]

@@ -266,6 +266,31 @@ fn resp2_cases() -> Vec<(&'static str, &'static [&'static str])> {
         ("local n = tonumber() return n", &["0"]),
         ("local n = tonumber('1', 99) return n", &["0"]),
         ("local n = tonumber(nil, 16) return n", &["0"]),
+        // NaN keeps its sign wherever C's printf or a C cast sees it: `0/0`
+        // is negative on x86-64, `tonumber('nan')` positive.
+        (
+            "local o = {} for i, a in ipairs(ARGV) do redis.call('SET', KEYS[1], tonumber(a)) o[i] = redis.call('GET', KEYS[1]) end return o",
+            &["1", "{n}a", "nan", "-nan", "inf", "-inf", "0.1"],
+        ),
+        ("redis.call('SET', KEYS[1], 0/0) return redis.call('GET', KEYS[1])", &["1", "{n}a"]),
+        ("return {double = 0/0}", &["0"]),
+        ("return {double = -(0/0)}", &["0"]),
+        ("return {cmsgpack.pack(0/0), cmsgpack.pack(tonumber('nan')), cmsgpack.pack(1/0)}", &["0"]),
+        (
+            "return {struct.pack('s', 0/0), struct.pack('s', tonumber('nan')), struct.pack('s', 2^53 + 1), struct.pack('s', 123456789012345), struct.pack('s', 1e15)}",
+            &["0"],
+        ),
+        (
+            "local o = {} for i, n in ipairs({0/0, 1/0, -1/0, 2^63, 2^64, 1e300, -1e300, 2^63 + 2^11}) do o[i] = struct.pack('<i8', n) .. struct.pack('<I4', n) .. struct.pack('<L', n) end return o",
+            &["0"],
+        ),
+        ("return cjson.encode({[1/0] = 1})", &["0"]),
+        ("return cjson.encode({[-1/0] = 1})", &["0"]),
+        ("return cjson.encode({[0/0] = 1})", &["0"]),
+        ("return cjson.encode({[1e300] = 1})", &["0"]),
+        ("return cjson.encode({[2^31] = 1})", &["0"]),
+        ("return cjson.encode({[2^31 - 1] = 1})", &["0"]),
+        ("return cjson.encode({[2^53 + 1] = 'x'})", &["0"]),
         ("return redis.sha1hex('')", &["0"]),
         ("return redis.sha1hex('abc')", &["0"]),
         ("return {err='MY boom'}", &["0"]),

@@ -16,8 +16,8 @@ use mlua::{LightUserData, Lua, Result, Table, Value};
 /// lua-cjson's `encode_max_depth` default.
 const MAX_DEPTH: usize = 1000;
 /// lua-cjson's `encode_sparse_ratio` and `encode_sparse_safe` defaults.
-const SPARSE_RATIO: usize = 2;
-const SPARSE_SAFE: usize = 10;
+const SPARSE_RATIO: i32 = 2;
+const SPARSE_SAFE: i32 = 10;
 
 fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
@@ -55,24 +55,43 @@ fn number(x: f64, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// A number key of an object: `"1e+300"`.
+fn key_number(x: f64, out: &mut Vec<u8>) -> Result<()> {
+    out.push(b'"');
+    number(x, out)?;
+    out.push(b'"');
+    Ok(())
+}
+
 /// The array length of `t` as lua-cjson decides it: `Some(max index)`
 /// when every key is a positive integer, `None` for an object.
+///
+/// lua-cjson keeps the largest key in a C `int`: a key of 2^31 or more
+/// (infinity too) is stored as `INT_MIN`, and the table becomes an object
+/// unless a later key (in `next` order) replaces it.
 fn array_len(t: &Table) -> Result<Option<usize>> {
-    let (mut max, mut items) = (0usize, 0usize);
+    let (mut max, mut items) = (0i32, 0i32);
     for pair in t.pairs::<Value, Value>() {
         let (k, _) = pair?;
         let n = match k {
-            Value::Integer(i) if i >= 1 => i as usize,
-            Value::Number(n) if n >= 1.0 && n.fract() == 0.0 => n as usize,
+            Value::Integer(i) if i >= 1 => i as f64,
+            Value::Number(n) if n >= 1.0 && n.floor() == n => n,
             _ => return Ok(None),
         };
-        max = max.max(n);
-        items += 1;
+        if n > f64::from(max) {
+            // C's `(int)n` on x86-64.
+            max = if n < 2_147_483_648.0 {
+                n as i32
+            } else {
+                i32::MIN
+            };
+        }
+        items = items.wrapping_add(1);
     }
-    if max > items * SPARSE_RATIO && max > SPARSE_SAFE {
+    if max > items.wrapping_mul(SPARSE_RATIO) && max > SPARSE_SAFE {
         return Err(fail("Cannot serialise table: excessively sparse array"));
     }
-    Ok(Some(max))
+    Ok(usize::try_from(max).ok())
 }
 
 fn value(v: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
@@ -122,8 +141,10 @@ fn table(t: &Table, depth: usize, out: &mut Vec<u8>) -> Result<()> {
                 first = false;
                 match &k {
                     Value::String(s) => string(&s.as_bytes(), out),
-                    Value::Integer(i) => string(format_g(*i as f64, 14).as_bytes(), out),
-                    Value::Number(n) => string(format_g(*n, 14).as_bytes(), out),
+                    // lua-cjson writes a number key with the number
+                    // writer, which refuses infinity.
+                    Value::Integer(i) => key_number(*i as f64, out)?,
+                    Value::Number(n) => key_number(*n, out)?,
                     _ => {
                         return Err(fail(
                             "Cannot serialise table: table key must be a number or string",

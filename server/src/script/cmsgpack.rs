@@ -28,7 +28,9 @@ fn number(x: f64, out: &mut Vec<u8>) {
         && x as i64 as f64 == x
     {
         let _ = rmp::encode::write_sint(out, x as i64);
-    } else if (x as f32) as f64 == x || x.is_nan() {
+    } else if (x as f32) as f64 == x {
+        // Not a NaN (never equal to itself): lua-cmsgpack writes it as a
+        // double.
         let _ = rmp::encode::write_f32(out, x as f32);
     } else {
         let _ = rmp::encode::write_f64(out, x);

@@ -196,6 +196,18 @@ pub fn truncate(x: f64) -> i64 {
     }
 }
 
+/// A non-negative Lua number as C's `(unsigned long long)` cast compiles
+/// on x86-64: below 2^63 (and NaN) as `(long long)`, else 2^63 is taken off
+/// first and its bit put back, so 2^64 and beyond (and infinity) are 0.
+pub fn truncate_unsigned(x: f64) -> u64 {
+    const TWO_63: f64 = 9.223_372_036_854_776e18;
+    if x >= TWO_63 {
+        truncate(x - TWO_63) as u64 ^ (1 << 63)
+    } else {
+        truncate(x) as u64
+    }
+}
+
 /// An error reply's text: CR and LF become spaces, as Redis's
 /// `addReplyErrorFormat` makes them.
 pub fn error_text(text: &[u8]) -> Reply {
@@ -363,6 +375,18 @@ unsafe fn table_to_reply(
 mod tests {
     use super::*;
     use mlua::{Lua, Value};
+
+    #[test]
+    fn unsigned_truncation_is_the_x86_64_cast() {
+        assert_eq!(truncate_unsigned(3.9), 3);
+        assert_eq!(
+            truncate_unsigned(9.223_372_036_854_778e18),
+            (1 << 63) | 2048
+        );
+        assert_eq!(truncate_unsigned(1.844_674_407_370_955_2e19), 0);
+        assert_eq!(truncate_unsigned(f64::INFINITY), 0);
+        assert_eq!(truncate_unsigned(f64::NAN), 1 << 63);
+    }
 
     /// The reply of the value `code` returns.
     fn run(lua: &Lua, code: &str, resp3: bool) -> Reply {

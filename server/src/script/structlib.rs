@@ -10,7 +10,10 @@
 //! or, to unpack, the length given by the value before it). Alignment
 //! starts at 1 (no padding), as in that library.
 
+use leasehold_protocol::reply::format_g;
 use mlua::{Lua, MultiValue, Result, Table, Value};
+
+use super::convert::{truncate, truncate_unsigned};
 
 fn fail(what: String) -> mlua::Error {
     mlua::Error::runtime(what)
@@ -147,8 +150,9 @@ fn arg_number(args: &[Value], i: usize) -> Result<f64> {
 fn arg_bytes(args: &[Value], i: usize) -> Result<Vec<u8>> {
     match args.get(i) {
         Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(Value::Integer(n)) => Ok(n.to_string().into_bytes()),
-        Some(Value::Number(n)) => Ok(leasehold_protocol::reply::format_g(*n, 14).into_bytes()),
+        // Lua's `%.14g`: 2^53 is `9.007199254741e+15`.
+        Some(Value::Integer(n)) => Ok(format_g(*n as f64, 14).into_bytes()),
+        Some(Value::Number(n)) => Ok(format_g(*n, 14).into_bytes()),
         _ => Err(fail(format!(
             "bad argument #{} to 'pack' (string expected)",
             i + 2
@@ -167,7 +171,12 @@ pub fn pack(fmt: &[u8], args: &[Value]) -> Result<Vec<u8>> {
             Item::Pad => out.push(0),
             Item::Int { size, .. } => {
                 let n = arg_number(args, arg)?;
-                let v = if n < 0.0 { n as i64 as u64 } else { n as u64 };
+                // lua_struct's `(Uinttype)(Itype)n` or `(Uinttype)n`.
+                let v = if n < 0.0 {
+                    truncate(n) as u64
+                } else {
+                    truncate_unsigned(n)
+                };
                 put_int(&mut out, v, size, f.little);
                 arg += 1;
             }
