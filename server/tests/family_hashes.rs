@@ -179,7 +179,7 @@ fn a_listpack_keeps_insertion_order_until_a_threshold() {
     assert_eq!(h.cmd("CONFIG SET hash-max-listpack-value 3"), Reply::ok());
     assert_eq!(
         h.cmd("CONFIG GET hash-max-ziplist-value"),
-        bulks(&["hash-max-listpack-value", "3"])
+        bulks(&["hash-max-ziplist-value", "3"])
     );
     h.cmd("HSET lv a 1234");
     assert_eq!(h.cmd("HGET lv a"), Reply::bulk("1234"));

@@ -19,7 +19,7 @@ pub fn low_threshold(c: &mut Raw) {
     assert_eq!(c.call("CONFIG SET busy-reply-threshold 50"), "+OK\r\n");
     assert_eq!(
         c.call("CONFIG GET lua-time-limit"),
-        "*2\r\n$20\r\nbusy-reply-threshold\r\n$2\r\n50\r\n"
+        "*2\r\n$14\r\nlua-time-limit\r\n$2\r\n50\r\n"
     );
 }
 
