@@ -128,8 +128,9 @@ on_1_and_2_threads! {
             }
         }
         // One multi-key call over keys of both held shards is split
-        // between them, as the dispatcher splits it; a one-shard command
-        // over both (RENAME) is refused.
+        // between them, as the dispatcher splits it; RENAME, COPY and
+        // MSETNX run in steps on both; a one-shard command over both
+        // (SMOVE) is refused.
         let r = call(&mut c, &eval("return redis.call('mset', KEYS[1], 'x', KEYS[2], 'y')", &["2", &keys[0], &keys[1]]));
         assert_eq!(r, "+OK\r\n");
         let r = call(&mut c, &eval("return redis.call('mget', KEYS[2], KEYS[1], KEYS[2])", &["2", &keys[0], &keys[1]]));
@@ -139,11 +140,25 @@ on_1_and_2_threads! {
         let r = call(&mut c, &eval("return redis.call('mset', KEYS[1], 'x', KEYS[2])", &["2", &keys[0], &keys[1]]));
         assert!(r.starts_with("-ERR wrong number of arguments for 'mset' command script: "), "{r}");
         assert_eq!(c.call(&format!("EXISTS {} {}", keys[0], keys[1])), ":0\r\n");
-        let r = call(&mut c, &eval("redis.call('set', KEYS[1], 'v') return redis.call('rename', KEYS[1], KEYS[2])", &["2", &keys[0], &keys[1]]));
+        let moves = "redis.call('set', KEYS[1], 'v', 'PX', 60000) \
+            local r = {redis.call('rename', KEYS[1], KEYS[2])} \
+            r[2] = redis.call('exists', KEYS[1]) r[3] = redis.call('get', KEYS[2]) \
+            r[4] = redis.call('copy', KEYS[2], KEYS[1]) r[5] = redis.call('get', KEYS[1]) \
+            r[6] = redis.call('renamenx', KEYS[1], KEYS[2]) r[7] = redis.call('msetnx', KEYS[1], 'a', KEYS[2], 'b') \
+            r[8] = redis.call('del', KEYS[1]) r[9] = redis.call('msetnx', KEYS[1], 'a', KEYS[3], 'b') \
+            r[10] = redis.call('pttl', KEYS[2]) > 59000 \
+            return r";
+        let r = call(&mut c, &eval(moves, &["3", &keys[0], &keys[1], "other"]));
+        let r = r.replace("\r\n", " ");
+        assert!(r.starts_with("*10 +OK :0 $1 v :1 $1 v :0 :0 :1 "), "{r}");
+        assert!(r.ends_with(":1 "), "{r}");
+        assert_eq!(c.call(&format!("MGET {} {} other", keys[0], keys[1])), "*3\r\n$1\r\na\r\n$1\r\nv\r\n$1\r\nb\r\n");
+        let r = call(&mut c, &eval("return redis.call('smove', KEYS[1], KEYS[2], 'm')", &["2", &keys[0], &keys[1]]));
         match threads {
-            1 => assert_eq!(r, "+OK\r\n"),
+            1 => assert!(r.starts_with("-WRONGTYPE"), "{r}"),
             _ => assert!(r.starts_with("-CROSSSLOT Keys in request don't hash to the same slot"), "{r}"),
         }
+        assert_eq!(c.call(&format!("DEL {} {} other", keys[0], keys[1])), ":3\r\n");
         // One hash tag always works.
         assert_eq!(call(&mut c, &eval(body, &["2", "{rl}a", "{rl}b"])), ":2\r\n");
     }

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{MAY_REPLICATE, MOVABLE_KEYS, NO_SCRIPT, READONLY, STALE, WRITE};
+use super::span::Next;
 use super::{cmd, split, table, CommandSpec, Exec, NO_KEYS};
 use crate::error::OpError;
 use crate::script::cache::{parse_sha, sha1_hex, KillOutcome, ScriptCache};
@@ -122,7 +123,8 @@ pub struct Across<'a> {
 /// shard with `across.shards` locked: a `redis.call` whose keys all live
 /// on one of them runs there, through `across.call`; keys on a shard not
 /// held are refused as in a one-shard script, and one call's keys on two
-/// shards get CROSSSLOT. Answers the script's reply.
+/// shards get CROSSSLOT, except for RENAME, RENAMENX, COPY and MSETNX,
+/// which run in steps on those shards. Answers the script's reply.
 pub fn run_across(s: &mut Shard, idx: usize, a: &mut Args, mut across: Across<'_>) -> Reply {
     let name = table().commands[idx].name;
     let by_sha = name.starts_with("evalsha");
@@ -288,11 +290,13 @@ fn checked_call(
     let one = owner.windows(2).all(|w| w[0] == w[1]);
     let (handler, merge) = match spec.exec {
         Exec::Key(f) | Exec::Span(f, _) if one => (f, None),
+        // Keys on several held shards: driven in steps below.
+        Exec::Span(f, _) => (f, None),
         Exec::Keys(_, _) if !split::groups_complete(spec, argv.len()) => {
             return Err(OpError::Arity(spec.name));
         }
         Exec::Keys(f, merge) => (f, Some(merge)),
-        Exec::Key(_) | Exec::Span(..) => return Err(OpError::CrossSlot),
+        Exec::Key(_) => return Err(OpError::CrossSlot),
         Exec::AllShards(f, merge) if every => (f, Some(merge)),
         Exec::Cursor(f) if every => (f, None),
         Exec::AllShards(..) | Exec::Cursor(_) => return Err(OpError::ScriptAllShards(spec.name)),
@@ -303,6 +307,24 @@ fn checked_call(
         return Ok(RunCell::killed_reply());
     }
     match (spec.exec, merge) {
+        // RENAME, COPY, MSETNX over keys of several held shards: the steps
+        // the command's driver names, each on its shard, as a transaction
+        // drives them (the script holds those shards already).
+        (Exec::Span(_, drive), _) if !one => {
+            let (mut step, mut replies) = (0, Vec::new());
+            loop {
+                match drive(&argv, s.shards, step, &replies) {
+                    Next::Run(jobs) => {
+                        replies = jobs
+                            .into_iter()
+                            .map(|j| run_on(s, across, j.shard, idx, j.run, j.args, false))
+                            .collect();
+                        step += 1;
+                    }
+                    Next::Done(result) => return Ok(s.stats.count_call(idx, result)),
+                }
+            }
+        }
         // Every shard runs it with the same arguments; the replies merge.
         (Exec::AllShards(..), Some(merge)) => {
             let replies = (0..s.shards)
