@@ -137,12 +137,13 @@ on_1_and_2_threads! {
             assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "f", "10.5"]).await, "10.5");
             assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "f", "0.1"]).await, "10.6");
             assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "f", "-5"]).await, "5.6");
-            assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "f", "5.0e3"]).await, "5005.6");
+            // Added in long double and printed with 17 decimals, as Redis does.
+            assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "f", "5.0e3"]).await, "5005.60000000000000009");
             assert_eq!(q::<String>(&mut r, &["INCRBYFLOAT", "i", "3"]).await, "3");
             assert_eq!(q::<i64>(&mut r, &["INCR", "i"]).await, 4);
             assert_eq!(q_err(&mut r, &["INCRBYFLOAT", "f", "abc"]).await, "ERR value is not a valid float");
             assert_eq!(q_err(&mut r, &["INCRBYFLOAT", "s", "1"]).await, "ERR value is not a valid float");
-            assert_eq!(q::<String>(&mut r, &["GET", "f"]).await, "5005.6");
+            assert_eq!(q::<String>(&mut r, &["GET", "f"]).await, "5005.60000000000000009");
         });
     }
 

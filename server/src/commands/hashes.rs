@@ -17,7 +17,7 @@ use super::collection::{
 };
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
 use super::keys::scan_options;
-use super::strings::format_float;
+use super::longdouble::{self, Parsed};
 use super::{cmd, CommandSpec, Exec, KEY1};
 use crate::collections::hash::Hash;
 use crate::error::OpError;
@@ -141,23 +141,21 @@ fn hincrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     Ok(Reply::Int(next))
 }
 
-/// HINCRBYFLOAT in `f64` (Redis adds in `long double`: a sum whose 18th
-/// digit matters, or past 1.8e308, differs), formatted as INCRBYFLOAT is.
+/// HINCRBYFLOAT, added and printed as INCRBYFLOAT is (in `long double`,
+/// [`longdouble`]); an infinite increment is refused first, as in Redis.
 fn hincrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let (key, field) = (a.key()?, a.next()?);
-    let delta = a.f64()?;
-    if !delta.is_finite() {
-        return Err(OpError::ValueNanOrInfinity);
-    }
-    let current = match hash_mut(s, &key)?.and_then(|h| h.get(&field)) {
-        None => 0.0,
-        Some(v) => leasehold_protocol::int::parse_f64(v).ok_or(OpError::HashValueNotFloat)?,
+    let delta = match longdouble::parse(&a.next()?) {
+        Some(Parsed::Finite(d)) => Parsed::Finite(d),
+        Some(Parsed::Infinite) => return Err(OpError::ValueNanOrInfinity),
+        None => return Err(OpError::NotFloat),
     };
-    let next = current + delta;
-    if !next.is_finite() {
-        return Err(OpError::NanOrInfinity);
-    }
-    let text = format_float(next);
+    let current = match hash_mut(s, &key)?.and_then(|h| h.get(&field)) {
+        None => longdouble::parse(b"0"),
+        Some(v) => Some(longdouble::parse(v).ok_or(OpError::HashValueNotFloat)?),
+    };
+    let current = current.ok_or(OpError::HashValueNotFloat)?;
+    let text = longdouble::add_texts(&current, &delta).ok_or(OpError::NanOrInfinity)?;
     set_pairs(s, &key, &[&field, text.as_bytes()])?;
     Ok(Reply::Bulk(Bytes::from(text)))
 }

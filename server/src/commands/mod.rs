@@ -77,6 +77,7 @@ pub mod info;
 pub mod introspect;
 pub mod keys;
 pub mod lists;
+pub mod longdouble;
 pub mod migrate;
 pub mod moves;
 pub mod persistence;

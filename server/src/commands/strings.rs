@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use leasehold_protocol::{Args, Reply};
 
 use super::flags::{DENYOOM, FAST, READONLY, WRITE};
+use super::longdouble;
 use super::span::{first_error, Next, Step};
 use super::{cmd, CommandSpec, Exec, Merge, KEY1};
 use crate::error::OpError;
@@ -438,46 +439,19 @@ fn decrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     op_incr_by(s, &key, neg).map(Reply::Int)
 }
 
-/// Formats a float as INCRBYFLOAT replies it: plain decimal, no exponent,
-/// no trailing zeros, at most 17 decimals (Redis `ld2string` in human mode,
-/// `%.17Lf` on a long double). An f64 holds 15 significant decimal digits
-/// (`DBL_DIG`), so the value is rounded to 15 of them: 0.1 + 0.2 reads "0.3"
-/// as in Redis, not "0.30000000000000004".
-pub fn format_float(v: f64) -> String {
-    let magnitude = if v == 0.0 {
-        0
-    } else {
-        v.abs().log10().floor() as i32
-    };
-    let decimals = (14 - magnitude).clamp(0, 17) as usize;
-    let mut s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        let len = s.trim_end_matches('0').trim_end_matches('.').len();
-        s.truncate(len);
-    }
-    if s == "-0" {
-        s = "0".into();
-    }
-    s
-}
-
 fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    let delta = a.f64()?;
+    let delta = longdouble::parse(&a.next()?).ok_or(OpError::NotFloat)?;
     let now = s.now.unix_ms;
     let (current, expire_at) = match s.store.get(&key, now) {
-        None => (0.0, None),
+        None => (longdouble::parse(b"0"), None),
         Some(e) => {
             let bytes = e.value.as_bytes().ok_or(OpError::WrongType)?;
-            let v = leasehold_protocol::int::parse_f64(&bytes).ok_or(OpError::NotFloat)?;
-            (v, e.expire_at(s.now))
+            (longdouble::parse(&bytes), e.expire_at(s.now))
         }
     };
-    let next = current + delta;
-    if !next.is_finite() {
-        return Err(OpError::NanOrInfinity);
-    }
-    let text = format_float(next);
+    let current = current.ok_or(OpError::NotFloat)?;
+    let text = longdouble::add_texts(&current, &delta).ok_or(OpError::NanOrInfinity)?;
     write_string(s, &key, Value::from_bytes(text.as_bytes()), expire_at);
     Ok(Reply::Bulk(Bytes::from(text)))
 }
