@@ -280,11 +280,16 @@ fn incrbyfloat_formats_as_redis() {
         h.cmd("INCRBYFLOAT s 1"),
         err("ERR value is not a valid float")
     );
-    // Plain decimal, no exponent: 309 digits, the first 15 exact.
+    // Plain decimal, no exponent, of the long double nearest to 1e308
+    // (just below it, as in Redis): 308 digits.
     let big = common::text(&h.cmd("INCRBYFLOAT big 1e308"));
-    assert_eq!((big.len(), &big[..15]), (309, "100000000000000"));
+    assert_eq!((big.len(), &big[..18]), (308, "999999999999999999"));
+    // Past a double's range, within a long double's.
+    let bigger = common::text(&h.cmd("INCRBYFLOAT big 1e308"));
+    assert_eq!((bigger.len(), &bigger[..18]), (309, "199999999999999999"));
+    assert_eq!(h.cmd("SET huge 1e4932"), Reply::ok());
     assert_eq!(
-        h.cmd("INCRBYFLOAT big 1e308"),
+        h.cmd("INCRBYFLOAT huge 1e4932"),
         err("ERR increment would produce NaN or Infinity")
     );
     assert_eq!(h.cmd("INCRBYFLOAT f"), arity("incrbyfloat"));
