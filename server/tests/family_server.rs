@@ -228,6 +228,29 @@ fn command_reports_the_table() {
         Reply::Array(vec![Reply::simple("write"), Reply::simple("denyoom")])
     );
     assert_eq!(mset[3..6], [Reply::Int(1), Reply::Int(-1), Reply::Int(2)]);
+    // ACL categories as Redis 7.0 lists them (and as ACL rules use them).
+    let mut categories = |name: &str| {
+        let Reply::Array(info) = h.cmd(&format!("COMMAND INFO {name}")) else {
+            panic!("COMMAND INFO is an array");
+        };
+        let Reply::Array(entry) = &info[0] else {
+            panic!("an entry is an array");
+        };
+        entry[6].clone()
+    };
+    let simple =
+        |names: &[&'static str]| Reply::Array(names.iter().map(|n| Reply::simple(n)).collect());
+    assert_eq!(categories("mset"), simple(&["@write", "@string", "@slow"]));
+    assert_eq!(categories("get"), simple(&["@read", "@string", "@fast"]));
+    assert_eq!(categories("wait"), simple(&["@slow", "@connection"]));
+    assert_eq!(
+        categories("renamenx"),
+        simple(&["@keyspace", "@write", "@fast"])
+    );
+    assert_eq!(
+        categories("tokenlease"),
+        simple(&["@write", "@fast", "@ratelimit"])
+    );
     assert_eq!(info[1], Reply::Nil);
     assert_eq!(h.cmd("COMMAND GETKEYS MSET a 1 b 2"), bulks(&["a", "b"]));
     assert_eq!(

@@ -102,6 +102,21 @@ const DANGEROUS: &[&str] = &[
 /// Commands in `@keyspace` beyond the `keys` and `moves` families.
 const KEYSPACE: &[&str] = &["object", "lh.restore", "lh.flushslots"];
 
+/// Rows whose categories Redis 7.0 files otherwise than their family and
+/// flags say, exactly as its COMMAND INFO lists them.
+const AS_REDIS: &[(&str, &[&str])] = &[
+    ("wait", &["slow", "connection"]),
+    ("command", &["slow", "connection"]),
+    ("shutdown", &["admin", "slow", "dangerous"]),
+    ("replconf", &["admin", "slow", "dangerous"]),
+    ("psync", &["admin", "slow", "dangerous"]),
+    ("monitor", &["admin", "slow", "dangerous"]),
+    ("renamenx", &["keyspace", "write", "fast"]),
+    ("migrate", &["keyspace", "write", "slow", "dangerous"]),
+    ("eval_ro", &["slow", "scripting"]),
+    ("evalsha_ro", &["slow", "scripting"]),
+];
+
 /// The command table as the ACL rules see it: one id per row (the row's
 /// index), then one per container subcommand.
 pub struct TableCatalog {
@@ -188,6 +203,9 @@ fn family_category(family: &[CommandSpec]) -> u64 {
 }
 
 fn row_categories(spec: &CommandSpec, family: u64) -> u64 {
+    if let Some((_, names)) = AS_REDIS.iter().find(|(n, _)| *n == spec.name) {
+        return names.iter().fold(0, |c, n| c | cat(n));
+    }
     let mut c = family;
     if spec.has(WRITE) {
         c |= cat("write");

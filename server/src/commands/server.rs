@@ -37,7 +37,22 @@ fn flag_names(spec: &CommandSpec) -> Vec<Reply> {
         .collect()
 }
 
-/// A COMMAND INFO entry in Redis 7's ten-element shape.
+/// A command's ACL categories (`@read`, `@string`, `@fast`), in `ACL CAT`'s
+/// order, as COMMAND INFO lists them.
+fn acl_categories(spec: &CommandSpec) -> Vec<Reply> {
+    use crate::acl::{Catalog, CATEGORIES};
+    let catalog = super::acl::catalog();
+    let bits = catalog.id(spec.name).map_or(0, |id| catalog.categories(id));
+    CATEGORIES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, c)| Reply::Simple(format!("@{c}").into()))
+        .collect()
+}
+
+/// A COMMAND INFO entry in Redis 7's ten-element shape (tips, key
+/// specifications and subcommands empty).
 fn command_info(spec: &CommandSpec) -> Reply {
     Reply::Array(vec![
         Reply::bulk(spec.name),
@@ -46,7 +61,7 @@ fn command_info(spec: &CommandSpec) -> Reply {
         Reply::Int(spec.first_key as i64),
         Reply::Int(spec.last_key as i64),
         Reply::Int(spec.step as i64),
-        Reply::Set(Vec::new()),
+        Reply::Set(acl_categories(spec)),
         Reply::Set(Vec::new()),
         Reply::Array(Vec::new()),
         Reply::Array(Vec::new()),
