@@ -294,12 +294,21 @@ impl EffectLog {
     /// coordinator appends to the merged stream with the other shards'
     /// parts as one unit. Ends the gathering. `None` (and the records stay,
     /// published as usual) while a cut holds the shard, on a replica and
-    /// for a log with no merged stream.
+    /// for a log with no merged stream; a part a cut holds is framed
+    /// where it lies when it names several slots, so it reaches the stream
+    /// whole at the release (though apart from the other shards' parts).
     pub fn take_part(&mut self) -> Option<Part> {
         self.gathering = false;
+        let from = self.unit.map(|u| u.from);
         let many_slots = self.close_part();
         let repl = self.sink.as_ref()?;
-        if self.holding || repl.is_replica() {
+        if repl.is_replica() {
+            return None;
+        }
+        if self.holding {
+            if let Some(from) = from.filter(|&f| many_slots && f < self.offset) {
+                self.frame_since(from);
+            }
             return None;
         }
         let [a, b] = self.since(self.published)?;
@@ -685,6 +694,43 @@ mod tests {
         assert_eq!([a, b].concat(), record.repeat(2));
         assert_eq!(bytes_since(&log, log.offset()).unwrap(), Vec::<u8>::new());
         assert!(log.since(log.offset() + 1).is_none());
+    }
+
+    /// A transaction's part over two slots that ends while a cut holds the
+    /// shard stays in the ring, framed, and reaches the stream whole at the
+    /// release; a part of one slot goes unframed.
+    #[test]
+    fn a_part_held_by_a_cut_is_framed_where_it_lies() {
+        use crate::replication::backlog::{EXEC_RECORD, MULTI_RECORD};
+        let repl = Arc::new(Replication::new(1 << 20));
+        let mut log = EffectLog::new(1024);
+        log.attach(repl.clone());
+        let set = |key: &'static [u8]| Effect::Set {
+            key,
+            value: b"v",
+            expire_at_ms: None,
+        };
+        let encoded = |keys: &[&'static [u8]]| {
+            let mut out = bytes::BytesMut::new();
+            for k in keys {
+                set(k).encode(&mut out);
+            }
+            out.to_vec()
+        };
+        log.hold(true);
+        log.gather(true);
+        log.emit(set(b"a"));
+        log.emit(set(b"b"));
+        assert!(log.take_part().is_none(), "a held part is not handed over");
+        log.gather(true);
+        log.emit(set(b"c"));
+        assert!(log.take_part().is_none());
+        assert_eq!(repl.backlog.offset(), 0, "nothing before the release");
+        log.hold(false);
+        let mut out = Vec::new();
+        repl.backlog.read(0, 1 << 20, &mut out).unwrap();
+        let two = [MULTI_RECORD, &encoded(&[b"a", b"b"]), EXEC_RECORD].concat();
+        assert_eq!(out, [two, encoded(&[b"c"])].concat());
     }
 
     /// A ring grown to keep a transaction's part (or a cut's held records)

@@ -108,7 +108,7 @@ impl EffectLog {
     /// Rewrites the records from `from` to the end as `MULTI`, them,
     /// `EXEC`. They were never published (a unit holds the publishes), so
     /// only this log's own offset moves.
-    fn frame_since(&mut self, from: u64) {
+    pub(super) fn frame_since(&mut self, from: u64) {
         let Some([a, b]) = self.since(from) else {
             return;
         };
