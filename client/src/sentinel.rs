@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 
 use crate::client::{authenticate, roundtrip, Credentials};
 use crate::conn::Connection;
-use crate::error::{ConnectionError, Error};
+use crate::error::{ConnectionError, Error, ServerError};
 
 /// Default time allowed for each step of finding the primary (a sentinel's
 /// answer, the TCP connect to the primary, its `ROLE` reply): 100 ms.
@@ -65,6 +65,11 @@ pub struct SentinelConfig {
     /// answer (connect included), the TCP connect to the primary, and its
     /// `ROLE` reply (default 100 ms).
     pub query_timeout: Duration,
+    /// Sent with `AUTH` on every connection to a sentinel, before its
+    /// query or subscription: a sentinel's own `requirepass`, or one of its
+    /// ACL users (`None`, the default, sends none). The primary's
+    /// credentials are [`ClientConfig::credentials`](crate::ClientConfig).
+    pub auth: Option<Credentials>,
 }
 
 impl SentinelConfig {
@@ -74,6 +79,7 @@ impl SentinelConfig {
             sentinels,
             master_name: master_name.into(),
             query_timeout: DEFAULT_QUERY_TIMEOUT,
+            auth: None,
         }
     }
 }
@@ -123,7 +129,13 @@ impl Sentinels {
             &self.config.master_name,
         ];
         for sentinel in self.order() {
-            let reply = request(sentinel, &query, self.config.query_timeout).await;
+            let reply = request(
+                sentinel,
+                self.config.auth.as_ref(),
+                &query,
+                self.config.query_timeout,
+            )
+            .await;
             if let Some(addr) = reply.ok().as_ref().and_then(master_addr) {
                 let mut order = self.order.lock();
                 if let Some(i) = order.iter().position(|s| *s == sentinel) {
@@ -214,7 +226,8 @@ impl Sentinels {
     {
         loop {
             for sentinel in self.order() {
-                if let Ok(mut sub) = Subscription::open(sentinel, self.config.query_timeout).await {
+                let (auth, limit) = (self.config.auth.as_ref(), self.config.query_timeout);
+                if let Ok(mut sub) = Subscription::open(sentinel, auth, limit).await {
                     if let Ok(addr) = self.ask().await {
                         if !follow(addr).await {
                             return;
@@ -236,9 +249,17 @@ impl Sentinels {
 }
 
 /// One request on a fresh connection to `addr`, all of it within `limit`.
-async fn request(addr: SocketAddr, args: &[&str], limit: Duration) -> Result<Reply, Error> {
+/// One request to the sentinel at `addr`, after `AUTH` with `auth` (if
+/// any), all within `limit`.
+async fn request(
+    addr: SocketAddr,
+    auth: Option<&Credentials>,
+    args: &[&str],
+    limit: Duration,
+) -> Result<Reply, Error> {
     let once = async {
         let conn = Connection::start(TcpStream::connect(addr).await?);
+        let conn = authenticate(Arc::new(conn), auth, limit).await?;
         roundtrip(&conn, args, limit).await
     };
     tokio::time::timeout(limit, once)
@@ -255,14 +276,35 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// Connects, subscribes and waits for the confirmation, within `limit`.
-    async fn open(sentinel: SocketAddr, limit: Duration) -> Result<Subscription, Error> {
+    /// Connects, authenticates with `auth` (if any), subscribes and waits
+    /// for the confirmation, within `limit`.
+    async fn open(
+        sentinel: SocketAddr,
+        auth: Option<&Credentials>,
+        limit: Duration,
+    ) -> Result<Subscription, Error> {
         let open = async {
             let mut sub = Subscription {
                 stream: TcpStream::connect(sentinel).await?,
                 buf: BytesMut::new(),
                 pinged: false,
             };
+            if let Some(c) = auth {
+                let mut args = vec!["AUTH"];
+                args.extend(c.user.as_deref());
+                args.push(&c.password);
+                sub.send(&args).await?;
+                match sub.read().await? {
+                    Reply::Simple(ok) if ok == "OK" => {}
+                    Reply::Error(e) => return Err(Error::Server(ServerError::parse(&e))),
+                    reply => {
+                        return Err(Error::UnexpectedReply {
+                            command: "AUTH",
+                            reply,
+                        })
+                    }
+                }
+            }
             sub.send(&["SUBSCRIBE", SWITCH_MASTER]).await?;
             loop {
                 let reply = sub.read().await?;

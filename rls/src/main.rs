@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use leasehold_client::{policy, Client, ClientConfig, LeaseConfig, SystemClock};
+use leasehold_client::{
+    policy, Address, Client, ClientConfig, Credentials, LeaseConfig, SystemClock,
+};
 use leasehold_rls::adhoc::AdHoc;
 use leasehold_rls::limits::{self, Ledger, Limits, Shared};
 use leasehold_rls::service::{Decide, Service};
@@ -41,6 +43,19 @@ struct Flags {
     /// The primary's name at the sentinels.
     #[arg(long, default_value = "mymaster")]
     master_name: String,
+    /// The ACL user the connections to the sentinels authenticate as.
+    #[arg(long, value_name = "USER", requires = "sentinel_password")]
+    sentinel_user: Option<String>,
+    /// The password sent with `AUTH` to each sentinel (a sentinel's own
+    /// `requirepass`); read from the environment variable
+    /// LEASEHOLD_SENTINEL_PASSWORD when not given.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "LEASEHOLD_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
+    sentinel_password: Option<String>,
     /// The ACL user the ledger connections authenticate as (`AUTH user
     /// password`; the default user when only a password is given).
     #[arg(long, value_name = "USER")]
@@ -143,7 +158,15 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|s| resolve("--sentinel", s))
             .collect::<Result<Vec<_>, _>>()?;
-        ClientConfig::sentinel(sentinels, flags.master_name.clone())
+        let mut cc = ClientConfig::sentinel(sentinels, flags.master_name.clone());
+        if let (Address::Sentinel(sc), Some(password)) = (&mut cc.address, &flags.sentinel_password)
+        {
+            sc.auth = Some(Credentials {
+                user: flags.sentinel_user.clone(),
+                password: password.clone(),
+            });
+        }
+        cc
     } else if let [one] = ledgers[..] {
         ClientConfig::new(one)
     } else {

@@ -305,9 +305,18 @@ pub fn sentinel_installed(test: &str) -> bool {
 /// # Panics
 /// When it cannot be started.
 pub fn sentinel(dir: &Path, port: u16, primary: u16) -> Proc {
+    sentinel_with(dir, port, primary, "")
+}
+
+/// [`sentinel`] with `extra` lines appended to its configuration
+/// (`requirepass ...`).
+///
+/// # Panics
+/// When it cannot be started.
+pub fn sentinel_with(dir: &Path, port: u16, primary: u16, extra: &str) -> Proc {
     let conf = dir.join(format!("sentinel-{port}.conf"));
     let text = format!(
-        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER} 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n",
+        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER} 127.0.0.1 {primary} 2\nsentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n{extra}",
         dir.display()
     );
     std::fs::write(&conf, text).expect("write the sentinel config");
