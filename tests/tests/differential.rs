@@ -137,6 +137,7 @@ on_1_and_2_threads! {
             "CONFIG GET save", "CONFIG GET appendonly", "CONFIG GET maxmemory", "CONFIG GET nosuchparameter",
             "CONFIG GET lua-time-limit", "CONFIG GET HZ", "CONFIG GET hz HZ", "CONFIG GET slave-priority",
             "CONFIG GET busy*", "CONFIG GET lua*", "CONFIG GET repl-ping-slave-period",
+            "CONFIG GET replica-ignore-maxmemory", "CONFIG SET replica-ignore-maxmemory yes",
             "HELLO 4", "HELLO x", "HELLO 3 BOGUS", "AUTH x", "AUTH default x", "SELECT x", "SELECT 0",
             "SCAN x", "SCAN 0 COUNT 0", "SCAN 0 BOGUS", "FLUSHALL NOW", "TIME x", "DBSIZE x",
             "CLIENT SETNAME", "CLIENT SETNAME a b", "CLIENT GETNAME x", "CLIENT ID x", "CLIENT INFO x",

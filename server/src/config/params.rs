@@ -305,9 +305,12 @@ pub static FIXED: &[Fixed] = &[
     fixed("timeout", "0", true),
     fixed("replica-read-only", "yes", true),
     fixed("replica-serve-stale-data", "yes", true),
+    // A replica evicts nothing itself: its primary's deletions reach it.
+    fixed("replica-ignore-maxmemory", "yes", true),
     // Their names before Redis 5, which Redis 7 still answers to.
     fixed("slave-read-only", "yes", true),
     fixed("slave-serve-stale-data", "yes", true),
+    fixed("slave-ignore-maxmemory", "yes", true),
     fixed("daemonize", "no", false),
 ];
 
