@@ -423,6 +423,36 @@ fn cluster_slots_shards_nodes_and_info_have_redis_7_shapes() {
             Reply::bulk("online"),
         ])
     );
+    // This node's own entry carries its replication offset, as INFO does.
+    let mine = key_in("k", 0, 5460);
+    assert_eq!(h.run(&["SET", &mine, "v"]), Reply::ok());
+    let Reply::Array(shards) = h.cmd("CLUSTER SHARDS") else {
+        panic!("SHARDS is an array")
+    };
+    let Reply::Array(first) = &shards[0] else {
+        panic!()
+    };
+    let Reply::Array(members) = &first[3] else {
+        panic!()
+    };
+    let Reply::Array(me) = &members[0] else {
+        panic!()
+    };
+    assert_eq!(
+        (&me[0], &me[1]),
+        (&Reply::bulk("id"), &Reply::bulk(id(6379)))
+    );
+    let info = text(&h.cmd("INFO replication"));
+    let offset: i64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("master_repl_offset");
+    assert!(offset > 0, "{info}");
+    assert_eq!(
+        me[10..12],
+        [Reply::bulk("replication-offset"), Reply::Int(offset)]
+    );
     let Reply::Array(replicas) = h.run(&["CLUSTER", "REPLICAS", &id(7001)]) else {
         panic!()
     };

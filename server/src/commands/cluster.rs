@@ -127,7 +127,17 @@ fn cluster(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
         "SHARDS" => {
             arity(a, &sub, 2)?;
-            Ok(shards(&view))
+            let repl = &s.shared().repl;
+            let (mine, replicas) = (repl.backlog.offset(), repl.replicas());
+            Ok(shards(&view, |id, host, port| {
+                if id == view.my_id {
+                    return mine;
+                }
+                replicas
+                    .iter()
+                    .find(|r| r.port == port && r.ip == host)
+                    .map_or(0, |r| r.ack)
+            }))
         }
         "KEYSLOT" => {
             arity(a, &sub, 3)?;
@@ -346,8 +356,10 @@ fn slots(t: &Topology) -> Reply {
 
 /// CLUSTER SHARDS: per group, a map of `slots` (first and last of each
 /// range, flat) and `nodes` (a map per node: id, port, ip, endpoint, role,
-/// replication-offset, health).
-fn shards(view: &View) -> Reply {
+/// replication-offset, health). `offset(id, host, port)` is a node's
+/// replication offset as this node knows it: its own, the last one each of
+/// its replicas acknowledged, 0 for the others.
+fn shards(view: &View, offset: impl Fn(&str, &str, u16) -> u64) -> Reply {
     let t = &view.topo;
     let key = |k: &'static str| Reply::bulk(k);
     Reply::Array(
@@ -373,7 +385,10 @@ fn shards(view: &View) -> Reply {
                             (key("ip"), Reply::bulk(n.host.clone())),
                             (key("endpoint"), Reply::bulk(n.host.clone())),
                             (key("role"), Reply::bulk(role)),
-                            (key("replication-offset"), Reply::Int(0)),
+                            (
+                                key("replication-offset"),
+                                Reply::Int(offset(&n.id, &n.host, n.port) as i64),
+                            ),
                             (key("health"), Reply::bulk("online")),
                         ])
                     })
