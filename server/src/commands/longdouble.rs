@@ -130,8 +130,10 @@ pub fn parse(s: &[u8]) -> Option<Parsed> {
         true => (exp - 4 * fraction, 4),
         false => (exp - fraction, 1),
     };
-    // Out of range whatever the digits: strtold's range error.
-    let magnitude = scale + digit_width * digits.len() as i64;
+    // Out of range whatever the digits: strtold's range error (leading
+    // zeros count for nothing).
+    let significant = digits.iter().skip_while(|&&d| d == 0).count() as i64;
+    let magnitude = scale + digit_width * significant;
     if !(-EXP_LIMIT..=EXP_LIMIT).contains(&magnitude) {
         return None;
     }
@@ -361,6 +363,9 @@ mod tests {
         assert!(sum("0", "0x1p16383")
             .unwrap()
             .starts_with("59486574767861588254"));
+        // Leading zeros are no magnitude: 2^-20004 * 2^20000.
+        let zeros = format!("0x0.{}1p20000", "0".repeat(5000));
+        assert_eq!(sum("0", &zeros).as_deref(), Some("0.0625"));
         assert_eq!(parse(b"0x1p16384"), None, "overflow");
         assert_eq!(parse(b"0x1p-99999999999999999999"), None, "underflow");
     }
