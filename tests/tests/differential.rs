@@ -71,6 +71,28 @@ on_1_and_2_threads! {
         }
     }
 
+    fn incrbyfloat_reads_as_strtold(threads) {
+        let Some(mut p) = Pair::start(threads) else { return };
+        // Hexadecimal floats, subnormals (a value, printed 0), half the
+        // least subnormal (zero: a range error), sums below the normal
+        // range, and the type checked before the increment is read.
+        p.same(&[
+            "INCRBYFLOAT h 0x1p3", "INCRBYFLOAT h 0X1.8P1", "INCRBYFLOAT h -0x.8", "INCRBYFLOAT h 0xAbC.dEfp-2",
+            "INCRBYFLOAT h 0x10000000000000003", "INCRBYFLOAT h 0x1p", "INCRBYFLOAT h 0x", "INCRBYFLOAT h 0x1e+5",
+            "INCRBYFLOAT h 0x1p16384", "GET h", "INCRBYFLOAT s 1e-4940", "INCRBYFLOAT s -3.36e-4932",
+            "INCRBYFLOAT s 0x1p-16446", "INCRBYFLOAT s 0x1.8p-16446", "SET s 3.4e-4932", "INCRBYFLOAT s -3.3e-4932",
+            "SET m 1.18973149535723176502e+4932", "INCRBYFLOAT m 0x1p16319", "GET m", "RPUSH l a",
+            "INCRBYFLOAT l abc", "INCRBYFLOAT l 1", "INCRBYFLOAT nokey abc", "EXISTS nokey",
+        ]);
+        // strtold reads into a 5 kB buffer: 5120 bytes or more is no float.
+        for zeros in [5117, 5118] {
+            let long = format!("1.{}", "0".repeat(zeros));
+            p.same_args(&[b"INCRBYFLOAT", b"n", long.as_bytes()]);
+            p.same_args(&[b"SET", b"v", long.as_bytes()]);
+            p.same(&["INCRBYFLOAT v 1", "GET n"]);
+        }
+    }
+
     fn expiry_options(threads) {
         let Some(mut p) = Pair::start(threads) else { return };
         p.same(&[

@@ -90,6 +90,19 @@ on_1_and_2_threads! {
             "HINCRBYFLOAT h fl nan", "HINCRBYFLOAT nokey f inf", "EXISTS nokey", "HINCRBYFLOAT h e 1e-20",
             "HINCRBYFLOAT h neg -1.5", "HINCRBYFLOAT h neg 1.5", "HGETALL h", "HINCRBY h", "HINCRBYFLOAT h a",
         ]);
+        // What strtold reads: hexadecimal floats and subnormals, at most
+        // 5119 bytes of it.
+        p.same(&[
+            "HINCRBYFLOAT hx f 0x1p3", "HINCRBYFLOAT hx f 0X1.8P-1", "HINCRBYFLOAT hx f 0x1p", "HINCRBYFLOAT hx t 1e-4940",
+            "HINCRBYFLOAT hx t 0x1p-16446", "HSET hx hex 0x10 sub 3.36e-4932", "HINCRBYFLOAT hx hex 1",
+            "HINCRBYFLOAT hx sub 0", "HGETALL hx",
+        ]);
+        for zeros in [5117, 5118] {
+            let long = format!("1.{}", "0".repeat(zeros));
+            p.same_args(&[b"HINCRBYFLOAT", b"hl", b"a", long.as_bytes()]);
+            p.same_args(&[b"HSET", b"hl", b"b", long.as_bytes()]);
+            p.same(&["HINCRBYFLOAT hl b 1", "HGET hl a"]);
+        }
         // Redis adds in long double: past f64's 16 digits the sums differ.
         p.same(&["HSET h huge 1.7e308"]);
         p.close_float("HINCRBYFLOAT h huge 1e300", 1e-14);

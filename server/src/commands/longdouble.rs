@@ -9,9 +9,10 @@
 //! Rust has no 80-bit float, so a value is kept as its exact 64-bit
 //! mantissa and binary exponent, and every rounding (decimal to binary,
 //! the sum, binary to 17 decimals) is done exactly on big integers, to the
-//! nearest with ties to even, as the x87 unit and glibc do. Values outside
-//! the format's normal range (beyond about 1.19e4932, or nonzero below
-//! about 3.36e-4932) are refused as `strtold`'s range errors are.
+//! nearest with ties to even, as the x87 unit and glibc do. Values beyond
+//! the format's range (about 1.19e4932), and nonzero ones that round to
+//! zero (under about 1.82e-4951), are refused as `strtold`'s range errors
+//! are; subnormals (below about 3.36e-4932) are values, as in Redis.
 
 use num_bigint::{BigInt, BigUint, Sign};
 
@@ -21,12 +22,19 @@ const MANTISSA: u64 = 64;
 const MAX_EXP: i64 = 16383;
 /// The smallest binary exponent of the leading bit of a normal value.
 const MIN_EXP: i64 = -16382;
-/// Decimal exponents past which a value is out of range whatever its digits
-/// (a string is at most a few kB long).
-const DECIMAL_EXP_LIMIT: i64 = 20_000;
+/// The binary exponent of the least subnormal's bit (2^-16445): no value
+/// has a bit below it.
+const LEAST_BIT: i64 = MIN_EXP - (MANTISSA as i64 - 1);
+/// Exponents (decimal or binary) past which a value is out of range
+/// whatever its digits (which are fewer than [`MAX_CHARS`]).
+const EXP_LIMIT: i64 = 20_000;
+/// `string2ld`'s buffer (Redis's `MAX_LONG_DOUBLE_CHARS`, 5 kB): a string
+/// of this many bytes or more is not a float.
+pub const MAX_CHARS: usize = 5 * 1024;
 
 /// A finite x87 extended value: `(-1)^negative * mantissa * 2^exp`, the
-/// mantissa of [`MANTISSA`] bits with its top bit set, or zero.
+/// mantissa of [`MANTISSA`] bits with its top bit set, or a subnormal
+/// (`exp` is [`LEAST_BIT`], the top bit clear), or zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LongDouble {
     negative: bool,
@@ -44,11 +52,17 @@ pub enum Parsed {
     Infinite,
 }
 
-/// Reads a float as Redis's `string2ld` does: no surrounding space, no
-/// `nan`, the whole string a decimal number (`[+-]digits[.digits][e[+-]digits]`,
-/// a digit on at least one side of the point) or an infinity, and within
-/// the long double range. `None` for anything else.
+/// Reads a float as Redis's `string2ld` does with glibc's `strtold`: at
+/// most [`MAX_CHARS`] - 1 bytes, no surrounding space, no `nan`, the whole
+/// string a decimal number (`[+-]digits[.digits][e[+-]digits]`, a digit on
+/// at least one side of the point), a C99 hexadecimal one
+/// (`[+-]0x hexdigits[.hexdigits][p[+-]digits]`) or an infinity, and
+/// neither past the long double range nor so small it rounds to zero (a
+/// subnormal is a value). `None` for anything else.
 pub fn parse(s: &[u8]) -> Option<Parsed> {
+    if s.len() >= MAX_CHARS {
+        return None;
+    }
     let (negative, rest) = match s.first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -57,22 +71,29 @@ pub fn parse(s: &[u8]) -> Option<Parsed> {
     if rest.eq_ignore_ascii_case(b"inf") || rest.eq_ignore_ascii_case(b"infinity") {
         return Some(Parsed::Infinite);
     }
+    let hex = rest.len() > 2 && rest[0] == b'0' && matches!(rest[1], b'x' | b'X');
+    let (radix, marker, rest) = match hex {
+        true => (16, [b'p', b'P'], &rest[2..]),
+        false => (10, [b'e', b'E'], rest),
+    };
     let mut digits = Vec::with_capacity(rest.len());
     let mut i = 0;
     let mut point = None;
     while let Some(&c) = rest.get(i) {
-        match c {
-            b'0'..=b'9' => digits.push(c - b'0'),
-            b'.' if point.is_none() => point = Some(digits.len()),
-            _ => break,
+        match (c as char).to_digit(radix) {
+            Some(d) => digits.push(d as u8),
+            None if c == b'.' && point.is_none() => point = Some(digits.len()),
+            None => break,
         }
         i += 1;
     }
     if digits.is_empty() {
         return None;
     }
-    let mut exp10 = -((digits.len() - point.unwrap_or(digits.len())) as i64);
-    if matches!(rest.get(i), Some(b'e' | b'E')) {
+    // The exponent of the radix the digits after the point take off.
+    let fraction = (digits.len() - point.unwrap_or(digits.len())) as i64;
+    let mut exp: i64 = 0;
+    if rest.get(i).is_some_and(|c| marker.contains(c)) {
         i += 1;
         let minus = match rest.get(i) {
             Some(b'-') => {
@@ -86,34 +107,49 @@ pub fn parse(s: &[u8]) -> Option<Parsed> {
             _ => false,
         };
         let start = i;
-        let mut e: i64 = 0;
         while let Some(&c) = rest.get(i).filter(|c| c.is_ascii_digit()) {
-            e = (e * 10 + i64::from(c - b'0')).min(DECIMAL_EXP_LIMIT * 10);
+            exp = (exp * 10 + i64::from(c - b'0')).min(EXP_LIMIT * 10);
             i += 1;
         }
         if i == start {
             return None;
         }
-        exp10 += if minus { -e } else { e };
+        if minus {
+            exp = -exp;
+        }
     }
     if i != rest.len() {
         return None;
     }
-    let n = BigUint::from_radix_be(&digits, 10)?;
+    let n = BigUint::from_radix_be(&digits, radix)?;
     if n.bits() == 0 {
         return Some(Parsed::Finite(LongDouble::zero(negative)));
     }
-    // Out of range whatever the digits: strtold's range error.
-    let magnitude = exp10 + digits.len() as i64;
-    if !(-DECIMAL_EXP_LIMIT..=DECIMAL_EXP_LIMIT).contains(&magnitude) {
+    // Each hexadecimal digit is 4 bits, and `exp` counts powers of two.
+    let (scale, digit_width) = match hex {
+        true => (exp - 4 * fraction, 4),
+        false => (exp - fraction, 1),
+    };
+    // Out of range whatever the digits: strtold's range error (leading
+    // zeros count for nothing).
+    let significant = digits.iter().skip_while(|&&d| d == 0).count() as i64;
+    let magnitude = scale + digit_width * significant;
+    if !(-EXP_LIMIT..=EXP_LIMIT).contains(&magnitude) {
         return None;
     }
-    let ten = BigUint::from(10u32);
-    let (num, den) = match exp10 >= 0 {
-        true => (n * ten.pow(exp10 as u32), BigUint::from(1u32)),
-        false => (n, ten.pow((-exp10) as u32)),
-    };
-    LongDouble::nearest(negative, num, den, 0).map(Parsed::Finite)
+    let value = match hex {
+        true => LongDouble::nearest(negative, n, BigUint::from(1u32), scale),
+        false => {
+            let ten = BigUint::from(10u32);
+            let (num, den) = match scale >= 0 {
+                true => (n * ten.pow(scale as u32), BigUint::from(1u32)),
+                false => (n, ten.pow((-scale) as u32)),
+            };
+            LongDouble::nearest(negative, num, den, 0)
+        }
+    }?;
+    // A nonzero number that rounds to zero is strtold's range error.
+    (value.mantissa != 0).then_some(Parsed::Finite(value))
 }
 
 impl LongDouble {
@@ -126,7 +162,9 @@ impl LongDouble {
     }
 
     /// The value nearest to `num / den * 2^exp` (ties to even), or `None`
-    /// past the range.
+    /// past the range. Below the normal range the value is subnormal (no
+    /// bit below 2^[`LEAST_BIT`], so fewer mantissa bits), and zero when it
+    /// is under half the least subnormal, as the x87 unit and glibc round.
     fn nearest(negative: bool, num: BigUint, den: BigUint, exp: i64) -> Option<LongDouble> {
         if num.bits() == 0 {
             return Some(LongDouble::zero(negative));
@@ -137,22 +175,26 @@ impl LongDouble {
             let scaled = num << shift as usize;
             (&scaled / &den, &scaled % &den)
         };
-        let extra = q.bits() - MANTISSA;
-        let low = &q & ((BigUint::from(1u32) << extra as usize) - 1u32);
-        let mut m = u64::try_from(&q >> extra as usize).expect("64 bits left");
+        let q_exp = exp - shift;
+        // Bits of q dropped: all but MANTISSA, and more below the normal range.
+        let extra = (q.bits() as i64 - MANTISSA as i64).max(LEAST_BIT - q_exp) as u64;
+        let kept = &q >> extra as usize;
+        let low = &q - (&kept << extra as usize);
         let half = BigUint::from(1u32) << (extra as usize - 1);
+        let mut m = u64::try_from(&kept).expect("64 bits left");
+        let mut e = q_exp + extra as i64;
         let sticky = r.bits() > 0;
         if low > half || (low == half && (sticky || m & 1 == 1)) {
-            m = m.wrapping_add(1);
+            m = m.checked_add(1).unwrap_or_else(|| {
+                // The mantissa carried out of its 64 bits.
+                e += 1;
+                1 << (MANTISSA - 1)
+            });
         }
-        let mut e = exp - shift + extra as i64;
         if m == 0 {
-            // The mantissa carried out of its 64 bits.
-            m = 1 << (MANTISSA - 1);
-            e += 1;
+            return Some(LongDouble::zero(negative));
         }
-        let lead = e + MANTISSA as i64 - 1;
-        (MIN_EXP..=MAX_EXP).contains(&lead).then_some(LongDouble {
+        (e + MANTISSA as i64 - 1 <= MAX_EXP).then_some(LongDouble {
             negative,
             mantissa: m,
             exp: e,
@@ -264,7 +306,8 @@ mod tests {
     #[test]
     fn what_strtold_refuses_is_refused() {
         for bad in [
-            "", " 1", "1 ", "nan", "1e", "1e+", ".", "-", "1..2", "0x10", "1\0", "e5",
+            "", " 1", "1 ", "nan", "1e", "1e+", ".", "-", "1..2", "1\0", "e5", "0x", "0x.p1",
+            "0x1p", "0x1p+", "0x1p1.5", "0x1e+5", "0xg", "0x1 ",
         ] {
             assert_eq!(parse(bad.as_bytes()), None, "{bad:?}");
         }
@@ -292,5 +335,71 @@ mod tests {
             sum("18446744073709551619", "0").unwrap(),
             "18446744073709551620"
         );
+    }
+
+    /// `strtold` reads C99 hexadecimal floats, so Redis takes them; each
+    /// sum as redis-server 7.0.15 answers `SET k 0` then `INCRBYFLOAT k x`.
+    #[test]
+    fn hexadecimal_floats_as_strtold_reads_them() {
+        for (hex, redis) in [
+            ("0x1p3", "8"),
+            ("0X1.8P1", "3"),
+            ("0x.8", "0.5"),
+            ("-0x10", "-16"),
+            ("0x1.p1", "2"),
+            ("0x1e", "30"),
+            ("0x1p+3", "8"),
+            ("0xAbC.dEfp-2", "687.21771240234375"),
+            ("0x1P-60", "0"),
+            // Past 64 bits: to the nearest, ties to even.
+            ("0x10000000000000001", "18446744073709551616"),
+            ("0x10000000000000003", "18446744073709551620"),
+            ("0x1.00000000000000018p64", "18446744073709551618"),
+            ("0x1.000000000000000081p64", "18446744073709551616"),
+            ("0x0p99999999999999999999", "0"),
+        ] {
+            assert_eq!(sum("0", hex).as_deref(), Some(redis), "{hex}");
+        }
+        assert!(sum("0", "0x1p16383")
+            .unwrap()
+            .starts_with("59486574767861588254"));
+        // Leading zeros are no magnitude: 2^-20004 * 2^20000.
+        let zeros = format!("0x0.{}1p20000", "0".repeat(5000));
+        assert_eq!(sum("0", &zeros).as_deref(), Some("0.0625"));
+        assert_eq!(parse(b"0x1p16384"), None, "overflow");
+        assert_eq!(parse(b"0x1p-99999999999999999999"), None, "underflow");
+    }
+
+    /// `strtold` returns a subnormal (with ERANGE, which `string2ld` lets
+    /// through when the value is not zero): Redis takes it, and a sum that
+    /// falls below the normal range is a value, not an overflow.
+    #[test]
+    fn subnormals_are_values() {
+        for tiny in [
+            "1e-4940",
+            "-1e-4940",
+            "3.36e-4932",
+            "0x1p-16445",
+            "0x1.8p-16446",
+        ] {
+            assert_eq!(sum("0", tiny).as_deref(), Some("0"), "{tiny}");
+        }
+        assert_eq!(sum("3.4e-4932", "-3.3e-4932").as_deref(), Some("0"));
+        assert_eq!(sum("1e-4940", "1.5").as_deref(), Some("1.5"));
+        // Half the least subnormal (2^-16446) rounds to even, zero: a range
+        // error; a hair more rounds up to 2^-16445.
+        assert_eq!(parse(b"0x1p-16446"), None);
+        assert_eq!(parse(b"1.822599765941237301264202966809709908e-4951"), None);
+        assert!(parse(b"1.822599765941237301264202966809709909e-4951").is_some());
+    }
+
+    /// `string2ld` copies into a 5 kB buffer (`MAX_LONG_DOUBLE_CHARS`):
+    /// 5120 bytes or more is not a float, whatever they say.
+    #[test]
+    fn at_most_5119_bytes() {
+        let one = |zeros: usize| format!("1.{}", "0".repeat(zeros));
+        assert_eq!(one(5117).len(), 5119);
+        assert_eq!(sum(&one(5117), "1").as_deref(), Some("2"));
+        assert_eq!(parse(one(5118).as_bytes()), None);
     }
 }

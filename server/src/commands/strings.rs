@@ -439,9 +439,11 @@ fn decrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     op_incr_by(s, &key, neg).map(Reply::Int)
 }
 
+/// INCRBYFLOAT: as Redis, the key's type is checked, then its value read,
+/// then the increment.
 fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let key = a.key()?;
-    let delta = longdouble::parse(&a.next()?).ok_or(OpError::NotFloat)?;
+    let delta = a.next()?;
     let now = s.now.unix_ms;
     let (current, expire_at) = match s.store.get(&key, now) {
         None => (longdouble::parse(b"0"), None),
@@ -451,6 +453,7 @@ fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
         }
     };
     let current = current.ok_or(OpError::NotFloat)?;
+    let delta = longdouble::parse(&delta).ok_or(OpError::NotFloat)?;
     let text = longdouble::add_texts(&current, &delta).ok_or(OpError::NanOrInfinity)?;
     write_string(s, &key, Value::from_bytes(text.as_bytes()), expire_at);
     Ok(Reply::Bulk(Bytes::from(text)))
