@@ -84,6 +84,37 @@ pub struct Credentials {
     pub password: String,
 }
 
+impl Credentials {
+    /// `password` for `user` (the `default` user when `None`).
+    pub fn new(user: Option<&str>, password: &str) -> Credentials {
+        Credentials {
+            user: user.map(str::to_string),
+            password: password.to_string(),
+        }
+    }
+
+    /// `AUTH [user] password`.
+    pub(crate) fn command(&self) -> Vec<&str> {
+        let mut args = vec!["AUTH"];
+        args.extend(self.user.as_deref());
+        args.push(&self.password);
+        args
+    }
+}
+
+/// An `AUTH` reply: `Ok` for `+OK`, else the server's refusal
+/// (`WRONGPASS`, `NOAUTH`, ...) as [`Error::Server`].
+pub(crate) fn auth_accepted(reply: Reply) -> Result<(), Error> {
+    match reply {
+        Reply::Simple(ok) if ok == "OK" => Ok(()),
+        Reply::Error(e) => Err(Error::Server(crate::error::ServerError::parse(&e))),
+        reply => Err(Error::UnexpectedReply {
+            command: "AUTH",
+            reply,
+        }),
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")
@@ -131,10 +162,7 @@ impl ClientConfig {
     /// These settings, authenticating every new connection as `user` (the
     /// `default` user when `None`) with `password`.
     pub fn with_auth(mut self, user: Option<&str>, password: &str) -> ClientConfig {
-        self.credentials = Some(Credentials {
-            user: user.map(str::to_string),
-            password: password.to_string(),
-        });
+        self.credentials = Some(Credentials::new(user, password));
         self
     }
 }
@@ -675,20 +703,16 @@ pub(crate) async fn authenticate(
     let Some(c) = creds else {
         return Ok(conn);
     };
-    let mut args = vec!["AUTH"];
-    args.extend(c.user.as_deref());
-    args.push(&c.password);
-    let refused = match roundtrip(&conn, &args, limit).await {
-        Ok(Reply::Simple(ok)) if ok == "OK" => return Ok(conn),
-        Ok(Reply::Error(e)) => Error::Server(crate::error::ServerError::parse(&e)),
-        Ok(reply) => Error::UnexpectedReply {
-            command: "AUTH",
-            reply,
-        },
-        Err(e) => e,
-    };
-    conn.close();
-    Err(refused)
+    match roundtrip(&conn, &c.command(), limit)
+        .await
+        .and_then(auth_accepted)
+    {
+        Ok(()) => Ok(conn),
+        Err(refused) => {
+            conn.close();
+            Err(refused)
+        }
+    }
 }
 
 impl Link {

@@ -29,9 +29,9 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::client::{authenticate, roundtrip, Credentials};
+use crate::client::{auth_accepted, authenticate, roundtrip, Credentials};
 use crate::conn::Connection;
-use crate::error::{ConnectionError, Error, ServerError};
+use crate::error::{ConnectionError, Error};
 
 /// Default time allowed for each step of finding the primary (a sentinel's
 /// answer, the TCP connect to the primary, its `ROLE` reply): 100 ms.
@@ -248,9 +248,8 @@ impl Sentinels {
     }
 }
 
-/// One request on a fresh connection to `addr`, all of it within `limit`.
-/// One request to the sentinel at `addr`, after `AUTH` with `auth` (if
-/// any), all within `limit`.
+/// One request on a fresh connection to the sentinel at `addr`, after
+/// `AUTH` with `auth` (if any), all of it within `limit`.
 async fn request(
     addr: SocketAddr,
     auth: Option<&Credentials>,
@@ -290,20 +289,8 @@ impl Subscription {
                 pinged: false,
             };
             if let Some(c) = auth {
-                let mut args = vec!["AUTH"];
-                args.extend(c.user.as_deref());
-                args.push(&c.password);
-                sub.send(&args).await?;
-                match sub.read().await? {
-                    Reply::Simple(ok) if ok == "OK" => {}
-                    Reply::Error(e) => return Err(Error::Server(ServerError::parse(&e))),
-                    reply => {
-                        return Err(Error::UnexpectedReply {
-                            command: "AUTH",
-                            reply,
-                        })
-                    }
-                }
+                sub.send(&c.command()).await?;
+                auth_accepted(sub.read().await?)?;
             }
             sub.send(&["SUBSCRIBE", SWITCH_MASTER]).await?;
             loop {

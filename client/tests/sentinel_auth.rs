@@ -32,10 +32,7 @@ fn client(sentinel: SocketAddr, auth: Option<&str>) -> Client {
     config.call_deadline = Duration::from_millis(500);
     if let Address::Sentinel(s) = &mut config.address {
         s.query_timeout = Duration::from_millis(500);
-        s.auth = auth.map(|p| Credentials {
-            user: None,
-            password: p.to_string(),
-        });
+        s.auth = auth.map(|p| Credentials::new(None, p));
     }
     Client::new(config)
 }

@@ -161,10 +161,7 @@ async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
         let mut cc = ClientConfig::sentinel(sentinels, flags.master_name.clone());
         if let (Address::Sentinel(sc), Some(password)) = (&mut cc.address, &flags.sentinel_password)
         {
-            sc.auth = Some(Credentials {
-                user: flags.sentinel_user.clone(),
-                password: password.clone(),
-            });
+            sc.auth = Some(Credentials::new(flags.sentinel_user.as_deref(), password));
         }
         cc
     } else if let [one] = ledgers[..] {

@@ -528,9 +528,7 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
         None
     };
     if let Some((heading, text)) = only {
-        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(&args.out, &doc::splice(&page, heading, &text))?;
-        eprintln!("replaced the {heading:?} section of {}", args.out.display());
+        replace_section(&args.out, heading, &text)?;
         servers::remove_scratch_root();
         return Ok(());
     }
@@ -554,19 +552,10 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
             &mut commands,
         )?)
     };
-    if let (Some(mut f), true) = (first.clone(), args.first_only) {
+    if let Some(mut f) = first.as_ref().filter(|_| args.first_only).cloned() {
         f.alone = Some(with_without::facts(started, &load_at_start));
         let drawn = charts::write_all(&args.out, Some(&f), &[], &[]);
-        let page = std::fs::read_to_string(&args.out).unwrap_or_default();
-        write_page(
-            &args.out,
-            &doc::splice(&page, first::HEADING, &doc::first_section(&f, &drawn)),
-        )?;
-        eprintln!(
-            "replaced the {:?} section of {}",
-            first::HEADING,
-            args.out.display()
-        );
+        replace_section(&args.out, first::HEADING, &doc::first_section(&f, &drawn))?;
         drop((redis, leasehold));
         servers::remove_scratch_root();
         return Ok(());
@@ -708,6 +697,15 @@ pub fn main(args: &CompareArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     drop((redis, leasehold));
     servers::remove_scratch_root();
+    Ok(())
+}
+
+/// Puts `text` (a whole section) into the page at `out` in place of the
+/// section headed `heading` ([`doc::splice`]).
+fn replace_section(out: &Path, heading: &str, text: &str) -> std::io::Result<()> {
+    let page = std::fs::read_to_string(out).unwrap_or_default();
+    write_page(out, &doc::splice(&page, heading, text))?;
+    eprintln!("replaced the {heading:?} section of {}", out.display());
     Ok(())
 }
 

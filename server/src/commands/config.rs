@@ -50,19 +50,14 @@ pub(super) fn config(ctx: &mut ConnCtx<'_>, a: &mut Args) -> Result<Reply, OpErr
                 // A pattern lists an alias only when the name itself does
                 // not match (Redis lists both or either, by its hash order).
                 for (name, value) in found {
-                    let listed_as = match exact {
-                        true => lower.to_vec(),
-                        false => name.as_bytes().to_vec(),
+                    let (listed_as, key) = match exact {
+                        true => (lower.to_vec(), Reply::Bulk(given.clone())),
+                        false => (name.as_bytes().to_vec(), Reply::bulk(name)),
                     };
-                    if seen.contains(&listed_as) {
-                        continue;
+                    if !seen.contains(&listed_as) {
+                        seen.push(listed_as);
+                        pairs.push((key, Reply::bulk(value)));
                     }
-                    seen.push(listed_as);
-                    let key = match exact {
-                        true => Reply::Bulk(given.clone()),
-                        false => Reply::bulk(name),
-                    };
-                    pairs.push((key, Reply::bulk(value)));
                 }
             }
             Ok(Reply::Map(pairs))

@@ -145,16 +145,14 @@ fn hincrby(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
 /// [`longdouble`]); an infinite increment is refused first, as in Redis.
 fn hincrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let (key, field) = (a.key()?, a.next()?);
-    let delta = match longdouble::parse(&a.next()?) {
-        Some(Parsed::Finite(d)) => Parsed::Finite(d),
-        Some(Parsed::Infinite) => return Err(OpError::ValueNanOrInfinity),
-        None => return Err(OpError::NotFloat),
-    };
+    let delta = longdouble::parse(&a.next()?).ok_or(OpError::NotFloat)?;
+    if delta == Parsed::Infinite {
+        return Err(OpError::ValueNanOrInfinity);
+    }
     let current = match hash_mut(s, &key)?.and_then(|h| h.get(&field)) {
-        None => longdouble::parse(b"0"),
-        Some(v) => Some(longdouble::parse(v).ok_or(OpError::HashValueNotFloat)?),
+        None => longdouble::ZERO,
+        Some(v) => longdouble::parse(v).ok_or(OpError::HashValueNotFloat)?,
     };
-    let current = current.ok_or(OpError::HashValueNotFloat)?;
     let text = longdouble::add_texts(&current, &delta).ok_or(OpError::NanOrInfinity)?;
     set_pairs(s, &key, &[&field, text.as_bytes()])?;
     Ok(Reply::Bulk(Bytes::from(text)))

@@ -52,6 +52,22 @@ pub enum Parsed {
     Infinite,
 }
 
+/// The value a missing key or field counts as.
+pub const ZERO: Parsed = Parsed::Finite(LongDouble::zero(false));
+
+/// `x / 2^shift` (`shift` at least 1) rounded to the nearest, ties to
+/// even; `sticky`: nonzero bits were dropped below `x` already (so a
+/// seeming tie is above half).
+fn round_shifted(x: &BigUint, shift: usize, sticky: bool) -> BigUint {
+    let q = x >> shift;
+    let low = x - (&q << shift);
+    let half = BigUint::from(1u32) << (shift - 1);
+    match low > half || (low == half && (sticky || q.bit(0))) {
+        true => q + 1u32,
+        false => q,
+    }
+}
+
 /// Reads a float as Redis's `string2ld` does with glibc's `strtold`: at
 /// most [`MAX_CHARS`] - 1 bytes, no surrounding space, no `nan`, the whole
 /// string a decimal number (`[+-]digits[.digits][e[+-]digits]`, a digit on
@@ -153,7 +169,7 @@ pub fn parse(s: &[u8]) -> Option<Parsed> {
 }
 
 impl LongDouble {
-    fn zero(negative: bool) -> LongDouble {
+    const fn zero(negative: bool) -> LongDouble {
         LongDouble {
             negative,
             mantissa: 0,
@@ -178,19 +194,16 @@ impl LongDouble {
         let q_exp = exp - shift;
         // Bits of q dropped: all but MANTISSA, and more below the normal range.
         let extra = (q.bits() as i64 - MANTISSA as i64).max(LEAST_BIT - q_exp) as u64;
-        let kept = &q >> extra as usize;
-        let low = &q - (&kept << extra as usize);
-        let half = BigUint::from(1u32) << (extra as usize - 1);
-        let mut m = u64::try_from(&kept).expect("64 bits left");
+        let kept = round_shifted(&q, extra as usize, r.bits() > 0);
         let mut e = q_exp + extra as i64;
-        let sticky = r.bits() > 0;
-        if low > half || (low == half && (sticky || m & 1 == 1)) {
-            m = m.checked_add(1).unwrap_or_else(|| {
-                // The mantissa carried out of its 64 bits.
+        let m = match u64::try_from(&kept) {
+            Ok(m) => m,
+            Err(_) => {
+                // The mantissa carried out of its 64 bits: 2^64.
                 e += 1;
                 1 << (MANTISSA - 1)
-            });
-        }
+            }
+        };
         if m == 0 {
             return Some(LongDouble::zero(negative));
         }
@@ -235,20 +248,10 @@ impl LongDouble {
     /// Redis's `ld2string` in its human mode.
     pub fn human(&self) -> String {
         const DECIMALS: usize = 17;
-        let scaled = BigUint::from(self.mantissa) * BigUint::from(10u32).pow(DECIMALS as u32);
+        let scaled = BigUint::from(self.mantissa) * 10u64.pow(DECIMALS as u32);
         let digits = match self.exp >= 0 {
             true => scaled << self.exp as usize,
-            false => {
-                let shift = (-self.exp) as usize;
-                let q = &scaled >> shift;
-                let low = &scaled - (&q << shift);
-                let half = BigUint::from(1u32) << (shift - 1);
-                let odd = q.bit(0);
-                match low > half || (low == half && odd) {
-                    true => q + 1u32,
-                    false => q,
-                }
-            }
+            false => round_shifted(&scaled, (-self.exp) as usize, false),
         };
         let mut text = format!("{:0>width$}", digits.to_str_radix(10), width = DECIMALS + 1);
         text.insert(text.len() - DECIMALS, '.');

@@ -446,13 +446,13 @@ fn incrbyfloat(s: &mut Shard, a: &mut Args) -> Result<Reply, OpError> {
     let delta = a.next()?;
     let now = s.now.unix_ms;
     let (current, expire_at) = match s.store.get(&key, now) {
-        None => (longdouble::parse(b"0"), None),
+        None => (longdouble::ZERO, None),
         Some(e) => {
             let bytes = e.value.as_bytes().ok_or(OpError::WrongType)?;
-            (longdouble::parse(&bytes), e.expire_at(s.now))
+            let current = longdouble::parse(&bytes).ok_or(OpError::NotFloat)?;
+            (current, e.expire_at(s.now))
         }
     };
-    let current = current.ok_or(OpError::NotFloat)?;
     let delta = longdouble::parse(&delta).ok_or(OpError::NotFloat)?;
     let text = longdouble::add_texts(&current, &delta).ok_or(OpError::NanOrInfinity)?;
     write_string(s, &key, Value::from_bytes(text.as_bytes()), expire_at);
