@@ -41,11 +41,28 @@ pub struct Local {
 
 /// Starts `leasehold-cluster local --groups 3 --replicas 1` on a run of
 /// free ports, with this build's `leasehold-server`, and returns once it
-/// has printed every address (every node answers PING by then).
+/// has printed every address (every node answers PING by then). A run
+/// whose ports were free when picked can lose one to another program's
+/// connection before `local` binds it (they are in the ephemeral range):
+/// `local` then stops before printing its groups, and a new run is tried,
+/// three in all.
 ///
 /// # Panics
 /// When it cannot be started or its output does not parse.
 pub fn start() -> Local {
+    let mut printed = String::new();
+    for _ in 0..3 {
+        match try_start() {
+            Ok(local) => return local,
+            Err(p) => printed = p,
+        }
+    }
+    panic!("leasehold-cluster local did not start three times; the last printed:\n{printed}");
+}
+
+/// One try of [`start`]: what `local` printed when it stopped before
+/// printing its groups.
+fn try_start() -> Result<Local, String> {
     let base = leasehold_testkit::free_run(9);
     let dir = leasehold_testkit::scratch_dir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-cluster"))
@@ -98,8 +115,11 @@ pub fn start() -> Local {
             sentinels.push(port(l));
         }
     }
+    if groups.is_empty() {
+        return Err(printed);
+    }
     assert_eq!(groups.len(), 3, "{printed}");
-    Local {
+    Ok(Local {
         base,
         groups,
         sentinels,
@@ -107,7 +127,7 @@ pub fn start() -> Local {
         printed,
         proc: Some(proc),
         out,
-    }
+    })
 }
 
 impl Local {
